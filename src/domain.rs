@@ -1,0 +1,167 @@
+//! Domain values shared by every layer, each parsed once at the boundary where it enters.
+
+use std::fmt;
+use std::str::FromStr;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+
+/// An MCP session id: 256 random bits, URL-safe base64 (visible ASCII as the spec requires).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(String);
+
+const SESSION_ID_BYTES: usize = 32;
+const SESSION_ID_LEN: usize = 43;
+
+impl SessionId {
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; SESSION_ID_BYTES];
+        rand::rng().fill_bytes(&mut bytes);
+        Self(URL_SAFE_NO_PAD.encode(bytes))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("not a gatehouse session id")]
+pub struct InvalidSessionId;
+
+impl FromStr for SessionId {
+    type Err = InvalidSessionId;
+
+    /// Only well-formed ids reach the database, so a tampered header costs no query.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let well_formed = text.len() == SESSION_ID_LEN
+            && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if well_formed { Ok(Self(text.to_owned())) } else { Err(InvalidSessionId) }
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for SessionId {
+    /// Logs show a prefix only: the full id is a bearer credential for the session.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SessionId({}…)", &self.0[..8.min(self.0.len())])
+    }
+}
+
+/// The end user, as the identity mode established it; never taken from what a client claims.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Principal(String);
+
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidPrincipal {
+    #[error("the principal is empty")]
+    Empty,
+    #[error("the principal is longer than {MAX_PRINCIPAL_LEN} bytes")]
+    TooLong,
+    #[error("the principal contains control characters")]
+    Control,
+}
+
+const MAX_PRINCIPAL_LEN: usize = 256;
+
+impl Principal {
+    pub fn parse(text: &str) -> Result<Self, InvalidPrincipal> {
+        let text = text.trim();
+        if text.is_empty() {
+            Err(InvalidPrincipal::Empty)
+        } else if text.len() > MAX_PRINCIPAL_LEN {
+            Err(InvalidPrincipal::TooLong)
+        } else if text.chars().any(char::is_control) {
+            Err(InvalidPrincipal::Control)
+        } else {
+            Ok(Self(text.to_owned()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// MCP log levels (RFC 5424 severities), least severe first so `>=` means "at least as severe".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+}
+
+impl FromStr for LogLevel {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(serde_json::Value::String(text.to_owned()))
+            .map_err(|_| format!("`{text}` is not a log level (debug, info, notice, warning, error, critical, alert, emergency)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_round_trip_and_reject_tampering() {
+        let id = SessionId::generate();
+        assert_eq!(id.as_str().parse::<SessionId>().expect("parses").as_str(), id.as_str());
+        assert_ne!(SessionId::generate(), id);
+        for bad in ["", "short", &format!("{}!", &id.as_str()[..42]), &format!("{}A", id.as_str())] {
+            assert!(bad.parse::<SessionId>().is_err(), "{bad:?} should be refused");
+        }
+        assert!(!format!("{id:?}").contains(id.as_str()));
+    }
+
+    #[test]
+    fn principals_are_trimmed_and_bounded() {
+        assert_eq!(Principal::parse("  alice@example.com ").expect("valid").as_str(), "alice@example.com");
+        assert!(matches!(Principal::parse("   "), Err(InvalidPrincipal::Empty)));
+        assert!(matches!(Principal::parse(&"a".repeat(300)), Err(InvalidPrincipal::TooLong)));
+        assert!(matches!(Principal::parse("eve\nadmin"), Err(InvalidPrincipal::Control)));
+    }
+
+    #[test]
+    fn log_levels_order_by_severity() {
+        assert!(LogLevel::Error > LogLevel::Info);
+        assert_eq!("warning".parse::<LogLevel>(), Ok(LogLevel::Warning));
+        assert!("loud".parse::<LogLevel>().is_err());
+    }
+}

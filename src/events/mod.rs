@@ -1,0 +1,209 @@
+//! The bus. Events are persisted in the session's log first; the bus only wakes the streams that
+//! must read them. On PostgreSQL every replica LISTENs, so an event appended through one replica
+//! wakes the stream held by another within milliseconds; on SQLite the bus is in process.
+//!
+//! Wake-ups carry no payload: a woken stream reads the log after its own cursor, so a lost or
+//! duplicated wake-up can delay an event but never skip or repeat one. When the LISTEN connection
+//! drops, every stream is woken once the new connection is listening, which covers the gap.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::postgres::PgListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::SessionId;
+use crate::store::{NOTIFY_CHANNEL, SessionCache, Store, StoreError};
+
+/// What a replica learns from the bus.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    /// An event was appended to the session's log.
+    Appended(SessionId),
+    /// The session changed or ended: cached copies are stale.
+    Changed(SessionId),
+}
+
+impl Notice {
+    /// Parses a NOTIFY payload (`e <session> <seq>` or `s <session>`).
+    pub fn parse(payload: &str) -> Option<Self> {
+        let mut parts = payload.split(' ');
+        let kind = parts.next()?;
+        let session = parts.next()?.parse().ok()?;
+        match kind {
+            "e" => Some(Notice::Appended(session)),
+            "s" => Some(Notice::Changed(session)),
+            _ => None,
+        }
+    }
+}
+
+/// Local fan-out: one watch channel per session that has a stream open on this replica.
+pub struct Hub {
+    wakers: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
+    cache: Arc<SessionCache>,
+    /// Whether this replica currently receives other replicas' notices (always true in process).
+    connected: AtomicBool,
+}
+
+impl Hub {
+    pub fn new(cache: Arc<SessionCache>, in_process: bool) -> Self {
+        Self { wakers: Mutex::new(HashMap::new()), cache, connected: AtomicBool::new(in_process) }
+    }
+
+    /// A receiver that changes whenever the session's log or record may have changed.
+    pub fn subscribe(&self, session: &SessionId) -> watch::Receiver<u64> {
+        let mut wakers = self.lock();
+        wakers.retain(|_, sender| sender.receiver_count() > 0);
+        wakers.entry(session.clone()).or_insert_with(|| watch::channel(0).0).subscribe()
+    }
+
+    pub fn notify(&self, notice: &Notice) {
+        let session = match notice {
+            Notice::Appended(session) => session,
+            Notice::Changed(session) => {
+                self.cache.invalidate(session);
+                session
+            }
+        };
+        if let Some(sender) = self.lock().get(session) {
+            sender.send_modify(|generation| *generation += 1);
+        }
+    }
+
+    /// After notices may have been missed: forget cached sessions and wake every stream.
+    pub fn resync(&self) {
+        self.cache.clear();
+        for sender in self.lock().values() {
+            sender.send_modify(|generation| *generation += 1);
+        }
+    }
+
+    /// Sessions with a stream open here, which count as in use.
+    pub fn sessions_with_streams(&self) -> Vec<SessionId> {
+        self.lock().iter().filter(|(_, s)| s.receiver_count() > 0).map(|(id, _)| id.clone()).collect()
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<SessionId, watch::Sender<u64>>> {
+        self.wakers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Appends events and announces session changes.
+pub struct Bus {
+    store: Arc<dyn Store>,
+    hub: Arc<Hub>,
+}
+
+impl Bus {
+    pub fn new(store: Arc<dyn Store>, hub: Arc<Hub>) -> Self {
+        Self { store, hub }
+    }
+
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// Persists `message` in the session's log and wakes its streams. `None`: the session is gone.
+    pub async fn publish(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
+        let seq = self.store.append_event(session, message).await?;
+        if seq.is_some() {
+            // Local streams need not wait for the NOTIFY round trip; other replicas get the NOTIFY.
+            self.hub.notify(&Notice::Appended(session.clone()));
+        }
+        Ok(seq)
+    }
+
+    /// Announces locally a change the store made (the PostgreSQL store also NOTIFYs replicas).
+    pub fn session_changed(&self, session: &SessionId) {
+        self.hub.notify(&Notice::Changed(session.clone()));
+    }
+}
+
+const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(5);
+
+/// Listens for other replicas' notices until `shutdown`, reconnecting with backoff.
+pub async fn listen_postgres(pool: sqlx::PgPool, hub: Arc<Hub>, shutdown: CancellationToken) {
+    let mut delay = RECONNECT_DELAY_MIN;
+    loop {
+        match listen_once(&pool, &hub, &shutdown).await {
+            Ok(()) => return,
+            Err(error) => {
+                hub.connected.store(false, Ordering::Relaxed);
+                tracing::warn!(%error, retry_in = ?delay, "bus connection lost; reconnecting");
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(RECONNECT_DELAY_MAX);
+    }
+}
+
+/// One LISTEN connection's life. Returns Ok at shutdown and Err when the connection fails.
+async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToken) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    // Failures surface as errors so this function, not sqlx, decides when to resync.
+    listener.ignore_pool_close_event(true);
+    sqlx::query("SET application_name = 'gatehouse-bus'").execute(&mut listener).await?;
+    listener.listen(NOTIFY_CHANNEL).await?;
+    hub.connected.store(true, Ordering::Relaxed);
+    // Only now, with LISTEN active, can nothing more be missed: catch up on the gap.
+    hub.resync();
+    tracing::debug!("bus listening");
+    loop {
+        let notification = tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            received = listener.try_recv() => received?,
+        };
+        match notification {
+            Some(notification) => match Notice::parse(notification.payload()) {
+                Some(notice) => hub.notify(&notice),
+                None => tracing::warn!(payload = notification.payload(), "ignoring unknown bus notice"),
+            },
+            None => return Err(sqlx::Error::Protocol("LISTEN connection closed".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_parse() {
+        let id = SessionId::generate();
+        assert_eq!(Notice::parse(&format!("e {id} 4")), Some(Notice::Appended(id.clone())));
+        assert_eq!(Notice::parse(&format!("s {id}")), Some(Notice::Changed(id)));
+        assert_eq!(Notice::parse("x y"), None);
+        assert_eq!(Notice::parse("e not-an-id 1"), None);
+        assert_eq!(Notice::parse(""), None);
+    }
+
+    #[tokio::test]
+    async fn notify_wakes_only_that_sessions_streams() {
+        let hub = Hub::new(Arc::new(SessionCache::new(10)), true);
+        let (a, b) = (SessionId::generate(), SessionId::generate());
+        let mut rx_a = hub.subscribe(&a);
+        let rx_b = hub.subscribe(&b);
+        hub.notify(&Notice::Appended(a.clone()));
+        assert!(rx_a.has_changed().expect("open"));
+        assert!(!rx_b.has_changed().expect("open"));
+        rx_a.borrow_and_update();
+        hub.resync();
+        assert!(rx_a.has_changed().expect("open") && rx_b.has_changed().expect("open"));
+        assert_eq!(hub.sessions_with_streams().len(), 2);
+        drop(rx_b);
+        assert_eq!(hub.sessions_with_streams(), vec![a]);
+    }
+}

@@ -1,0 +1,133 @@
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use gatehouse::config::{ConfigSource, LogFormat};
+use gatehouse::{AppState, Config};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(version, about = "An MCP server that gates tools behind sign-ins and forms in the user's browser")]
+struct Cli {
+    /// Configuration file (TOML). Without one, gatehouse runs on its embedded default.
+    #[arg(long, global = true, env = "GATEHOUSE_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (the default).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Validate the configuration and exit.
+    CheckConfig,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let config = match Config::load(ConfigSource { file: cli.config.as_deref(), env: &env }) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("gatehouse: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(config.log.format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("gatehouse: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command.unwrap_or(Command::Serve) {
+            Command::Serve => serve(config).await,
+            Command::Migrate => migrate(config).await,
+            Command::CheckConfig => check_config(config),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            eprintln!("gatehouse: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    let bind = config.server.bind;
+    let public_url = config.public_url();
+    let shutdown = CancellationToken::new();
+    let (state, tasks) = AppState::build(config, shutdown.clone()).await.map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(bind).await.map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+    tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {public_url}mcp");
+    gatehouse::serve(listener, state, shutdown_signal()).await.map_err(|e| format!("server error: {e}"))?;
+    shutdown.cancel();
+    for task in tasks {
+        let _ = task.await;
+    }
+    tracing::info!("gatehouse stopped");
+    Ok(())
+}
+
+async fn migrate(config: Config) -> Result<(), String> {
+    let database = gatehouse::store::connect(config.database.url.expose(), 1).await.map_err(|e| e.to_string())?;
+    database.store.migrate().await.map_err(|e| e.to_string())?;
+    database.store.check_ready().await.map_err(|e| e.to_string())?;
+    println!("migrations applied ({:?})", database.store.backend());
+    Ok(())
+}
+
+fn check_config(config: Config) -> Result<(), String> {
+    gatehouse::tools::ToolRegistry::from_config(&config, reqwest::Client::new()).map_err(|e| e.to_string())?;
+    gatehouse::identity::Identity::from_config(&config).map_err(|e| e.to_string())?;
+    println!("configuration is valid");
+    Ok(())
+}
+
+/// Completes at SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down");
+}

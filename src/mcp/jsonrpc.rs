@@ -1,0 +1,167 @@
+//! JSON-RPC 2.0 as MCP uses it: classifying incoming messages and shaping responses.
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+
+/// A request id: MCP allows strings and integers, never null.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum RequestId {
+    Number(i64),
+    String(String),
+}
+
+#[derive(Debug, Clone)]
+pub enum Message {
+    Request { id: RequestId, method: String, params: Option<Value> },
+    Notification { method: String },
+    /// A client's answer to a request the server sent.
+    Response { id: RequestId },
+}
+
+impl Message {
+    pub fn method(&self) -> Option<&str> {
+        match self {
+            Message::Request { method, .. } | Message::Notification { method } => Some(method),
+            Message::Response { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), data: None }
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(INVALID_PARAMS, message)
+    }
+
+    /// What clients see of a server fault; the cause is logged, never sent.
+    pub fn internal() -> Self {
+        Self::new(INTERNAL_ERROR, "Internal error")
+    }
+}
+
+/// A response body: `id` is null only when the request's id could not be read.
+pub fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {
+    let mut body = json!({"code": error.code, "message": error.message});
+    if let Some(data) = &error.data {
+        body["data"] = data.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": body})
+}
+
+pub fn result_response(id: &RequestId, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+/// Reads one message. On failure returns the id (when one could be read) and the error.
+pub fn classify(value: Value) -> Result<Message, (Option<RequestId>, RpcError)> {
+    let Value::Object(mut object) = value else {
+        return Err((None, RpcError::new(INVALID_REQUEST, "Invalid Request: a message must be a JSON object")));
+    };
+    let id = match object.remove("id") {
+        None => None,
+        Some(Value::String(s)) => Some(RequestId::String(s)),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(n) => Some(RequestId::Number(n)),
+            None => return Err((None, invalid("`id` must be a string or an integer"))),
+        },
+        Some(_) => return Err((None, invalid("`id` must be a string or an integer"))),
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err((id, invalid("`jsonrpc` must be \"2.0\"")));
+    }
+    if let Some(method) = object.remove("method") {
+        let Value::String(method) = method else {
+            return Err((id, invalid("`method` must be a string")));
+        };
+        let params = object.remove("params");
+        if let Some(params) = &params
+            && !params.is_object()
+        {
+            return Err((id, invalid("`params` must be an object")));
+        }
+        return Ok(match id {
+            Some(id) => Message::Request { id, method, params },
+            None => Message::Notification { method },
+        });
+    }
+    match id {
+        Some(id) if object.contains_key("result") || object.contains_key("error") => Ok(Message::Response { id }),
+        id => Err((id, invalid("a message needs `method`, or `result` or `error` with an `id`"))),
+    }
+}
+
+fn invalid(reason: &str) -> RpcError {
+    RpcError::new(INVALID_REQUEST, format!("Invalid Request: {reason}"))
+}
+
+/// The request's `params` as an object (absent params read as empty).
+pub fn params_object(params: Option<Value>) -> Map<String, Value> {
+    match params {
+        Some(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_requests_notifications_and_responses() {
+        let request = classify(json!({"jsonrpc": "2.0", "id": 7, "method": "ping"})).expect("request");
+        assert!(matches!(request, Message::Request { id: RequestId::Number(7), .. }));
+        let note = classify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("notification");
+        assert!(matches!(note, Message::Notification { .. }));
+        let response = classify(json!({"jsonrpc": "2.0", "id": "s1", "result": {}})).expect("response");
+        assert!(matches!(response, Message::Response { id: RequestId::String(_) }));
+    }
+
+    #[test]
+    fn refuses_malformed_messages_keeping_the_id_when_readable() {
+        let (id, error) = classify(json!({"jsonrpc": "1.0", "id": 3, "method": "ping"})).unwrap_err();
+        assert_eq!((id, error.code), (Some(RequestId::Number(3)), INVALID_REQUEST));
+        let (id, _) = classify(json!({"jsonrpc": "2.0", "id": null, "method": "ping"})).unwrap_err();
+        assert_eq!(id, None);
+        let (_, error) = classify(json!({"jsonrpc": "2.0", "id": 1, "method": 5})).unwrap_err();
+        assert_eq!(error.code, INVALID_REQUEST);
+        let (_, error) = classify(json!({"jsonrpc": "2.0", "id": 1, "method": "x", "params": [1]})).unwrap_err();
+        assert_eq!(error.code, INVALID_REQUEST);
+        assert!(classify(json!("ping")).is_err());
+        assert!(classify(json!({"jsonrpc": "2.0", "id": 1.5, "method": "ping"})).is_err());
+        assert!(classify(json!({"jsonrpc": "2.0", "id": 1})).is_err());
+    }
+
+    #[test]
+    fn error_responses_carry_data_only_when_given() {
+        let plain = error_response(None, &RpcError::new(PARSE_ERROR, "Parse error"));
+        assert_eq!(plain, json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}}));
+        let with = error_response(Some(&RequestId::Number(1)), &RpcError::new(-32042, "m").with_data(json!({"x": 1})));
+        assert_eq!(with["error"]["data"], json!({"x": 1}));
+    }
+}

@@ -1,0 +1,141 @@
+//! The standalone SSE stream (GET /mcp), read from the session's persisted event log. Each event's
+//! SSE `id` is its sequence number, so `Last-Event-ID` resumes exactly where the client was.
+//!
+//! A stream first replays what the client asked to see again (after `Last-Event-ID`, up to the
+//! delivered mark), then delivers new events. New events are claimed in the database before they
+//! are written, so when a session has several streams, on any replicas, each event goes out on one.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::PRIMING_SINCE;
+use crate::domain::SessionId;
+use crate::state::AppState;
+use crate::store::{SessionRecord, Store, StoreError};
+
+/// Events read from the log per query.
+const BATCH: i64 = 100;
+
+/// Opens the stream: `resume_after` is the client's `Last-Event-ID`.
+pub async fn open(state: &AppState, session: &SessionRecord, resume_after: Option<i64>) -> Result<Response, StoreError> {
+    // Subscribe before the first read, so an event appended in between still wakes the stream.
+    let wake = state.bus.hub().subscribe(&session.id);
+    let delivered = state.store.delivered_seq(&session.id).await?.unwrap_or(0);
+    let cursor = resume_after.unwrap_or(delivered);
+    let mut pending = VecDeque::new();
+    if session.protocol_version.as_str() >= PRIMING_SINCE {
+        // A priming event (an id, empty data) tells the client where to resume if this stream drops.
+        pending.push_back(Event::default().id(cursor.to_string()).data(""));
+    }
+    let reader = Reader {
+        store: state.store.clone(),
+        session: session.id.clone(),
+        wake,
+        cursor,
+        replay_until: delivered,
+        pending,
+        shutdown: state.shutdown.clone(),
+        retry: state.config.server.sse_retry,
+        closing: false,
+    };
+    let events = futures::stream::unfold(reader, Reader::next);
+    let keep_alive = KeepAlive::new().interval(state.config.server.sse_keep_alive);
+    Ok(Sse::new(events).keep_alive(keep_alive).into_response())
+}
+
+struct Reader {
+    store: Arc<dyn Store>,
+    session: SessionId,
+    wake: watch::Receiver<u64>,
+    /// The newest event this stream has written (or skipped because another stream took it).
+    cursor: i64,
+    /// Events up to here were delivered before this stream opened and are replayed unclaimed.
+    replay_until: i64,
+    pending: VecDeque<Event>,
+    shutdown: CancellationToken,
+    retry: Duration,
+    closing: bool,
+}
+
+enum Fill {
+    Some,
+    Nothing,
+    SessionGone,
+}
+
+impl Reader {
+    async fn next(mut self) -> Option<(Result<Event, Infallible>, Self)> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some((Ok(event), self));
+            }
+            if self.closing {
+                return None;
+            }
+            self.wake.borrow_and_update();
+            match self.fill().await {
+                Ok(Fill::Some) => continue,
+                Ok(Fill::Nothing) => {}
+                Ok(Fill::SessionGone) => return None,
+                Err(error) => {
+                    // The client reconnects with Last-Event-ID and misses nothing.
+                    tracing::warn!(%error, session = ?self.session, "event stream closed after a database error");
+                    self.close_with_retry();
+                    continue;
+                }
+            }
+            tokio::select! {
+                changed = self.wake.changed() => if changed.is_err() { self.close_with_retry() },
+                () = self.shutdown.cancelled() => self.close_with_retry(),
+            }
+        }
+    }
+
+    fn close_with_retry(&mut self) {
+        self.pending.push_back(Event::default().retry(self.retry));
+        self.closing = true;
+    }
+
+    async fn fill(&mut self) -> Result<Fill, StoreError> {
+        if self.cursor < self.replay_until {
+            let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
+            let more = events.len() as i64 == BATCH;
+            let replay_until = self.replay_until;
+            for event in events.into_iter().take_while(|e| e.seq <= replay_until) {
+                self.push(event.seq, &event.message);
+            }
+            if !more {
+                self.cursor = self.cursor.max(self.replay_until);
+            }
+            return Ok(Fill::Some);
+        }
+        let Some(delivered) = self.store.delivered_seq(&self.session).await? else {
+            return Ok(Fill::SessionGone);
+        };
+        // Whatever another stream claimed is that stream's to write.
+        self.cursor = self.cursor.max(delivered);
+        let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
+        let Some(last) = events.last().map(|e| e.seq) else {
+            return Ok(Fill::Nothing);
+        };
+        if self.store.claim_delivery(&self.session, delivered, last).await? {
+            for event in events {
+                self.push(event.seq, &event.message);
+            }
+        }
+        // Claimed or not, look again: a lost claim means the mark moved and is re-read.
+        Ok(Fill::Some)
+    }
+
+    fn push(&mut self, seq: i64, message: &serde_json::Value) {
+        self.pending.push_back(Event::default().event("message").id(seq.to_string()).data(message.to_string()));
+        self.cursor = seq;
+    }
+}

@@ -1,0 +1,312 @@
+//! Streamable HTTP: the rules of the `/mcp` endpoint. Every refusal is a status code with a
+//! JSON-RPC error body that says what was wrong.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use super::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
+use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, stream};
+use crate::domain::{Principal, SessionId};
+use crate::state::AppState;
+use crate::store::SessionRecord;
+
+pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+const PROTOCOL_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
+/// A refused HTTP request.
+#[derive(Debug)]
+pub struct Refusal {
+    status: StatusCode,
+    id: Option<RequestId>,
+    error: RpcError,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self { status, id: None, error: RpcError::new(INVALID_REQUEST, message) }
+    }
+
+    fn internal(context: &str, error: &dyn std::fmt::Display) -> Self {
+        tracing::error!(%error, "{context}");
+        Self { status: StatusCode::INTERNAL_SERVER_ERROR, id: None, error: RpcError::internal() }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(jsonrpc::error_response(self.id.as_ref(), &self.error))).into_response()
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// Whether `Accept` admits `wanted` (`type/subtype`), directly or by a wildcard.
+fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
+    let (kind, _) = wanted.split_once('/').unwrap_or((wanted, ""));
+    headers.get_all(ACCEPT).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|item| {
+        let media = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        media == wanted || media == "*/*" || media == format!("{kind}/*")
+    })
+}
+
+/// Origin and Host checks, before anything else: a browser page on another site (or a DNS name
+/// rebound to this machine) must not reach a local server.
+fn check_origin_and_host(state: &AppState, headers: &HeaderMap) -> Result<(), Refusal> {
+    if let Some(origin) = headers.get(ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !state.origin_allowed(origin) {
+            return Err(Refusal::new(StatusCode::FORBIDDEN, format!("Forbidden: origin {origin:?} is not allowed")));
+        }
+    }
+    if state.bound_to_loopback() {
+        let host = headers.get(HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+        if !state.host_allowed(host) {
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!("Forbidden: host {host:?} is not this server (DNS rebinding protection)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `MCP-Protocol-Version`, when present, must be a version this server speaks.
+fn check_protocol_header(headers: &HeaderMap) -> Result<(), Refusal> {
+    match headers.get(PROTOCOL_HEADER) {
+        None => Ok(()),
+        Some(value) => match value.to_str() {
+            Ok(version) if SUPPORTED_PROTOCOL_VERSIONS.contains(&version) => Ok(()),
+            _ => Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "Bad Request: unsupported MCP-Protocol-Version {:?}; supported: {}",
+                    String::from_utf8_lossy(value.as_bytes()),
+                    SUPPORTED_PROTOCOL_VERSIONS.join(", ")
+                ),
+            )),
+        },
+    }
+}
+
+fn principal(state: &AppState, parts: &Parts, peer: SocketAddr) -> Result<Principal, Refusal> {
+    state.identity.principal(parts, peer).map_err(|e| {
+        tracing::info!(%peer, reason = %e, "refused unidentified MCP request");
+        Refusal::new(StatusCode::UNAUTHORIZED, format!("Unauthorized: {e}"))
+    })
+}
+
+/// The session named by `Mcp-Session-Id`, which must exist and belong to `principal`.
+async fn session(state: &AppState, headers: &HeaderMap, principal: &Principal) -> Result<Arc<SessionRecord>, Refusal> {
+    let header = headers
+        .get(SESSION_HEADER)
+        .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required"))?;
+    let not_found = || Refusal::new(StatusCode::NOT_FOUND, "Session not found: initialize a new session");
+    let id: SessionId = header.to_str().ok().and_then(|s| s.parse().ok()).ok_or_else(not_found)?;
+    let record = state.sessions.find(&id).await.map_err(|e| Refusal::internal("session lookup failed", &e))?;
+    let record = record.ok_or_else(not_found)?;
+    if &record.principal != principal {
+        tracing::warn!(session = ?id, "session used by another principal");
+        return Err(Refusal::new(StatusCode::FORBIDDEN, "Forbidden: this session belongs to another user"));
+    }
+    Ok(record)
+}
+
+async fn read_body(state: &AppState, body: Body) -> Result<Bytes, Refusal> {
+    let limit = state.config.server.max_request_bytes;
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, format!("Payload Too Large: the limit is {limit} bytes"))
+        } else {
+            Refusal::new(StatusCode::BAD_REQUEST, "Bad Request: the request body could not be read")
+        }
+    })
+}
+
+pub async fn post(State(state): State<AppState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+    match handle_post(&state, peer, request).await {
+        Ok(response) => response,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Result<Response, Refusal> {
+    let (parts, body) = request.into_parts();
+    check_origin_and_host(state, &parts.headers)?;
+    if !accepts(&parts.headers, "application/json") || !accepts(&parts.headers, "text/event-stream") {
+        return Err(Refusal::new(
+            StatusCode::NOT_ACCEPTABLE,
+            "Not Acceptable: Accept must list both application/json and text/event-stream",
+        ));
+    }
+    let content_type = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type.split(';').next().map(str::trim).map(str::to_ascii_lowercase).as_deref() != Some("application/json") {
+        return Err(Refusal::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type: Content-Type must be application/json"));
+    }
+    let principal = principal(state, &parts, peer)?;
+    let bytes = read_body(state, body).await?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| Refusal {
+        status: StatusCode::BAD_REQUEST,
+        id: None,
+        error: RpcError::new(PARSE_ERROR, format!("Parse error: {e}")),
+    })?;
+
+    if let Value::Array(items) = value {
+        return handle_batch(state, &parts.headers, &principal, items).await;
+    }
+    let message = jsonrpc::classify(value).map_err(|(id, error)| Refusal { status: StatusCode::BAD_REQUEST, id, error })?;
+    if message.method() == Some("initialize") {
+        return initialize(state, &parts.headers, principal, message).await;
+    }
+    check_protocol_header(&parts.headers)?;
+    let session = session(state, &parts.headers, &principal).await?;
+    match message {
+        Message::Request { id, method, params } => {
+            let body = match methods::handle(state, &session, &principal, &method, params).await {
+                Ok(result) => jsonrpc::result_response(&id, result),
+                Err(error) => jsonrpc::error_response(Some(&id), &error),
+            };
+            Ok(json_response(StatusCode::OK, &body))
+        }
+        Message::Notification { .. } | Message::Response { .. } => Ok(accepted()),
+    }
+}
+
+async fn initialize(state: &AppState, headers: &HeaderMap, principal: Principal, message: Message) -> Result<Response, Refusal> {
+    let Message::Request { id, params, .. } = message else {
+        return Err(Refusal::new(StatusCode::BAD_REQUEST, "Bad Request: initialize must be a request with an id"));
+    };
+    if headers.contains_key(SESSION_HEADER) {
+        return Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            id: Some(id),
+            error: RpcError::new(INVALID_REQUEST, "Invalid Request: initialize starts a new session and must not carry Mcp-Session-Id"),
+        });
+    }
+    match methods::initialize(state, principal, params).await {
+        Ok((session_id, result)) => {
+            let mut response = json_response(StatusCode::OK, &jsonrpc::result_response(&id, result));
+            let value = HeaderValue::from_str(session_id.as_str()).map_err(|e| Refusal::internal("session id header", &e))?;
+            response.headers_mut().insert(SESSION_HEADER, value);
+            Ok(response)
+        }
+        Err(error) => Ok(json_response(StatusCode::OK, &jsonrpc::error_response(Some(&id), &error))),
+    }
+}
+
+/// JSON-RPC batches, which only 2025-03-26 allows.
+async fn handle_batch(state: &AppState, headers: &HeaderMap, principal: &Principal, items: Vec<Value>) -> Result<Response, Refusal> {
+    let refuse = |message: String| Refusal::new(StatusCode::BAD_REQUEST, message);
+    if items.is_empty() {
+        return Err(refuse("Invalid Request: an empty batch".into()));
+    }
+    check_protocol_header(headers)?;
+    let header_version = headers.get(PROTOCOL_HEADER).and_then(|v| v.to_str().ok()).unwrap_or(DEFAULT_PROTOCOL_VERSION);
+    if header_version >= NO_BATCHES_SINCE {
+        return Err(refuse(format!("Invalid Request: protocol {header_version} does not allow JSON-RPC batches")));
+    }
+    let session = session(state, headers, principal).await?;
+    if session.protocol_version.as_str() >= NO_BATCHES_SINCE {
+        return Err(refuse(format!("Invalid Request: protocol {} does not allow JSON-RPC batches", session.protocol_version)));
+    }
+    let mut responses = Vec::new();
+    for item in items {
+        match jsonrpc::classify(item) {
+            Err((id, error)) => responses.push(jsonrpc::error_response(id.as_ref(), &error)),
+            Ok(Message::Request { id, method, .. }) if method == "initialize" => responses.push(jsonrpc::error_response(
+                Some(&id),
+                &RpcError::new(INVALID_REQUEST, "Invalid Request: initialize cannot be part of a batch"),
+            )),
+            Ok(Message::Request { id, method, params }) => {
+                responses.push(match methods::handle(state, &session, principal, &method, params).await {
+                    Ok(result) => jsonrpc::result_response(&id, result),
+                    Err(error) => jsonrpc::error_response(Some(&id), &error),
+                });
+            }
+            Ok(Message::Notification { .. } | Message::Response { .. }) => {}
+        }
+    }
+    if responses.is_empty() { Ok(accepted()) } else { Ok(json_response(StatusCode::OK, &Value::Array(responses))) }
+}
+
+pub async fn get(State(state): State<AppState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    let opened = async {
+        check_origin_and_host(&state, &parts.headers)?;
+        if !accepts(&parts.headers, "text/event-stream") {
+            return Err(Refusal::new(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must list text/event-stream"));
+        }
+        check_protocol_header(&parts.headers)?;
+        let principal = principal(&state, &parts, peer)?;
+        let session = session(&state, &parts.headers, &principal).await?;
+        let resume_after = match parts.headers.get(LAST_EVENT_ID) {
+            None => None,
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                    .filter(|seq| *seq >= 0)
+                    .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, "Bad Request: Last-Event-ID is not an event id of this server"))?,
+            ),
+        };
+        stream::open(&state, &session, resume_after).await.map_err(|e| Refusal::internal("opening event stream failed", &e))
+    };
+    match opened.await {
+        Ok(response) => response,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+pub async fn delete(State(state): State<AppState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    let ended = async {
+        check_origin_and_host(&state, &parts.headers)?;
+        check_protocol_header(&parts.headers)?;
+        let principal = principal(&state, &parts, peer)?;
+        let session = session(&state, &parts.headers, &principal).await?;
+        state.sessions.end(&session.id).await.map_err(|e| Refusal::internal("ending session failed", &e))?;
+        tracing::debug!(session = ?session.id, "session ended by client");
+        Ok::<_, Refusal>(StatusCode::NO_CONTENT.into_response())
+    };
+    match ended.await {
+        Ok(response) => response,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(accept: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_str(accept).expect("header"));
+        headers
+    }
+
+    #[test]
+    fn accept_matching_handles_lists_parameters_and_wildcards() {
+        let both = headers("application/json, text/event-stream;q=0.9");
+        assert!(accepts(&both, "application/json") && accepts(&both, "text/event-stream"));
+        assert!(accepts(&headers("*/*"), "text/event-stream"));
+        assert!(accepts(&headers("text/*"), "text/event-stream"));
+        assert!(!accepts(&headers("application/json"), "text/event-stream"));
+        assert!(!accepts(&HeaderMap::new(), "application/json"));
+    }
+}

@@ -1,0 +1,142 @@
+//! `AppState`: everything handlers share, built once at start. Handlers never read the
+//! environment or open pools.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use url::Url;
+
+use crate::config::{Config, ConfigError};
+use crate::events::{self, Bus, Hub};
+use crate::identity::Identity;
+use crate::mcp::sessions::{self, Sessions};
+use crate::store::{self, SessionCache, Store, StoreError};
+use crate::tools::ToolRegistry;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot open the database: {0}")]
+    Database(#[from] StoreError),
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(#[from] reqwest::Error),
+}
+
+/// Cached sessions per replica; a full cache starts over (see `SessionCache`).
+const SESSION_CACHE_CAPACITY: usize = 100_000;
+const OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn Store>,
+    pub sessions: Arc<Sessions>,
+    pub bus: Arc<Bus>,
+    pub tools: Arc<ToolRegistry>,
+    pub identity: Arc<Identity>,
+    /// Cancelled when the server shuts down: streams end and background tasks stop.
+    pub shutdown: CancellationToken,
+    public_origin: String,
+    public_host: String,
+}
+
+impl AppState {
+    /// Checks the configuration, opens the database (migrating it when configured to) and starts
+    /// the background tasks, which stop when `shutdown` is cancelled.
+    pub async fn build(config: Config, shutdown: CancellationToken) -> Result<(Self, Vec<JoinHandle<()>>), StartError> {
+        let identity = Identity::from_config(&config)?;
+        let client = outbound_client()?;
+        let tools = ToolRegistry::from_config(&config, client)?;
+        let database = store::connect(config.database.url.expose(), config.database.max_connections).await?;
+        if config.database.migrate_on_start {
+            database.store.migrate().await?;
+        }
+        database.store.check_ready().await?;
+
+        let cache = Arc::new(SessionCache::new(SESSION_CACHE_CAPACITY));
+        let hub = Arc::new(Hub::new(cache.clone(), database.postgres.is_none()));
+        let bus = Arc::new(Bus::new(database.store.clone(), hub.clone()));
+        let sessions = Arc::new(Sessions::new(database.store.clone(), cache, bus.clone()));
+
+        let mut tasks = Vec::new();
+        if let Some(pool) = database.postgres {
+            tasks.push(tokio::spawn(events::listen_postgres(pool, hub.clone(), shutdown.clone())));
+        }
+        tasks.push(tokio::spawn(sessions::maintain(
+            sessions.clone(),
+            hub,
+            config.mcp.session_idle_timeout,
+            shutdown.clone(),
+        )));
+
+        let public_url = config.public_url();
+        let state = Self {
+            public_origin: public_url.origin().ascii_serialization(),
+            public_host: host_with_port(&public_url),
+            config: Arc::new(config),
+            store: database.store,
+            sessions,
+            bus,
+            tools: Arc::new(tools),
+            identity: Arc::new(identity),
+            shutdown,
+        };
+        Ok((state, tasks))
+    }
+
+    pub fn bound_to_loopback(&self) -> bool {
+        self.config.server.bind.ip().is_loopback()
+    }
+
+    /// The public origin, the configured extra origins, and on loopback the same port under
+    /// another loopback name (`localhost` for `127.0.0.1`).
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        if origin == self.public_origin || self.config.server.allowed_origins.iter().any(|o| o == origin) {
+            return true;
+        }
+        self.bound_to_loopback()
+            && Url::parse(origin).is_ok_and(|url| {
+                url.path() == "/" && is_loopback_name(url.host_str().unwrap_or("")) && url.port_or_known_default() == Some(self.config.server.bind.port())
+            })
+    }
+
+    /// A `Host` header naming this server: a loopback name, or the public host.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        if host.eq_ignore_ascii_case(&self.public_host) {
+            return true;
+        }
+        let name = match host.strip_prefix('[') {
+            Some(rest) => rest.split(']').next().map(|h| format!("[{h}]")).unwrap_or_default(),
+            None => host.rsplit_once(':').map_or(host, |(h, _)| h).to_owned(),
+        };
+        is_loopback_name(&name)
+    }
+}
+
+fn is_loopback_name(host: &str) -> bool {
+    let host = host.to_ascii_lowercase();
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+fn host_with_port(url: &Url) -> String {
+    match (url.host_str(), url.port()) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// The client for calls to third parties: no redirects (a redirect could carry a user's
+/// credentials elsewhere), bounded connection time.
+fn outbound_client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(OUTBOUND_CONNECT_TIMEOUT)
+        .user_agent(concat!("gatehouse/", env!("CARGO_PKG_VERSION")))
+        .build()
+}

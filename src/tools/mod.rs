@@ -1,0 +1,222 @@
+//! Tools: the `Tool` trait, the registry built once from configuration, and the tool kinds.
+
+mod http;
+mod schema;
+mod template;
+mod whoami;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+
+use crate::config::{Config, ConfigError};
+use crate::domain::Principal;
+use crate::gate::Requirement;
+use crate::store::SessionRecord;
+
+pub use schema::InputSchema;
+
+/// What a tool is, as `tools/list` shows it.
+#[derive(Debug, Clone)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: String,
+    pub input_schema: InputSchema,
+    pub read_only: bool,
+    pub requires: Vec<Requirement>,
+}
+
+impl ToolDefinition {
+    pub fn to_json(&self) -> Value {
+        let mut tool = json!({
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema.as_json(),
+            "annotations": {"readOnlyHint": self.read_only},
+        });
+        if let Some(title) = &self.title {
+            tool["title"] = json!(title);
+            tool["annotations"]["title"] = json!(title);
+        }
+        tool
+    }
+}
+
+/// Who is calling, and through which session.
+pub struct CallContext<'a> {
+    pub principal: &'a Principal,
+    pub session: &'a SessionRecord,
+}
+
+/// A `CallToolResult`. Failures the model can act on are results with `is_error`, not errors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub content: Vec<Value>,
+    pub structured: Option<Value>,
+    pub is_error: bool,
+}
+
+impl ToolResult {
+    pub fn text(text: impl Into<String>) -> Self {
+        Self { content: vec![json!({"type": "text", "text": text.into()})], structured: None, is_error: false }
+    }
+
+    pub fn error(text: impl Into<String>) -> Self {
+        Self { is_error: true, ..Self::text(text) }
+    }
+
+    /// Structured output with its JSON text, as the spec asks for older clients.
+    pub fn structured(value: Value) -> Self {
+        Self { structured: Some(value.clone()), ..Self::text(value.to_string()) }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut result = json!({"content": self.content, "isError": self.is_error});
+        if let Some(structured) = &self.structured {
+            result["structuredContent"] = structured.clone();
+        }
+        result
+    }
+}
+
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn definition(&self) -> &ToolDefinition;
+
+    /// Runs the tool with arguments already checked against its input schema.
+    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolResult;
+}
+
+/// Every tool, in a stable order for pagination, found by name.
+pub struct ToolRegistry {
+    tools: Vec<Arc<dyn Tool>>,
+    by_name: HashMap<String, usize>,
+}
+
+/// MCP tool names: 1 to 128 of `A-Z a-z 0-9 _ - .`.
+fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+impl ToolRegistry {
+    /// Builds and checks every configured tool; built-ins come first.
+    pub fn from_config(config: &Config, client: reqwest::Client) -> Result<Self, ConfigError> {
+        let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(whoami::Whoami::new())];
+        for (i, tool) in config.tools.iter().enumerate() {
+            let key = format!("tools[{i}]");
+            if !valid_tool_name(&tool.name) {
+                return Err(ConfigError::key(
+                    format!("{key}.name"),
+                    format!("`{}` is not a tool name (1-128 of letters, digits, `_`, `-`, `.`)", tool.name),
+                ));
+            }
+            if tools.iter().any(|t| t.definition().name == tool.name) {
+                return Err(ConfigError::key(format!("{key}.name"), format!("a tool named `{}` already exists", tool.name)));
+            }
+            let requires = tool
+                .requires
+                .iter()
+                .enumerate()
+                .map(|(j, text)| {
+                    let requirement = Requirement::parse(text).map_err(|e| ConfigError::key(format!("{key}.requires[{j}]"), e.to_string()))?;
+                    // Nothing can satisfy a provider or a form that is not configured, and running the
+                    // tool without it would bypass the gate: refuse the configuration instead.
+                    let missing = match &requirement {
+                        Requirement::Provider { provider, .. } => format!("names provider `{provider}`"),
+                        Requirement::Form { form } => format!("names form `{form}`"),
+                    };
+                    Err(ConfigError::key(format!("{key}.requires[{j}]"), format!("{missing}, which is not configured")))
+                })
+                .collect::<Result<Vec<Requirement>, ConfigError>>()?;
+            tools.push(Arc::new(http::HttpTool::from_config(tool, requires, &key, client.clone())?));
+        }
+        let by_name = tools.iter().enumerate().map(|(i, t)| (t.definition().name.clone(), i)).collect();
+        Ok(Self { tools, by_name })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.by_name.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// Tools from `offset`, at most `size`, and the offset of the next page if any.
+    pub fn page(&self, offset: usize, size: usize) -> (&[Arc<dyn Tool>], Option<usize>) {
+        let start = offset.min(self.tools.len());
+        let end = start.saturating_add(size).min(self.tools.len());
+        (&self.tools[start..end], (end < self.tools.len()).then_some(end))
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::ConfigSource;
+
+    fn config(toml: &str) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("g.toml");
+        std::fs::write(&path, toml).expect("write");
+        Config::load(ConfigSource { file: Some(&path), env: &BTreeMap::new() })
+    }
+
+    fn registry(toml: &str) -> Result<ToolRegistry, ConfigError> {
+        ToolRegistry::from_config(&config(toml)?, reqwest::Client::new())
+    }
+
+    fn refusal(toml: &str) -> ConfigError {
+        match registry(toml) {
+            Ok(_) => panic!("configuration should be refused:\n{toml}"),
+            Err(error) => error,
+        }
+    }
+
+    fn key_of(error: ConfigError) -> String {
+        match error {
+            ConfigError::Key { key, .. } => key,
+            other => panic!("expected a key error, got {other}"),
+        }
+    }
+
+    const TOOL: &str = "[[tools]]\nname = \"weather\"\ndescription = \"d\"\n[tools.http]\nurl = \"https://api.test/w\"\n";
+
+    #[test]
+    fn builds_configured_tools_after_the_builtins() {
+        let registry = registry(TOOL).expect("registry");
+        assert_eq!(registry.len(), 2);
+        assert!(registry.get("whoami").is_some());
+        assert_eq!(registry.get("weather").expect("tool").definition().to_json()["annotations"]["readOnlyHint"], json!(true));
+    }
+
+    #[test]
+    fn pages_cover_every_tool_once() {
+        let registry = registry(&format!("{TOOL}{}", TOOL.replace("weather", "news"))).expect("registry");
+        let (first, next) = registry.page(0, 2);
+        assert_eq!(first.len(), 2);
+        let (second, after) = registry.page(next.expect("more"), 2);
+        assert_eq!((second.len(), after), (1, None));
+        assert_eq!(registry.page(99, 2).0.len(), 0);
+    }
+
+    #[test]
+    fn refuses_bad_tool_definitions_naming_the_key() {
+        assert_eq!(key_of(refusal(&TOOL.replace("weather", "whoami"))), "tools[0].name");
+        assert_eq!(key_of(refusal(&TOOL.replace("weather", "bad name"))), "tools[0].name");
+        assert_eq!(key_of(refusal(&format!("{TOOL}{TOOL}"))), "tools[1].name");
+        let requires = TOOL.replace("description", "requires = [\"github\"]\ndescription");
+        assert_eq!(key_of(refusal(&requires)), "tools[0].requires[0]");
+        let malformed = TOOL.replace("description", "requires = [\"git hub\"]\ndescription");
+        assert_eq!(key_of(refusal(&malformed)), "tools[0].requires[0]");
+    }
+}
