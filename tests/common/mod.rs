@@ -203,7 +203,7 @@ pub struct McpClient {
     pub http: reqwest::Client,
     pub session: Option<String>,
     pub protocol_version: String,
-    next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    pub next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 pub struct Reply {
