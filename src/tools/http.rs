@@ -20,8 +20,50 @@ const ERROR_EXCERPT_BYTES: usize = 2048;
 
 enum Body {
     Text(Template),
-    /// A JSON document whose string leaves are templates.
-    Json(Value),
+    Json(JsonTemplate),
+}
+
+/// A JSON document whose strings are templates, compiled once at start.
+enum JsonTemplate {
+    /// A string that is exactly one placeholder: the argument's JSON value (null when left out).
+    Argument(String),
+    Text(Template),
+    Array(Vec<JsonTemplate>),
+    Object(Vec<(String, JsonTemplate)>),
+    Literal(Value),
+}
+
+impl JsonTemplate {
+    fn compile(value: &Value, key: &str, arguments: &BTreeSet<String>) -> Result<Self, ConfigError> {
+        Ok(match value {
+            Value::String(text) => {
+                let template = Template::parse(text, key, arguments)?;
+                match template.single_argument() {
+                    Some(name) => JsonTemplate::Argument(name.to_owned()),
+                    None => JsonTemplate::Text(template),
+                }
+            }
+            Value::Array(items) => {
+                JsonTemplate::Array(items.iter().map(|item| Self::compile(item, key, arguments)).collect::<Result<_, _>>()?)
+            }
+            Value::Object(map) => JsonTemplate::Object(
+                map.iter().map(|(k, v)| Ok((k.clone(), Self::compile(v, key, arguments)?))).collect::<Result<_, ConfigError>>()?,
+            ),
+            other => JsonTemplate::Literal(other.clone()),
+        })
+    }
+
+    fn render(&self, arguments: &Map<String, Value>) -> Result<Value, String> {
+        Ok(match self {
+            JsonTemplate::Argument(name) => arguments.get(name).cloned().unwrap_or(Value::Null),
+            JsonTemplate::Text(template) => Value::String(template.render(arguments, Encoding::Text)?),
+            JsonTemplate::Array(items) => Value::Array(items.iter().map(|i| i.render(arguments)).collect::<Result<_, _>>()?),
+            JsonTemplate::Object(fields) => {
+                Value::Object(fields.iter().map(|(k, v)| Ok((k.clone(), v.render(arguments)?))).collect::<Result<_, String>>()?)
+            }
+            JsonTemplate::Literal(value) => value.clone(),
+        })
+    }
 }
 
 pub struct HttpTool {
@@ -62,8 +104,7 @@ impl HttpTool {
             None => None,
             Some(Value::String(text)) => Some(Body::Text(Template::parse(text, &body_key, &arguments)?)),
             Some(document @ (Value::Object(_) | Value::Array(_))) => {
-                check_json_templates(document, &body_key, &arguments)?;
-                Some(Body::Json(document.clone()))
+                Some(Body::Json(JsonTemplate::compile(document, &body_key, &arguments)?))
             }
             Some(_) => return Err(ConfigError::key(body_key, "must be a string or a table")),
         };
@@ -115,7 +156,7 @@ impl HttpTool {
             Some(Body::Text(template)) => request = request.body(template.render(arguments, Encoding::Text)?),
             Some(Body::Json(document)) => {
                 let has_content_type = self.headers.iter().any(|(name, _)| name == CONTENT_TYPE);
-                request = request.body(render_json(document, arguments)?.to_string());
+                request = request.body(document.render(arguments)?.to_string());
                 if !has_content_type {
                     request = request.header(CONTENT_TYPE, "application/json");
                 }
@@ -138,60 +179,6 @@ fn static_origin(url: &Template, key: &str) -> Result<url::Origin, ConfigError> 
         return Err(ConfigError::key(key, "placeholders may only appear after the host, in the path or query"));
     }
     Ok(parsed.origin())
-}
-
-fn check_json_templates(value: &Value, key: &str, arguments: &BTreeSet<String>) -> Result<(), ConfigError> {
-    match value {
-        Value::String(text) => Template::parse(text, key, arguments).map(|_| ()),
-        Value::Array(items) => items.iter().try_for_each(|item| check_json_templates(item, key, arguments)),
-        Value::Object(map) => map.values().try_for_each(|item| check_json_templates(item, key, arguments)),
-        _ => Ok(()),
-    }
-}
-
-/// A string that is exactly one placeholder takes the argument's JSON value; other strings are
-/// rendered as text. Templates were checked at start, so parsing cannot fail here.
-fn render_json(value: &Value, arguments: &Map<String, Value>) -> Result<Value, String> {
-    Ok(match value {
-        Value::String(text) => {
-            let template = Template::parse(text, "", &arguments.keys().cloned().collect())
-                .map_err(|_| "a body placeholder names an argument that was not given".to_owned());
-            match template {
-                Ok(template) => match template.single_argument() {
-                    Some(name) => arguments.get(name).cloned().unwrap_or(Value::Null),
-                    None => Value::String(template.render(arguments, Encoding::Text)?),
-                },
-                // An optional argument left out: the placeholder becomes null or empty text.
-                Err(_) if text.trim().starts_with("{{") && text.trim().ends_with("}}") && text.matches("{{").count() == 1 => Value::Null,
-                Err(_) => Value::String(strip_missing(text, arguments)),
-            }
-        }
-        Value::Array(items) => Value::Array(items.iter().map(|item| render_json(item, arguments)).collect::<Result<_, _>>()?),
-        Value::Object(map) => {
-            Value::Object(map.iter().map(|(k, v)| Ok((k.clone(), render_json(v, arguments)?))).collect::<Result<_, String>>()?)
-        }
-        other => other.clone(),
-    })
-}
-
-/// Renders `text` with left-out arguments as empty text.
-fn strip_missing(text: &str, arguments: &Map<String, Value>) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else { break };
-        let name = after[..end].trim().trim_start_matches("args.");
-        match arguments.get(name) {
-            Some(Value::String(s)) => out.push_str(s),
-            Some(Value::Null) | None => {}
-            Some(other) => out.push_str(&other.to_string()),
-        }
-        rest = &after[end + 2..];
-    }
-    out.push_str(rest);
-    out
 }
 
 #[async_trait]
