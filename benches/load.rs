@@ -1,0 +1,412 @@
+//! gatehouse's benchmark: starts the release binary on PostgreSQL and drives it over real HTTP,
+//! next to the official TypeScript SDK's in-memory example server under the same load.
+//!
+//!   cargo bench --bench load                       # everything, default sizes
+//!   cargo bench --bench load -- --duration 10 --clients 50 --streams 10000
+//!
+//! Measures `tools/call` throughput and latency at N concurrent clients (each with its own
+//! session), and the server's resident memory with many idle GET streams open. PostgreSQL comes
+//! from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database of its own.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sqlx::Connection;
+use tokio::process::{Child, Command};
+
+struct Options {
+    duration: Duration,
+    warmup: Duration,
+    clients: usize,
+    streams: usize,
+    skip_baseline: bool,
+    skip_load: bool,
+}
+
+impl Options {
+    fn parse() -> Result<Self, String> {
+        let mut options =
+            Self { duration: Duration::from_secs(10), warmup: Duration::from_secs(2), clients: 50, streams: 10_000, skip_baseline: false, skip_load: false };
+        let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
+            match arg.as_str() {
+                "--duration" => options.duration = Duration::from_secs(value()?.parse().map_err(|e| format!("--duration: {e}"))?),
+                "--warmup" => options.warmup = Duration::from_secs(value()?.parse().map_err(|e| format!("--warmup: {e}"))?),
+                "--clients" => options.clients = value()?.parse().map_err(|e| format!("--clients: {e}"))?,
+                "--streams" => options.streams = value()?.parse().map_err(|e| format!("--streams: {e}"))?,
+                "--skip-baseline" => options.skip_baseline = true,
+                "--skip-load" => options.skip_load = true,
+                other => return Err(format!("unknown argument {other}")),
+            }
+        }
+        Ok(options)
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+/// Lets this process (and the servers it starts) hold many connections.
+fn raise_open_files_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed to them.
+    unsafe {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+        limit.rlim_cur
+    }
+}
+
+async fn wait_until_up(url: &str) -> Result<(), String> {
+    let client = reqwest::Client::new();
+    for _ in 0..300 {
+        if client.get(url).send().await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("{url} did not come up"))
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A server under test: where to send MCP requests, and which tool to call how.
+struct Target {
+    name: &'static str,
+    url: String,
+    tool: &'static str,
+    arguments: Value,
+}
+
+const ACCEPT: &str = "application/json, text/event-stream";
+
+/// The JSON-RPC message in a POST answer, which is JSON or (TypeScript server) an SSE stream.
+fn message_of(body: &str) -> Option<Value> {
+    if let Ok(value) = serde_json::from_str(body) {
+        return Some(value);
+    }
+    body.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).filter(|d| !d.is_empty()).find_map(|d| serde_json::from_str(d).ok())
+}
+
+async fn initialize(http: &reqwest::Client, url: &str) -> Result<String, String> {
+    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "gatehouse-bench", "version": "1"}}});
+    let response = http.post(url).header("accept", ACCEPT).json(&body).send().await.map_err(|e| e.to_string())?;
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .ok_or("no Mcp-Session-Id on initialize")?
+        .to_owned();
+    response.text().await.map_err(|e| e.to_string())?;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    http.post(url)
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&initialized)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(session)
+}
+
+struct LoadResult {
+    calls: u64,
+    errors: u64,
+    seconds: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// `clients` sessions calling the tool in a loop; latencies of the measured window only.
+async fn call_load(target: &Target, clients: usize, warmup: Duration, duration: Duration) -> Result<LoadResult, String> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().map_err(|e| e.to_string())?;
+    let mut sessions = Vec::new();
+    for _ in 0..clients {
+        sessions.push(initialize(&http, &target.url).await?);
+    }
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for session in sessions {
+        let (http, url, measuring, stop, errors) = (http.clone(), target.url.clone(), measuring.clone(), stop.clone(), errors.clone());
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": target.tool, "arguments": target.arguments}})
+            .to_string();
+        workers.push(tokio::spawn(async move {
+            let mut latencies: Vec<u32> = Vec::with_capacity(1 << 16);
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let outcome = http
+                    .post(&url)
+                    .header("accept", ACCEPT)
+                    .header("content-type", "application/json")
+                    .header("mcp-session-id", &session)
+                    .header("mcp-protocol-version", "2025-11-25")
+                    .body(body.clone())
+                    .send()
+                    .await;
+                let ok = match outcome {
+                    Ok(response) if response.status().is_success() => {
+                        response.text().await.ok().and_then(|t| message_of(&t)).is_some_and(|m| m.get("result").is_some())
+                    }
+                    _ => false,
+                };
+                if measuring.load(Ordering::Relaxed) {
+                    if ok {
+                        latencies.push(started.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    } else {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            latencies
+        }));
+    }
+    tokio::time::sleep(warmup).await;
+    measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(duration).await;
+    measuring.store(false, Ordering::Relaxed);
+    let seconds = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    for worker in workers {
+        latencies.extend(worker.await.map_err(|e| e.to_string())?);
+    }
+    latencies.sort_unstable();
+    let percentile = |p: f64| {
+        if latencies.is_empty() {
+            return f64::NAN;
+        }
+        let index = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+        f64::from(latencies[index]) / 1000.0
+    };
+    Ok(LoadResult {
+        calls: latencies.len() as u64,
+        errors: errors.load(Ordering::Relaxed),
+        seconds,
+        p50_ms: percentile(0.50),
+        p99_ms: percentile(0.99),
+    })
+}
+
+struct StreamResult {
+    rss_before_mib: f64,
+    rss_with_streams_mib: f64,
+    open: usize,
+}
+
+/// Opens `count` idle GET streams (one session each) and reads the server's resident memory.
+async fn idle_streams(url: &str, pid: u32, count: usize) -> Result<StreamResult, String> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().map_err(|e| e.to_string())?;
+    let mut sessions = Vec::with_capacity(count);
+    let initializers: Vec<_> = (0..16)
+        .map(|worker| {
+            let (http, url) = (http.clone(), url.to_owned());
+            let share = count / 16 + usize::from(worker < count % 16);
+            tokio::spawn(async move {
+                let mut mine = Vec::with_capacity(share);
+                for _ in 0..share {
+                    mine.push(initialize(&http, &url).await?);
+                }
+                Ok::<_, String>(mine)
+            })
+        })
+        .collect();
+    for initializer in initializers {
+        sessions.extend(initializer.await.map_err(|e| e.to_string())??);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_before = rss_kib(pid).ok_or("cannot read the server's memory")?;
+
+    // Each stream has a connection of its own; the priming event proves it is open.
+    let streams = reqwest::Client::builder().pool_max_idle_per_host(0).build().map_err(|e| e.to_string())?;
+    let mut open = Vec::with_capacity(count);
+    let mut opening = Vec::new();
+    for session in sessions {
+        let (streams, url) = (streams.clone(), url.to_owned());
+        opening.push(tokio::spawn(async move {
+            let response = streams
+                .get(&url)
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-11-25")
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if !response.status().is_success() {
+                return Err(format!("GET stream: {}", response.status()));
+            }
+            let mut response = response;
+            response.chunk().await.map_err(|e| e.to_string())?;
+            Ok(response)
+        }));
+        if opening.len() == 256 {
+            for task in opening.drain(..) {
+                open.push(task.await.map_err(|e| e.to_string())??);
+            }
+        }
+    }
+    for task in opening {
+        open.push(task.await.map_err(|e| e.to_string())??);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_with = rss_kib(pid).ok_or("cannot read the server's memory")?;
+    let result = StreamResult { rss_before_mib: rss_before as f64 / 1024.0, rss_with_streams_mib: rss_with as f64 / 1024.0, open: open.len() };
+    drop(open);
+    Ok(result)
+}
+
+struct Database {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+async fn create_database() -> Result<Database, String> {
+    let admin_url = std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let mut admin = sqlx::PgConnection::connect(&admin_url).await.map_err(|e| format!("PostgreSQL at {admin_url}: {e}"))?;
+    let name = format!("gh_bench_{}", std::process::id());
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&mut admin).await.map_err(|e| e.to_string())?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await.map_err(|e| e.to_string())?;
+    let mut url = url::Url::parse(&admin_url).map_err(|e| e.to_string())?;
+    url.set_path(&name);
+    Ok(Database { admin_url, name, url: url.to_string() })
+}
+
+async fn drop_database(database: &Database) {
+    if let Ok(mut admin) = sqlx::PgConnection::connect(&database.admin_url).await {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", database.name))).execute(&mut admin).await;
+    }
+}
+
+fn start_gatehouse(database_url: &str, port: u16) -> Result<Child, String> {
+    Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .arg("serve")
+        .env("GATEHOUSE_SERVER__BIND", format!("127.0.0.1:{port}"))
+        .env("GATEHOUSE_DATABASE__URL", database_url)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start gatehouse: {e}"))
+}
+
+fn start_ts_server(port: u16) -> Result<Child, String> {
+    Command::new("bash")
+        .arg(repo().join("bench/ts-server/run.sh"))
+        .arg(port.to_string())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start the TypeScript SDK server: {e}"))
+}
+
+fn report(name: &str, result: &LoadResult) {
+    println!(
+        "| {name} | {:.0} | {:.2} | {:.2} | {} | {} |",
+        result.calls as f64 / result.seconds,
+        result.p50_ms,
+        result.p99_ms,
+        result.calls,
+        result.errors
+    );
+}
+
+async fn run(options: Options) -> Result<(), String> {
+    let files = raise_open_files_limit();
+    if (files as usize) < options.streams + 1024 {
+        return Err(format!("{} streams need more open files than the limit of {files}", options.streams));
+    }
+    let database = create_database().await?;
+    let outcome = measure(&options, &database).await;
+    drop_database(&database).await;
+    outcome
+}
+
+async fn measure(options: &Options, database: &Database) -> Result<(), String> {
+    let port = free_port();
+    let mut gatehouse = start_gatehouse(&database.url, port)?;
+    let gatehouse_url = format!("http://127.0.0.1:{port}/mcp");
+    wait_until_up(&format!("http://127.0.0.1:{port}/healthz")).await?;
+    let pid = gatehouse.id().ok_or("gatehouse exited")?;
+    if !options.skip_load {
+        load(options, &gatehouse_url).await?;
+    }
+    println!("\n## {} idle GET streams\n", options.streams);
+    let streams = idle_streams(&gatehouse_url, pid, options.streams).await?;
+    println!("| server | sessions | streams open | RSS before streams | RSS with streams |\n|---|---|---|---|---|");
+    let sessions = options.streams + if options.skip_load { 0 } else { options.clients };
+    println!(
+        "| gatehouse (PostgreSQL) | {sessions} | {} | {:.1} MiB | {:.1} MiB |",
+        streams.open, streams.rss_before_mib, streams.rss_with_streams_mib
+    );
+    let _ = gatehouse.kill().await;
+    Ok(())
+}
+
+/// Throughput and latency of gatehouse, then of the TypeScript SDK server, under the same load.
+async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
+    println!(
+        "\n## tools/call at {} concurrent clients ({} s measured after {} s warm-up)\n",
+        options.clients,
+        options.duration.as_secs(),
+        options.warmup.as_secs()
+    );
+    println!("| server | calls/s | p50 ms | p99 ms | calls | errors |\n|---|---|---|---|---|---|");
+    let target = Target { name: "gatehouse (PostgreSQL, whoami)", url: gatehouse_url.to_owned(), tool: "whoami", arguments: json!({}) };
+    let ours = call_load(&target, options.clients, options.warmup, options.duration).await?;
+    report(target.name, &ours);
+    if options.skip_baseline {
+        return Ok(());
+    }
+    let ts_port = free_port();
+    let mut ts = start_ts_server(ts_port)?;
+    let ts_url = format!("http://127.0.0.1:{ts_port}/mcp");
+    wait_until_up(&ts_url).await?;
+    let target = Target { name: "TypeScript SDK example (in memory, greet)", url: ts_url, tool: "greet", arguments: json!({"name": "bench"}) };
+    let theirs = call_load(&target, options.clients, options.warmup, options.duration).await;
+    let _ = ts.kill().await;
+    let theirs = theirs?;
+    report(target.name, &theirs);
+    let ratio = (ours.calls as f64 / ours.seconds) / (theirs.calls as f64 / theirs.seconds);
+    println!("\ngatehouse / TypeScript SDK throughput: {ratio:.2}x");
+    Ok(())
+}
+
+fn main() {
+    let options = match Options::parse() {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("load: {error}");
+            std::process::exit(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("load: {error}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(error) = runtime.block_on(run(options)) {
+        eprintln!("load: {error}");
+        std::process::exit(1);
+    }
+}
