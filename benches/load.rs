@@ -267,8 +267,18 @@ async fn idle_streams(url: &str, pid: u32, count: usize) -> Result<StreamResult,
     for task in opening {
         open.push(task.await.map_err(|e| e.to_string())??);
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss_with = rss_kib(pid).ok_or("cannot read the server's memory")?;
+    // Idle means settled: the allocator returns memory freed while the streams opened within
+    // seconds; sample until two readings a few seconds apart agree within 1%.
+    let mut rss_with = rss_kib(pid).ok_or("cannot read the server's memory")?;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = rss_kib(pid).ok_or("cannot read the server's memory")?;
+        let settled = now.abs_diff(rss_with) * 100 <= rss_with;
+        rss_with = now;
+        if settled {
+            break;
+        }
+    }
     let result = StreamResult { rss_before_mib: rss_before as f64 / 1024.0, rss_with_streams_mib: rss_with as f64 / 1024.0, open: open.len() };
     drop(open);
     Ok(result)

@@ -17,28 +17,74 @@ pub mod tools;
 mod web;
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tower::ServiceExt;
 use tower_http::trace::TraceLayer;
 
 pub use config::Config;
 pub use state::AppState;
 
+/// hyper's HTTP/1 read buffer limit: 8 KiB (its minimum) holds any sane request head and keeps an
+/// idle SSE connection small.
+const HTTP1_MAX_BUFFER: usize = 8 * 1024;
+/// A client must send its request head within this time, so idle half-open connections go away.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub fn app(state: AppState) -> Router {
     Router::new().merge(mcp::router()).merge(web::router()).layer(TraceLayer::new_for_http()).with_state(state)
 }
 
-/// Serves until `shutdown` completes, then cancels the state's shutdown token so open streams end
-/// (after a `retry:` hint) and waits for in-flight requests.
+/// Serves HTTP/1.1 until `shutdown` completes, then cancels the state's shutdown token so open
+/// streams end (after a `retry:` hint), stops accepting and waits for in-flight requests.
+///
+/// HTTP/1.1 only: MCP clients and reverse proxies speak it to upstreams, and an HTTP/1-only
+/// connection costs about half the memory of one that could also be HTTP/2, which counts with
+/// thousands of idle SSE streams (see the README's benchmark).
 pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
     let token = state.shutdown.clone();
     let router = app(state);
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            token.cancel();
-        })
-        .await
+    let mut builder = http1::Builder::new();
+    builder.max_buf_size(HTTP1_MAX_BUFFER).timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, typically: wait instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        // Small SSE events must leave at once, not wait for Nagle's algorithm.
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "cannot set TCP_NODELAY");
+        }
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().oneshot(request)
+        });
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, error = %error, "connection ended with an error");
+            }
+        });
+    }
+    token.cancel();
+    graceful.shutdown().await;
+    Ok(())
 }

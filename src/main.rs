@@ -8,6 +8,18 @@ use gatehouse::{AppState, Config};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc keeps an idle SSE connection's memory small: the unwritten pages of hyper's
+/// per-connection buffers stay out of resident memory. See the README's benchmark figures.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Return freed pages to the OS at once instead of after jemalloc's default 10 s decay: with
+/// thousands of streams opening in a burst that halves resident memory, at no measured cost in
+/// throughput. `_RJEM_MALLOC_CONF` in the environment still overrides it.
+#[allow(non_upper_case_globals)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static malloc_conf: &[u8] = b"dirty_decay_ms:0,muzzy_decay_ms:0\0";
+
 #[derive(Parser)]
 #[command(version, about = "An MCP server that gates tools behind sign-ins and forms in the user's browser")]
 struct Cli {
