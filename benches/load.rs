@@ -29,14 +29,24 @@ struct Options {
 
 impl Options {
     fn parse() -> Result<Self, String> {
-        let mut options =
-            Self { duration: Duration::from_secs(10), warmup: Duration::from_secs(2), clients: 50, streams: 10_000, skip_baseline: false, skip_load: false };
+        let mut options = Self {
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(2),
+            clients: 50,
+            streams: 10_000,
+            skip_baseline: false,
+            skip_load: false,
+        };
         let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
             match arg.as_str() {
-                "--duration" => options.duration = Duration::from_secs(value()?.parse().map_err(|e| format!("--duration: {e}"))?),
-                "--warmup" => options.warmup = Duration::from_secs(value()?.parse().map_err(|e| format!("--warmup: {e}"))?),
+                "--duration" => {
+                    options.duration = Duration::from_secs(value()?.parse().map_err(|e| format!("--duration: {e}"))?)
+                }
+                "--warmup" => {
+                    options.warmup = Duration::from_secs(value()?.parse().map_err(|e| format!("--warmup: {e}"))?)
+                }
                 "--clients" => options.clients = value()?.parse().map_err(|e| format!("--clients: {e}"))?,
                 "--streams" => options.streams = value()?.parse().map_err(|e| format!("--streams: {e}"))?,
                 "--skip-baseline" => options.skip_baseline = true,
@@ -53,14 +63,20 @@ fn repo() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
 }
 
 /// Lets this process (and the servers it starts) hold many connections.
 fn raise_open_files_limit() -> u64 {
     // SAFETY: getrlimit/setrlimit only read and write the struct passed to them.
     unsafe {
-        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
             limit.rlim_cur = limit.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
@@ -82,7 +98,13 @@ async fn wait_until_up(url: &str) -> Result<(), String> {
 
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// A server under test: where to send MCP requests, and which tool to call how.
@@ -100,13 +122,23 @@ fn message_of(body: &str) -> Option<Value> {
     if let Ok(value) = serde_json::from_str(body) {
         return Some(value);
     }
-    body.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).filter(|d| !d.is_empty()).find_map(|d| serde_json::from_str(d).ok())
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .find_map(|d| serde_json::from_str(d).ok())
 }
 
 async fn initialize(http: &reqwest::Client, url: &str) -> Result<String, String> {
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "gatehouse-bench", "version": "1"}}});
-    let response = http.post(url).header("accept", ACCEPT).json(&body).send().await.map_err(|e| e.to_string())?;
+    let response = http
+        .post(url)
+        .header("accept", ACCEPT)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
     let session = response
         .headers()
         .get("mcp-session-id")
@@ -135,8 +167,16 @@ struct LoadResult {
 }
 
 /// `clients` sessions calling the tool in a loop; latencies of the measured window only.
-async fn call_load(target: &Target, clients: usize, warmup: Duration, duration: Duration) -> Result<LoadResult, String> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().map_err(|e| e.to_string())?;
+async fn call_load(
+    target: &Target,
+    clients: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> Result<LoadResult, String> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut sessions = Vec::new();
     for _ in 0..clients {
         sessions.push(initialize(&http, &target.url).await?);
@@ -146,7 +186,13 @@ async fn call_load(target: &Target, clients: usize, warmup: Duration, duration: 
     let errors = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for session in sessions {
-        let (http, url, measuring, stop, errors) = (http.clone(), target.url.clone(), measuring.clone(), stop.clone(), errors.clone());
+        let (http, url, measuring, stop, errors) = (
+            http.clone(),
+            target.url.clone(),
+            measuring.clone(),
+            stop.clone(),
+            errors.clone(),
+        );
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": target.tool, "arguments": target.arguments}})
             .to_string();
         workers.push(tokio::spawn(async move {
@@ -163,9 +209,12 @@ async fn call_load(target: &Target, clients: usize, warmup: Duration, duration: 
                     .send()
                     .await;
                 let ok = match outcome {
-                    Ok(response) if response.status().is_success() => {
-                        response.text().await.ok().and_then(|t| message_of(&t)).is_some_and(|m| m.get("result").is_some())
-                    }
+                    Ok(response) if response.status().is_success() => response
+                        .text()
+                        .await
+                        .ok()
+                        .and_then(|t| message_of(&t))
+                        .is_some_and(|m| m.get("result").is_some()),
                     _ => false,
                 };
                 if measuring.load(Ordering::Relaxed) {
@@ -215,7 +264,10 @@ struct StreamResult {
 
 /// Opens `count` idle GET streams (one session each) and reads the server's resident memory.
 async fn idle_streams(url: &str, pid: u32, count: usize) -> Result<StreamResult, String> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().map_err(|e| e.to_string())?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut sessions = Vec::with_capacity(count);
     let initializers: Vec<_> = (0..16)
         .map(|worker| {
@@ -237,7 +289,10 @@ async fn idle_streams(url: &str, pid: u32, count: usize) -> Result<StreamResult,
     let rss_before = rss_kib(pid).ok_or("cannot read the server's memory")?;
 
     // Each stream has a connection of its own; the priming event proves it is open.
-    let streams = reqwest::Client::builder().pool_max_idle_per_host(0).build().map_err(|e| e.to_string())?;
+    let streams = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut open = Vec::with_capacity(count);
     let mut opening = Vec::new();
     for session in sessions {
@@ -279,7 +334,11 @@ async fn idle_streams(url: &str, pid: u32, count: usize) -> Result<StreamResult,
             break;
         }
     }
-    let result = StreamResult { rss_before_mib: rss_before as f64 / 1024.0, rss_with_streams_mib: rss_with as f64 / 1024.0, open: open.len() };
+    let result = StreamResult {
+        rss_before_mib: rss_before as f64 / 1024.0,
+        rss_with_streams_mib: rss_with as f64 / 1024.0,
+        open: open.len(),
+    };
     drop(open);
     Ok(result)
 }
@@ -291,19 +350,39 @@ struct Database {
 }
 
 async fn create_database() -> Result<Database, String> {
-    let admin_url = std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let mut admin = sqlx::PgConnection::connect(&admin_url).await.map_err(|e| format!("PostgreSQL at {admin_url}: {e}"))?;
+    let admin_url =
+        std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let mut admin = sqlx::PgConnection::connect(&admin_url)
+        .await
+        .map_err(|e| format!("PostgreSQL at {admin_url}: {e}"))?;
     let name = format!("gh_bench_{}", std::process::id());
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&mut admin).await.map_err(|e| e.to_string())?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await.map_err(|e| e.to_string())?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await
+    .map_err(|e| e.to_string())?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut url = url::Url::parse(&admin_url).map_err(|e| e.to_string())?;
     url.set_path(&name);
-    Ok(Database { admin_url, name, url: url.to_string() })
+    Ok(Database {
+        admin_url,
+        name,
+        url: url.to_string(),
+    })
 }
 
 async fn drop_database(database: &Database) {
     if let Ok(mut admin) = sqlx::PgConnection::connect(&database.admin_url).await {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", database.name))).execute(&mut admin).await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            database.name
+        )))
+        .execute(&mut admin)
+        .await;
     }
 }
 
@@ -342,7 +421,10 @@ fn report(name: &str, result: &LoadResult) {
 async fn run(options: Options) -> Result<(), String> {
     let files = raise_open_files_limit();
     if (files as usize) < options.streams + 1024 {
-        return Err(format!("{} streams need more open files than the limit of {files}", options.streams));
+        return Err(format!(
+            "{} streams need more open files than the limit of {files}",
+            options.streams
+        ));
     }
     let database = create_database().await?;
     let outcome = measure(&options, &database).await;
@@ -380,7 +462,12 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
         options.warmup.as_secs()
     );
     println!("| server | calls/s | p50 ms | p99 ms | calls | errors |\n|---|---|---|---|---|---|");
-    let target = Target { name: "gatehouse (PostgreSQL, whoami)", url: gatehouse_url.to_owned(), tool: "whoami", arguments: json!({}) };
+    let target = Target {
+        name: "gatehouse (PostgreSQL, whoami)",
+        url: gatehouse_url.to_owned(),
+        tool: "whoami",
+        arguments: json!({}),
+    };
     let ours = call_load(&target, options.clients, options.warmup, options.duration).await?;
     report(target.name, &ours);
     if options.skip_baseline {
@@ -390,7 +477,12 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
     let mut ts = start_ts_server(ts_port)?;
     let ts_url = format!("http://127.0.0.1:{ts_port}/mcp");
     wait_until_up(&ts_url).await?;
-    let target = Target { name: "TypeScript SDK example (in memory, greet)", url: ts_url, tool: "greet", arguments: json!({"name": "bench"}) };
+    let target = Target {
+        name: "TypeScript SDK example (in memory, greet)",
+        url: ts_url,
+        tool: "greet",
+        arguments: json!({"name": "bench"}),
+    };
     let theirs = call_load(&target, options.clients, options.warmup, options.duration).await;
     let _ = ts.kill().await;
     let theirs = theirs?;

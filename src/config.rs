@@ -32,7 +32,10 @@ pub enum ConfigError {
 
 impl ConfigError {
     pub fn key(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Key { key: key.into(), message: message.into() }
+        Self::Key {
+            key: key.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -142,7 +145,10 @@ pub struct McpConfig {
 
 impl Default for McpConfig {
     fn default() -> Self {
-        Self { page_size: 50, session_idle_timeout: Duration::from_secs(24 * 3600) }
+        Self {
+            page_size: 50,
+            session_idle_timeout: Duration::from_secs(24 * 3600),
+        }
     }
 }
 
@@ -221,10 +227,14 @@ impl Config {
     pub fn load(source: ConfigSource<'_>) -> Result<Self, ConfigError> {
         let mut tree = match source.file {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-                text.parse::<toml::Table>()
-                    .map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: e.to_string() })?
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                text.parse::<toml::Table>().map_err(|e| ConfigError::Syntax {
+                    path: path.to_owned(),
+                    message: e.to_string(),
+                })?
             }
             None => toml::Table::new(),
         };
@@ -233,7 +243,10 @@ impl Config {
         resolve_env_references(&mut value, "", source.env)?;
         let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
             let key = e.path().to_string();
-            ConfigError::Key { key, message: e.into_inner().to_string() }
+            ConfigError::Key {
+                key,
+                message: e.into_inner().to_string(),
+            }
         })?;
         config.validate()?;
         Ok(config)
@@ -258,7 +271,10 @@ impl Config {
             }
             Some(url) => {
                 if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-                    return Err(ConfigError::key("server.public_url", "must be an http or https URL with a host"));
+                    return Err(ConfigError::key(
+                        "server.public_url",
+                        "must be an http or https URL with a host",
+                    ));
                 }
                 if url.path() != "/" || url.query().is_some() {
                     return Err(ConfigError::key(
@@ -270,7 +286,9 @@ impl Config {
             None => {}
         }
         for (i, origin) in self.server.allowed_origins.iter().enumerate() {
-            let parsed = Url::parse(origin).ok().filter(|u| u.host_str().is_some() && u.path() == "/");
+            let parsed = Url::parse(origin)
+                .ok()
+                .filter(|u| u.host_str().is_some() && u.path() == "/");
             if parsed.is_none() || origin.ends_with('/') {
                 return Err(ConfigError::key(
                     format!("server.allowed_origins[{i}]"),
@@ -286,7 +304,10 @@ impl Config {
         }
         let url = self.database.url.expose();
         if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(ConfigError::key("database.url", "must start with sqlite:, postgres:// or postgresql://"));
+            return Err(ConfigError::key(
+                "database.url",
+                "must start with sqlite:, postgres:// or postgresql://",
+            ));
         }
         if self.database.max_connections == 0 {
             return Err(ConfigError::key("database.max_connections", "must be at least 1"));
@@ -328,20 +349,30 @@ impl Config {
 /// `["a", "b"]`); a list key also takes comma-separated text.
 fn apply_env_overrides(tree: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
     for (name, raw) in env {
-        let Some(rest) = name.strip_prefix(ENV_PREFIX) else { continue };
+        let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
         if !rest.contains(ENV_LEVEL_SEPARATOR) {
             continue;
         }
         let path: Vec<String> = rest.split(ENV_LEVEL_SEPARATOR).map(str::to_ascii_lowercase).collect();
         if path.iter().any(String::is_empty) {
-            return Err(ConfigError::key(name.clone(), "is not of the form GATEHOUSE_<SECTION>__<KEY>"));
+            return Err(ConfigError::key(
+                name.clone(),
+                "is not of the form GATEHOUSE_<SECTION>__<KEY>",
+            ));
         }
         let (leaf, sections) = path.split_last().expect("split yields at least one element");
         let mut table = &mut *tree;
         for section in sections {
-            let entry = table.entry(section.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let entry = table
+                .entry(section.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
             table = entry.as_table_mut().ok_or_else(|| {
-                ConfigError::key(name.clone(), format!("`{section}` is not a section, so it cannot hold keys"))
+                ConfigError::key(
+                    name.clone(),
+                    format!("`{section}` is not a section, so it cannot hold keys"),
+                )
             })?;
         }
         let value = env_value(table.get(leaf), sections.first().map(String::as_str), leaf, raw);
@@ -352,7 +383,8 @@ fn apply_env_overrides(tree: &mut toml::Table, env: &BTreeMap<String, String>) -
 
 fn env_value(existing: Option<&toml::Value>, section: Option<&str>, leaf: &str, raw: &str) -> toml::Value {
     let is_list = matches!(existing, Some(toml::Value::Array(_))) || LIST_KEYS.contains(&(section.unwrap_or(""), leaf));
-    let is_string = matches!(existing, Some(toml::Value::String(_))) || STRING_KEYS.contains(&(section.unwrap_or(""), leaf));
+    let is_string =
+        matches!(existing, Some(toml::Value::String(_))) || STRING_KEYS.contains(&(section.unwrap_or(""), leaf));
     if is_string {
         return toml::Value::String(raw.to_owned());
     }
@@ -384,7 +416,11 @@ const STRING_KEYS: &[(&str, &str)] = &[
 /// Keys whose environment override may be comma-separated text.
 const LIST_KEYS: &[(&str, &str)] = &[("server", "allowed_origins"), ("server", "trusted_proxies")];
 
-fn resolve_env_references(value: &mut toml::Value, path: &str, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+fn resolve_env_references(
+    value: &mut toml::Value,
+    path: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
     match value {
         toml::Value::String(text) => {
             if let Some(name) = text.strip_prefix(ENV_REFERENCE) {
@@ -401,7 +437,11 @@ fn resolve_env_references(value: &mut toml::Value, path: &str, env: &BTreeMap<St
         }
         toml::Value::Table(table) => {
             for (key, item) in table.iter_mut() {
-                let child = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
                 resolve_env_references(item, &child, env)?;
             }
         }
@@ -428,7 +468,10 @@ mod tests {
         let path = dir.path().join("gatehouse.toml");
         std::fs::write(&path, file).expect("write config");
         let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        Config::load(ConfigSource { file: Some(&path), env: &env })
+        Config::load(ConfigSource {
+            file: Some(&path),
+            env: &env,
+        })
     }
 
     fn key_of(error: ConfigError) -> String {
@@ -440,7 +483,11 @@ mod tests {
 
     #[test]
     fn no_file_gives_the_embedded_default() {
-        let config = Config::load(ConfigSource { file: None, env: &BTreeMap::new() }).expect("default config");
+        let config = Config::load(ConfigSource {
+            file: None,
+            env: &BTreeMap::new(),
+        })
+        .expect("default config");
         assert_eq!(config.server.bind.to_string(), "127.0.0.1:8080");
         assert_eq!(config.database.url.expose(), "sqlite://gatehouse.db");
         assert_eq!(config.identity.mode, IdentityMode::Local);
@@ -454,14 +501,20 @@ mod tests {
             &[
                 ("GATEHOUSE_SERVER__BIND", "127.0.0.1:9100"),
                 ("GATEHOUSE_DATABASE__MAX_CONNECTIONS", "7"),
-                ("GATEHOUSE_SERVER__ALLOWED_ORIGINS", "https://a.example, https://b.example"),
+                (
+                    "GATEHOUSE_SERVER__ALLOWED_ORIGINS",
+                    "https://a.example, https://b.example",
+                ),
                 ("GATEHOUSE_DATABASE__URL", "postgres://u:p@db/gatehouse"),
             ],
         )
         .expect("config");
         assert_eq!(config.server.bind.port(), 9100);
         assert_eq!(config.database.max_connections, 7);
-        assert_eq!(config.server.allowed_origins, vec!["https://a.example", "https://b.example"]);
+        assert_eq!(
+            config.server.allowed_origins,
+            vec!["https://a.example", "https://b.example"]
+        );
         assert_eq!(config.database.url.expose(), "postgres://u:p@db/gatehouse");
     }
 
@@ -477,23 +530,51 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_key() {
-        assert_eq!(key_of(load("[server]\nbind = \"nowhere\"\n", &[]).unwrap_err()), "server.bind");
-        assert_eq!(key_of(load("[server]\nsse_keep_alive = \"soon\"\n", &[]).unwrap_err()), "server.sse_keep_alive");
-        assert_eq!(key_of(load("[server]\nbnid = \"x\"\n", &[]).unwrap_err()), "server.bnid");
-        assert_eq!(key_of(load("[database]\nurl = \"mysql://x\"\n", &[]).unwrap_err()), "database.url");
         assert_eq!(
-            key_of(load("[server]\nallowed_origins = [\"https://ok.example\", \"not a url\"]\n", &[]).unwrap_err()),
+            key_of(load("[server]\nbind = \"nowhere\"\n", &[]).unwrap_err()),
+            "server.bind"
+        );
+        assert_eq!(
+            key_of(load("[server]\nsse_keep_alive = \"soon\"\n", &[]).unwrap_err()),
+            "server.sse_keep_alive"
+        );
+        assert_eq!(
+            key_of(load("[server]\nbnid = \"x\"\n", &[]).unwrap_err()),
+            "server.bnid"
+        );
+        assert_eq!(
+            key_of(load("[database]\nurl = \"mysql://x\"\n", &[]).unwrap_err()),
+            "database.url"
+        );
+        assert_eq!(
+            key_of(
+                load(
+                    "[server]\nallowed_origins = [\"https://ok.example\", \"not a url\"]\n",
+                    &[]
+                )
+                .unwrap_err()
+            ),
             "server.allowed_origins[1]"
         );
         assert_eq!(
-            key_of(load("[[tools]]\nname = \"t\"\n[tools.http]\nurl = \"http://x\"\ntimeout = 5\n", &[]).unwrap_err()),
+            key_of(
+                load(
+                    "[[tools]]\nname = \"t\"\n[tools.http]\nurl = \"http://x\"\ntimeout = 5\n",
+                    &[]
+                )
+                .unwrap_err()
+            ),
             "tools[0].http.timeout"
         );
     }
 
     #[test]
     fn local_identity_is_refused_off_loopback() {
-        let error = load("[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n", &[]).unwrap_err();
+        let error = load(
+            "[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n",
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(key_of(error), "identity.mode");
         let error = load("[server]\nbind = \"0.0.0.0:8080\"\n", &[]).unwrap_err();
         assert_eq!(key_of(error), "server.public_url");
@@ -501,15 +582,23 @@ mod tests {
 
     #[test]
     fn header_identity_needs_trusted_proxies() {
-        let base = "[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n[identity]\nmode = \"header\"\n";
+        let base =
+            "[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n[identity]\nmode = \"header\"\n";
         assert_eq!(key_of(load(base, &[]).unwrap_err()), "server.trusted_proxies");
-        let config = load(base, &[("GATEHOUSE_SERVER__TRUSTED_PROXIES", "10.0.0.0/8,127.0.0.1/32")]).expect("config");
+        let config = load(
+            base,
+            &[("GATEHOUSE_SERVER__TRUSTED_PROXIES", "10.0.0.0/8,127.0.0.1/32")],
+        )
+        .expect("config");
         assert_eq!(config.server.trusted_proxies.len(), 2);
     }
 
     #[test]
     fn unreadable_and_malformed_files_say_so() {
-        let missing = Config::load(ConfigSource { file: Some(Path::new("/nonexistent/g.toml")), env: &BTreeMap::new() });
+        let missing = Config::load(ConfigSource {
+            file: Some(Path::new("/nonexistent/g.toml")),
+            env: &BTreeMap::new(),
+        });
         assert!(matches!(missing, Err(ConfigError::Read { .. })));
         assert!(matches!(load("[server\n", &[]), Err(ConfigError::Syntax { .. })));
     }

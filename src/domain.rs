@@ -37,8 +37,14 @@ impl FromStr for SessionId {
     /// Only well-formed ids reach the database, so a tampered header costs no query.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let well_formed = text.len() == SESSION_ID_LEN
-            && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if well_formed { Ok(Self(text.to_owned())) } else { Err(InvalidSessionId) }
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if well_formed {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(InvalidSessionId)
+        }
     }
 }
 
@@ -130,8 +136,9 @@ impl FromStr for LogLevel {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        serde_json::from_value(serde_json::Value::String(text.to_owned()))
-            .map_err(|_| format!("`{text}` is not a log level (debug, info, notice, warning, error, critical, alert, emergency)"))
+        serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
+            format!("`{text}` is not a log level (debug, info, notice, warning, error, critical, alert, emergency)")
+        })
     }
 }
 
@@ -144,7 +151,12 @@ mod tests {
         let id = SessionId::generate();
         assert_eq!(id.as_str().parse::<SessionId>().expect("parses").as_str(), id.as_str());
         assert_ne!(SessionId::generate(), id);
-        for bad in ["", "short", &format!("{}!", &id.as_str()[..42]), &format!("{}A", id.as_str())] {
+        for bad in [
+            "",
+            "short",
+            &format!("{}!", &id.as_str()[..42]),
+            &format!("{}A", id.as_str()),
+        ] {
             assert!(bad.parse::<SessionId>().is_err(), "{bad:?} should be refused");
         }
         assert!(!format!("{id:?}").contains(id.as_str()));
@@ -152,9 +164,15 @@ mod tests {
 
     #[test]
     fn principals_are_trimmed_and_bounded() {
-        assert_eq!(Principal::parse("  alice@example.com ").expect("valid").as_str(), "alice@example.com");
+        assert_eq!(
+            Principal::parse("  alice@example.com ").expect("valid").as_str(),
+            "alice@example.com"
+        );
         assert!(matches!(Principal::parse("   "), Err(InvalidPrincipal::Empty)));
-        assert!(matches!(Principal::parse(&"a".repeat(300)), Err(InvalidPrincipal::TooLong)));
+        assert!(matches!(
+            Principal::parse(&"a".repeat(300)),
+            Err(InvalidPrincipal::TooLong)
+        ));
         assert!(matches!(Principal::parse("eve\nadmin"), Err(InvalidPrincipal::Control)));
     }
 

@@ -13,7 +13,10 @@ pub enum AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         tracing::error!(error = %self, "request failed");
-        (StatusCode::INTERNAL_SERVER_ERROR, Html("<!doctype html><title>Error</title><p>Something went wrong on our side.</p>"))
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Html("<!doctype html><title>Error</title><p>Something went wrong on our side.</p>"),
+        )
             .into_response()
     }
 }

@@ -39,7 +39,11 @@ const HTTP1_MAX_BUFFER: usize = 8 * 1024;
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn app(state: AppState) -> Router {
-    Router::new().merge(mcp::router()).merge(web::router()).layer(TraceLayer::new_for_http()).with_state(state)
+    Router::new()
+        .merge(mcp::router())
+        .merge(web::router())
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
 }
 
 /// Serves HTTP/1.1 until `shutdown` completes, then cancels the state's shutdown token so open
@@ -48,11 +52,18 @@ pub fn app(state: AppState) -> Router {
 /// HTTP/1.1 only: MCP clients and reverse proxies speak it to upstreams, and an HTTP/1-only
 /// connection costs about half the memory of one that could also be HTTP/2, which counts with
 /// thousands of idle SSE streams (see the README's benchmark).
-pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let token = state.shutdown.clone();
     let router = app(state);
     let mut builder = http1::Builder::new();
-    builder.max_buf_size(HTTP1_MAX_BUFFER).timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .max_buf_size(HTTP1_MAX_BUFFER)
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {

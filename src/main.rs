@@ -21,7 +21,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 static malloc_conf: &[u8] = b"dirty_decay_ms:0,muzzy_decay_ms:0\0";
 
 #[derive(Parser)]
-#[command(version, about = "An MCP server that gates tools behind sign-ins and forms in the user's browser")]
+#[command(
+    version,
+    about = "An MCP server that gates tools behind sign-ins and forms in the user's browser"
+)]
 struct Cli {
     /// Configuration file (TOML). Without one, gatehouse runs on its embedded default.
     #[arg(long, global = true, env = "GATEHOUSE_CONFIG")]
@@ -43,7 +46,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    let config = match Config::load(ConfigSource { file: cli.config.as_deref(), env: &env }) {
+    let config = match Config::load(ConfigSource {
+        file: cli.config.as_deref(),
+        env: &env,
+    }) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("gatehouse: {error}");
@@ -77,7 +83,9 @@ fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -88,10 +96,16 @@ async fn serve(config: Config) -> Result<(), String> {
     let bind = config.server.bind;
     let public_url = config.public_url();
     let shutdown = CancellationToken::new();
-    let (state, tasks) = AppState::build(config, shutdown.clone()).await.map_err(|e| e.to_string())?;
-    let listener = tokio::net::TcpListener::bind(bind).await.map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+    let (state, tasks) = AppState::build(config, shutdown.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
     tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {public_url}mcp");
-    gatehouse::serve(listener, state, shutdown_signal()).await.map_err(|e| format!("server error: {e}"))?;
+    gatehouse::serve(listener, state, shutdown_signal())
+        .await
+        .map_err(|e| format!("server error: {e}"))?;
     shutdown.cancel();
     for task in tasks {
         let _ = task.await;
@@ -101,7 +115,9 @@ async fn serve(config: Config) -> Result<(), String> {
 }
 
 async fn migrate(config: Config) -> Result<(), String> {
-    let database = gatehouse::store::connect(config.database.url.expose(), 1).await.map_err(|e| e.to_string())?;
+    let database = gatehouse::store::connect(config.database.url.expose(), 1)
+        .await
+        .map_err(|e| e.to_string())?;
     database.store.migrate().await.map_err(|e| e.to_string())?;
     database.store.check_ready().await.map_err(|e| e.to_string())?;
     println!("migrations applied ({:?})", database.store.backend());

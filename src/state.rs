@@ -63,7 +63,11 @@ impl AppState {
 
         let mut tasks = Vec::new();
         if let Some(pool) = database.postgres {
-            tasks.push(tokio::spawn(events::listen_postgres(pool, hub.clone(), shutdown.clone())));
+            tasks.push(tokio::spawn(events::listen_postgres(
+                pool,
+                hub.clone(),
+                shutdown.clone(),
+            )));
         }
         tasks.push(tokio::spawn(sessions::maintain(
             sessions.clone(),
@@ -99,7 +103,9 @@ impl AppState {
         }
         self.bound_to_loopback()
             && Url::parse(origin).is_ok_and(|url| {
-                url.path() == "/" && is_loopback_name(url.host_str().unwrap_or("")) && url.port_or_known_default() == Some(self.config.server.bind.port())
+                url.path() == "/"
+                    && is_loopback_name(url.host_str().unwrap_or(""))
+                    && url.port_or_known_default() == Some(self.config.server.bind.port())
             })
     }
 
@@ -120,7 +126,11 @@ fn is_loopback_name(host: &str) -> bool {
     let host = host.to_ascii_lowercase();
     host == "localhost"
         || host.ends_with(".localhost")
-        || host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn host_with_port(url: &Url) -> String {

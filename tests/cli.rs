@@ -31,29 +31,63 @@ fn check_config_accepts_the_embedded_default_and_the_example() {
     let output = run(dir.path(), &["check-config"], &[]);
     assert!(output.status.success(), "{}", stderr(&output));
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/gatehouse.example.toml");
-    let output = run(dir.path(), &["--config", example, "check-config"], &[("EXAMPLE_API_TOKEN", "t")]);
-    assert!(output.status.success(), "the example configuration is valid: {}", stderr(&output));
+    let output = run(
+        dir.path(),
+        &["--config", example, "check-config"],
+        &[("EXAMPLE_API_TOKEN", "t")],
+    );
+    assert!(
+        output.status.success(),
+        "the example configuration is valid: {}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn bad_configuration_is_refused_naming_the_key() {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("g.toml");
-    std::fs::write(&file, "[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n").expect("write");
+    std::fs::write(
+        &file,
+        "[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n",
+    )
+    .expect("write");
     let file = file.to_str().expect("utf-8 path");
-    let cases: [(&[&str], &[(&str, &str)], &str); 5] = [
+    // Arguments, environment, and what the error must name.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 5] = [
         (&["--config", file, "serve"], &[], "identity.mode"),
-        (&["check-config"], &[("GATEHOUSE_SERVER__BIND", "localhost")], "server.bind"),
-        (&["check-config"], &[("GATEHOUSE_DATABASE__URL", "env:NOT_SET_ANYWHERE")], "NOT_SET_ANYWHERE"),
+        (
+            &["check-config"],
+            &[("GATEHOUSE_SERVER__BIND", "localhost")],
+            "server.bind",
+        ),
+        (
+            &["check-config"],
+            &[("GATEHOUSE_DATABASE__URL", "env:NOT_SET_ANYWHERE")],
+            "NOT_SET_ANYWHERE",
+        ),
         (&["check-config"], &[("GATEHOUSE_MCP__PAGE_SIZE", "0")], "mcp.page_size"),
-        (&["--config", "/nonexistent.toml", "check-config"], &[], "/nonexistent.toml"),
+        (
+            &["--config", "/nonexistent.toml", "check-config"],
+            &[],
+            "/nonexistent.toml",
+        ),
     ];
     for (args, env, named) in cases {
         let output = run(dir.path(), args, env);
         assert_eq!(output.status.code(), Some(2), "{args:?} {env:?}");
-        assert!(stderr(&output).contains(named), "{:?} should name {named}: {}", args, stderr(&output));
+        assert!(
+            stderr(&output).contains(named),
+            "{:?} should name {named}: {}",
+            args,
+            stderr(&output)
+        );
     }
-    assert!(!dir.path().join("gatehouse.db").exists(), "refused before touching the database");
+    assert!(
+        !dir.path().join("gatehouse.db").exists(),
+        "refused before touching the database"
+    );
 }
 
 #[test]
@@ -63,11 +97,18 @@ fn migrate_prepares_a_database_and_is_repeatable() {
         let output = run(dir.path(), &["migrate"], &[]);
         assert!(output.status.success(), "{}", stderr(&output));
     }
-    assert!(dir.path().join("gatehouse.db").exists(), "the embedded default is a SQLite file in the working directory");
+    assert!(
+        dir.path().join("gatehouse.db").exists(),
+        "the embedded default is a SQLite file in the working directory"
+    );
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 async fn serve_until_sigterm(backend: Backend) {
@@ -91,7 +132,12 @@ async fn serve_until_sigterm(backend: Backend) {
     let http = reqwest::Client::new();
     let mut ready = false;
     for _ in 0..100 {
-        if http.get(format!("http://{bind}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+        if http
+            .get(format!("http://{bind}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
             ready = true;
             break;
         }
@@ -105,21 +151,45 @@ async fn serve_until_sigterm(backend: Backend) {
     assert!(stream.next_event(Duration::from_secs(5)).await.is_some(), "priming");
 
     let pid = child.id().expect("pid").to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
     let mut retry = None;
     while let Some(event) = stream.next_event(Duration::from_secs(5)).await {
         retry = event.retry.or(retry);
     }
     assert_eq!(retry, Some(2000), "the stream ends with the retry hint");
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.expect("exits in time").expect("wait");
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits in time")
+        .expect("wait");
     assert!(status.success(), "graceful shutdown exits 0");
     let mut logs = String::new();
     use tokio::io::AsyncReadExt;
-    child.stderr.take().expect("stderr").read_to_string(&mut logs).await.expect("logs");
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut logs)
+        .await
+        .expect("logs");
     let lines: Vec<serde_json::Value> = logs.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    assert!(!lines.is_empty() && lines.len() == logs.lines().count(), "every log line is JSON:\n{logs}");
-    assert!(lines.iter().any(|l| l["fields"]["message"] == "gatehouse stopped"), "{logs}");
-    assert!(!logs.contains(client.session.as_deref().expect("session")), "logs never carry a whole session id");
+    assert!(
+        !lines.is_empty() && lines.len() == logs.lines().count(),
+        "every log line is JSON:\n{logs}"
+    );
+    assert!(
+        lines.iter().any(|l| l["fields"]["message"] == "gatehouse stopped"),
+        "{logs}"
+    );
+    assert!(
+        !logs.contains(client.session.as_deref().expect("session")),
+        "logs never carry a whole session id"
+    );
 }
 
 on_both_backends!(serve_until_sigterm);

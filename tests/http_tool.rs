@@ -30,7 +30,10 @@ async fn record(State(log): State<Log>, uri: axum::http::Uri, headers: HeaderMap
     let seen = Seen {
         path: uri.path().to_owned(),
         query: uri.query().unwrap_or("").to_owned(),
-        headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned())).collect(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+            .collect(),
         body: String::from_utf8_lossy(&body).into_owned(),
     };
     log.lock().expect("log").push(seen.clone());
@@ -42,35 +45,55 @@ async fn upstream() -> (SocketAddr, Log) {
     let app = Router::new()
         .route(
             "/users/{name}",
-            get(|state: State<Log>, Path(name): Path<String>, uri: axum::http::Uri, headers: HeaderMap| async move {
-                record(state, uri, headers, Bytes::new()).await;
-                axum::Json(json!({"login": name, "id": 42}))
-            }),
+            get(
+                |state: State<Log>, Path(name): Path<String>, uri: axum::http::Uri, headers: HeaderMap| async move {
+                    record(state, uri, headers, Bytes::new()).await;
+                    axum::Json(json!({"login": name, "id": 42}))
+                },
+            ),
         )
         .route(
             "/echo",
-            post(|state: State<Log>, uri: axum::http::Uri, headers: HeaderMap, body: Bytes| async move {
-                let seen = record(state, uri, headers, body).await;
-                ([("content-type", "text/plain")], format!("got {}", seen.body))
-            }),
+            post(
+                |state: State<Log>, uri: axum::http::Uri, headers: HeaderMap, body: Bytes| async move {
+                    let seen = record(state, uri, headers, body).await;
+                    ([("content-type", "text/plain")], format!("got {}", seen.body))
+                },
+            ),
         )
         .route("/array", get(|| async { axum::Json(json!([1, 2, 3])) }))
-        .route("/broken", get(|| async { (StatusCode::BAD_GATEWAY, "upstream says no") }))
-        .route("/slow", get(|| async {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            "late"
-        }))
-        .route("/huge", get(|| async { "x".repeat(64 * 1024) }))
-        .route("/redirect", get(|| async { Redirect::temporary("http://example.com/") }))
         .route(
-            "/search",
-            get(|state: State<Log>, Query(q): Query<Vec<(String, String)>>, uri: axum::http::Uri, headers: HeaderMap| async move {
-                record(state, uri, headers, Bytes::new()).await;
-                axum::Json(json!({"params": q})).into_response()
+            "/broken",
+            get(|| async { (StatusCode::BAD_GATEWAY, "upstream says no") }),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                "late"
             }),
         )
+        .route("/huge", get(|| async { "x".repeat(64 * 1024) }))
+        .route(
+            "/redirect",
+            get(|| async { Redirect::temporary("http://example.com/") }),
+        )
+        .route(
+            "/search",
+            get(
+                |state: State<Log>,
+                 Query(q): Query<Vec<(String, String)>>,
+                 uri: axum::http::Uri,
+                 headers: HeaderMap| async move {
+                    record(state, uri, headers, Bytes::new()).await;
+                    axum::Json(json!({"params": q})).into_response()
+                },
+            ),
+        )
         .with_state(log.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, app).await });
     (addr, log)
@@ -153,23 +176,59 @@ fn text(result: &Value) -> String {
 async fn http_tools_fill_templates_safely(backend: Backend) {
     let (_database, server, client, log) = setup(backend).await;
     let listed = client.call("tools/list", json!({})).await;
-    let user = listed["tools"].as_array().expect("tools").iter().find(|t| t["name"] == "user").expect("user tool").clone();
+    let user = listed["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == "user")
+        .expect("user tool")
+        .clone();
     assert_eq!(user["title"], "GitHub-like user");
     assert_eq!(user["inputSchema"]["required"], json!(["name"]));
     assert_eq!(user["annotations"]["readOnlyHint"], true);
 
-    let result = client.call("tools/call", json!({"name": "user", "arguments": {"name": "octo cat/../admin"}})).await;
+    let result = client
+        .call(
+            "tools/call",
+            json!({"name": "user", "arguments": {"name": "octo cat/../admin"}}),
+        )
+        .await;
     assert_eq!(result["isError"], false, "{result}");
-    assert_eq!(result["structuredContent"], json!({"login": "octo cat/../admin", "id": 42}));
-    assert_eq!(serde_json::from_str::<Value>(&text(&result)).expect("JSON text"), result["structuredContent"]);
+    assert_eq!(
+        result["structuredContent"],
+        json!({"login": "octo cat/../admin", "id": 42})
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&text(&result)).expect("JSON text"),
+        result["structuredContent"]
+    );
     let seen = log.lock().expect("log").pop().expect("request");
-    assert_eq!(seen.path, "/users/octo%20cat%2F..%2Fadmin", "the argument stays one path segment");
-    assert!(seen.headers.contains(&("x-requested-for".into(), "octo cat/../admin".into())));
+    assert_eq!(
+        seen.path, "/users/octo%20cat%2F..%2Fadmin",
+        "the argument stays one path segment"
+    );
+    assert!(
+        seen.headers
+            .contains(&("x-requested-for".into(), "octo cat/../admin".into()))
+    );
 
-    client.call("tools/call", json!({"name": "search", "arguments": {"q": "a&b=c", "page": 2}})).await;
-    assert_eq!(log.lock().expect("log").pop().expect("request").query, "q=a%26b%3Dc&page=2");
+    client
+        .call(
+            "tools/call",
+            json!({"name": "search", "arguments": {"q": "a&b=c", "page": 2}}),
+        )
+        .await;
+    assert_eq!(
+        log.lock().expect("log").pop().expect("request").query,
+        "q=a%26b%3Dc&page=2"
+    );
     // A header value cannot smuggle another header.
-    let smuggled = client.call("tools/call", json!({"name": "user", "arguments": {"name": "x\r\nX-Admin: 1"}})).await;
+    let smuggled = client
+        .call(
+            "tools/call",
+            json!({"name": "user", "arguments": {"name": "x\r\nX-Admin: 1"}}),
+        )
+        .await;
     assert_eq!(smuggled["isError"], true);
     server.stop().await;
 }
@@ -177,24 +236,43 @@ async fn http_tools_fill_templates_safely(backend: Backend) {
 async fn http_tools_send_bodies(backend: Backend) {
     let (_database, server, client, log) = setup(backend).await;
     let result = client
-        .call("tools/call", json!({"name": "create", "arguments": {"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"]}}))
+        .call(
+            "tools/call",
+            json!({"name": "create", "arguments": {"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"]}}),
+        )
         .await;
     assert_eq!(result["isError"], false, "{result}");
     let seen = log.lock().expect("log").pop().expect("request");
     let body: Value = serde_json::from_str(&seen.body).expect("JSON body");
-    assert_eq!(body, json!({"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"], "note": "by Hi \"there\""}));
-    assert!(seen.headers.contains(&("content-type".into(), "application/json".into())));
+    assert_eq!(
+        body,
+        json!({"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"], "note": "by Hi \"there\""})
+    );
+    assert!(
+        seen.headers
+            .contains(&("content-type".into(), "application/json".into()))
+    );
     // Left-out optional arguments become null (whole placeholders) or empty text.
-    client.call("tools/call", json!({"name": "create", "arguments": {}})).await;
+    client
+        .call("tools/call", json!({"name": "create", "arguments": {}}))
+        .await;
     let body: Value = serde_json::from_str(&log.lock().expect("log").pop().expect("request").body).expect("JSON body");
     assert_eq!(body, json!({"title": null, "count": null, "tags": null, "note": "by "}));
 
-    let result = client.call("tools/call", json!({"name": "text", "arguments": {"msg": "hello"}})).await;
+    let result = client
+        .call("tools/call", json!({"name": "text", "arguments": {"msg": "hello"}}))
+        .await;
     assert_eq!(text(&result), "got message=hello");
-    assert!(result.get("structuredContent").is_none(), "plain text has no structured content");
+    assert!(
+        result.get("structuredContent").is_none(),
+        "plain text has no structured content"
+    );
     let array = client.call("tools/call", json!({"name": "array"})).await;
     assert_eq!(text(&array), "[1,2,3]");
-    assert!(array.get("structuredContent").is_none(), "structured content must be an object");
+    assert!(
+        array.get("structuredContent").is_none(),
+        "structured content must be an object"
+    );
     server.stop().await;
 }
 
@@ -202,7 +280,10 @@ async fn upstream_failures_are_tool_errors(backend: Backend) {
     let (_database, server, client, _log) = setup(backend).await;
     let broken = client.call("tools/call", json!({"name": "broken"})).await;
     assert_eq!(broken["isError"], true);
-    assert!(text(&broken).contains("502") && text(&broken).contains("upstream says no"), "{broken}");
+    assert!(
+        text(&broken).contains("502") && text(&broken).contains("upstream says no"),
+        "{broken}"
+    );
     let slow = client.call("tools/call", json!({"name": "slow"})).await;
     assert_eq!(slow["isError"], true);
     assert!(text(&slow).contains("did not answer within 300ms"), "{slow}");
@@ -217,19 +298,47 @@ async fn upstream_failures_are_tool_errors(backend: Backend) {
     server.stop().await;
 }
 
-on_both_backends!(http_tools_fill_templates_safely, http_tools_send_bodies, upstream_failures_are_tool_errors);
+on_both_backends!(
+    http_tools_fill_templates_safely,
+    http_tools_send_bodies,
+    upstream_failures_are_tool_errors
+);
 
 #[test]
 fn tool_configuration_errors_name_their_key() {
     let cases = [
-        ("[[tools]]\nname = \"t\"\nhttp = { url = \"https://{{args.host}}/x\" }\ninput_schema = { type = \"object\", properties = { host = { type = \"string\" } } }\n", "tools[0].http.url"),
-        ("[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/{{args.nope}}\" }\n", "tools[0].http.url"),
-        ("[[tools]]\nname = \"t\"\nhttp = { url = \"ftp://api.test/\" }\n", "tools[0].http.url"),
-        ("[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/\", method = \"FETCH IT\" }\n", "tools[0].http.method"),
-        ("[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/\", body = \"x\" }\n", "tools[0].http.body"),
-        ("[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/\", headers = { \"bad header\" = \"x\" } }\n", "tools[0].http.headers.bad header"),
-        ("[[tools]]\nname = \"t\"\ninput_schema = { type = \"string\" }\nhttp = { url = \"https://api.test/\" }\n", "tools[0].input_schema"),
-        ("[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/\", timeout = \"0s\" }\n", "tools[0].http.timeout"),
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { url = \"https://{{args.host}}/x\" }\ninput_schema = { type = \"object\", properties = { host = { type = \"string\" } } }\n",
+            "tools[0].http.url",
+        ),
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/{{args.nope}}\" }\n",
+            "tools[0].http.url",
+        ),
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { url = \"ftp://api.test/\" }\n",
+            "tools[0].http.url",
+        ),
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/\", method = \"FETCH IT\" }\n",
+            "tools[0].http.method",
+        ),
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/\", body = \"x\" }\n",
+            "tools[0].http.body",
+        ),
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/\", headers = { \"bad header\" = \"x\" } }\n",
+            "tools[0].http.headers.bad header",
+        ),
+        (
+            "[[tools]]\nname = \"t\"\ninput_schema = { type = \"string\" }\nhttp = { url = \"https://api.test/\" }\n",
+            "tools[0].input_schema",
+        ),
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/\", timeout = \"0s\" }\n",
+            "tools[0].http.timeout",
+        ),
     ];
     for (toml, key) in cases {
         let config = common::config(toml, &[]);

@@ -23,7 +23,10 @@ fn repo() -> PathBuf {
 /// A peer that cannot be set up: a loud skip, or a failure under `CI=true`.
 fn unavailable(what: &str, why: &str) {
     let message = format!("\n!!! {what} is unavailable ({why}): this interop test is SKIPPED.\n");
-    assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true requires {what}: {message}");
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "CI=true requires {what}: {message}"
+    );
     eprintln!("{message}");
 }
 
@@ -49,16 +52,32 @@ fn python_with_sdk() -> Result<PathBuf, String> {
     let venv = repo().join("target/interop-venv");
     let python = venv.join("bin/python");
     let ready = python.exists()
-        && Command::new(&python).args(["-c", "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'"]).status().is_ok_and(|s| s.success());
+        && Command::new(&python)
+            .args([
+                "-c",
+                "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
     if !ready {
         run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
-        run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", PYTHON_SDK]))?;
+        run(Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            PYTHON_SDK,
+        ]))?;
     }
     Ok(python)
 }
 
 async fn upstream() -> SocketAddr {
-    let app = Router::new().route("/greet/{name}", get(|UrlPath(name): UrlPath<String>| async move { format!("Hello, {name}!") }));
+    let app = Router::new().route(
+        "/greet/{name}",
+        get(|UrlPath(name): UrlPath<String>| async move { format!("Hello, {name}!") }),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -86,7 +105,18 @@ async fn python_sdk_lists_tools_and_calls_an_http_tool(backend: Backend) {
         tokio::task::spawn_blocking(move || {
             Command::new(python)
                 .arg(script)
-                .args(["--url", &url, "--call", tool, "--args", &args.to_string(), "--expect-tool", "whoami", "--expect-tool", "greet"])
+                .args([
+                    "--url",
+                    &url,
+                    "--call",
+                    tool,
+                    "--args",
+                    &args.to_string(),
+                    "--expect-tool",
+                    "whoami",
+                    "--expect-tool",
+                    "greet",
+                ])
                 .output()
                 .expect("run the Python client")
         })
@@ -97,32 +127,60 @@ async fn python_sdk_lists_tools_and_calls_an_http_tool(backend: Backend) {
     let report: Value = serde_json::from_slice(&output.stdout).expect("one JSON report");
     assert_eq!(report["protocolVersion"], "2025-11-25");
     assert_eq!(report["serverName"], "gatehouse");
-    assert_eq!(report["tools"], json!(["whoami", "greet"]), "pages followed with page_size = 1");
+    assert_eq!(
+        report["tools"],
+        json!(["whoami", "greet"]),
+        "pages followed with page_size = 1"
+    );
     assert_eq!(report["result"]["isError"], false);
     assert_eq!(report["result"]["content"][0]["text"], "Hello, Ada Lovelace!");
 
     let output = call("whoami", json!({})).await.expect("join");
     let report: Value = serde_json::from_slice(&output.stdout).expect("report");
     assert_eq!(report["result"]["structuredContent"]["principal"], "local");
-    assert_eq!(report["result"]["structuredContent"]["session"]["client"]["name"], "gatehouse-interop-python");
+    assert_eq!(
+        report["result"]["structuredContent"]["session"]["client"]["name"],
+        "gatehouse-interop-python"
+    );
     // The SDK ends its session with DELETE when it closes.
-    assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0, "sessions were ended by the client");
+    assert_eq!(
+        database.query_count("SELECT COUNT(*) FROM sessions").await,
+        0,
+        "sessions were ended by the client"
+    );
     server.stop().await;
 }
 
 /// The scenarios the conformance suite must pass.
-const SCENARIOS: [&str; 6] =
-    ["server-initialize", "ping", "tools-list", "logging-set-level", "server-sse-multiple-streams", "dns-rebinding-protection"];
+const SCENARIOS: [&str; 6] = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "logging-set-level",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+];
 
 fn conformance(url: &str, scenario: &str) -> Result<String, String> {
     let script = repo().join("tests/conformance/run.sh");
-    let output = Command::new("bash").arg(script).args([url, scenario]).output().map_err(|e| e.to_string())?;
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let output = Command::new("bash")
+        .arg(script)
+        .args([url, scenario])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     if output.status.success() { Ok(text) } else { Err(text) }
 }
 
 fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 async fn conformance_suite_passes(backend: Backend) {
@@ -134,12 +192,22 @@ async fn conformance_suite_passes(backend: Backend) {
     let mut failures = Vec::new();
     for scenario in SCENARIOS {
         let url = server.url.clone();
-        match tokio::task::spawn_blocking(move || conformance(&url, scenario)).await.expect("join") {
-            Ok(output) => assert!(output.contains("Passed:") && output.contains(", 0 failed"), "{scenario}:\n{output}"),
+        match tokio::task::spawn_blocking(move || conformance(&url, scenario))
+            .await
+            .expect("join")
+        {
+            Ok(output) => assert!(
+                output.contains("Passed:") && output.contains(", 0 failed"),
+                "{scenario}:\n{output}"
+            ),
             Err(output) => failures.push(format!("--- {scenario} ---\n{output}")),
         }
     }
-    assert!(failures.is_empty(), "conformance scenarios failed:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "conformance scenarios failed:\n{}",
+        failures.join("\n")
+    );
     server.stop().await;
 }
 

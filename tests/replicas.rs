@@ -13,7 +13,10 @@ const WAIT: Duration = Duration::from_secs(5);
 
 /// The same session, addressed to another replica.
 fn on(server: &TestServer, client: &McpClient) -> McpClient {
-    McpClient { url: server.url.clone(), ..client.clone() }
+    McpClient {
+        url: server.url.clone(),
+        ..client.clone()
+    }
 }
 
 async fn two_replicas() -> Option<(TestDatabase, TestServer, TestServer)> {
@@ -26,7 +29,9 @@ async fn two_replicas() -> Option<(TestDatabase, TestServer, TestServer)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_appended_through_a_reaches_the_stream_on_b() {
-    let Some((_database, a, b)) = two_replicas().await else { return };
+    let Some((_database, a, b)) = two_replicas().await else {
+        return;
+    };
     let mut client = a.client();
     client.initialize().await;
     let on_b = on(&b, &client);
@@ -41,7 +46,10 @@ async fn an_event_appended_through_a_reaches_the_stream_on_b() {
     let latency = sent.elapsed();
     assert_eq!(message["params"]["data"]["tool"], "whoami");
     assert_eq!(event.id.as_deref(), Some("1"));
-    assert!(latency < Duration::from_secs(1), "delivered across replicas in {latency:?}");
+    assert!(
+        latency < Duration::from_secs(1),
+        "delivered across replicas in {latency:?}"
+    );
 
     // And B serves the session's requests too.
     assert_eq!(on_b.call("ping", json!({})).await, json!({}));
@@ -51,7 +59,9 @@ async fn an_event_appended_through_a_reaches_the_stream_on_b() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_resumes_on_a_restarted_replica_without_missing_events() {
-    let Some((database, a, b)) = two_replicas().await else { return };
+    let Some((database, a, b)) = two_replicas().await else {
+        return;
+    };
     let mut client = a.client();
     client.initialize().await;
     let session = client.session.clone().expect("session");
@@ -81,14 +91,20 @@ async fn a_client_resumes_on_a_restarted_replica_without_missing_events() {
         let (_, message) = resumed.next_message(WAIT).await.expect("event after restart");
         received.push(message["params"]["data"]["n"].as_i64().expect("n"));
     }
-    assert_eq!(received, (1..=7).collect::<Vec<_>>(), "nothing missed, nothing repeated");
+    assert_eq!(
+        received,
+        (1..=7).collect::<Vec<_>>(),
+        "nothing missed, nothing repeated"
+    );
     a.stop().await;
     b.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_bus_connection_is_re_established_without_skipping_events() {
-    let Some((database, a, b)) = two_replicas().await else { return };
+    let Some((database, a, b)) = two_replicas().await else {
+        return;
+    };
     let mut client = a.client();
     client.initialize().await;
     let session = client.session.clone().expect("session");
@@ -127,7 +143,9 @@ async fn a_lost_bus_connection_is_re_established_without_skipping_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ending_or_changing_a_session_on_one_replica_is_seen_by_the_other() {
-    let Some((_database, a, b)) = two_replicas().await else { return };
+    let Some((_database, a, b)) = two_replicas().await else {
+        return;
+    };
     let mut client = a.client();
     client.initialize().await;
     let on_b = on(&b, &client);
@@ -140,7 +158,10 @@ async fn ending_or_changing_a_session_on_one_replica_is_seen_by_the_other() {
     client.call("logging/setLevel", json!({"level": "debug"})).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     on_b.call("tools/call", json!({"name": "whoami"})).await;
-    let (_, message) = stream.next_message(WAIT).await.expect("debug log of a call served by B");
+    let (_, message) = stream
+        .next_message(WAIT)
+        .await
+        .expect("debug log of a call served by B");
     assert_eq!(message["params"]["level"], "debug");
 
     // Ended through A: B's stream closes and B refuses the session.

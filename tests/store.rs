@@ -40,13 +40,31 @@ async fn sessions_round_trip(backend: Backend) {
     assert_eq!(loaded.client_capabilities, record.client_capabilities);
     assert_eq!(loaded.log_level, None);
 
-    assert!(store.set_log_level(&record.id, LogLevel::Warning).await.expect("set level"));
-    assert_eq!(store.session(&record.id).await.expect("load").expect("exists").log_level, Some(LogLevel::Warning));
+    assert!(
+        store
+            .set_log_level(&record.id, LogLevel::Warning)
+            .await
+            .expect("set level")
+    );
+    assert_eq!(
+        store
+            .session(&record.id)
+            .await
+            .expect("load")
+            .expect("exists")
+            .log_level,
+        Some(LogLevel::Warning)
+    );
 
     assert!(store.delete_session(&record.id).await.expect("delete"));
     assert!(store.session(&record.id).await.expect("load").is_none());
     assert!(!store.delete_session(&record.id).await.expect("delete again"));
-    assert!(!store.set_log_level(&record.id, LogLevel::Info).await.expect("set level on gone session"));
+    assert!(
+        !store
+            .set_log_level(&record.id, LogLevel::Info)
+            .await
+            .expect("set level on gone session")
+    );
 }
 
 async fn events_are_numbered_per_session(backend: Backend) {
@@ -56,10 +74,19 @@ async fn events_are_numbered_per_session(backend: Backend) {
     store.create_session(&a).await.expect("create a");
     store.create_session(&b).await.expect("create b");
     for n in 1..=3 {
-        let seq = store.append_event(&a.id, &serde_json::json!({"n": n})).await.expect("append");
+        let seq = store
+            .append_event(&a.id, &serde_json::json!({"n": n}))
+            .await
+            .expect("append");
         assert_eq!(seq, Some(n));
     }
-    assert_eq!(store.append_event(&b.id, &serde_json::json!({"n": "b1"})).await.expect("append"), Some(1));
+    assert_eq!(
+        store
+            .append_event(&b.id, &serde_json::json!({"n": "b1"}))
+            .await
+            .expect("append"),
+        Some(1)
+    );
     let after_one = store.events_after(&a.id, 1, 100).await.expect("events");
     assert_eq!(after_one.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
     assert_eq!(after_one[0].message, serde_json::json!({"n": 2}));
@@ -71,11 +98,20 @@ async fn events_are_numbered_per_session(backend: Backend) {
     assert_eq!(store.delivered_seq(&a.id).await.expect("delivered"), Some(2));
 
     let gone = SessionId::generate();
-    assert_eq!(store.append_event(&gone, &serde_json::json!({})).await.expect("append to unknown"), None);
+    assert_eq!(
+        store
+            .append_event(&gone, &serde_json::json!({}))
+            .await
+            .expect("append to unknown"),
+        None
+    );
     assert_eq!(store.delivered_seq(&gone).await.expect("delivered"), None);
 
     store.delete_session(&a.id).await.expect("delete");
-    assert!(store.events_after(&a.id, 0, 100).await.expect("events").is_empty(), "events go with the session");
+    assert!(
+        store.events_after(&a.id, 0, 100).await.expect("events").is_empty(),
+        "events go with the session"
+    );
 }
 
 async fn concurrent_appends_get_distinct_numbers(backend: Backend) {
@@ -104,8 +140,14 @@ async fn idle_sessions_are_swept(backend: Backend) {
     store.create_session(&old).await.expect("create");
     store.create_session(&fresh).await.expect("create");
     let later = Utc::now() + chrono::Duration::hours(2);
-    store.touch_sessions(std::slice::from_ref(&fresh.id), later).await.expect("touch");
-    let swept = store.delete_idle_sessions(Utc::now() + chrono::Duration::hours(1)).await.expect("sweep");
+    store
+        .touch_sessions(std::slice::from_ref(&fresh.id), later)
+        .await
+        .expect("touch");
+    let swept = store
+        .delete_idle_sessions(Utc::now() + chrono::Duration::hours(1))
+        .await
+        .expect("sweep");
     assert!(swept.contains(&old.id));
     assert!(!swept.contains(&fresh.id));
     assert!(store.session(&old.id).await.expect("load").is_none());
@@ -125,10 +167,16 @@ async fn a_second_claim_of_the_same_events_loses(backend: Backend) {
     let record = session("frank");
     store.create_session(&record).await.expect("create");
     for n in 0..3 {
-        store.append_event(&record.id, &json!({ "n": n })).await.expect("append");
+        store
+            .append_event(&record.id, &json!({ "n": n }))
+            .await
+            .expect("append");
     }
     assert!(store.claim_delivery(&record.id, 0, 3).await.expect("claim"));
-    assert!(!store.claim_delivery(&record.id, 0, 3).await.expect("claim again"), "a stale claim loses");
+    assert!(
+        !store.claim_delivery(&record.id, 0, 3).await.expect("claim again"),
+        "a stale claim loses"
+    );
     assert_eq!(store.delivered_seq(&record.id).await.expect("mark"), Some(3));
 }
 

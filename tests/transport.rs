@@ -22,7 +22,12 @@ async fn session_count(database: &TestDatabase) -> i64 {
 
 async fn initialize_negotiates_and_persists_the_session(backend: Backend) {
     let (database, server) = setup(backend, "").await;
-    for (asked, expected) in [("2025-11-25", "2025-11-25"), ("2025-06-18", "2025-06-18"), ("2025-03-26", "2025-03-26"), ("2024-01-01", "2025-11-25")] {
+    for (asked, expected) in [
+        ("2025-11-25", "2025-11-25"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("2024-01-01", "2025-11-25"),
+    ] {
         let mut client = server.client();
         let reply = client.initialize_with(asked, json!({"elicitation": {"url": {}}})).await;
         let result = &reply.body["result"];
@@ -45,19 +50,33 @@ async fn initialize_negotiates_and_persists_the_session(backend: Backend) {
     client.initialize().await;
     let whoami = client.call("tools/call", json!({"name": "whoami"})).await;
     assert_eq!(whoami["structuredContent"]["principal"], "local");
-    assert_eq!(whoami["structuredContent"]["session"]["client"]["name"], "gatehouse-tests");
+    assert_eq!(
+        whoami["structuredContent"]["session"]["client"]["name"],
+        "gatehouse-tests"
+    );
     server.stop().await;
 }
 
 async fn initialize_with_bad_params_stores_nothing(backend: Backend) {
     let (database, server) = setup(backend, "").await;
     let client = server.client();
-    for params in [json!({}), json!({"protocolVersion": 5}), json!({"protocolVersion": "2025-11-25", "capabilities": []})] {
-        let reply = client.post_raw(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}), &[]).await;
+    for params in [
+        json!({}),
+        json!({"protocolVersion": 5}),
+        json!({"protocolVersion": "2025-11-25", "capabilities": []}),
+    ] {
+        let reply = client
+            .post_raw(
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}),
+                &[],
+            )
+            .await;
         assert_eq!(reply.body["error"]["code"], -32602, "{}", reply.body);
         assert!(reply.headers.get("mcp-session-id").is_none());
     }
-    let notification = client.post_raw(&json!({"jsonrpc": "2.0", "method": "initialize"}), &[]).await;
+    let notification = client
+        .post_raw(&json!({"jsonrpc": "2.0", "method": "initialize"}), &[])
+        .await;
     assert_eq!(notification.status, StatusCode::BAD_REQUEST);
     assert_eq!(session_count(&database).await, 0);
     server.stop().await;
@@ -77,7 +96,10 @@ async fn session_header_rules(backend: Backend) {
         assert_eq!(reply.status, StatusCode::NOT_FOUND, "{bad}");
     }
     let reinitialize = client
-        .post_raw(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}), &[])
+        .post_raw(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}),
+            &[],
+        )
         .await;
     assert_eq!(reinitialize.status, StatusCode::BAD_REQUEST);
     assert_eq!(reinitialize.body["id"], 1);
@@ -111,17 +133,45 @@ async fn accept_and_content_type_are_checked(backend: Backend) {
     let mut client = server.client();
     client.initialize().await;
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
-    assert_eq!(client.post_raw(&ping, &[("accept", "application/json")]).await.status, StatusCode::NOT_ACCEPTABLE);
-    assert_eq!(client.post_raw(&ping, &[("accept", "text/event-stream")]).await.status, StatusCode::NOT_ACCEPTABLE);
-    assert_eq!(client.post_raw(&ping, &[("accept", "text/html")]).await.status, StatusCode::NOT_ACCEPTABLE);
-    assert_eq!(client.post_raw(&ping, &[("accept", "*/*")]).await.status, StatusCode::OK);
+    assert_eq!(
+        client.post_raw(&ping, &[("accept", "application/json")]).await.status,
+        StatusCode::NOT_ACCEPTABLE
+    );
+    assert_eq!(
+        client.post_raw(&ping, &[("accept", "text/event-stream")]).await.status,
+        StatusCode::NOT_ACCEPTABLE
+    );
+    assert_eq!(
+        client.post_raw(&ping, &[("accept", "text/html")]).await.status,
+        StatusCode::NOT_ACCEPTABLE
+    );
+    assert_eq!(
+        client.post_raw(&ping, &[("accept", "*/*")]).await.status,
+        StatusCode::OK
+    );
     let wrong_type = client.post_raw(&ping, &[("content-type", "text/plain")]).await;
     assert_eq!(wrong_type.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    assert_eq!(client.post_raw(&ping, &[("content-type", "application/json; charset=utf-8")]).await.status, StatusCode::OK);
+    assert_eq!(
+        client
+            .post_raw(&ping, &[("content-type", "application/json; charset=utf-8")])
+            .await
+            .status,
+        StatusCode::OK
+    );
     let before = session_count(&database).await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}});
-    assert_eq!(McpClient::new(&server.url).post_raw(&init, &[("accept", "application/json")]).await.status, StatusCode::NOT_ACCEPTABLE);
-    assert_eq!(session_count(&database).await, before, "a refused initialize stores nothing");
+    assert_eq!(
+        McpClient::new(&server.url)
+            .post_raw(&init, &[("accept", "application/json")])
+            .await
+            .status,
+        StatusCode::NOT_ACCEPTABLE
+    );
+    assert_eq!(
+        session_count(&database).await,
+        before,
+        "a refused initialize stores nothing"
+    );
 
     let get = client
         .http
@@ -144,10 +194,23 @@ async fn protocol_version_header_is_checked(backend: Backend) {
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
     let unsupported = client.post_raw(&ping, &[("mcp-protocol-version", "2099-01-01")]).await;
     assert_eq!(unsupported.status, StatusCode::BAD_REQUEST);
-    assert!(unsupported.body["error"]["message"].as_str().is_some_and(|m| m.contains("2025-11-25")));
+    assert!(
+        unsupported.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2025-11-25"))
+    );
     // Another supported version and no header at all are accepted (the conformance suite does both).
-    assert_eq!(client.post_raw(&ping, &[("mcp-protocol-version", "2025-03-26")]).await.status, StatusCode::OK);
-    assert_eq!(client.post_raw(&ping, &[("mcp-protocol-version", "")]).await.status, StatusCode::OK);
+    assert_eq!(
+        client
+            .post_raw(&ping, &[("mcp-protocol-version", "2025-03-26")])
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        client.post_raw(&ping, &[("mcp-protocol-version", "")]).await.status,
+        StatusCode::OK
+    );
     let get = client
         .http
         .get(&server.url)
@@ -199,8 +262,13 @@ async fn malformed_bodies_get_their_errors(backend: Backend) {
     client.initialize().await;
     let sessions = session_count(&database).await;
 
-    let truncated = client.post_bytes(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"meth".to_vec(), &[]).await;
-    assert_eq!((truncated.status, truncated.body["error"]["code"].clone()), (StatusCode::BAD_REQUEST, json!(-32700)));
+    let truncated = client
+        .post_bytes(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"meth".to_vec(), &[])
+        .await;
+    assert_eq!(
+        (truncated.status, truncated.body["error"]["code"].clone()),
+        (StatusCode::BAD_REQUEST, json!(-32700))
+    );
     assert_eq!(truncated.body["id"], Value::Null);
     let not_utf8 = client.post_bytes(vec![0xff, 0xfe, 0x00], &[]).await;
     assert_eq!(not_utf8.body["error"]["code"], -32700);
@@ -208,7 +276,10 @@ async fn malformed_bodies_get_their_errors(backend: Backend) {
         (json!({"jsonrpc": "1.0", "id": 5, "method": "ping"}), json!(5)),
         (json!({"id": 6, "method": "ping"}), json!(6)),
         (json!({"jsonrpc": "2.0", "id": 7, "method": 42}), json!(7)),
-        (json!({"jsonrpc": "2.0", "id": 8, "method": "ping", "params": "x"}), json!(8)),
+        (
+            json!({"jsonrpc": "2.0", "id": 8, "method": "ping", "params": "x"}),
+            json!(8),
+        ),
         (json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}), Value::Null),
         (json!("ping"), Value::Null),
         (json!(17), Value::Null),
@@ -221,17 +292,30 @@ async fn malformed_bodies_get_their_errors(backend: Backend) {
     let batch = json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]);
     let refused = client.post_raw(&batch, &[]).await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
-    assert!(refused.body["error"]["message"].as_str().is_some_and(|m| m.contains("batch")));
+    assert!(
+        refused.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("batch"))
+    );
     assert_eq!(client.post_raw(&json!([]), &[]).await.status, StatusCode::BAD_REQUEST);
 
-    let oversized = client.post_bytes(format!("{{\"pad\":\"{}\"}}", "x".repeat(8192)).into_bytes(), &[]).await;
+    let oversized = client
+        .post_bytes(format!("{{\"pad\":\"{}\"}}", "x".repeat(8192)).into_bytes(), &[])
+        .await;
     assert_eq!(oversized.status, StatusCode::PAYLOAD_TOO_LARGE);
     let big_init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "clientInfo": {"name": "x".repeat(8192)}}});
-    assert_eq!(McpClient::new(&server.url).post_raw(&big_init, &[]).await.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        McpClient::new(&server.url).post_raw(&big_init, &[]).await.status,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
 
     assert_eq!(session_count(&database).await, sessions, "nothing half-written");
-    assert_eq!(client.call("ping", json!({})).await, json!({}), "the server keeps serving");
+    assert_eq!(
+        client.call("ping", json!({})).await,
+        json!({}),
+        "the server keeps serving"
+    );
     server.stop().await;
 }
 
@@ -257,12 +341,22 @@ async fn batches_work_on_2025_03_26_only(backend: Backend) {
     let only_notes = json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}]);
     assert_eq!(old.post_raw(&only_notes, &[]).await.status, StatusCode::ACCEPTED);
     // A 2025-03-26 session that claims a newer version in its header is held to the newer rules.
-    assert_eq!(old.post_raw(&batch, &[("mcp-protocol-version", "2025-06-18")]).await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        old.post_raw(&batch, &[("mcp-protocol-version", "2025-06-18")])
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
 
     let mut new = server.client();
     new.initialize_with("2025-06-18", json!({})).await;
     assert_eq!(new.post_raw(&batch, &[]).await.status, StatusCode::BAD_REQUEST);
-    assert_eq!(new.post_raw(&batch, &[("mcp-protocol-version", "2025-03-26")]).await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        new.post_raw(&batch, &[("mcp-protocol-version", "2025-03-26")])
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
     server.stop().await;
 }
 
@@ -272,16 +366,24 @@ async fn methods_answer_and_fail_as_specified(backend: Backend) {
     client.initialize().await;
     assert_eq!(client.call("ping", json!({})).await, json!({}));
     let unknown = client.request("resources/list", json!({})).await;
-    assert_eq!((unknown.status, unknown.body["error"]["code"].clone()), (StatusCode::OK, json!(-32601)));
+    assert_eq!(
+        (unknown.status, unknown.body["error"]["code"].clone()),
+        (StatusCode::OK, json!(-32601))
+    );
     let no_tool = client.request("tools/call", json!({"name": "nope"})).await;
     assert_eq!(no_tool.body["error"]["code"], -32602);
     let no_name = client.request("tools/call", json!({"arguments": {}})).await;
     assert_eq!(no_name.body["error"]["code"], -32602);
-    let bad_args = client.request("tools/call", json!({"name": "whoami", "arguments": [1]})).await;
+    let bad_args = client
+        .request("tools/call", json!({"name": "whoami", "arguments": [1]}))
+        .await;
     assert_eq!(bad_args.body["error"]["code"], -32602);
     let bad_level = client.request("logging/setLevel", json!({"level": "loud"})).await;
     assert_eq!(bad_level.body["error"]["code"], -32602);
-    assert_eq!(client.call("logging/setLevel", json!({"level": "warning"})).await, json!({}));
+    assert_eq!(
+        client.call("logging/setLevel", json!({"level": "warning"})).await,
+        json!({})
+    );
     server.stop().await;
 }
 
@@ -328,11 +430,20 @@ async fn tools_list_paginates_with_cursors(backend: Backend) {
     assert_eq!(names, ["whoami", "one", "two", "three"]);
     let forged = client.request("tools/list", json!({"cursor": "b2Zmc2V0Ojk5"})).await;
     assert_eq!(forged.body["error"]["code"], -32602, "offset:99 is past the end");
-    assert_eq!(client.request("tools/list", json!({"cursor": "!!"})).await.body["error"]["code"], -32602);
+    assert_eq!(
+        client.request("tools/list", json!({"cursor": "!!"})).await.body["error"]["code"],
+        -32602
+    );
     // Arguments that break the schema are a tool error the model can correct, not a protocol error.
-    let invalid = client.call("tools/call", json!({"name": "one", "arguments": {"q": 5}})).await;
+    let invalid = client
+        .call("tools/call", json!({"name": "one", "arguments": {"q": 5}}))
+        .await;
     assert_eq!(invalid["isError"], true);
-    assert!(invalid["content"][0]["text"].as_str().is_some_and(|t| t.contains("`q` must be of type string")));
+    assert!(
+        invalid["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("`q` must be of type string"))
+    );
     server.stop().await;
 }
 
@@ -348,7 +459,10 @@ async fn stream_delivers_persisted_events_and_resumes(backend: Backend) {
     let priming = stream.next_event(WAIT).await.expect("priming event");
     assert_eq!((priming.id.as_deref(), priming.data.as_str()), (Some("0"), ""));
     let (first, message) = stream.next_message(WAIT).await.expect("event 1");
-    assert_eq!((first.id.as_deref(), message["params"]["data"]["n"].clone()), (Some("1"), json!(1)));
+    assert_eq!(
+        (first.id.as_deref(), message["params"]["data"]["n"].clone()),
+        (Some("1"), json!(1))
+    );
     let (second, _) = stream.next_message(WAIT).await.expect("event 2");
     assert_eq!(second.id.as_deref(), Some("2"));
     // Appended while the stream is open: delivered live.
@@ -363,7 +477,11 @@ async fn stream_delivers_persisted_events_and_resumes(backend: Backend) {
     while let Some((event, _)) = resumed.next_message(Duration::from_millis(700)).await {
         ids.push(event.id.expect("id"));
     }
-    assert_eq!(ids, ["2", "3", "4"], "Last-Event-ID replays everything after it, in order");
+    assert_eq!(
+        ids,
+        ["2", "3", "4"],
+        "Last-Event-ID replays everything after it, in order"
+    );
     drop(resumed);
     // Without Last-Event-ID a new stream starts after what was already written to a stream.
     let mut fresh = client.open_stream(None).await;
@@ -389,7 +507,10 @@ async fn log_messages_follow_the_session_level(backend: Backend) {
     client.initialize().await;
     let mut stream = client.open_stream(None).await;
     client.call("tools/call", json!({"name": "whoami"})).await;
-    assert!(stream.next_message(Duration::from_millis(500)).await.is_none(), "no level set: no log messages");
+    assert!(
+        stream.next_message(Duration::from_millis(500)).await.is_none(),
+        "no level set: no log messages"
+    );
     client.call("logging/setLevel", json!({"level": "warning"})).await;
     client.call("tools/call", json!({"name": "whoami"})).await;
     // Port 9 (discard) refuses connections: the tool fails, which is worth a warning.
@@ -402,7 +523,13 @@ async fn log_messages_follow_the_session_level(backend: Backend) {
     client.call("logging/setLevel", json!({"level": "debug"})).await;
     client.call("tools/call", json!({"name": "whoami"})).await;
     let (_, debug) = stream.next_message(WAIT).await.expect("debug message");
-    assert_eq!((debug["params"]["level"].clone(), debug["params"]["data"]["tool"].clone()), (json!("debug"), json!("whoami")));
+    assert_eq!(
+        (
+            debug["params"]["level"].clone(),
+            debug["params"]["data"]["tool"].clone()
+        ),
+        (json!("debug"), json!("whoami"))
+    );
     server.stop().await;
 }
 
@@ -424,7 +551,11 @@ async fn keep_alive_and_shutdown_retry_hint(backend: Backend) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     use futures::StreamExt;
     while !text.contains("\n:") && !text.starts_with(':') {
-        let chunk = tokio::time::timeout_at(deadline, raw.next()).await.expect("keep-alive within 3s").expect("open").expect("bytes");
+        let chunk = tokio::time::timeout_at(deadline, raw.next())
+            .await
+            .expect("keep-alive within 3s")
+            .expect("open")
+            .expect("bytes");
         text.push_str(&String::from_utf8_lossy(&chunk));
     }
     let mut stream = client.open_stream(None).await;
@@ -449,7 +580,10 @@ async fn several_streams_of_one_session_each_get_an_event_once(backend: Backend)
     let session = client.session.clone().expect("session");
     let mut a = client.open_stream(None).await;
     let mut b = client.open_stream(None).await;
-    assert!(a.next_event(WAIT).await.is_some() && b.next_event(WAIT).await.is_some(), "priming events");
+    assert!(
+        a.next_event(WAIT).await.is_some() && b.next_event(WAIT).await.is_some(),
+        "priming events"
+    );
     for n in 1..=10 {
         publish(&server, &session, &note(n)).await;
     }
@@ -460,7 +594,11 @@ async fn several_streams_of_one_session_each_get_an_event_once(backend: Backend)
         }
     }
     seen.sort_unstable();
-    assert_eq!(seen, (1..=10).collect::<Vec<_>>(), "every event once, on one of the streams");
+    assert_eq!(
+        seen,
+        (1..=10).collect::<Vec<_>>(),
+        "every event once, on one of the streams"
+    );
     server.stop().await;
 }
 
@@ -479,7 +617,8 @@ async fn deleting_a_session_ends_its_stream_and_events(backend: Backend) {
     server.stop().await;
 }
 
-const HEADER_IDENTITY: &str = "[identity]\nmode = \"header\"\nheader = \"X-Forwarded-User\"\n[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n";
+const HEADER_IDENTITY: &str =
+    "[identity]\nmode = \"header\"\nheader = \"X-Forwarded-User\"\n[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n";
 
 async fn header_identity_binds_sessions_to_principals(backend: Backend) {
     let (database, server) = setup(backend, HEADER_IDENTITY).await;
@@ -488,13 +627,22 @@ async fn header_identity_binds_sessions_to_principals(backend: Backend) {
     let anonymous = alice.post_raw(&init, &[]).await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
     assert_eq!(session_count(&database).await, 0);
-    let reply = alice.post_raw(&init, &[("x-forwarded-user", "alice@example.com")]).await;
+    let reply = alice
+        .post_raw(&init, &[("x-forwarded-user", "alice@example.com")])
+        .await;
     assert_eq!(reply.status, StatusCode::OK);
     alice.session = Some(reply.headers["mcp-session-id"].to_str().expect("ascii").to_owned());
     let whoami = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "whoami"}});
-    let mine = alice.post_raw(&whoami, &[("x-forwarded-user", "alice@example.com")]).await;
-    assert_eq!(mine.body["result"]["structuredContent"]["principal"], "alice@example.com");
-    let stolen = alice.post_raw(&whoami, &[("x-forwarded-user", "mallory@example.com")]).await;
+    let mine = alice
+        .post_raw(&whoami, &[("x-forwarded-user", "alice@example.com")])
+        .await;
+    assert_eq!(
+        mine.body["result"]["structuredContent"]["principal"],
+        "alice@example.com"
+    );
+    let stolen = alice
+        .post_raw(&whoami, &[("x-forwarded-user", "mallory@example.com")])
+        .await;
     assert_eq!(stolen.status, StatusCode::FORBIDDEN);
     assert_eq!(alice.post_raw(&whoami, &[]).await.status, StatusCode::UNAUTHORIZED);
     server.stop().await;
@@ -507,7 +655,11 @@ async fn header_identity_is_believed_only_from_trusted_proxies(backend: Backend)
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}});
     let forged = server.client().post_raw(&init, &[("x-forwarded-user", "admin")]).await;
     assert_eq!(forged.status, StatusCode::UNAUTHORIZED);
-    assert!(forged.body["error"]["message"].as_str().is_some_and(|m| m.contains("trusted proxy")));
+    assert!(
+        forged.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("trusted proxy"))
+    );
     assert_eq!(session_count(&database).await, 0);
     server.stop().await;
 }
@@ -515,14 +667,27 @@ async fn header_identity_is_believed_only_from_trusted_proxies(backend: Backend)
 async fn health_and_readiness(backend: Backend) {
     let (_database, server) = setup(backend, "").await;
     let http = reqwest::Client::new();
-    let health = http.get(format!("{}/healthz", server.base())).send().await.expect("healthz");
+    let health = http
+        .get(format!("{}/healthz", server.base()))
+        .send()
+        .await
+        .expect("healthz");
     assert_eq!(health.status(), StatusCode::OK);
-    let ready = http.get(format!("{}/readyz", server.base())).send().await.expect("readyz");
+    let ready = http
+        .get(format!("{}/readyz", server.base()))
+        .send()
+        .await
+        .expect("readyz");
     assert_eq!(ready.status(), StatusCode::OK);
     assert_eq!(ready.json::<Value>().await.expect("json")["status"], "ready");
     let index = http.get(server.base()).send().await.expect("index");
     assert_eq!(index.headers()["cache-control"], "no-store");
-    assert!(index.headers()["content-security-policy"].to_str().expect("csp").contains("frame-ancestors 'none'"));
+    assert!(
+        index.headers()["content-security-policy"]
+            .to_str()
+            .expect("csp")
+            .contains("frame-ancestors 'none'")
+    );
     assert!(index.text().await.expect("page").contains(&server.url));
     server.stop().await;
 }

@@ -14,19 +14,7 @@ port=$1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 stage="$root/target/bench-ts-server"
-mkdir -p "$stage"
-
-exec 9>"$stage/.install.lock"
-flock 9
-# installed.package-lock.json is a copy of the lock that node_modules was installed from.
-if [[ ! -d $stage/node_modules ]] || ! cmp -s "$here/package-lock.json" "$stage/installed.package-lock.json"; then
-  echo "ts-server: npm ci into $stage" >&2
-  rm -f "$stage/installed.package-lock.json"
-  cp "$here/package.json" "$here/package-lock.json" "$stage/"
-  (cd "$stage" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >&2)
-  cp "$here/package-lock.json" "$stage/installed.package-lock.json"
-fi
-exec 9>&-
+"$root/scripts/npm-stage" "$here" "$stage"
 
 # stdout off: the example logs every request, which would make the benchmark measure the logging.
 MCP_PORT=$port exec node "$stage/node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js" >/dev/null

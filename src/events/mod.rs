@@ -52,14 +52,21 @@ pub struct Hub {
 
 impl Hub {
     pub fn new(cache: Arc<SessionCache>, in_process: bool) -> Self {
-        Self { wakers: Mutex::new(HashMap::new()), cache, connected: AtomicBool::new(in_process) }
+        Self {
+            wakers: Mutex::new(HashMap::new()),
+            cache,
+            connected: AtomicBool::new(in_process),
+        }
     }
 
     /// A receiver that changes whenever the session's log or record may have changed.
     pub fn subscribe(&self, session: &SessionId) -> watch::Receiver<u64> {
         let mut wakers = self.lock();
         wakers.retain(|_, sender| sender.receiver_count() > 0);
-        wakers.entry(session.clone()).or_insert_with(|| watch::channel(0).0).subscribe()
+        wakers
+            .entry(session.clone())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
     }
 
     pub fn notify(&self, notice: &Notice) {
@@ -85,7 +92,11 @@ impl Hub {
 
     /// Sessions with a stream open here, which count as in use.
     pub fn sessions_with_streams(&self) -> Vec<SessionId> {
-        self.lock().iter().filter(|(_, s)| s.receiver_count() > 0).map(|(id, _)| id.clone()).collect()
+        self.lock()
+            .iter()
+            .filter(|(_, s)| s.receiver_count() > 0)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     pub fn is_connected(&self) -> bool {
@@ -155,7 +166,9 @@ async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToke
     let mut listener = PgListener::connect_with(pool).await?;
     // Failures surface as errors so this function, not sqlx, decides when to resync.
     listener.ignore_pool_close_event(true);
-    sqlx::query("SET application_name = 'gatehouse-bus'").execute(&mut listener).await?;
+    sqlx::query("SET application_name = 'gatehouse-bus'")
+        .execute(&mut listener)
+        .await?;
     listener.listen(NOTIFY_CHANNEL).await?;
     hub.connected.store(true, Ordering::Relaxed);
     // Only now, with LISTEN active, can nothing more be missed: catch up on the gap.

@@ -18,12 +18,19 @@ pub struct InvalidRequirement {
 }
 
 fn is_identifier(text: &str) -> bool {
-    !text.is_empty() && text.len() <= 64 && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    !text.is_empty()
+        && text.len() <= 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 impl Requirement {
     pub fn parse(text: &str) -> Result<Self, InvalidRequirement> {
-        let error = |reason| InvalidRequirement { text: text.to_owned(), reason };
+        let error = |reason| InvalidRequirement {
+            text: text.to_owned(),
+            reason,
+        };
         let (head, rest) = match text.split_once(':') {
             Some((head, rest)) => (head.trim(), Some(rest)),
             None => (text.trim(), None),
@@ -43,7 +50,10 @@ impl Requirement {
         if rest.is_some() && scopes.is_empty() {
             return Err(error("a `:` must be followed by scopes"));
         }
-        Ok(Requirement::Provider { provider: head.to_owned(), scopes })
+        Ok(Requirement::Provider {
+            provider: head.to_owned(),
+            scopes,
+        })
     }
 }
 
@@ -65,12 +75,24 @@ mod tests {
     fn parses_the_three_forms() {
         assert_eq!(
             Requirement::parse("github").expect("provider"),
-            Requirement::Provider { provider: "github".into(), scopes: vec![] }
+            Requirement::Provider {
+                provider: "github".into(),
+                scopes: vec![]
+            }
         );
         let scoped = Requirement::parse("google:openid  email").expect("scoped");
-        assert_eq!(scoped, Requirement::Provider { provider: "google".into(), scopes: vec!["openid".into(), "email".into()] });
+        assert_eq!(
+            scoped,
+            Requirement::Provider {
+                provider: "google".into(),
+                scopes: vec!["openid".into(), "email".into()]
+            }
+        );
         assert_eq!(scoped.to_string(), "google:openid email");
-        assert_eq!(Requirement::parse("form:openai").expect("form"), Requirement::Form { form: "openai".into() });
+        assert_eq!(
+            Requirement::parse("form:openai").expect("form"),
+            Requirement::Form { form: "openai".into() }
+        );
     }
 
     #[test]

@@ -22,7 +22,10 @@ pub enum IdentityError {
 
 pub enum Identity {
     Local(Principal),
-    Header { header: HeaderName, trusted_proxies: Vec<IpNet> },
+    Header {
+        header: HeaderName,
+        trusted_proxies: Vec<IpNet>,
+    },
 }
 
 impl Identity {
@@ -35,7 +38,10 @@ impl Identity {
             IdentityMode::Header => {
                 let header = HeaderName::try_from(config.identity.header.as_str())
                     .map_err(|e| crate::config::ConfigError::key("identity.header", e.to_string()))?;
-                Ok(Identity::Header { header, trusted_proxies: config.server.trusted_proxies.clone() })
+                Ok(Identity::Header {
+                    header,
+                    trusted_proxies: config.server.trusted_proxies.clone(),
+                })
             }
         }
     }
@@ -44,12 +50,20 @@ impl Identity {
     pub fn principal(&self, parts: &Parts, peer: SocketAddr) -> Result<Principal, IdentityError> {
         match self {
             Identity::Local(principal) => Ok(principal.clone()),
-            Identity::Header { header, trusted_proxies } => {
+            Identity::Header {
+                header,
+                trusted_proxies,
+            } => {
                 if !is_trusted(trusted_proxies, peer.ip()) {
                     return Err(IdentityError::UntrustedPeer);
                 }
-                let value = parts.headers.get(header).ok_or_else(|| IdentityError::MissingHeader(header.clone()))?;
-                let text = value.to_str().map_err(|_| IdentityError::InvalidHeader(InvalidPrincipal::Control))?;
+                let value = parts
+                    .headers
+                    .get(header)
+                    .ok_or_else(|| IdentityError::MissingHeader(header.clone()))?;
+                let text = value
+                    .to_str()
+                    .map_err(|_| IdentityError::InvalidHeader(InvalidPrincipal::Control))?;
                 Principal::parse(text).map_err(IdentityError::InvalidHeader)
             }
         }
@@ -89,18 +103,42 @@ mod tests {
         let identity = header_identity();
         let proxy: SocketAddr = "10.1.2.3:5000".parse().expect("addr");
         let stranger: SocketAddr = "192.0.2.9:5000".parse().expect("addr");
-        assert_eq!(identity.principal(&parts(Some("alice")), proxy).expect("trusted").as_str(), "alice");
-        assert!(matches!(identity.principal(&parts(Some("alice")), stranger), Err(IdentityError::UntrustedPeer)));
-        assert!(matches!(identity.principal(&parts(None), proxy), Err(IdentityError::MissingHeader(_))));
-        assert!(matches!(identity.principal(&parts(Some("  ")), proxy), Err(IdentityError::InvalidHeader(_))));
+        assert_eq!(
+            identity
+                .principal(&parts(Some("alice")), proxy)
+                .expect("trusted")
+                .as_str(),
+            "alice"
+        );
+        assert!(matches!(
+            identity.principal(&parts(Some("alice")), stranger),
+            Err(IdentityError::UntrustedPeer)
+        ));
+        assert!(matches!(
+            identity.principal(&parts(None), proxy),
+            Err(IdentityError::MissingHeader(_))
+        ));
+        assert!(matches!(
+            identity.principal(&parts(Some("  ")), proxy),
+            Err(IdentityError::InvalidHeader(_))
+        ));
         let mapped: SocketAddr = "[::ffff:10.0.0.7]:1".parse().expect("addr");
-        assert!(identity.principal(&parts(Some("bob")), mapped).is_ok(), "IPv4-mapped IPv6 peers match IPv4 CIDRs");
+        assert!(
+            identity.principal(&parts(Some("bob")), mapped).is_ok(),
+            "IPv4-mapped IPv6 peers match IPv4 CIDRs"
+        );
     }
 
     #[test]
     fn local_mode_ignores_headers() {
         let identity = Identity::Local(Principal::parse("me").expect("principal"));
         let peer: SocketAddr = "127.0.0.1:1".parse().expect("addr");
-        assert_eq!(identity.principal(&parts(Some("mallory")), peer).expect("local").as_str(), "me");
+        assert_eq!(
+            identity
+                .principal(&parts(Some("mallory")), peer)
+                .expect("local")
+                .as_str(),
+            "me"
+        );
     }
 }

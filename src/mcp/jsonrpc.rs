@@ -19,10 +19,18 @@ pub enum RequestId {
 
 #[derive(Debug, Clone)]
 pub enum Message {
-    Request { id: RequestId, method: String, params: Option<Value> },
-    Notification { method: String },
+    Request {
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+    },
+    Notification {
+        method: String,
+    },
     /// A client's answer to a request the server sent.
-    Response { id: RequestId },
+    Response {
+        id: RequestId,
+    },
 }
 
 impl Message {
@@ -43,7 +51,11 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), data: None }
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
 
     pub fn with_data(mut self, data: Value) -> Self {
@@ -81,7 +93,10 @@ pub fn notification(method: &str, params: Value) -> Value {
 /// Reads one message. On failure returns the id (when one could be read) and the error.
 pub fn classify(value: Value) -> Result<Message, (Option<RequestId>, RpcError)> {
     let Value::Object(mut object) = value else {
-        return Err((None, RpcError::new(INVALID_REQUEST, "Invalid Request: a message must be a JSON object")));
+        return Err((
+            None,
+            RpcError::new(INVALID_REQUEST, "Invalid Request: a message must be a JSON object"),
+        ));
     };
     let id = match object.remove("id") {
         None => None,
@@ -112,7 +127,10 @@ pub fn classify(value: Value) -> Result<Message, (Option<RequestId>, RpcError)> 
     }
     match id {
         Some(id) if object.contains_key("result") || object.contains_key("error") => Ok(Message::Response { id }),
-        id => Err((id, invalid("a message needs `method`, or `result` or `error` with an `id`"))),
+        id => Err((
+            id,
+            invalid("a message needs `method`, or `result` or `error` with an `id`"),
+        )),
     }
 }
 
@@ -135,11 +153,22 @@ mod tests {
     #[test]
     fn classifies_requests_notifications_and_responses() {
         let request = classify(json!({"jsonrpc": "2.0", "id": 7, "method": "ping"})).expect("request");
-        assert!(matches!(request, Message::Request { id: RequestId::Number(7), .. }));
+        assert!(matches!(
+            request,
+            Message::Request {
+                id: RequestId::Number(7),
+                ..
+            }
+        ));
         let note = classify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("notification");
         assert!(matches!(note, Message::Notification { .. }));
         let response = classify(json!({"jsonrpc": "2.0", "id": "s1", "result": {}})).expect("response");
-        assert!(matches!(response, Message::Response { id: RequestId::String(_) }));
+        assert!(matches!(
+            response,
+            Message::Response {
+                id: RequestId::String(_)
+            }
+        ));
     }
 
     #[test]
@@ -160,8 +189,14 @@ mod tests {
     #[test]
     fn error_responses_carry_data_only_when_given() {
         let plain = error_response(None, &RpcError::new(PARSE_ERROR, "Parse error"));
-        assert_eq!(plain, json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}}));
-        let with = error_response(Some(&RequestId::Number(1)), &RpcError::new(-32042, "m").with_data(json!({"x": 1})));
+        assert_eq!(
+            plain,
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}})
+        );
+        let with = error_response(
+            Some(&RequestId::Number(1)),
+            &RpcError::new(-32042, "m").with_data(json!({"x": 1})),
+        );
         assert_eq!(with["error"]["data"], json!({"x": 1}));
     }
 }

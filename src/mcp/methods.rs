@@ -23,13 +23,21 @@ tool again with the same arguments. Never ask the user to paste passwords, API k
 conversation: the page collects them. Call `whoami` to see who the server thinks is calling.";
 
 /// Answers `initialize`: persists a new session and returns its id and the result.
-pub async fn initialize(state: &AppState, principal: Principal, params: Option<Value>) -> Result<(SessionId, Value), RpcError> {
+pub async fn initialize(
+    state: &AppState,
+    principal: Principal,
+    params: Option<Value>,
+) -> Result<(SessionId, Value), RpcError> {
     let mut params = jsonrpc::params_object(params);
     let requested = params
         .get("protocolVersion")
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::invalid_params("initialize needs params.protocolVersion (a string)"))?;
-    let version = SUPPORTED_PROTOCOL_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(LATEST_PROTOCOL_VERSION);
+    let version = SUPPORTED_PROTOCOL_VERSIONS
+        .iter()
+        .find(|v| **v == requested)
+        .copied()
+        .unwrap_or(LATEST_PROTOCOL_VERSION);
     let capabilities = match params.remove("capabilities") {
         None => json!({}),
         Some(value @ Value::Object(_)) => value,
@@ -77,7 +85,10 @@ pub async fn handle(
         "logging/setLevel" => set_level(state, session, params).await,
         "tools/list" => list_tools(state, params),
         "tools/call" => call_tool(state, session, principal, params).await,
-        "initialize" => Err(RpcError::new(jsonrpc::INVALID_REQUEST, "the session is already initialized")),
+        "initialize" => Err(RpcError::new(
+            jsonrpc::INVALID_REQUEST,
+            "the session is already initialized",
+        )),
         other => Err(RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {other}"))),
     }
 }
@@ -121,7 +132,12 @@ fn list_tools(state: &AppState, params: Map<String, Value>) -> Result<Value, Rpc
     Ok(result)
 }
 
-async fn call_tool(state: &AppState, session: &SessionRecord, principal: &Principal, mut params: Map<String, Value>) -> Result<Value, RpcError> {
+async fn call_tool(
+    state: &AppState,
+    session: &SessionRecord,
+    principal: &Principal,
+    mut params: Map<String, Value>,
+) -> Result<Value, RpcError> {
     let name = match params.remove("name") {
         Some(Value::String(name)) => name,
         _ => return Err(RpcError::invalid_params("tools/call needs params.name (a string)")),
@@ -131,16 +147,36 @@ async fn call_tool(state: &AppState, session: &SessionRecord, principal: &Princi
         Some(Value::Object(arguments)) => arguments,
         Some(_) => return Err(RpcError::invalid_params("params.arguments must be an object")),
     };
-    let tool = state.tools.get(&name).ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?;
+    let tool = state
+        .tools
+        .get(&name)
+        .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?;
     if let Err(problems) = tool.definition().input_schema.check(&arguments) {
         let result = ToolResult::error(format!("Invalid arguments for {name}: {}.", problems.join("; ")));
         return Ok(result.to_json());
     }
-    log(state, session, LogLevel::Debug, json!({"event": "tool call", "tool": name})).await;
+    log(
+        state,
+        session,
+        LogLevel::Debug,
+        json!({"event": "tool call", "tool": name}),
+    )
+    .await;
     let result = tool.call(&CallContext { principal, session }, &arguments).await;
     if result.is_error {
-        let text = result.content.first().and_then(|c| c.get("text")).cloned().unwrap_or(Value::Null);
-        log(state, session, LogLevel::Warning, json!({"event": "tool failed", "tool": name, "error": text})).await;
+        let text = result
+            .content
+            .first()
+            .and_then(|c| c.get("text"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        log(
+            state,
+            session,
+            LogLevel::Warning,
+            json!({"event": "tool failed", "tool": name, "error": text}),
+        )
+        .await;
     }
     Ok(result.to_json())
 }
@@ -152,7 +188,10 @@ async fn log(state: &AppState, session: &SessionRecord, level: LogLevel, data: V
     if level < threshold {
         return;
     }
-    let message = jsonrpc::notification("notifications/message", json!({"level": level, "logger": "gatehouse", "data": data}));
+    let message = jsonrpc::notification(
+        "notifications/message",
+        json!({"level": level, "logger": "gatehouse", "data": data}),
+    );
     if let Err(error) = state.bus.publish(&session.id, &message).await {
         tracing::warn!(%error, "could not queue a log message for the client");
     }

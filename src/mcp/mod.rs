@@ -25,5 +25,8 @@ const PRIMING_SINCE: &str = "2025-11-25";
 pub const MCP_PATH: &str = "/mcp";
 
 pub fn router() -> Router<AppState> {
-    Router::new().route(MCP_PATH, post(transport::post).get(transport::get).delete(transport::delete))
+    Router::new().route(
+        MCP_PATH,
+        post(transport::post).get(transport::get).delete(transport::delete),
+    )
 }

@@ -22,7 +22,12 @@ pub struct Sessions {
 
 impl Sessions {
     pub fn new(store: Arc<dyn Store>, cache: Arc<SessionCache>, bus: Arc<Bus>) -> Self {
-        Self { store, cache, bus, used: Mutex::new(HashSet::new()) }
+        Self {
+            store,
+            cache,
+            bus,
+            used: Mutex::new(HashSet::new()),
+        }
     }
 
     pub async fn create(&self, record: SessionRecord) -> Result<Arc<SessionRecord>, StoreError> {
@@ -44,7 +49,10 @@ impl Sessions {
             }
         };
         if record.is_some() {
-            self.used.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone());
+            self.used
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(id.clone());
         }
         Ok(record)
     }
@@ -62,7 +70,9 @@ impl Sessions {
     }
 
     fn take_used(&self) -> Vec<SessionId> {
-        std::mem::take(&mut *self.used.lock().unwrap_or_else(PoisonError::into_inner)).into_iter().collect()
+        std::mem::take(&mut *self.used.lock().unwrap_or_else(PoisonError::into_inner))
+            .into_iter()
+            .collect()
     }
 }
 

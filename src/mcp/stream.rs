@@ -24,7 +24,11 @@ use crate::store::{SessionRecord, Store, StoreError};
 const BATCH: i64 = 100;
 
 /// Opens the stream: `resume_after` is the client's `Last-Event-ID`.
-pub async fn open(state: &AppState, session: &SessionRecord, resume_after: Option<i64>) -> Result<Response, StoreError> {
+pub async fn open(
+    state: &AppState,
+    session: &SessionRecord,
+    resume_after: Option<i64>,
+) -> Result<Response, StoreError> {
     // Subscribe before the first read, so an event appended in between still wakes the stream.
     let wake = state.bus.hub().subscribe(&session.id);
     let delivered = state.store.delivered_seq(&session.id).await?.unwrap_or(0);
@@ -135,7 +139,12 @@ impl Reader {
     }
 
     fn push(&mut self, seq: i64, message: &serde_json::Value) {
-        self.pending.push_back(Event::default().event("message").id(seq.to_string()).data(message.to_string()));
+        self.pending.push_back(
+            Event::default()
+                .event("message")
+                .id(seq.to_string())
+                .data(message.to_string()),
+        );
         self.cursor = seq;
     }
 }

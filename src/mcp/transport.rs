@@ -32,18 +32,30 @@ pub struct Refusal {
 
 impl Refusal {
     fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, id: None, error: RpcError::new(INVALID_REQUEST, message) }
+        Self {
+            status,
+            id: None,
+            error: RpcError::new(INVALID_REQUEST, message),
+        }
     }
 
     fn internal(context: &str, error: &dyn std::fmt::Display) -> Self {
         tracing::error!(%error, "{context}");
-        Self { status: StatusCode::INTERNAL_SERVER_ERROR, id: None, error: RpcError::internal() }
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            id: None,
+            error: RpcError::internal(),
+        }
     }
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(jsonrpc::error_response(self.id.as_ref(), &self.error))).into_response()
+        (
+            self.status,
+            axum::Json(jsonrpc::error_response(self.id.as_ref(), &self.error)),
+        )
+            .into_response()
     }
 }
 
@@ -58,10 +70,15 @@ fn accepted() -> Response {
 /// Whether `Accept` admits `wanted` (`type/subtype`), directly or by a wildcard.
 fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
     let (kind, _) = wanted.split_once('/').unwrap_or((wanted, ""));
-    headers.get_all(ACCEPT).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|item| {
-        let media = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        media == wanted || media == "*/*" || media == format!("{kind}/*")
-    })
+    headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let media = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+            media == wanted || media == "*/*" || media == format!("{kind}/*")
+        })
 }
 
 /// Origin and Host checks, before anything else: a browser page on another site (or a DNS name
@@ -70,7 +87,10 @@ fn check_origin_and_host(state: &AppState, headers: &HeaderMap) -> Result<(), Re
     if let Some(origin) = headers.get(ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
         if !state.origin_allowed(origin) {
-            return Err(Refusal::new(StatusCode::FORBIDDEN, format!("Forbidden: origin {origin:?} is not allowed")));
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!("Forbidden: origin {origin:?} is not allowed"),
+            ));
         }
     }
     if state.bound_to_loopback() {
@@ -112,16 +132,30 @@ fn principal(state: &AppState, parts: &Parts, peer: SocketAddr) -> Result<Princi
 
 /// The session named by `Mcp-Session-Id`, which must exist and belong to `principal`.
 async fn session(state: &AppState, headers: &HeaderMap, principal: &Principal) -> Result<Arc<SessionRecord>, Refusal> {
-    let header = headers
-        .get(SESSION_HEADER)
-        .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required"))?;
+    let header = headers.get(SESSION_HEADER).ok_or_else(|| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "Bad Request: Mcp-Session-Id header is required",
+        )
+    })?;
     let not_found = || Refusal::new(StatusCode::NOT_FOUND, "Session not found: initialize a new session");
-    let id: SessionId = header.to_str().ok().and_then(|s| s.parse().ok()).ok_or_else(not_found)?;
-    let record = state.sessions.find(&id).await.map_err(|e| Refusal::internal("session lookup failed", &e))?;
+    let id: SessionId = header
+        .to_str()
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(not_found)?;
+    let record = state
+        .sessions
+        .find(&id)
+        .await
+        .map_err(|e| Refusal::internal("session lookup failed", &e))?;
     let record = record.ok_or_else(not_found)?;
     if &record.principal != principal {
         tracing::warn!(session = ?id, "session used by another principal");
-        return Err(Refusal::new(StatusCode::FORBIDDEN, "Forbidden: this session belongs to another user"));
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden: this session belongs to another user",
+        ));
     }
     Ok(record)
 }
@@ -131,14 +165,24 @@ async fn read_body(state: &AppState, body: Body) -> Result<Bytes, Refusal> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if too_large {
-            Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, format!("Payload Too Large: the limit is {limit} bytes"))
+            Refusal::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("Payload Too Large: the limit is {limit} bytes"),
+            )
         } else {
-            Refusal::new(StatusCode::BAD_REQUEST, "Bad Request: the request body could not be read")
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "Bad Request: the request body could not be read",
+            )
         }
     })
 }
 
-pub async fn post(State(state): State<AppState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+pub async fn post(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
     match handle_post(&state, peer, request).await {
         Ok(response) => response,
         Err(refusal) => refusal.into_response(),
@@ -154,9 +198,23 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
             "Not Acceptable: Accept must list both application/json and text/event-stream",
         ));
     }
-    let content_type = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if content_type.split(';').next().map(str::trim).map(str::to_ascii_lowercase).as_deref() != Some("application/json") {
-        return Err(Refusal::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type: Content-Type must be application/json"));
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type
+        .split(';')
+        .next()
+        .map(str::trim)
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+        != Some("application/json")
+    {
+        return Err(Refusal::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Unsupported Media Type: Content-Type must be application/json",
+        ));
     }
     let principal = principal(state, &parts, peer)?;
     let bytes = read_body(state, body).await?;
@@ -169,7 +227,11 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
     if let Value::Array(items) = value {
         return handle_batch(state, &parts.headers, &principal, items).await;
     }
-    let message = jsonrpc::classify(value).map_err(|(id, error)| Refusal { status: StatusCode::BAD_REQUEST, id, error })?;
+    let message = jsonrpc::classify(value).map_err(|(id, error)| Refusal {
+        status: StatusCode::BAD_REQUEST,
+        id,
+        error,
+    })?;
     if message.method() == Some("initialize") {
         return initialize(state, &parts.headers, principal, message).await;
     }
@@ -187,69 +249,112 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
     }
 }
 
-async fn initialize(state: &AppState, headers: &HeaderMap, principal: Principal, message: Message) -> Result<Response, Refusal> {
+async fn initialize(
+    state: &AppState,
+    headers: &HeaderMap,
+    principal: Principal,
+    message: Message,
+) -> Result<Response, Refusal> {
     let Message::Request { id, params, .. } = message else {
-        return Err(Refusal::new(StatusCode::BAD_REQUEST, "Bad Request: initialize must be a request with an id"));
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "Bad Request: initialize must be a request with an id",
+        ));
     };
     if headers.contains_key(SESSION_HEADER) {
         return Err(Refusal {
             status: StatusCode::BAD_REQUEST,
             id: Some(id),
-            error: RpcError::new(INVALID_REQUEST, "Invalid Request: initialize starts a new session and must not carry Mcp-Session-Id"),
+            error: RpcError::new(
+                INVALID_REQUEST,
+                "Invalid Request: initialize starts a new session and must not carry Mcp-Session-Id",
+            ),
         });
     }
     match methods::initialize(state, principal, params).await {
         Ok((session_id, result)) => {
             let mut response = json_response(StatusCode::OK, &jsonrpc::result_response(&id, result));
-            let value = HeaderValue::from_str(session_id.as_str()).map_err(|e| Refusal::internal("session id header", &e))?;
+            let value =
+                HeaderValue::from_str(session_id.as_str()).map_err(|e| Refusal::internal("session id header", &e))?;
             response.headers_mut().insert(SESSION_HEADER, value);
             Ok(response)
         }
-        Err(error) => Ok(json_response(StatusCode::OK, &jsonrpc::error_response(Some(&id), &error))),
+        Err(error) => Ok(json_response(
+            StatusCode::OK,
+            &jsonrpc::error_response(Some(&id), &error),
+        )),
     }
 }
 
 /// JSON-RPC batches, which only 2025-03-26 allows.
-async fn handle_batch(state: &AppState, headers: &HeaderMap, principal: &Principal, items: Vec<Value>) -> Result<Response, Refusal> {
+async fn handle_batch(
+    state: &AppState,
+    headers: &HeaderMap,
+    principal: &Principal,
+    items: Vec<Value>,
+) -> Result<Response, Refusal> {
     let refuse = |message: String| Refusal::new(StatusCode::BAD_REQUEST, message);
     if items.is_empty() {
         return Err(refuse("Invalid Request: an empty batch".into()));
     }
     check_protocol_header(headers)?;
-    let header_version = headers.get(PROTOCOL_HEADER).and_then(|v| v.to_str().ok()).unwrap_or(DEFAULT_PROTOCOL_VERSION);
+    let header_version = headers
+        .get(PROTOCOL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or(DEFAULT_PROTOCOL_VERSION);
     if header_version >= NO_BATCHES_SINCE {
-        return Err(refuse(format!("Invalid Request: protocol {header_version} does not allow JSON-RPC batches")));
+        return Err(refuse(format!(
+            "Invalid Request: protocol {header_version} does not allow JSON-RPC batches"
+        )));
     }
     let session = session(state, headers, principal).await?;
     if session.protocol_version.as_str() >= NO_BATCHES_SINCE {
-        return Err(refuse(format!("Invalid Request: protocol {} does not allow JSON-RPC batches", session.protocol_version)));
+        return Err(refuse(format!(
+            "Invalid Request: protocol {} does not allow JSON-RPC batches",
+            session.protocol_version
+        )));
     }
     let mut responses = Vec::new();
     for item in items {
         match jsonrpc::classify(item) {
             Err((id, error)) => responses.push(jsonrpc::error_response(id.as_ref(), &error)),
-            Ok(Message::Request { id, method, .. }) if method == "initialize" => responses.push(jsonrpc::error_response(
-                Some(&id),
-                &RpcError::new(INVALID_REQUEST, "Invalid Request: initialize cannot be part of a batch"),
-            )),
+            Ok(Message::Request { id, method, .. }) if method == "initialize" => {
+                responses.push(jsonrpc::error_response(
+                    Some(&id),
+                    &RpcError::new(INVALID_REQUEST, "Invalid Request: initialize cannot be part of a batch"),
+                ))
+            }
             Ok(Message::Request { id, method, params }) => {
-                responses.push(match methods::handle(state, &session, principal, &method, params).await {
-                    Ok(result) => jsonrpc::result_response(&id, result),
-                    Err(error) => jsonrpc::error_response(Some(&id), &error),
-                });
+                responses.push(
+                    match methods::handle(state, &session, principal, &method, params).await {
+                        Ok(result) => jsonrpc::result_response(&id, result),
+                        Err(error) => jsonrpc::error_response(Some(&id), &error),
+                    },
+                );
             }
             Ok(Message::Notification { .. } | Message::Response { .. }) => {}
         }
     }
-    if responses.is_empty() { Ok(accepted()) } else { Ok(json_response(StatusCode::OK, &Value::Array(responses))) }
+    if responses.is_empty() {
+        Ok(accepted())
+    } else {
+        Ok(json_response(StatusCode::OK, &Value::Array(responses)))
+    }
 }
 
-pub async fn get(State(state): State<AppState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+pub async fn get(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
     let (parts, _) = request.into_parts();
     let opened = async {
         check_origin_and_host(&state, &parts.headers)?;
         if !accepts(&parts.headers, "text/event-stream") {
-            return Err(Refusal::new(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must list text/event-stream"));
+            return Err(Refusal::new(
+                StatusCode::NOT_ACCEPTABLE,
+                "Not Acceptable: Accept must list text/event-stream",
+            ));
         }
         check_protocol_header(&parts.headers)?;
         let principal = principal(&state, &parts, peer)?;
@@ -262,10 +367,17 @@ pub async fn get(State(state): State<AppState>, ConnectInfo(peer): ConnectInfo<S
                     .ok()
                     .and_then(|v| v.trim().parse::<i64>().ok())
                     .filter(|seq| *seq >= 0)
-                    .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, "Bad Request: Last-Event-ID is not an event id of this server"))?,
+                    .ok_or_else(|| {
+                        Refusal::new(
+                            StatusCode::BAD_REQUEST,
+                            "Bad Request: Last-Event-ID is not an event id of this server",
+                        )
+                    })?,
             ),
         };
-        stream::open(&state, &session, resume_after).await.map_err(|e| Refusal::internal("opening event stream failed", &e))
+        stream::open(&state, &session, resume_after)
+            .await
+            .map_err(|e| Refusal::internal("opening event stream failed", &e))
     };
     match opened.await {
         Ok(response) => response,
@@ -273,14 +385,22 @@ pub async fn get(State(state): State<AppState>, ConnectInfo(peer): ConnectInfo<S
     }
 }
 
-pub async fn delete(State(state): State<AppState>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+pub async fn delete(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
     let (parts, _) = request.into_parts();
     let ended = async {
         check_origin_and_host(&state, &parts.headers)?;
         check_protocol_header(&parts.headers)?;
         let principal = principal(&state, &parts, peer)?;
         let session = session(&state, &parts.headers, &principal).await?;
-        state.sessions.end(&session.id).await.map_err(|e| Refusal::internal("ending session failed", &e))?;
+        state
+            .sessions
+            .end(&session.id)
+            .await
+            .map_err(|e| Refusal::internal("ending session failed", &e))?;
         tracing::debug!(session = ?session.id, "session ended by client");
         Ok::<_, Refusal>(StatusCode::NO_CONTENT.into_response())
     };

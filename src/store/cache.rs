@@ -16,7 +16,10 @@ pub struct SessionCache {
 
 impl SessionCache {
     pub fn new(capacity: usize) -> Self {
-        Self { entries: Mutex::new(HashMap::new()), capacity }
+        Self {
+            entries: Mutex::new(HashMap::new()),
+            capacity,
+        }
     }
 
     pub fn get(&self, id: &SessionId) -> Option<Arc<SessionRecord>> {

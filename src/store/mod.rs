@@ -109,19 +109,27 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Database, StoreE
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let store = PostgresStore::connect(url, max_connections).await?;
         let pool = store.pool().clone();
-        Ok(Database { store: Arc::new(store), postgres: Some(pool) })
+        Ok(Database {
+            store: Arc::new(store),
+            postgres: Some(pool),
+        })
     } else {
         let store = SqliteStore::connect(url, max_connections).await?;
-        Ok(Database { store: Arc::new(store), postgres: None })
+        Ok(Database {
+            store: Arc::new(store),
+            postgres: None,
+        })
     }
 }
 
 fn parse_log_level(text: Option<String>) -> Result<Option<LogLevel>, StoreError> {
-    text.map(|t| t.parse::<LogLevel>().map_err(StoreError::Corrupt)).transpose()
+    text.map(|t| t.parse::<LogLevel>().map_err(StoreError::Corrupt))
+        .transpose()
 }
 
 fn parse_session_id(text: &str) -> Result<SessionId, StoreError> {
-    text.parse().map_err(|_| StoreError::Corrupt(format!("session id {text:?} is malformed")))
+    text.parse()
+        .map_err(|_| StoreError::Corrupt(format!("session id {text:?} is malformed")))
 }
 
 fn parse_principal(text: &str) -> Result<Principal, StoreError> {
@@ -134,9 +142,17 @@ fn check_migrations(migrator: &sqlx::migrate::Migrator, applied: &[(i64, bool)])
         match applied.iter().find(|(version, _)| *version == migration.version) {
             Some((_, true)) => {}
             Some((_, false)) => {
-                return Err(StoreError::NotReady(format!("migration {} failed part-way", migration.version)));
+                return Err(StoreError::NotReady(format!(
+                    "migration {} failed part-way",
+                    migration.version
+                )));
             }
-            None => return Err(StoreError::NotReady(format!("migration {} is not applied", migration.version))),
+            None => {
+                return Err(StoreError::NotReady(format!(
+                    "migration {} is not applied",
+                    migration.version
+                )));
+            }
         }
     }
     Ok(())

@@ -152,11 +152,12 @@ impl Store for PostgresStore {
     async fn append_event(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
         let mut tx = self.pool.begin().await?;
         // The row lock taken by this UPDATE orders concurrent appends to one session.
-        let seq: Option<(i64,)> =
-            sqlx::query_as("UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq")
-                .bind(session.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
+        let seq: Option<(i64,)> = sqlx::query_as(
+            "UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq",
+        )
+        .bind(session.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
         let Some((seq,)) = seq else {
             return Ok(None);
         };
@@ -184,7 +185,10 @@ impl Store for PostgresStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(|(seq, message)| StoredEvent { seq, message }).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(seq, message)| StoredEvent { seq, message })
+            .collect())
     }
 
     async fn delivered_seq(&self, session: &SessionId) -> Result<Option<i64>, StoreError> {

@@ -41,7 +41,9 @@ fn millis(at: DateTime<Utc>) -> i64 {
 }
 
 fn from_millis(ms: i64) -> Result<DateTime<Utc>, StoreError> {
-    Utc.timestamp_millis_opt(ms).single().ok_or_else(|| StoreError::Corrupt(format!("timestamp {ms} out of range")))
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {ms} out of range")))
 }
 
 fn json(text: &str, what: &str) -> Result<Value, StoreError> {
@@ -77,7 +79,9 @@ impl Store for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await?;
         let applied: Vec<(i64, bool)> = if table.is_some() {
-            sqlx::query_as("SELECT version, success FROM _sqlx_migrations").fetch_all(&self.pool).await?
+            sqlx::query_as("SELECT version, success FROM _sqlx_migrations")
+                .fetch_all(&self.pool)
+                .await?
         } else {
             Vec::new()
         };
@@ -114,7 +118,10 @@ impl Store for SqliteStore {
     }
 
     async fn delete_session(&self, id: &SessionId) -> Result<bool, StoreError> {
-        let result = sqlx::query("DELETE FROM sessions WHERE id = ?1").bind(id.as_str()).execute(&self.pool).await?;
+        let result = sqlx::query("DELETE FROM sessions WHERE id = ?1")
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await?;
         Ok(result.rows_affected() > 0)
     }
 
@@ -151,11 +158,12 @@ impl Store for SqliteStore {
     async fn append_event(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
         let mut tx = self.pool.begin().await?;
         // The UPDATE takes SQLite's write lock first, so appends to one database are serialized.
-        let seq: Option<(i64,)> =
-            sqlx::query_as("UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = ?1 RETURNING last_event_seq")
-                .bind(session.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
+        let seq: Option<(i64,)> = sqlx::query_as(
+            "UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = ?1 RETURNING last_event_seq",
+        )
+        .bind(session.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
         let Some((seq,)) = seq else {
             return Ok(None);
         };
@@ -179,7 +187,14 @@ impl Store for SqliteStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(|(seq, text)| Ok(StoredEvent { seq, message: json(&text, "event message")? })).collect()
+        rows.into_iter()
+            .map(|(seq, text)| {
+                Ok(StoredEvent {
+                    seq,
+                    message: json(&text, "event message")?,
+                })
+            })
+            .collect()
     }
 
     async fn delivered_seq(&self, session: &SessionId) -> Result<Option<i64>, StoreError> {

@@ -43,11 +43,16 @@ impl JsonTemplate {
                     None => JsonTemplate::Text(template),
                 }
             }
-            Value::Array(items) => {
-                JsonTemplate::Array(items.iter().map(|item| Self::compile(item, key, arguments)).collect::<Result<_, _>>()?)
-            }
+            Value::Array(items) => JsonTemplate::Array(
+                items
+                    .iter()
+                    .map(|item| Self::compile(item, key, arguments))
+                    .collect::<Result<_, _>>()?,
+            ),
             Value::Object(map) => JsonTemplate::Object(
-                map.iter().map(|(k, v)| Ok((k.clone(), Self::compile(v, key, arguments)?))).collect::<Result<_, ConfigError>>()?,
+                map.iter()
+                    .map(|(k, v)| Ok((k.clone(), Self::compile(v, key, arguments)?)))
+                    .collect::<Result<_, ConfigError>>()?,
             ),
             other => JsonTemplate::Literal(other.clone()),
         })
@@ -57,10 +62,15 @@ impl JsonTemplate {
         Ok(match self {
             JsonTemplate::Argument(name) => arguments.get(name).cloned().unwrap_or(Value::Null),
             JsonTemplate::Text(template) => Value::String(template.render(arguments, Encoding::Text)?),
-            JsonTemplate::Array(items) => Value::Array(items.iter().map(|i| i.render(arguments)).collect::<Result<_, _>>()?),
-            JsonTemplate::Object(fields) => {
-                Value::Object(fields.iter().map(|(k, v)| Ok((k.clone(), v.render(arguments)?))).collect::<Result<_, String>>()?)
+            JsonTemplate::Array(items) => {
+                Value::Array(items.iter().map(|i| i.render(arguments)).collect::<Result<_, _>>()?)
             }
+            JsonTemplate::Object(fields) => Value::Object(
+                fields
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), v.render(arguments)?)))
+                    .collect::<Result<_, String>>()?,
+            ),
             JsonTemplate::Literal(value) => value.clone(),
         })
     }
@@ -80,12 +90,21 @@ pub struct HttpTool {
 }
 
 impl HttpTool {
-    pub fn from_config(tool: &ToolConfig, requires: Vec<Requirement>, key: &str, client: reqwest::Client) -> Result<Self, ConfigError> {
+    pub fn from_config(
+        tool: &ToolConfig,
+        requires: Vec<Requirement>,
+        key: &str,
+        client: reqwest::Client,
+    ) -> Result<Self, ConfigError> {
         let input_schema = InputSchema::from_config(tool.input_schema.as_ref(), &format!("{key}.input_schema"))?;
         let arguments = input_schema.property_names();
         let http = &tool.http;
-        let method = Method::from_bytes(http.method.to_ascii_uppercase().as_bytes())
-            .map_err(|_| ConfigError::key(format!("{key}.http.method"), format!("`{}` is not an HTTP method", http.method)))?;
+        let method = Method::from_bytes(http.method.to_ascii_uppercase().as_bytes()).map_err(|_| {
+            ConfigError::key(
+                format!("{key}.http.method"),
+                format!("`{}` is not an HTTP method", http.method),
+            )
+        })?;
 
         let url_key = format!("{key}.http.url");
         let url = Template::parse(&http.url, &url_key, &arguments)?;
@@ -112,10 +131,16 @@ impl HttpTool {
             return Err(ConfigError::key(body_key, format!("a {method} request has no body")));
         }
         if http.timeout.is_zero() {
-            return Err(ConfigError::key(format!("{key}.http.timeout"), "must be longer than zero"));
+            return Err(ConfigError::key(
+                format!("{key}.http.timeout"),
+                "must be longer than zero",
+            ));
         }
         if http.max_response_bytes == 0 {
-            return Err(ConfigError::key(format!("{key}.http.max_response_bytes"), "must be at least 1"));
+            return Err(ConfigError::key(
+                format!("{key}.http.max_response_bytes"),
+                "must be at least 1",
+            ));
         }
 
         let read_only = matches!(method, Method::GET | Method::HEAD);
@@ -148,7 +173,8 @@ impl HttpTool {
         let mut request = self.client.request(self.method.clone(), url).timeout(self.timeout);
         for (name, template) in &self.headers {
             let value = template.render(arguments, Encoding::Header)?;
-            let value = HeaderValue::from_str(&value).map_err(|_| format!("header {name} would not be a valid value"))?;
+            let value =
+                HeaderValue::from_str(&value).map_err(|_| format!("header {name} would not be a valid value"))?;
             request = request.header(name, value);
         }
         match &self.body {
@@ -174,9 +200,15 @@ fn static_origin(url: &Template, key: &str) -> Result<url::Origin, ConfigError> 
         return Err(ConfigError::key(key, "must be an http or https URL"));
     }
     // With placeholders, the host must end before the first one: `https://{{args.h}}.x/` is refused.
-    let authority_end = prefix.find("://").map(|i| i + 3).and_then(|start| prefix[start..].find('/').map(|j| start + j));
+    let authority_end = prefix
+        .find("://")
+        .map(|i| i + 3)
+        .and_then(|start| prefix[start..].find('/').map(|j| start + j));
     if url.has_placeholders() && authority_end.is_none() {
-        return Err(ConfigError::key(key, "placeholders may only appear after the host, in the path or query"));
+        return Err(ConfigError::key(
+            key,
+            "placeholders may only appear after the host, in the path or query",
+        ));
     }
     Ok(parsed.origin())
 }
@@ -196,7 +228,10 @@ impl Tool for HttpTool {
         let response = match request.send().await {
             Ok(response) => response,
             Err(e) if e.is_timeout() => {
-                return ToolResult::error(format!("{host} did not answer within {}", humantime::format_duration(self.timeout)));
+                return ToolResult::error(format!(
+                    "{host} did not answer within {}",
+                    humantime::format_duration(self.timeout)
+                ));
             }
             Err(e) => {
                 tracing::warn!(tool = %self.definition.name, error = %e, "upstream request failed");
@@ -212,16 +247,26 @@ impl Tool for HttpTool {
         let body = match read_bounded(response, self.max_response_bytes).await {
             Ok(body) => body,
             Err(ReadError::TooLarge) => {
-                return ToolResult::error(format!("{host} sent more than {} bytes, the limit for this tool", self.max_response_bytes));
+                return ToolResult::error(format!(
+                    "{host} sent more than {} bytes, the limit for this tool",
+                    self.max_response_bytes
+                ));
             }
             Err(ReadError::Timeout) => {
-                return ToolResult::error(format!("{host} did not finish answering within {}", humantime::format_duration(self.timeout)));
+                return ToolResult::error(format!(
+                    "{host} did not finish answering within {}",
+                    humantime::format_duration(self.timeout)
+                ));
             }
-            Err(ReadError::Failed) => return ToolResult::error(format!("The connection to {host} failed while reading its answer")),
+            Err(ReadError::Failed) => {
+                return ToolResult::error(format!("The connection to {host} failed while reading its answer"));
+            }
         };
         let text = String::from_utf8_lossy(&body).into_owned();
         if status.is_redirection() {
-            return ToolResult::error(format!("{host} answered {status}, a redirect, which gatehouse does not follow"));
+            return ToolResult::error(format!(
+                "{host} answered {status}, a redirect, which gatehouse does not follow"
+            ));
         }
         if !status.is_success() {
             let excerpt: String = text.chars().take(ERROR_EXCERPT_BYTES).collect();
@@ -248,7 +293,13 @@ async fn read_bounded(response: reqwest::Response, limit: usize) -> Result<Vec<u
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| if e.is_timeout() { ReadError::Timeout } else { ReadError::Failed })?;
+        let chunk = chunk.map_err(|e| {
+            if e.is_timeout() {
+                ReadError::Timeout
+            } else {
+                ReadError::Failed
+            }
+        })?;
         if body.len() + chunk.len() > limit {
             return Err(ReadError::TooLarge);
         }

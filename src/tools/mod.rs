@@ -61,16 +61,26 @@ pub struct ToolResult {
 
 impl ToolResult {
     pub fn text(text: impl Into<String>) -> Self {
-        Self { content: vec![json!({"type": "text", "text": text.into()})], structured: None, is_error: false }
+        Self {
+            content: vec![json!({"type": "text", "text": text.into()})],
+            structured: None,
+            is_error: false,
+        }
     }
 
     pub fn error(text: impl Into<String>) -> Self {
-        Self { is_error: true, ..Self::text(text) }
+        Self {
+            is_error: true,
+            ..Self::text(text)
+        }
     }
 
     /// Structured output with its JSON text, as the spec asks for older clients.
     pub fn structured(value: Value) -> Self {
-        Self { structured: Some(value.clone()), ..Self::text(value.to_string()) }
+        Self {
+            structured: Some(value.clone()),
+            ..Self::text(value.to_string())
+        }
     }
 
     pub fn to_json(&self) -> Value {
@@ -98,7 +108,10 @@ pub struct ToolRegistry {
 
 /// MCP tool names: 1 to 128 of `A-Z a-z 0-9 _ - .`.
 fn valid_tool_name(name: &str) -> bool {
-    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 impl ToolRegistry {
@@ -110,30 +123,49 @@ impl ToolRegistry {
             if !valid_tool_name(&tool.name) {
                 return Err(ConfigError::key(
                     format!("{key}.name"),
-                    format!("`{}` is not a tool name (1-128 of letters, digits, `_`, `-`, `.`)", tool.name),
+                    format!(
+                        "`{}` is not a tool name (1-128 of letters, digits, `_`, `-`, `.`)",
+                        tool.name
+                    ),
                 ));
             }
             if tools.iter().any(|t| t.definition().name == tool.name) {
-                return Err(ConfigError::key(format!("{key}.name"), format!("a tool named `{}` already exists", tool.name)));
+                return Err(ConfigError::key(
+                    format!("{key}.name"),
+                    format!("a tool named `{}` already exists", tool.name),
+                ));
             }
             let requires = tool
                 .requires
                 .iter()
                 .enumerate()
                 .map(|(j, text)| {
-                    let requirement = Requirement::parse(text).map_err(|e| ConfigError::key(format!("{key}.requires[{j}]"), e.to_string()))?;
+                    let requirement = Requirement::parse(text)
+                        .map_err(|e| ConfigError::key(format!("{key}.requires[{j}]"), e.to_string()))?;
                     // Nothing can satisfy a provider or a form that is not configured, and running the
                     // tool without it would bypass the gate: refuse the configuration instead.
                     let missing = match &requirement {
                         Requirement::Provider { provider, .. } => format!("names provider `{provider}`"),
                         Requirement::Form { form } => format!("names form `{form}`"),
                     };
-                    Err(ConfigError::key(format!("{key}.requires[{j}]"), format!("{missing}, which is not configured")))
+                    Err(ConfigError::key(
+                        format!("{key}.requires[{j}]"),
+                        format!("{missing}, which is not configured"),
+                    ))
                 })
                 .collect::<Result<Vec<Requirement>, ConfigError>>()?;
-            tools.push(Arc::new(http::HttpTool::from_config(tool, requires, &key, client.clone())?));
+            tools.push(Arc::new(http::HttpTool::from_config(
+                tool,
+                requires,
+                &key,
+                client.clone(),
+            )?));
         }
-        let by_name = tools.iter().enumerate().map(|(i, t)| (t.definition().name.clone(), i)).collect();
+        let by_name = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.definition().name.clone(), i))
+            .collect();
         Ok(Self { tools, by_name })
     }
 
@@ -168,7 +200,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("g.toml");
         std::fs::write(&path, toml).expect("write");
-        Config::load(ConfigSource { file: Some(&path), env: &BTreeMap::new() })
+        Config::load(ConfigSource {
+            file: Some(&path),
+            env: &BTreeMap::new(),
+        })
     }
 
     fn registry(toml: &str) -> Result<ToolRegistry, ConfigError> {
@@ -189,14 +224,18 @@ mod tests {
         }
     }
 
-    const TOOL: &str = "[[tools]]\nname = \"weather\"\ndescription = \"d\"\n[tools.http]\nurl = \"https://api.test/w\"\n";
+    const TOOL: &str =
+        "[[tools]]\nname = \"weather\"\ndescription = \"d\"\n[tools.http]\nurl = \"https://api.test/w\"\n";
 
     #[test]
     fn builds_configured_tools_after_the_builtins() {
         let registry = registry(TOOL).expect("registry");
         assert_eq!(registry.len(), 2);
         assert!(registry.get("whoami").is_some());
-        assert_eq!(registry.get("weather").expect("tool").definition().to_json()["annotations"]["readOnlyHint"], json!(true));
+        assert_eq!(
+            registry.get("weather").expect("tool").definition().to_json()["annotations"]["readOnlyHint"],
+            json!(true)
+        );
     }
 
     #[test]

@@ -18,11 +18,18 @@ impl InputSchema {
     /// Accepts an object schema; `None` means "no arguments".
     pub fn from_config(schema: Option<&Value>, key: &str) -> Result<Self, ConfigError> {
         let Some(schema) = schema else {
-            return Ok(Self { schema: json!({"type": "object", "properties": {}}) });
+            return Ok(Self {
+                schema: json!({"type": "object", "properties": {}}),
+            });
         };
-        let object = schema.as_object().ok_or_else(|| ConfigError::key(key, "must be a table (a JSON Schema object)"))?;
+        let object = schema
+            .as_object()
+            .ok_or_else(|| ConfigError::key(key, "must be a table (a JSON Schema object)"))?;
         if object.get("type").and_then(Value::as_str) != Some("object") {
-            return Err(ConfigError::key(key, "must have type = \"object\" (tool arguments are an object)"));
+            return Err(ConfigError::key(
+                key,
+                "must have type = \"object\" (tool arguments are an object)",
+            ));
         }
         if let Some(properties) = object.get("properties")
             && !properties.is_object()
@@ -32,7 +39,10 @@ impl InputSchema {
         if let Some(required) = object.get("required") {
             let names = required.as_array().filter(|items| items.iter().all(Value::is_string));
             if names.is_none() {
-                return Err(ConfigError::key(format!("{key}.required"), "must be a list of property names"));
+                return Err(ConfigError::key(
+                    format!("{key}.required"),
+                    "must be a list of property names",
+                ));
             }
         }
         Ok(Self { schema: schema.clone() })
@@ -43,14 +53,25 @@ impl InputSchema {
     }
 
     pub fn property_names(&self) -> BTreeSet<String> {
-        self.schema.get("properties").and_then(Value::as_object).map(|p| p.keys().cloned().collect()).unwrap_or_default()
+        self.schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Every problem with `arguments`, one sentence each.
     pub fn check(&self, arguments: &Map<String, Value>) -> Result<(), Vec<String>> {
         let mut problems = Vec::new();
         let properties = self.schema.get("properties").and_then(Value::as_object);
-        for name in self.schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        for name in self
+            .schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
             if !arguments.contains_key(name) {
                 problems.push(format!("`{name}` is required"));
             }
@@ -71,7 +92,9 @@ fn type_matches(expected: &str, value: &Value) -> bool {
     match expected {
         "string" => value.is_string(),
         "number" => value.is_number(),
-        "integer" => value.as_i64().is_some() || value.as_u64().is_some() || value.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "integer" => {
+            value.as_i64().is_some() || value.as_u64().is_some() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
         "boolean" => value.is_boolean(),
         "object" => value.is_object(),
         "array" => value.is_array(),
@@ -150,7 +173,11 @@ mod tests {
 
     #[test]
     fn accepts_valid_arguments() {
-        assert!(schema().check(&args(json!({"city": "Oslo", "days": 3, "unit": "c"}))).is_ok());
+        assert!(
+            schema()
+                .check(&args(json!({"city": "Oslo", "days": 3, "unit": "c"})))
+                .is_ok()
+        );
     }
 
     #[test]
@@ -163,7 +190,9 @@ mod tests {
         assert!(problems.iter().any(|p| p.contains("`days` must be of type integer")));
         assert!(problems.iter().any(|p| p.contains("`unit` must be one of")));
         assert!(problems.iter().any(|p| p.contains("`extra` is not an argument")));
-        let short = schema().check(&args(json!({"city": "X", "days": 0}))).expect_err("invalid");
+        let short = schema()
+            .check(&args(json!({"city": "X", "days": 0})))
+            .expect_err("invalid");
         assert_eq!(short.len(), 2, "{short:?}");
     }
 
@@ -172,6 +201,12 @@ mod tests {
         assert!(InputSchema::from_config(Some(&json!({"type": "string"})), "k").is_err());
         assert!(InputSchema::from_config(Some(&json!({"type": "object", "required": "x"})), "k").is_err());
         assert!(InputSchema::from_config(Some(&json!([1])), "k").is_err());
-        assert_eq!(InputSchema::from_config(None, "k").expect("default").property_names().len(), 0);
+        assert_eq!(
+            InputSchema::from_config(None, "k")
+                .expect("default")
+                .property_names()
+                .len(),
+            0
+        );
     }
 }

@@ -48,7 +48,10 @@ impl Template {
                 .ok_or_else(|| ConfigError::key(key, format!("`{{{{` without a closing `}}}}` in {text:?}")))?;
             let name = after[..end].trim();
             let argument = name.strip_prefix("args.").ok_or_else(|| {
-                ConfigError::key(key, format!("placeholder `{{{{{name}}}}}` is not of the form {{{{args.NAME}}}}"))
+                ConfigError::key(
+                    key,
+                    format!("placeholder `{{{{{name}}}}}` is not of the form {{{{args.NAME}}}}"),
+                )
             })?;
             if !arguments.contains(argument) {
                 return Err(ConfigError::key(
@@ -95,7 +98,9 @@ impl Template {
                     match encoding {
                         Encoding::UrlComponent => out.extend(utf8_percent_encode(&value, COMPONENT)),
                         Encoding::Header if value.chars().any(|c| c.is_control()) => {
-                            return Err(format!("argument `{name}` contains control characters, which a header cannot carry"));
+                            return Err(format!(
+                                "argument `{name}` contains control characters, which a header cannot carry"
+                            ));
                         }
                         Encoding::Header | Encoding::Text => out.push_str(&value),
                     }
@@ -130,34 +135,59 @@ mod tests {
 
     #[test]
     fn url_components_cannot_escape_their_place() {
-        let t = Template::parse("https://api.test/users/{{args.user}}?q={{ args.q }}", "k", &names(&["user", "q"]))
-            .expect("template");
-        let url = t.render(&args(json!({"user": "../admin?x=1#", "q": "a b&c=d"})), Encoding::UrlComponent).expect("render");
+        let t = Template::parse(
+            "https://api.test/users/{{args.user}}?q={{ args.q }}",
+            "k",
+            &names(&["user", "q"]),
+        )
+        .expect("template");
+        let url = t
+            .render(
+                &args(json!({"user": "../admin?x=1#", "q": "a b&c=d"})),
+                Encoding::UrlComponent,
+            )
+            .expect("render");
         assert_eq!(url, "https://api.test/users/..%2Fadmin%3Fx%3D1%23?q=a%20b%26c%3Dd");
         assert_eq!(t.static_prefix(), "https://api.test/users/");
     }
 
     #[test]
     fn values_render_by_type_and_missing_ones_are_empty() {
-        let t = Template::parse("{{args.n}}/{{args.b}}/{{args.o}}/{{args.missing}}", "k", &names(&["n", "b", "o", "missing"]))
-            .expect("template");
-        let text = t.render(&args(json!({"n": 4, "b": true, "o": {"a": 1}})), Encoding::Text).expect("render");
+        let t = Template::parse(
+            "{{args.n}}/{{args.b}}/{{args.o}}/{{args.missing}}",
+            "k",
+            &names(&["n", "b", "o", "missing"]),
+        )
+        .expect("template");
+        let text = t
+            .render(&args(json!({"n": 4, "b": true, "o": {"a": 1}})), Encoding::Text)
+            .expect("render");
         assert_eq!(text, "4/true/{\"a\":1}/");
     }
 
     #[test]
     fn headers_refuse_line_breaks() {
         let t = Template::parse("Bearer {{args.token}}", "k", &names(&["token"])).expect("template");
-        assert!(t.render(&args(json!({"token": "x\r\nX-Evil: 1"})), Encoding::Header).is_err());
+        assert!(
+            t.render(&args(json!({"token": "x\r\nX-Evil: 1"})), Encoding::Header)
+                .is_err()
+        );
     }
 
     #[test]
     fn configuration_errors_name_the_key() {
-        for (text, fragment) in
-            [("{{args.nope}}", "names no property"), ("{{form.x}}", "not of the form"), ("a {{args.x", "without a closing")]
-        {
-            let error = Template::parse(text, "tools[0].http.url", &names(&["x"])).expect_err(text).to_string();
-            assert!(error.contains("tools[0].http.url") && error.contains(fragment), "{error}");
+        for (text, fragment) in [
+            ("{{args.nope}}", "names no property"),
+            ("{{form.x}}", "not of the form"),
+            ("a {{args.x", "without a closing"),
+        ] {
+            let error = Template::parse(text, "tools[0].http.url", &names(&["x"]))
+                .expect_err(text)
+                .to_string();
+            assert!(
+                error.contains("tools[0].http.url") && error.contains(fragment),
+                "{error}"
+            );
         }
         let single = Template::parse("{{args.x}}", "k", &names(&["x"])).expect("template");
         assert_eq!(single.single_argument(), Some("x"));

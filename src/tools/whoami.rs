@@ -16,7 +16,8 @@ impl Whoami {
             definition: ToolDefinition {
                 name: "whoami".into(),
                 title: Some("Who am I".into()),
-                description: "Shows who gatehouse believes is calling (the principal) and the MCP session in use.".into(),
+                description: "Shows who gatehouse believes is calling (the principal) and the MCP session in use."
+                    .into(),
                 input_schema: InputSchema::from_config(None, "whoami").expect("the empty schema is valid"),
                 read_only: true,
                 requires: Vec::new(),

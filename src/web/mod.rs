@@ -2,7 +2,9 @@
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -14,7 +16,10 @@ use crate::mcp::MCP_PATH;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/", get(index)).route("/healthz", get(healthz)).route("/readyz", get(readyz))
+    Router::new()
+        .route("/", get(index))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
 }
 
 #[derive(Template)]
@@ -41,7 +46,12 @@ pub fn page(template: &impl Template) -> Result<Response, AppError> {
 }
 
 async fn index(State(state): State<AppState>) -> Result<Response, AppError> {
-    let mcp_url = state.config.public_url().join(MCP_PATH).map(|u| u.to_string()).unwrap_or_default();
+    let mcp_url = state
+        .config
+        .public_url()
+        .join(MCP_PATH)
+        .map(|u| u.to_string())
+        .unwrap_or_default();
     let (tools, _) = state.tools.page(0, usize::MAX);
     page(&IndexPage {
         mcp_url,

@@ -65,7 +65,10 @@ pub async fn postgres_admin_url() -> Option<String> {
                  !!! PostgreSQL tests are SKIPPED. Set TEST_DATABASE_URL or run scripts/test.\n\
                  !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
             );
-            assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true requires PostgreSQL: {message}");
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "CI=true requires PostgreSQL: {message}"
+            );
             eprintln!("{message}");
             None
         })
@@ -76,21 +79,34 @@ pub async fn postgres_admin_url() -> Option<String> {
 const DATABASE_PREFIX: &str = "gh_test_";
 
 fn unix_seconds() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Databases of earlier runs (named with their creation time) older than an hour are dropped.
 async fn drop_stale_databases(admin_url: &str) {
-    let Ok(mut admin) = sqlx::PgConnection::connect(admin_url).await else { return };
+    let Ok(mut admin) = sqlx::PgConnection::connect(admin_url).await else {
+        return;
+    };
     let names: Vec<(String,)> = sqlx::query_as("SELECT datname FROM pg_database WHERE datname LIKE 'gh_test_%'")
         .fetch_all(&mut admin)
         .await
         .unwrap_or_default();
     let cutoff = unix_seconds().saturating_sub(3600);
     for (name,) in names {
-        let created = name.trim_start_matches(DATABASE_PREFIX).split('_').next().and_then(|s| s.parse::<u64>().ok());
+        let created = name
+            .trim_start_matches(DATABASE_PREFIX)
+            .split('_')
+            .next()
+            .and_then(|s| s.parse::<u64>().ok());
         if created.is_some_and(|t| t < cutoff) {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))).execute(&mut admin).await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+            )))
+            .execute(&mut admin)
+            .await;
         }
     }
 }
@@ -108,16 +124,29 @@ impl TestDatabase {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("temp dir");
                 let url = format!("sqlite://{}", dir.path().join("gatehouse.db").display());
-                Self { url, backend, _dir: Some(dir) }
+                Self {
+                    url,
+                    backend,
+                    _dir: Some(dir),
+                }
             }
             Backend::Postgres => {
-                let admin_url = postgres_admin_url().await.expect("PostgreSQL tests run only when it is reachable");
+                let admin_url = postgres_admin_url()
+                    .await
+                    .expect("PostgreSQL tests run only when it is reachable");
                 let name = format!("{DATABASE_PREFIX}{}_{}", unix_seconds(), uuid::Uuid::now_v7().simple());
                 let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("connect as admin");
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut admin).await.expect("create database");
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+                    .execute(&mut admin)
+                    .await
+                    .expect("create database");
                 let mut url = url::Url::parse(&admin_url).expect("admin url");
                 url.set_path(&name);
-                Self { url: url.to_string(), backend, _dir: None }
+                Self {
+                    url: url.to_string(),
+                    backend,
+                    _dir: None,
+                }
             }
         }
     }
@@ -143,7 +172,11 @@ pub fn config(toml: &str, env: &[(&str, &str)]) -> Config {
     let path = dir.path().join("gatehouse.toml");
     std::fs::write(&path, toml).expect("write config");
     let env: BTreeMap<String, String> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    Config::load(ConfigSource { file: Some(&path), env: &env }).expect("valid test configuration")
+    Config::load(ConfigSource {
+        file: Some(&path),
+        env: &env,
+    })
+    .expect("valid test configuration")
 }
 
 /// The real server on a loopback port.
@@ -170,18 +203,36 @@ impl TestServer {
         config.server.sse_keep_alive = Duration::from_secs(1);
         config.server.sse_retry = Duration::from_millis(250);
         let shutdown = CancellationToken::new();
-        let (state, tasks) = AppState::build(config, shutdown.clone()).await.expect("build app state");
+        let (state, tasks) = AppState::build(config, shutdown.clone())
+            .await
+            .expect("build app state");
         let server_shutdown = shutdown.clone();
-        let server = tokio::spawn(gatehouse::serve(listener, state.clone(), async move { server_shutdown.cancelled().await }));
-        Self { addr, url: format!("http://{addr}/mcp"), state, shutdown, server, tasks }
+        let server = tokio::spawn(gatehouse::serve(listener, state.clone(), async move {
+            server_shutdown.cancelled().await
+        }));
+        Self {
+            addr,
+            url: format!("http://{addr}/mcp"),
+            state,
+            shutdown,
+            server,
+            tasks,
+        }
     }
 
     /// Graceful shutdown, as at SIGTERM; waits for the server and its background tasks.
     pub async fn stop(self) {
         self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(10), self.server).await.expect("server stops in time").expect("join").expect("serve");
+        tokio::time::timeout(Duration::from_secs(10), self.server)
+            .await
+            .expect("server stops in time")
+            .expect("join")
+            .expect("serve");
         for task in self.tasks {
-            tokio::time::timeout(Duration::from_secs(10), task).await.expect("task stops in time").expect("join");
+            tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("task stops in time")
+                .expect("join");
         }
     }
 
@@ -216,7 +267,10 @@ impl McpClient {
     pub fn new(url: &str) -> Self {
         Self {
             url: url.to_owned(),
-            http: reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client"),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .expect("client"),
             session: None,
             protocol_version: "2025-11-25".into(),
             next_id: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1)),
@@ -231,16 +285,26 @@ impl McpClient {
         let reply = self.post_raw(&body, &[]).await;
         assert_eq!(reply.status, StatusCode::OK, "initialize: {}", reply.body);
         self.session = Some(
-            reply.headers.get("mcp-session-id").expect("Mcp-Session-Id on initialize").to_str().expect("ascii").to_owned(),
+            reply
+                .headers
+                .get("mcp-session-id")
+                .expect("Mcp-Session-Id on initialize")
+                .to_str()
+                .expect("ascii")
+                .to_owned(),
         );
-        self.protocol_version = reply.body["result"]["protocolVersion"].as_str().expect("version").to_owned();
+        self.protocol_version = reply.body["result"]["protocolVersion"]
+            .as_str()
+            .expect("version")
+            .to_owned();
         let initialized = self.notify("notifications/initialized", json!({})).await;
         assert_eq!(initialized, StatusCode::ACCEPTED);
         reply
     }
 
     pub async fn initialize(&mut self) -> Reply {
-        self.initialize_with("2025-11-25", json!({"elicitation": {"url": {}, "form": {}}})).await
+        self.initialize_with("2025-11-25", json!({"elicitation": {"url": {}, "form": {}}}))
+            .await
     }
 
     fn session_headers(&self) -> Vec<(String, String)> {
@@ -261,7 +325,10 @@ impl McpClient {
         headers.insert("accept", ACCEPT_BOTH.parse().expect("header"));
         headers.insert("content-type", "application/json".parse().expect("header"));
         for (name, value) in self.session_headers() {
-            headers.insert(reqwest::header::HeaderName::from_bytes(name.as_bytes()).expect("name"), value.parse().expect("value"));
+            headers.insert(
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                value.parse().expect("value"),
+            );
         }
         for (name, value) in extra {
             let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).expect("name");
@@ -271,17 +338,32 @@ impl McpClient {
                 headers.insert(name, value.parse().expect("value"));
             }
         }
-        let response = self.http.post(&self.url).headers(headers).body(body).send().await.expect("POST /mcp");
+        let response = self
+            .http
+            .post(&self.url)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .expect("POST /mcp");
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = response.bytes().await.expect("body");
-        let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("JSON body") };
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("JSON body")
+        };
         Reply { status, headers, body }
     }
 
     pub async fn request(&self, method: &str, params: Value) -> Reply {
         let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.post_raw(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}), &[]).await
+        self.post_raw(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+            &[],
+        )
+        .await
     }
 
     /// A request that must succeed; returns its `result`.
@@ -293,7 +375,9 @@ impl McpClient {
     }
 
     pub async fn notify(&self, method: &str, params: Value) -> StatusCode {
-        self.post_raw(&json!({"jsonrpc": "2.0", "method": method, "params": params}), &[]).await.status
+        self.post_raw(&json!({"jsonrpc": "2.0", "method": method, "params": params}), &[])
+            .await
+            .status
     }
 
     /// Opens the session's GET stream, resuming after `last_event_id` when given.
@@ -306,7 +390,12 @@ impl McpClient {
             request = request.header("last-event-id", id);
         }
         let response = request.send().await.expect("GET /mcp");
-        assert_eq!(response.status(), StatusCode::OK, "GET stream: {:?}", response.text().await);
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "GET stream: {:?}",
+            response.text().await
+        );
         SseStream::new(response)
     }
 
@@ -342,7 +431,11 @@ pub struct SseStream {
 
 impl SseStream {
     pub fn new(response: reqwest::Response) -> Self {
-        Self { bytes: response.bytes_stream().boxed(), buffer: String::new(), ended: false }
+        Self {
+            bytes: response.bytes_stream().boxed(),
+            buffer: String::new(),
+            ended: false,
+        }
     }
 
     /// The next event (comments skipped), or None when the stream ends or `wait` passes.
@@ -358,7 +451,9 @@ impl SseStream {
                         continue;
                     }
                     has_field = true;
-                    let (field, value) = line.split_once(':').map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+                    let (field, value) = line
+                        .split_once(':')
+                        .map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
                     match field {
                         "id" => event.id = Some(value.to_owned()),
                         "event" => event.event = Some(value.to_owned()),
@@ -385,7 +480,9 @@ impl SseStream {
                 Ok(None) | Ok(Some(Err(_))) => {
                     self.ended = true;
                 }
-                Ok(Some(Ok(chunk))) => self.buffer.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n")),
+                Ok(Some(Ok(chunk))) => self
+                    .buffer
+                    .push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n")),
             }
         }
     }
@@ -407,7 +504,13 @@ impl SseStream {
 /// Appends a message to a session's event log through the server's own bus.
 pub async fn publish(server: &TestServer, session: &str, message: &Value) -> i64 {
     let id = session.parse().expect("session id");
-    server.state.bus.publish(&id, message).await.expect("publish").expect("session exists")
+    server
+        .state
+        .bus
+        .publish(&id, message)
+        .await
+        .expect("publish")
+        .expect("session exists")
 }
 
 pub fn note(n: i64) -> Value {
