@@ -47,7 +47,78 @@ pub struct Config {
     pub identity: IdentityConfig,
     pub mcp: McpConfig,
     pub log: LogConfig,
+    pub secrets: SecretsConfig,
+    pub elicitation: ElicitationConfig,
+    pub providers: Vec<ProviderConfig>,
     pub tools: Vec<ToolConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecretsConfig {
+    /// Base64 32-byte keys, newest first: the first encrypts, every one decrypts (rotation).
+    pub keys: Vec<Secret<String>>,
+    /// Used on SQLite when `keys` is empty: created (mode 0600) with a random key if missing.
+    pub dev_key_file: PathBuf,
+}
+
+impl Default for SecretsConfig {
+    fn default() -> Self {
+        Self { keys: Vec::new(), dev_key_file: PathBuf::from("gatehouse.key") }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ElicitationConfig {
+    /// How long a user has to finish in the browser before the elicitation expires.
+    #[serde(deserialize_with = "duration")]
+    pub ttl: Duration,
+}
+
+impl Default for ElicitationConfig {
+    fn default() -> Self {
+        Self { ttl: Duration::from_secs(600) }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// HTTP Basic with the client id and secret (RFC 6749 2.3.1).
+    Basic,
+    /// `client_id` and `client_secret` in the form body.
+    Post,
+}
+
+/// An OAuth 2 provider. A `preset` fills the URLs of a known provider; every key set here wins.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub id: String,
+    pub preset: Option<String>,
+    /// Shown to users ("GitHub"); defaults to the preset's name or the id.
+    pub name: Option<String>,
+    pub authorize_url: Option<Url>,
+    pub token_url: Option<Url>,
+    pub userinfo_url: Option<Url>,
+    /// JSON pointer into the userinfo answer for the account label (e.g. "/login").
+    pub account_label: Option<String>,
+    /// RFC 9207: when set, an `iss` sent to the callback must equal it.
+    pub issuer: Option<String>,
+    pub revocation_url: Option<Url>,
+    pub client_id: String,
+    pub client_secret: Secret<String>,
+    /// Scopes every sign-in asks for; tools may require more.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    pub scope_separator: Option<String>,
+    pub client_auth: Option<ClientAuth>,
+    /// Extra authorize parameters (e.g. `access_type = "offline"`).
+    #[serde(default)]
+    pub authorize_params: BTreeMap<String, String>,
+    /// Microsoft Entra ID: the tenant (default "common").
+    pub tenant: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -340,6 +411,16 @@ impl Config {
         if self.mcp.page_size == 0 {
             return Err(ConfigError::key("mcp.page_size", "must be at least 1"));
         }
+        if self.elicitation.ttl < Duration::from_secs(30) {
+            return Err(ConfigError::key("elicitation.ttl", "must be at least 30s: people need time to sign in"));
+        }
+        if self.secrets.keys.is_empty() && !self.database.url.expose().starts_with("sqlite:") {
+            return Err(ConfigError::key(
+                "secrets.keys",
+                "must list at least one key on PostgreSQL (replicas must share it); \
+                 make one with `gatehouse generate-key`",
+            ));
+        }
         Ok(())
     }
 }
@@ -411,10 +492,12 @@ const STRING_KEYS: &[(&str, &str)] = &[
     ("identity", "header"),
     ("identity", "local_principal"),
     ("mcp", "session_idle_timeout"),
+    ("elicitation", "ttl"),
+    ("secrets", "dev_key_file"),
     ("log", "format"),
 ];
 /// Keys whose environment override may be comma-separated text.
-const LIST_KEYS: &[(&str, &str)] = &[("server", "allowed_origins"), ("server", "trusted_proxies")];
+const LIST_KEYS: &[(&str, &str)] = &[("server", "allowed_origins"), ("server", "trusted_proxies"), ("secrets", "keys")];
 
 fn resolve_env_references(
     value: &mut toml::Value,
@@ -506,6 +589,7 @@ mod tests {
                     "https://a.example, https://b.example",
                 ),
                 ("GATEHOUSE_DATABASE__URL", "postgres://u:p@db/gatehouse"),
+                ("GATEHOUSE_SECRETS__KEYS", "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleS0="),
             ],
         )
         .expect("config");
@@ -516,6 +600,13 @@ mod tests {
             vec!["https://a.example", "https://b.example"]
         );
         assert_eq!(config.database.url.expose(), "postgres://u:p@db/gatehouse");
+        assert_eq!(config.secrets.keys.len(), 1, "a list key takes one value from the environment");
+    }
+
+    #[test]
+    fn postgres_needs_configured_keys() {
+        let error = load("[database]\nurl = \"postgres://db/gatehouse\"\n", &[]).unwrap_err();
+        assert_eq!(key_of(error), "secrets.keys");
     }
 
     #[test]

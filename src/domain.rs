@@ -61,6 +61,30 @@ impl fmt::Debug for SessionId {
     }
 }
 
+/// An elicitation's id: a UUIDv7, opaque to clients, parsed before any lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ElicitationId(uuid::Uuid);
+
+impl ElicitationId {
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::now_v7())
+    }
+}
+
+impl FromStr for ElicitationId {
+    type Err = uuid::Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        uuid::Uuid::try_parse(text).map(Self)
+    }
+}
+
+impl fmt::Display for ElicitationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
 /// The end user, as the identity mode established it; never taken from what a client claims.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]

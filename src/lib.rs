@@ -10,10 +10,12 @@ pub mod events;
 pub mod gate;
 pub mod identity;
 pub mod mcp;
+pub mod providers;
 pub mod secret;
 pub mod state;
 pub mod store;
 pub mod tools;
+pub mod vault;
 mod web;
 
 use std::future::Future;

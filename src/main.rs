@@ -41,10 +41,16 @@ enum Command {
     Migrate,
     /// Validate the configuration and exit.
     CheckConfig,
+    /// Print a new random key for `[secrets] keys` (base64, 32 bytes).
+    GenerateKey,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Some(Command::GenerateKey)) {
+        println!("{}", gatehouse::vault::KeyRing::generate_key());
+        return ExitCode::SUCCESS;
+    }
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let config = match Config::load(ConfigSource {
         file: cli.config.as_deref(),
@@ -69,6 +75,7 @@ fn main() -> ExitCode {
             Command::Serve => serve(config).await,
             Command::Migrate => migrate(config).await,
             Command::CheckConfig => check_config(config),
+            Command::GenerateKey => Ok(()),
         }
     });
     match result {
@@ -125,8 +132,12 @@ async fn migrate(config: Config) -> Result<(), String> {
 }
 
 fn check_config(config: Config) -> Result<(), String> {
-    gatehouse::tools::ToolRegistry::from_config(&config, reqwest::Client::new()).map_err(|e| e.to_string())?;
+    let providers = gatehouse::providers::Providers::from_config(&config).map_err(|e| e.to_string())?;
+    gatehouse::tools::ToolRegistry::from_config(&config, &providers, reqwest::Client::new()).map_err(|e| e.to_string())?;
     gatehouse::identity::Identity::from_config(&config).map_err(|e| e.to_string())?;
+    if !config.secrets.keys.is_empty() {
+        gatehouse::vault::KeyRing::from_keys(&config.secrets.keys).map_err(|e| e.to_string())?;
+    }
     println!("configuration is valid");
     Ok(())
 }

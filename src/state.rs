@@ -10,10 +10,13 @@ use url::Url;
 
 use crate::config::{Config, ConfigError};
 use crate::events::{self, Bus, Hub};
+use crate::gate::{self, Gate};
 use crate::identity::Identity;
 use crate::mcp::sessions::{self, Sessions};
 use crate::store::{self, SessionCache, Store, StoreError};
+use crate::providers::{OAuthClient, Providers};
 use crate::tools::ToolRegistry;
+use crate::vault::{KeyRing, VaultError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -23,6 +26,17 @@ pub enum StartError {
     Database(#[from] StoreError),
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(#[from] reqwest::Error),
+    #[error("secrets: {0}")]
+    Vault(#[from] VaultError),
+}
+
+/// The key ring: the configured keys, or on SQLite a development key file made on first start.
+pub fn key_ring(config: &Config) -> Result<KeyRing, VaultError> {
+    if config.secrets.keys.is_empty() {
+        KeyRing::load_or_create_dev_key(&config.secrets.dev_key_file)
+    } else {
+        KeyRing::from_keys(&config.secrets.keys)
+    }
 }
 
 /// Cached sessions per replica; a full cache starts over (see `SessionCache`).
@@ -37,6 +51,7 @@ pub struct AppState {
     pub bus: Arc<Bus>,
     pub tools: Arc<ToolRegistry>,
     pub identity: Arc<Identity>,
+    pub gate: Arc<Gate>,
     /// Cancelled when the server shuts down: streams end and background tasks stop.
     pub shutdown: CancellationToken,
     public_origin: String,
@@ -49,7 +64,9 @@ impl AppState {
     pub async fn build(config: Config, shutdown: CancellationToken) -> Result<(Self, Vec<JoinHandle<()>>), StartError> {
         let identity = Identity::from_config(&config)?;
         let client = outbound_client()?;
-        let tools = ToolRegistry::from_config(&config, client)?;
+        let providers = Arc::new(Providers::from_config(&config)?);
+        let tools = ToolRegistry::from_config(&config, &providers, client.clone())?;
+        let vault = Arc::new(key_ring(&config)?);
         let database = store::connect(config.database.url.expose(), config.database.max_connections).await?;
         if config.database.migrate_on_start {
             database.store.migrate().await?;
@@ -77,6 +94,16 @@ impl AppState {
         )));
 
         let public_url = config.public_url();
+        let gate = Arc::new(Gate::new(
+            database.store.clone(),
+            vault,
+            providers,
+            OAuthClient::new(client),
+            bus.clone(),
+            public_url.clone(),
+            config.elicitation.ttl,
+        ));
+        tasks.push(tokio::spawn(gate::sweep_periodically(gate.clone(), shutdown.clone())));
         let state = Self {
             public_origin: public_url.origin().ascii_serialization(),
             public_host: host_with_port(&public_url),
@@ -86,6 +113,7 @@ impl AppState {
             bus,
             tools: Arc::new(tools),
             identity: Arc::new(identity),
+            gate,
             shutdown,
         };
         Ok((state, tasks))

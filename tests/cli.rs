@@ -122,6 +122,7 @@ async fn serve_until_sigterm(backend: Backend) {
         .env_clear()
         .env("GATEHOUSE_SERVER__BIND", &bind)
         .env("GATEHOUSE_DATABASE__URL", &database.url)
+        .env("GATEHOUSE_SECRETS__KEYS", common::TEST_KEY)
         .env("GATEHOUSE_LOG__FORMAT", "json")
         .env("GATEHOUSE_SERVER__SSE_RETRY", "2s")
         .stdout(Stdio::null())

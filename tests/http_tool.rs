@@ -342,7 +342,8 @@ fn tool_configuration_errors_name_their_key() {
     ];
     for (toml, key) in cases {
         let config = common::config(toml, &[]);
-        let error = match gatehouse::tools::ToolRegistry::from_config(&config, reqwest::Client::new()) {
+        let providers = gatehouse::providers::Providers::from_config(&config).expect("no providers");
+        let error = match gatehouse::tools::ToolRegistry::from_config(&config, &providers, reqwest::Client::new()) {
             Ok(_) => panic!("should be refused: {toml}"),
             Err(error) => error.to_string(),
         };

@@ -129,7 +129,7 @@ async fn python_sdk_lists_tools_and_calls_an_http_tool(backend: Backend) {
     assert_eq!(report["serverName"], "gatehouse");
     assert_eq!(
         report["tools"],
-        json!(["whoami", "greet"]),
+        json!(["whoami", "disconnect", "greet"]),
         "pages followed with page_size = 1"
     );
     assert_eq!(report["result"]["isError"], false);

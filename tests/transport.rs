@@ -426,8 +426,8 @@ async fn tools_list_paginates_with_cursors(backend: Backend) {
             None => break,
         }
     }
-    assert_eq!(pages, 2);
-    assert_eq!(names, ["whoami", "one", "two", "three"]);
+    assert_eq!(pages, 3);
+    assert_eq!(names, ["whoami", "disconnect", "one", "two", "three"]);
     let forged = client.request("tools/list", json!({"cursor": "b2Zmc2V0Ojk5"})).await;
     assert_eq!(forged.body["error"]["code"], -32602, "offset:99 is past the end");
     assert_eq!(

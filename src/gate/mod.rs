@@ -1,7 +1,14 @@
-//! The domain core: what a tool needs before it may run. Requirements are parsed from
-//! configuration now; deciding which are met (and eliciting the rest) builds on them.
+//! The domain core: what a tool needs before it may run, the decision "run, or which
+//! elicitations are missing", and the browser side of satisfying them.
+
+mod service;
 
 use std::fmt;
+
+pub use service::{
+    CALLBACK_PATH, CallbackOutcome, CallbackRefusal, ConnectionSummary, Credentials, Decision, Gate, GateError, StartedFlow,
+    sweep_periodically,
+};
 
 /// One thing a tool needs: a connection at a provider (with scopes) or a submitted form.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,8 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
+/// MCP 2025-11-25: the request needs the user to complete URL-mode elicitations first.
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// A request id: MCP allows strings and integers, never null.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -7,12 +7,13 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 
-use super::jsonrpc::{self, METHOD_NOT_FOUND, RpcError};
+use super::jsonrpc::{self, METHOD_NOT_FOUND, RpcError, URL_ELICITATION_REQUIRED};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::domain::{LogLevel, Principal, SessionId};
+use crate::gate::{Credentials, Decision, GateError, Requirement};
 use crate::state::AppState;
-use crate::store::SessionRecord;
-use crate::tools::{CallContext, ToolResult};
+use crate::store::{ElicitationRecord, SessionRecord};
+use crate::tools::{CallContext, ToolOutcome, ToolResult};
 
 /// Told to the model at `initialize`: how gated tools behave and what to do about it.
 const INSTRUCTIONS: &str = "Some tools on this server act on the user's accounts at other services or need \
@@ -155,30 +156,85 @@ async fn call_tool(
         let result = ToolResult::error(format!("Invalid arguments for {name}: {}.", problems.join("; ")));
         return Ok(result.to_json());
     }
-    log(
-        state,
-        session,
-        LogLevel::Debug,
-        json!({"event": "tool call", "tool": name}),
-    )
-    .await;
-    let result = tool.call(&CallContext { principal, session }, &arguments).await;
-    if result.is_error {
-        let text = result
-            .content
-            .first()
-            .and_then(|c| c.get("text"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        log(
-            state,
-            session,
-            LogLevel::Warning,
-            json!({"event": "tool failed", "tool": name, "error": text}),
-        )
-        .await;
+    log(state, session, LogLevel::Debug, json!({"event": "tool call", "tool": name})).await;
+    let requires = &tool.definition().requires;
+    // A rejected token breaks its connection, so the second decision elicits; one retry suffices.
+    for _ in 0..2 {
+        let credentials = match decide(state, session, principal, requires).await? {
+            Gated::Run(credentials) => credentials,
+            Gated::Answer(answer) => return answer,
+        };
+        let context = CallContext { principal, session, credentials: &credentials, gate: &state.gate };
+        match tool.call(&context, &arguments).await {
+            ToolOutcome::Done(result) => {
+                if result.is_error {
+                    let text = result.content.first().and_then(|c| c.get("text")).cloned().unwrap_or(Value::Null);
+                    log(state, session, LogLevel::Warning, json!({"event": "tool failed", "tool": name, "error": text})).await;
+                }
+                return Ok(result.to_json());
+            }
+            ToolOutcome::CredentialRejected { provider } => {
+                state.gate.credential_rejected(principal, &provider, &credentials).await.map_err(internal)?;
+            }
+        }
     }
-    Ok(result.to_json())
+    Ok(ToolResult::error(format!("{name} could not use the connected account; ask the user to sign in again.")).to_json())
+}
+
+enum Gated {
+    Run(Credentials),
+    /// What the call answers instead of running: -32042, or a result for the model.
+    Answer(Result<Value, RpcError>),
+}
+
+fn internal(error: GateError) -> RpcError {
+    tracing::error!(%error, "gate failed");
+    RpcError::internal()
+}
+
+async fn decide(state: &AppState, session: &SessionRecord, principal: &Principal, requires: &[Requirement]) -> Result<Gated, RpcError> {
+    let decision = match state.gate.decide(principal, session, requires).await {
+        Ok(decision) => decision,
+        Err(GateError::ProviderUnavailable { provider, reason }) => {
+            let text = format!("{provider} cannot be reached right now ({reason}). Try again in a moment.");
+            return Ok(Gated::Answer(Ok(ToolResult::error(text).to_json())));
+        }
+        Err(error) => return Err(internal(error)),
+    };
+    Ok(match decision {
+        Decision::Run(credentials) => Gated::Run(credentials),
+        Decision::Declined(elicitation) => Gated::Answer(Ok(ToolResult::error(format!(
+            "The user declined the request: {} Do not call this tool again unless the user asks to.",
+            elicitation.message
+        ))
+        .to_json())),
+        Decision::Elicit(elicitations) => Gated::Answer(elicit(session, &elicitations)),
+    })
+}
+
+/// Whether the client said it can open URLs for elicitations (`elicitation.url`).
+fn supports_url_elicitation(session: &SessionRecord) -> bool {
+    session.client_capabilities.get("elicitation").and_then(|e| e.get("url")).is_some_and(Value::is_object)
+}
+
+/// Error -32042 listing the elicitations, or for clients without URL mode a tool result that
+/// asks the model to have the user open the URLs.
+fn elicit(session: &SessionRecord, elicitations: &[ElicitationRecord]) -> Result<Value, RpcError> {
+    if supports_url_elicitation(session) {
+        let entries: Vec<Value> = elicitations
+            .iter()
+            .map(|e| json!({"mode": "url", "elicitationId": e.id.to_string(), "url": e.url, "message": e.message}))
+            .collect();
+        return Err(RpcError::new(URL_ELICITATION_REQUIRED, "This request requires more information.")
+            .with_data(json!({ "elicitations": entries })));
+    }
+    let steps: Vec<String> = elicitations.iter().map(|e| format!("- {} Open: {}", e.message, e.url)).collect();
+    Ok(ToolResult::error(format!(
+        "The user must first complete a step in their browser:\n{}\nShow the link to the user, ask them to open it and \
+         finish there, then call this tool again with the same arguments.",
+        steps.join("\n")
+    ))
+    .to_json())
 }
 
 /// Sends a `notifications/message` on the session's stream when its level admits `level`.

@@ -124,7 +124,7 @@ fn check_protocol_header(headers: &HeaderMap) -> Result<(), Refusal> {
 }
 
 fn principal(state: &AppState, parts: &Parts, peer: SocketAddr) -> Result<Principal, Refusal> {
-    state.identity.principal(parts, peer).map_err(|e| {
+    state.identity.principal(&parts.headers, peer).map_err(|e| {
         tracing::info!(%peer, reason = %e, "refused unidentified MCP request");
         Refusal::new(StatusCode::UNAUTHORIZED, format!("Unauthorized: {e}"))
     })

@@ -1,6 +1,13 @@
 //! Persistence: one `Store` trait with a PostgreSQL and a SQLite implementation, each with its own
 //! migrations and native types. The backend is chosen by the database URL's scheme.
 
+/// SQL text assembled from constant column lists: no outside input reaches it.
+macro_rules! sql {
+    ($($arg:tt)*) => {
+        sqlx::AssertSqlSafe(format!($($arg)*))
+    };
+}
+
 mod cache;
 mod postgres;
 mod sqlite;
@@ -11,7 +18,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::domain::{LogLevel, Principal, SessionId};
+use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
 pub use cache::SessionCache;
 pub use postgres::{NOTIFY_CHANNEL, PostgresStore};
@@ -54,6 +61,102 @@ pub struct StoredEvent {
     pub message: Value,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElicitationStatus {
+    Pending,
+    Completed,
+    Declined,
+    Expired,
+    Failed,
+}
+
+impl ElicitationStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ElicitationStatus::Pending => "pending",
+            ElicitationStatus::Completed => "completed",
+            ElicitationStatus::Declined => "declined",
+            ElicitationStatus::Expired => "expired",
+            ElicitationStatus::Failed => "failed",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, StoreError> {
+        Ok(match text {
+            "pending" => ElicitationStatus::Pending,
+            "completed" => ElicitationStatus::Completed,
+            "declined" => ElicitationStatus::Declined,
+            "expired" => ElicitationStatus::Expired,
+            "failed" => ElicitationStatus::Failed,
+            other => return Err(StoreError::Corrupt(format!("elicitation status {other:?}"))),
+        })
+    }
+}
+
+/// One request to the user to satisfy one requirement.
+#[derive(Debug, Clone)]
+pub struct ElicitationRecord {
+    pub id: ElicitationId,
+    pub principal: Principal,
+    pub session_id: SessionId,
+    /// The requirement's canonical text (`provider:scope1 scope2`, `form:id`).
+    pub requirement: String,
+    pub status: ElicitationStatus,
+    pub message: String,
+    pub url: String,
+    pub client_name: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+/// An OAuth authorization in progress in someone's browser.
+#[derive(Debug, Clone)]
+pub struct OAuthFlowRecord {
+    pub state_hash: String,
+    pub elicitation_id: ElicitationId,
+    pub principal: Principal,
+    pub provider: String,
+    pub scopes: Vec<String>,
+    /// Encrypted PKCE verifier.
+    pub pkce_verifier: Vec<u8>,
+    pub browser_hash: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub used_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionStatus {
+    Active,
+    /// The provider refused the tokens: the user must sign in again.
+    Broken,
+}
+
+/// A principal's grant at a provider. Tokens are ciphertexts from the key ring.
+#[derive(Debug, Clone)]
+pub struct ConnectionRecord {
+    pub principal: Principal,
+    pub provider: String,
+    pub access_token: Vec<u8>,
+    pub refresh_token: Option<Vec<u8>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub scopes: Vec<String>,
+    pub account_label: Option<String>,
+    pub status: ConnectionStatus,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// New tokens from a refresh; `refresh_token: None` keeps the stored one.
+#[derive(Debug, Clone)]
+pub struct RefreshedTokens {
+    pub access_token: Vec<u8>,
+    pub refresh_token: Option<Vec<u8>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub scopes: Option<Vec<String>>,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> Backend;
@@ -92,6 +195,93 @@ pub trait Store: Send + Sync + 'static {
     /// a stream. `None` when the session does not exist.
     async fn delivered_seq(&self, session: &SessionId) -> Result<Option<i64>, StoreError>;
 
+    /// Stores a new pending elicitation, or returns the one already pending for the same
+    /// principal, session and requirement (two concurrent calls get the same one).
+    async fn insert_elicitation(&self, elicitation: &ElicitationRecord) -> Result<ElicitationRecord, StoreError>;
+
+    /// The unexpired pending elicitation for this principal, session and requirement.
+    async fn pending_elicitation(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        requirement: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ElicitationRecord>, StoreError>;
+
+    async fn elicitation(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, StoreError>;
+
+    /// Moves a pending, unexpired elicitation to `status` and appends `notification` to its
+    /// session's event log, in one transaction. False (and nothing changed) when it was not
+    /// pending: finishing twice sends nothing the second time.
+    async fn finish_elicitation(
+        &self,
+        id: &ElicitationId,
+        status: ElicitationStatus,
+        notification: &Value,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// The newest declined elicitation for this principal, session and requirement that no call
+    /// has reported yet, now marked reported.
+    async fn take_unreported_decline(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        requirement: &str,
+    ) -> Result<Option<ElicitationRecord>, StoreError>;
+
+    /// Marks pending elicitations past their expiry as expired; returns how many.
+    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError>;
+
+    async fn flow(&self, state_hash: &str) -> Result<Option<OAuthFlowRecord>, StoreError>;
+
+    /// Marks an unused, unexpired flow used; false when it was used or expired (single use).
+    async fn consume_flow(&self, state_hash: &str, now: DateTime<Utc>) -> Result<bool, StoreError>;
+
+    /// Drops flows that expired before `cutoff`.
+    async fn delete_stale_flows(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    /// Saves the connection (replacing the principal's previous one at that provider), completes
+    /// the elicitation and appends `notification`, in one transaction. Returns whether the
+    /// elicitation was still pending (the connection is saved either way).
+    async fn save_connection(
+        &self,
+        connection: &ConnectionRecord,
+        elicitation: &ElicitationId,
+        notification: &Value,
+    ) -> Result<bool, StoreError>;
+
+    async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError>;
+
+    async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionRecord>, StoreError>;
+
+    /// Removes the connection and returns it (to revoke its tokens).
+    async fn delete_connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError>;
+
+    /// Marks the connection broken, unless its tokens changed since `seen_updated_at` (another
+    /// call refreshed them meanwhile).
+    async fn mark_connection_broken(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        seen_updated_at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Takes the refresh lease of an active connection until `until`; `None` while another
+    /// holder's lease runs. One refresh per connection at a time, across replicas.
+    async fn acquire_refresh_lease(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ConnectionRecord>, StoreError>;
+
+    /// Stores refreshed tokens and releases the lease.
+    async fn store_refreshed(&self, principal: &Principal, provider: &str, tokens: &RefreshedTokens) -> Result<(), StoreError>;
+
     /// Claims the events after `from` up to `to` for the calling stream: true when the delivered
     /// mark was still `from` and is now `to`, false when another stream claimed them first. This is
     /// how each new event is written to only one of a session's streams, across replicas.
@@ -125,6 +315,29 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Database, StoreE
 fn parse_log_level(text: Option<String>) -> Result<Option<LogLevel>, StoreError> {
     text.map(|t| t.parse::<LogLevel>().map_err(StoreError::Corrupt))
         .transpose()
+}
+
+fn parse_elicitation_id(text: &str) -> Result<ElicitationId, StoreError> {
+    text.parse().map_err(|_| StoreError::Corrupt(format!("elicitation id {text:?} is malformed")))
+}
+
+fn parse_connection_status(text: &str) -> Result<ConnectionStatus, StoreError> {
+    match text {
+        "active" => Ok(ConnectionStatus::Active),
+        "broken" => Ok(ConnectionStatus::Broken),
+        other => Err(StoreError::Corrupt(format!("connection status {other:?}"))),
+    }
+}
+
+fn connection_status_str(status: ConnectionStatus) -> &'static str {
+    match status {
+        ConnectionStatus::Active => "active",
+        ConnectionStatus::Broken => "broken",
+    }
+}
+
+fn split_scopes(text: &str) -> Vec<String> {
+    text.split_whitespace().map(str::to_owned).collect()
 }
 
 fn parse_session_id(text: &str) -> Result<SessionId, StoreError> {

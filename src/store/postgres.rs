@@ -10,8 +10,90 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
-use super::{Backend, SessionRecord, Store, StoreError, StoredEvent};
-use crate::domain::{LogLevel, SessionId};
+use super::{
+    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, OAuthFlowRecord, RefreshedTokens,
+    SessionRecord, Store, StoreError, StoredEvent,
+};
+use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
+
+/// Appends to a session's log inside `tx` and announces it at commit. `None`: no such session.
+async fn append_in(tx: &mut Tx<'_>, session: &str, message: &Value) -> Result<Option<i64>, StoreError> {
+    // The row lock taken by this UPDATE orders concurrent appends to one session.
+    let seq: Option<(i64,)> =
+        sqlx::query_as("UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq")
+            .bind(session)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let Some((seq,)) = seq else {
+        return Ok(None);
+    };
+    sqlx::query("INSERT INTO session_events (session_id, seq, message) VALUES ($1, $2, $3)")
+        .bind(session)
+        .bind(seq)
+        .bind(message)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(NOTIFY_CHANNEL)
+        .bind(format!("e {session} {seq}"))
+        .execute(&mut **tx)
+        .await?;
+    Ok(Some(seq))
+}
+
+const ELICITATION_COLUMNS: &str =
+    "id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at, completed_at";
+
+fn elicitation_from_row(row: &sqlx::postgres::PgRow) -> Result<ElicitationRecord, StoreError> {
+    Ok(ElicitationRecord {
+        id: super::parse_elicitation_id(row.try_get("id")?)?,
+        principal: super::parse_principal(row.try_get("principal")?)?,
+        session_id: super::parse_session_id(row.try_get("session_id")?)?,
+        requirement: row.try_get("requirement")?,
+        status: ElicitationStatus::parse(row.try_get("status")?)?,
+        message: row.try_get("message")?,
+        url: row.try_get("url")?,
+        client_name: row.try_get("client_name")?,
+        created_at: row.try_get("created_at")?,
+        expires_at: row.try_get("expires_at")?,
+        completed_at: row.try_get("completed_at")?,
+    })
+}
+
+const CONNECTION_COLUMNS: &str =
+    "principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at";
+
+fn connection_from_row(row: &sqlx::postgres::PgRow) -> Result<ConnectionRecord, StoreError> {
+    Ok(ConnectionRecord {
+        principal: super::parse_principal(row.try_get("principal")?)?,
+        provider: row.try_get("provider")?,
+        access_token: row.try_get("access_token")?,
+        refresh_token: row.try_get("refresh_token")?,
+        expires_at: row.try_get("expires_at")?,
+        scopes: super::split_scopes(row.try_get("scopes")?),
+        account_label: row.try_get("account_label")?,
+        status: super::parse_connection_status(row.try_get("status")?)?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn flow_from_row(row: &sqlx::postgres::PgRow) -> Result<OAuthFlowRecord, StoreError> {
+    Ok(OAuthFlowRecord {
+        state_hash: row.try_get("state_hash")?,
+        elicitation_id: super::parse_elicitation_id(row.try_get("elicitation_id")?)?,
+        principal: super::parse_principal(row.try_get("principal")?)?,
+        provider: row.try_get("provider")?,
+        scopes: super::split_scopes(row.try_get("scopes")?),
+        pkce_verifier: row.try_get("pkce_verifier")?,
+        browser_hash: row.try_get("browser_hash")?,
+        created_at: row.try_get("created_at")?,
+        expires_at: row.try_get("expires_at")?,
+        used_at: row.try_get("used_at")?,
+    })
+}
 
 /// The channel every replica LISTENs on. Payloads: `e <session> <seq>` (event appended) and
 /// `s <session>` (session changed or ended).
@@ -151,29 +233,11 @@ impl Store for PostgresStore {
 
     async fn append_event(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        // The row lock taken by this UPDATE orders concurrent appends to one session.
-        let seq: Option<(i64,)> = sqlx::query_as(
-            "UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq",
-        )
-        .bind(session.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((seq,)) = seq else {
-            return Ok(None);
-        };
-        sqlx::query("INSERT INTO session_events (session_id, seq, message) VALUES ($1, $2, $3)")
-            .bind(session.as_str())
-            .bind(seq)
-            .bind(message)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(NOTIFY_CHANNEL)
-            .bind(format!("e {session} {seq}"))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(Some(seq))
+        let seq = append_in(&mut tx, session.as_str(), message).await?;
+        if seq.is_some() {
+            tx.commit().await?;
+        }
+        Ok(seq)
     }
 
     async fn events_after(&self, session: &SessionId, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
@@ -197,6 +261,297 @@ impl Store for PostgresStore {
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.map(|(seq,)| seq))
+    }
+
+    async fn insert_elicitation(&self, e: &ElicitationRecord) -> Result<ElicitationRecord, StoreError> {
+        let inserted = sqlx::query(sql!(
+            "INSERT INTO elicitations ({ELICITATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             ON CONFLICT (principal, session_id, requirement) WHERE status = 'pending' DO NOTHING
+             RETURNING {ELICITATION_COLUMNS}"
+        ))
+        .bind(e.id.to_string())
+        .bind(e.principal.as_str())
+        .bind(e.session_id.as_str())
+        .bind(&e.requirement)
+        .bind(e.status.as_str())
+        .bind(&e.message)
+        .bind(&e.url)
+        .bind(&e.client_name)
+        .bind(e.created_at)
+        .bind(e.expires_at)
+        .bind(e.completed_at)
+        .fetch_optional(&self.pool)
+        .await?;
+        match inserted {
+            Some(row) => elicitation_from_row(&row),
+            None => {
+                let row = sqlx::query(sql!(
+                    "SELECT {ELICITATION_COLUMNS} FROM elicitations
+                     WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND status = 'pending'"
+                ))
+                .bind(e.principal.as_str())
+                .bind(e.session_id.as_str())
+                .bind(&e.requirement)
+                .fetch_one(&self.pool)
+                .await?;
+                elicitation_from_row(&row)
+            }
+        }
+    }
+
+    async fn pending_elicitation(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        requirement: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ElicitationRecord>, StoreError> {
+        let row = sqlx::query(sql!(
+            "SELECT {ELICITATION_COLUMNS} FROM elicitations
+             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND status = 'pending' AND expires_at > $4"
+        ))
+        .bind(principal.as_str())
+        .bind(session.as_str())
+        .bind(requirement)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(elicitation_from_row).transpose()
+    }
+
+    async fn elicitation(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, StoreError> {
+        let row = sqlx::query(sql!("SELECT {ELICITATION_COLUMNS} FROM elicitations WHERE id = $1"))
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(elicitation_from_row).transpose()
+    }
+
+    async fn finish_elicitation(
+        &self,
+        id: &ElicitationId,
+        status: ElicitationStatus,
+        notification: &Value,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let session: Option<(String,)> = sqlx::query_as(
+            "UPDATE elicitations SET status = $2, completed_at = $3
+             WHERE id = $1 AND status = 'pending' AND expires_at > $3 RETURNING session_id",
+        )
+        .bind(id.to_string())
+        .bind(status.as_str())
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((session,)) = session else {
+            return Ok(false);
+        };
+        append_in(&mut tx, &session, notification).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn take_unreported_decline(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        requirement: &str,
+    ) -> Result<Option<ElicitationRecord>, StoreError> {
+        let row = sqlx::query(sql!(
+            "UPDATE elicitations SET reported = TRUE WHERE id = (
+                 SELECT id FROM elicitations
+                 WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND status = 'declined' AND NOT reported
+                 ORDER BY completed_at DESC LIMIT 1 FOR UPDATE SKIP LOCKED)
+             AND NOT reported RETURNING {ELICITATION_COLUMNS}"
+        ))
+        .bind(principal.as_str())
+        .bind(session.as_str())
+        .bind(requirement)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(elicitation_from_row).transpose()
+    }
+
+    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
+        let result = sqlx::query("UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= $1")
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        Ok(result.rows_affected())
+    }
+
+    async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO oauth_flows (state_hash, elicitation_id, principal, provider, scopes, pkce_verifier, browser_hash, created_at, expires_at, used_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(&flow.state_hash)
+        .bind(flow.elicitation_id.to_string())
+        .bind(flow.principal.as_str())
+        .bind(&flow.provider)
+        .bind(flow.scopes.join(" "))
+        .bind(&flow.pkce_verifier)
+        .bind(&flow.browser_hash)
+        .bind(flow.created_at)
+        .bind(flow.expires_at)
+        .bind(flow.used_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn flow(&self, state_hash: &str) -> Result<Option<OAuthFlowRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT state_hash, elicitation_id, principal, provider, scopes, pkce_verifier, browser_hash, created_at, expires_at, used_at
+             FROM oauth_flows WHERE state_hash = $1",
+        )
+        .bind(state_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(flow_from_row).transpose()
+    }
+
+    async fn consume_flow(&self, state_hash: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "UPDATE oauth_flows SET used_at = $2 WHERE state_hash = $1 AND used_at IS NULL AND expires_at > $2",
+        )
+        .bind(state_hash)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn delete_stale_flows(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let result = sqlx::query("DELETE FROM oauth_flows WHERE expires_at < $1").bind(cutoff).execute(&self.pool).await?;
+        Ok(result.rows_affected())
+    }
+
+    async fn save_connection(
+        &self,
+        c: &ConnectionRecord,
+        elicitation: &ElicitationId,
+        notification: &Value,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO connections (principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
+                 refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at, scopes = EXCLUDED.scopes,
+                 account_label = EXCLUDED.account_label, status = EXCLUDED.status, refresh_lease = NULL,
+                 updated_at = EXCLUDED.updated_at",
+        )
+        .bind(c.principal.as_str())
+        .bind(&c.provider)
+        .bind(&c.access_token)
+        .bind(&c.refresh_token)
+        .bind(c.expires_at)
+        .bind(c.scopes.join(" "))
+        .bind(&c.account_label)
+        .bind(super::connection_status_str(c.status))
+        .bind(c.created_at)
+        .bind(c.updated_at)
+        .execute(&mut *tx)
+        .await?;
+        let session: Option<(String,)> = sqlx::query_as(
+            "UPDATE elicitations SET status = 'completed', completed_at = $2
+             WHERE id = $1 AND status = 'pending' RETURNING session_id",
+        )
+        .bind(elicitation.to_string())
+        .bind(c.updated_at)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((session,)) = &session {
+            append_in(&mut tx, session, notification).await?;
+        }
+        tx.commit().await?;
+        Ok(session.is_some())
+    }
+
+    async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
+        let row = sqlx::query(sql!("SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = $1 AND provider = $2"))
+            .bind(principal.as_str())
+            .bind(provider)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(connection_from_row).transpose()
+    }
+
+    async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionRecord>, StoreError> {
+        let rows = sqlx::query(sql!("SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = $1 ORDER BY provider"))
+            .bind(principal.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(connection_from_row).collect()
+    }
+
+    async fn delete_connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
+        let row = sqlx::query(sql!(
+            "DELETE FROM connections WHERE principal = $1 AND provider = $2 RETURNING {CONNECTION_COLUMNS}"
+        ))
+        .bind(principal.as_str())
+        .bind(provider)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(connection_from_row).transpose()
+    }
+
+    async fn mark_connection_broken(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        seen_updated_at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "UPDATE connections SET status = 'broken', refresh_lease = NULL
+             WHERE principal = $1 AND provider = $2 AND updated_at = $3",
+        )
+        .bind(principal.as_str())
+        .bind(provider)
+        .bind(seen_updated_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn acquire_refresh_lease(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ConnectionRecord>, StoreError> {
+        let row = sqlx::query(sql!(
+            "UPDATE connections SET refresh_lease = $3
+             WHERE principal = $1 AND provider = $2 AND status = 'active' AND (refresh_lease IS NULL OR refresh_lease <= $4)
+             RETURNING {CONNECTION_COLUMNS}"
+        ))
+        .bind(principal.as_str())
+        .bind(provider)
+        .bind(until)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(connection_from_row).transpose()
+    }
+
+    async fn store_refreshed(&self, principal: &Principal, provider: &str, t: &RefreshedTokens) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE connections SET access_token = $3, refresh_token = COALESCE($4, refresh_token), expires_at = $5,
+                 scopes = COALESCE($6, scopes), refresh_lease = NULL, updated_at = now()
+             WHERE principal = $1 AND provider = $2",
+        )
+        .bind(principal.as_str())
+        .bind(provider)
+        .bind(&t.access_token)
+        .bind(&t.refresh_token)
+        .bind(t.expires_at)
+        .bind(t.scopes.as_ref().map(|s| s.join(" ")))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn claim_delivery(&self, session: &SessionId, from: i64, to: i64) -> Result<bool, StoreError> {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use url::Url;
 
 use super::template::{Encoding, Template};
-use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolResult};
+use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
 use crate::config::{ConfigError, ToolConfig};
 use crate::gate::Requirement;
 
@@ -86,6 +86,8 @@ pub struct HttpTool {
     body: Option<Body>,
     timeout: Duration,
     max_response_bytes: usize,
+    /// The provider whose access token is sent as `Authorization: Bearer` (the first required).
+    bearer: Option<String>,
     client: reqwest::Client,
 }
 
@@ -144,6 +146,16 @@ impl HttpTool {
         }
 
         let read_only = matches!(method, Method::GET | Method::HEAD);
+        let bearer = requires.iter().find_map(|r| match r {
+            Requirement::Provider { provider, .. } => Some(provider.clone()),
+            Requirement::Form { .. } => None,
+        });
+        if bearer.is_some() && http.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
+            return Err(ConfigError::key(
+                format!("{key}.http.headers.Authorization"),
+                "is set by gatehouse to the user's access token for a tool that requires a provider",
+            ));
+        }
         Ok(Self {
             definition: ToolDefinition {
                 name: tool.name.clone(),
@@ -160,6 +172,7 @@ impl HttpTool {
             body,
             timeout: http.timeout,
             max_response_bytes: http.max_response_bytes,
+            bearer,
             client,
         })
     }
@@ -219,25 +232,59 @@ impl Tool for HttpTool {
         &self.definition
     }
 
-    async fn call(&self, _context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolResult {
-        let request = match self.build_request(arguments) {
+    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
+        let mut request = match self.build_request(arguments) {
             Ok(request) => request,
-            Err(reason) => return ToolResult::error(format!("Cannot call {}: {reason}", self.definition.name)),
+            Err(reason) => return ToolOutcome::Done(ToolResult::error(format!("Cannot call {}: {reason}", self.definition.name))),
         };
+        if let Some(provider) = &self.bearer {
+            // The gate ran this tool only with a token for every provider it requires.
+            let Some(token) = context.credentials.token(provider) else {
+                return ToolOutcome::CredentialRejected { provider: provider.clone() };
+            };
+            request = request.bearer_auth(token.expose());
+        }
+        match self.send(request).await {
+            Sent::Answer(result) => ToolOutcome::Done(result),
+            Sent::Unauthorized => match &self.bearer {
+                Some(provider) => ToolOutcome::CredentialRejected { provider: provider.clone() },
+                None => ToolOutcome::Done(ToolResult::error(format!(
+                    "{} answered 401 Unauthorized",
+                    self.origin.ascii_serialization()
+                ))),
+            },
+        }
+    }
+}
+
+enum Sent {
+    Answer(ToolResult),
+    /// 401: the credentials were refused.
+    Unauthorized,
+}
+
+impl HttpTool {
+    async fn send(&self, request: reqwest::RequestBuilder) -> Sent {
         let host = self.origin.ascii_serialization();
         let response = match request.send().await {
             Ok(response) => response,
             Err(e) if e.is_timeout() => {
-                return ToolResult::error(format!(
-                    "{host} did not answer within {}",
-                    humantime::format_duration(self.timeout)
-                ));
+                let waited = humantime::format_duration(self.timeout);
+                return Sent::Answer(ToolResult::error(format!("{host} did not answer within {waited}")));
             }
             Err(e) => {
                 tracing::warn!(tool = %self.definition.name, error = %e, "upstream request failed");
-                return ToolResult::error(format!("Could not reach {host}"));
+                return Sent::Answer(ToolResult::error(format!("Could not reach {host}")));
             }
         };
+        if response.status() == reqwest::StatusCode::UNAUTHORIZED {
+            return Sent::Unauthorized;
+        }
+        Sent::Answer(self.read_answer(response, &host).await)
+    }
+
+    /// The tool result for an upstream answer: its text, JSON objects also as structured content.
+    async fn read_answer(&self, response: reqwest::Response, host: &str) -> ToolResult {
         let status = response.status();
         let is_json = response
             .headers()

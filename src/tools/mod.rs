@@ -1,5 +1,6 @@
 //! Tools: the `Tool` trait, the registry built once from configuration, and the tool kinds.
 
+mod disconnect;
 mod http;
 mod schema;
 mod template;
@@ -13,7 +14,8 @@ use serde_json::{Map, Value, json};
 
 use crate::config::{Config, ConfigError};
 use crate::domain::Principal;
-use crate::gate::Requirement;
+use crate::gate::{Credentials, Gate, Requirement};
+use crate::providers::Providers;
 use crate::store::SessionRecord;
 
 pub use schema::InputSchema;
@@ -45,10 +47,19 @@ impl ToolDefinition {
     }
 }
 
-/// Who is calling, and through which session.
+/// Who is calling, through which session, with which provider tokens.
 pub struct CallContext<'a> {
     pub principal: &'a Principal,
     pub session: &'a SessionRecord,
+    pub credentials: &'a Credentials,
+    pub gate: &'a Gate,
+}
+
+/// How a call ended.
+pub enum ToolOutcome {
+    Done(ToolResult),
+    /// The provider refused the token the call used: the user must sign in again.
+    CredentialRejected { provider: String },
 }
 
 /// A `CallToolResult`. Failures the model can act on are results with `is_error`, not errors.
@@ -96,8 +107,9 @@ impl ToolResult {
 pub trait Tool: Send + Sync {
     fn definition(&self) -> &ToolDefinition;
 
-    /// Runs the tool with arguments already checked against its input schema.
-    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolResult;
+    /// Runs the tool with arguments already checked against its input schema and every
+    /// requirement met.
+    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome;
 }
 
 /// Every tool, in a stable order for pagination, found by name.
@@ -116,8 +128,8 @@ fn valid_tool_name(name: &str) -> bool {
 
 impl ToolRegistry {
     /// Builds and checks every configured tool; built-ins come first.
-    pub fn from_config(config: &Config, client: reqwest::Client) -> Result<Self, ConfigError> {
-        let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(whoami::Whoami::new())];
+    pub fn from_config(config: &Config, providers: &Providers, client: reqwest::Client) -> Result<Self, ConfigError> {
+        let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(whoami::Whoami::new()), Arc::new(disconnect::Disconnect::new())];
         for (i, tool) in config.tools.iter().enumerate() {
             let key = format!("tools[{i}]");
             if !valid_tool_name(&tool.name) {
@@ -140,18 +152,20 @@ impl ToolRegistry {
                 .iter()
                 .enumerate()
                 .map(|(j, text)| {
-                    let requirement = Requirement::parse(text)
-                        .map_err(|e| ConfigError::key(format!("{key}.requires[{j}]"), e.to_string()))?;
+                    let requirement_key = format!("{key}.requires[{j}]");
+                    let requirement = Requirement::parse(text).map_err(|e| ConfigError::key(&requirement_key, e.to_string()))?;
                     // Nothing can satisfy a provider or a form that is not configured, and running the
                     // tool without it would bypass the gate: refuse the configuration instead.
-                    let missing = match &requirement {
-                        Requirement::Provider { provider, .. } => format!("names provider `{provider}`"),
-                        Requirement::Form { form } => format!("names form `{form}`"),
-                    };
-                    Err(ConfigError::key(
-                        format!("{key}.requires[{j}]"),
-                        format!("{missing}, which is not configured"),
-                    ))
+                    match &requirement {
+                        Requirement::Provider { provider, .. } if providers.get(provider).is_none() => Err(ConfigError::key(
+                            requirement_key,
+                            format!("names provider `{provider}`, which is not configured"),
+                        )),
+                        Requirement::Form { form } => {
+                            Err(ConfigError::key(requirement_key, format!("names form `{form}`, which is not configured")))
+                        }
+                        Requirement::Provider { .. } => Ok(requirement),
+                    }
                 })
                 .collect::<Result<Vec<Requirement>, ConfigError>>()?;
             tools.push(Arc::new(http::HttpTool::from_config(
@@ -207,7 +221,8 @@ mod tests {
     }
 
     fn registry(toml: &str) -> Result<ToolRegistry, ConfigError> {
-        ToolRegistry::from_config(&config(toml)?, reqwest::Client::new())
+        let config = config(toml)?;
+        ToolRegistry::from_config(&config, &Providers::from_config(&config)?, reqwest::Client::new())
     }
 
     fn refusal(toml: &str) -> ConfigError {
@@ -230,7 +245,7 @@ mod tests {
     #[test]
     fn builds_configured_tools_after_the_builtins() {
         let registry = registry(TOOL).expect("registry");
-        assert_eq!(registry.len(), 2);
+        assert_eq!(registry.len(), 3);
         assert!(registry.get("whoami").is_some());
         assert_eq!(
             registry.get("weather").expect("tool").definition().to_json()["annotations"]["readOnlyHint"],
@@ -244,7 +259,7 @@ mod tests {
         let (first, next) = registry.page(0, 2);
         assert_eq!(first.len(), 2);
         let (second, after) = registry.page(next.expect("more"), 2);
-        assert_eq!((second.len(), after), (1, None));
+        assert_eq!((second.len(), after), (2, None));
         assert_eq!(registry.page(99, 2).0.len(), 0);
     }
 

@@ -1,10 +1,10 @@
-//! `whoami`: the calling principal and the session, so a user (or model) can see who gatehouse
-//! thinks is calling. It never shows a secret.
+//! `whoami`: the calling principal, the session, and the connected accounts, so a user (or
+//! model) can see who gatehouse believes is calling. It never shows a token.
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
-use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolResult};
+use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
 
 pub struct Whoami {
     definition: ToolDefinition,
@@ -16,7 +16,8 @@ impl Whoami {
             definition: ToolDefinition {
                 name: "whoami".into(),
                 title: Some("Who am I".into()),
-                description: "Shows who gatehouse believes is calling (the principal) and the MCP session in use."
+                description: "Shows who gatehouse believes is calling (the principal), the MCP session in use, and the \
+                              accounts connected at other services (with their scopes, never their tokens)."
                     .into(),
                 input_schema: InputSchema::from_config(None, "whoami").expect("the empty schema is valid"),
                 read_only: true,
@@ -32,15 +33,36 @@ impl Tool for Whoami {
         &self.definition
     }
 
-    async fn call(&self, context: &CallContext<'_>, _arguments: &Map<String, Value>) -> ToolResult {
+    async fn call(&self, context: &CallContext<'_>, _arguments: &Map<String, Value>) -> ToolOutcome {
         let session = context.session;
-        ToolResult::structured(json!({
+        let connections = match context.gate.connections(context.principal).await {
+            Ok(connections) => connections,
+            Err(error) => {
+                tracing::error!(%error, "listing connections failed");
+                return ToolOutcome::Done(ToolResult::error("Could not list your connections; try again later."));
+            }
+        };
+        let connections: Vec<Value> = connections
+            .iter()
+            .map(|c| {
+                json!({
+                    "provider": c.provider,
+                    "name": c.provider_name,
+                    "account": c.account_label,
+                    "scopes": c.scopes,
+                    "status": if c.active { "active" } else { "needs sign-in" },
+                    "connectedAt": c.connected_at.to_rfc3339(),
+                })
+            })
+            .collect();
+        ToolOutcome::Done(ToolResult::structured(json!({
             "principal": context.principal.as_str(),
             "session": {
                 "protocolVersion": session.protocol_version,
                 "client": session.client_info,
                 "startedAt": session.created_at.to_rfc3339(),
             },
-        }))
+            "connections": connections,
+        })))
     }
 }

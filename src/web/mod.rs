@@ -1,4 +1,7 @@
-//! Browser- and operator-facing routes: the landing page and health checks.
+//! Browser- and operator-facing routes: the landing page, health checks, and the pages users
+//! open from elicitations.
+
+mod connect;
 
 use askama::Template;
 use axum::extract::State;
@@ -20,6 +23,7 @@ pub fn router() -> Router<AppState> {
         .route("/", get(index))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(connect::router())
 }
 
 #[derive(Template)]

@@ -15,6 +15,8 @@ use sqlx::Connection;
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
+pub mod fake_oauth;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Postgres,
@@ -198,7 +200,7 @@ impl TestServer {
     pub async fn start_on(database: &TestDatabase, extra_toml: &str, bind: &str) -> Self {
         let listener = tokio::net::TcpListener::bind(bind).await.expect("bind test server");
         let addr = listener.local_addr().expect("local addr");
-        let mut config = config(extra_toml, &[("GATEHOUSE_DATABASE__URL", &database.url)]);
+        let mut config = config(extra_toml, &[("GATEHOUSE_DATABASE__URL", &database.url), ("GATEHOUSE_SECRETS__KEYS", TEST_KEY)]);
         config.server.bind = addr;
         config.server.sse_keep_alive = Duration::from_secs(1);
         config.server.sse_retry = Duration::from_millis(250);
@@ -244,6 +246,9 @@ impl TestServer {
         format!("http://{}", self.addr)
     }
 }
+
+/// The key ring of test servers (base64 of 32 bytes); replicas of one test share it.
+pub const TEST_KEY: &str = "dGVzdC1rZXktZm9yLWdhdGVob3VzZS10ZXN0cy0zMmI=";
 
 pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 

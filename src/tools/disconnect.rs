@@ -1,0 +1,63 @@
+//! `disconnect`: removes the caller's connection at a provider and revokes its tokens there when
+//! the provider has a revocation endpoint.
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+
+use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
+
+pub struct Disconnect {
+    definition: ToolDefinition,
+}
+
+impl Disconnect {
+    pub fn new() -> Self {
+        let schema = json!({
+            "type": "object",
+            "properties": {"provider": {"type": "string", "description": "The provider id, as whoami lists it"}},
+            "required": ["provider"],
+            "additionalProperties": false,
+        });
+        Self {
+            definition: ToolDefinition {
+                name: "disconnect".into(),
+                title: Some("Disconnect an account".into()),
+                description: "Removes the connection to one of the user's accounts at another service and revokes \
+                              gatehouse's access there when the service allows it. Tools needing it will ask the user \
+                              to sign in again."
+                    .into(),
+                input_schema: InputSchema::from_config(Some(&schema), "disconnect").expect("the schema is valid"),
+                read_only: false,
+                requires: Vec::new(),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for Disconnect {
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
+    }
+
+    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
+        let provider = arguments.get("provider").and_then(Value::as_str).unwrap_or_default();
+        let result = match context.gate.disconnect(context.principal, provider).await {
+            Ok(None) => ToolResult::error(format!("There is no connection to `{provider}`; whoami lists the connections.")),
+            Ok(Some(None)) => ToolResult::text(format!(
+                "Disconnected from {provider}. The provider offers no revocation endpoint: the user can also remove \
+                 gatehouse's access in their account settings there."
+            )),
+            Ok(Some(Some(true))) => ToolResult::text(format!("Disconnected from {provider}, and access was revoked there.")),
+            Ok(Some(Some(false))) => ToolResult::text(format!(
+                "Disconnected from {provider}. Revoking access there failed: the user can remove it in their account \
+                 settings at the provider."
+            )),
+            Err(error) => {
+                tracing::error!(%error, "disconnect failed");
+                ToolResult::error("Could not disconnect; try again later.")
+            }
+        };
+        ToolOutcome::Done(result)
+    }
+}
