@@ -391,7 +391,10 @@ fn start_gatehouse(database_url: &str, port: u16) -> Result<Child, String> {
         .arg("serve")
         .env("GATEHOUSE_SERVER__BIND", format!("127.0.0.1:{port}"))
         .env("GATEHOUSE_DATABASE__URL", database_url)
-        .env("GATEHOUSE_SECRETS__KEYS", "YmVuY2htYXJrLWtleS1mb3ItZ2F0ZWhvdXNlLTMyYnk=")
+        .env(
+            "GATEHOUSE_SECRETS__KEYS",
+            "YmVuY2htYXJrLWtleS1mb3ItZ2F0ZWhvdXNlLTMyYnk=",
+        )
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .kill_on_drop(true)

@@ -64,7 +64,10 @@ pub struct SecretsConfig {
 
 impl Default for SecretsConfig {
     fn default() -> Self {
-        Self { keys: Vec::new(), dev_key_file: PathBuf::from("gatehouse.key") }
+        Self {
+            keys: Vec::new(),
+            dev_key_file: PathBuf::from("gatehouse.key"),
+        }
     }
 }
 
@@ -78,7 +81,9 @@ pub struct ElicitationConfig {
 
 impl Default for ElicitationConfig {
     fn default() -> Self {
-        Self { ttl: Duration::from_secs(600) }
+        Self {
+            ttl: Duration::from_secs(600),
+        }
     }
 }
 
@@ -412,7 +417,10 @@ impl Config {
             return Err(ConfigError::key("mcp.page_size", "must be at least 1"));
         }
         if self.elicitation.ttl < Duration::from_secs(30) {
-            return Err(ConfigError::key("elicitation.ttl", "must be at least 30s: people need time to sign in"));
+            return Err(ConfigError::key(
+                "elicitation.ttl",
+                "must be at least 30s: people need time to sign in",
+            ));
         }
         if self.secrets.keys.is_empty() && !self.database.url.expose().starts_with("sqlite:") {
             return Err(ConfigError::key(
@@ -497,7 +505,11 @@ const STRING_KEYS: &[(&str, &str)] = &[
     ("log", "format"),
 ];
 /// Keys whose environment override may be comma-separated text.
-const LIST_KEYS: &[(&str, &str)] = &[("server", "allowed_origins"), ("server", "trusted_proxies"), ("secrets", "keys")];
+const LIST_KEYS: &[(&str, &str)] = &[
+    ("server", "allowed_origins"),
+    ("server", "trusted_proxies"),
+    ("secrets", "keys"),
+];
 
 fn resolve_env_references(
     value: &mut toml::Value,
@@ -589,7 +601,10 @@ mod tests {
                     "https://a.example, https://b.example",
                 ),
                 ("GATEHOUSE_DATABASE__URL", "postgres://u:p@db/gatehouse"),
-                ("GATEHOUSE_SECRETS__KEYS", "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleS0="),
+                (
+                    "GATEHOUSE_SECRETS__KEYS",
+                    "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleS0=",
+                ),
             ],
         )
         .expect("config");
@@ -600,7 +615,11 @@ mod tests {
             vec!["https://a.example", "https://b.example"]
         );
         assert_eq!(config.database.url.expose(), "postgres://u:p@db/gatehouse");
-        assert_eq!(config.secrets.keys.len(), 1, "a list key takes one value from the environment");
+        assert_eq!(
+            config.secrets.keys.len(),
+            1,
+            "a list key takes one value from the environment"
+        );
     }
 
     #[test]

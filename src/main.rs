@@ -133,7 +133,8 @@ async fn migrate(config: Config) -> Result<(), String> {
 
 fn check_config(config: Config) -> Result<(), String> {
     let providers = gatehouse::providers::Providers::from_config(&config).map_err(|e| e.to_string())?;
-    gatehouse::tools::ToolRegistry::from_config(&config, &providers, reqwest::Client::new()).map_err(|e| e.to_string())?;
+    gatehouse::tools::ToolRegistry::from_config(&config, &providers, reqwest::Client::new())
+        .map_err(|e| e.to_string())?;
     gatehouse::identity::Identity::from_config(&config).map_err(|e| e.to_string())?;
     if !config.secrets.keys.is_empty() {
         gatehouse::vault::KeyRing::from_keys(&config.secrets.keys).map_err(|e| e.to_string())?;

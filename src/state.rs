@@ -13,8 +13,8 @@ use crate::events::{self, Bus, Hub};
 use crate::gate::{self, Gate};
 use crate::identity::Identity;
 use crate::mcp::sessions::{self, Sessions};
-use crate::store::{self, SessionCache, Store, StoreError};
 use crate::providers::{OAuthClient, Providers};
+use crate::store::{self, SessionCache, Store, StoreError};
 use crate::tools::ToolRegistry;
 use crate::vault::{KeyRing, VaultError};
 

@@ -6,8 +6,8 @@ mod service;
 use std::fmt;
 
 pub use service::{
-    CALLBACK_PATH, CallbackOutcome, CallbackRefusal, ConnectionSummary, Credentials, Decision, Gate, GateError, StartedFlow,
-    sweep_periodically,
+    CALLBACK_PATH, CallbackOutcome, CallbackRefusal, ConnectionSummary, Credentials, Decision, Gate, GateError,
+    StartedFlow, sweep_periodically,
 };
 
 /// One thing a tool needs: a connection at a provider (with scopes) or a submitted form.

@@ -103,9 +103,17 @@ pub enum CallbackRefusal {
 
 /// How a callback ended for the user.
 pub enum CallbackOutcome {
-    Connected { provider_name: String, account_label: Option<String>, client_name: String },
-    Declined { provider_name: String },
-    Failed { provider_name: String },
+    Connected {
+        provider_name: String,
+        account_label: Option<String>,
+        client_name: String,
+    },
+    Declined {
+        provider_name: String,
+    },
+    Failed {
+        provider_name: String,
+    },
 }
 
 /// A started flow: where to send the browser and the cookie that binds it.
@@ -132,7 +140,10 @@ fn random_token() -> String {
 }
 
 fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
@@ -148,7 +159,10 @@ fn refresh_context(principal: &Principal, provider: &str) -> String {
 }
 
 fn completion(id: &ElicitationId) -> Value {
-    crate::mcp::jsonrpc::notification("notifications/elicitation/complete", json!({ "elicitationId": id.to_string() }))
+    crate::mcp::jsonrpc::notification(
+        "notifications/elicitation/complete",
+        json!({ "elicitationId": id.to_string() }),
+    )
 }
 
 impl Gate {
@@ -161,7 +175,15 @@ impl Gate {
         public_url: Url,
         ttl: Duration,
     ) -> Self {
-        Self { store, vault, providers, oauth, bus, public_url, ttl }
+        Self {
+            store,
+            vault,
+            providers,
+            oauth,
+            bus,
+            public_url,
+            ttl,
+        }
     }
 
     pub fn vault(&self) -> &KeyRing {
@@ -173,11 +195,17 @@ impl Gate {
     }
 
     pub fn redirect_uri(&self) -> String {
-        self.public_url.join(CALLBACK_PATH).map(|u| u.to_string()).unwrap_or_default()
+        self.public_url
+            .join(CALLBACK_PATH)
+            .map(|u| u.to_string())
+            .unwrap_or_default()
     }
 
     fn connect_url(&self, id: &ElicitationId) -> String {
-        self.public_url.join(&format!("/connect/{id}")).map(|u| u.to_string()).unwrap_or_default()
+        self.public_url
+            .join(&format!("/connect/{id}"))
+            .map(|u| u.to_string())
+            .unwrap_or_default()
     }
 
     /// Run, or what the user must do first.
@@ -190,8 +218,12 @@ impl Gate {
         let mut credentials = Credentials::default();
         let mut missing = Vec::new();
         for requirement in requires {
-            let Requirement::Provider { provider: id, scopes } = requirement else { continue };
-            let Some(provider) = self.providers.get(id) else { continue };
+            let Requirement::Provider { provider: id, scopes } = requirement else {
+                continue;
+            };
+            let Some(provider) = self.providers.get(id) else {
+                continue;
+            };
             let needed = provider.scopes_with(scopes);
             let connection = self.store.connection(principal, id).await?;
             let ask_for = match connection {
@@ -208,7 +240,10 @@ impl Gate {
                 Some(c) if c.status == ConnectionStatus::Active => provider.scopes_with(&[c.scopes, needed].concat()),
                 _ => needed,
             };
-            missing.push(Requirement::Provider { provider: id.clone(), scopes: ask_for });
+            missing.push(Requirement::Provider {
+                provider: id.clone(),
+                scopes: ask_for,
+            });
         }
         if missing.is_empty() {
             return Ok(Decision::Run(credentials));
@@ -216,7 +251,11 @@ impl Gate {
         let mut elicitations = Vec::new();
         for requirement in missing {
             let text = requirement.to_string();
-            if let Some(declined) = self.store.take_unreported_decline(principal, &session.id, &text).await? {
+            if let Some(declined) = self
+                .store
+                .take_unreported_decline(principal, &session.id, &text)
+                .await?
+            {
                 return Ok(Decision::Declined(declined));
             }
             elicitations.push(self.elicitation_for(principal, session, &requirement, &text).await?);
@@ -232,17 +271,27 @@ impl Gate {
         text: &str,
     ) -> Result<ElicitationRecord, GateError> {
         let now = Utc::now();
-        if let Some(pending) = self.store.pending_elicitation(principal, &session.id, text, now).await? {
+        if let Some(pending) = self
+            .store
+            .pending_elicitation(principal, &session.id, text, now)
+            .await?
+        {
             return Ok(pending);
         }
         let id = ElicitationId::generate();
         let message = match requirement {
             Requirement::Provider { provider, scopes } => {
-                let name = self.providers.get(provider).map_or(provider.as_str(), |p| p.name.as_str());
+                let name = self
+                    .providers
+                    .get(provider)
+                    .map_or(provider.as_str(), |p| p.name.as_str());
                 if scopes.is_empty() {
                     format!("Authorization is required to access your {name} account.")
                 } else {
-                    format!("Authorization is required to access your {name} account ({}).", scopes.join(", "))
+                    format!(
+                        "Authorization is required to access your {name} account ({}).",
+                        scopes.join(", ")
+                    )
                 }
             }
             Requirement::Form { form } => format!("Please fill in the form \"{form}\" to continue."),
@@ -291,7 +340,10 @@ impl Gate {
                 return Ok(None);
             }
             if fresh {
-                let token = self.vault.decrypt_str(&connection.access_token, &access_context(&connection.principal, &provider.id))?;
+                let token = self.vault.decrypt_str(
+                    &connection.access_token,
+                    &access_context(&connection.principal, &provider.id),
+                )?;
                 return Ok(Some((token, connection.updated_at)));
             }
             if connection.refresh_token.is_none() {
@@ -329,45 +381,72 @@ impl Gate {
         let now = Utc::now();
         if leased.expires_at.is_none_or(|at| at > after(now, REFRESH_MARGIN)) {
             // Refreshed by someone else between our read and the lease: release it unchanged.
-            let unchanged = RefreshedTokens { access_token: leased.access_token.clone(), refresh_token: None, expires_at: leased.expires_at, scopes: None };
+            let unchanged = RefreshedTokens {
+                access_token: leased.access_token.clone(),
+                refresh_token: None,
+                expires_at: leased.expires_at,
+                scopes: None,
+            };
             self.store.store_refreshed(principal, &provider.id, &unchanged).await?;
-            let token = self.vault.decrypt_str(&leased.access_token, &access_context(principal, &provider.id))?;
+            let token = self
+                .vault
+                .decrypt_str(&leased.access_token, &access_context(principal, &provider.id))?;
             return Ok(Some((token, leased.updated_at)));
         }
-        let Some(sealed) = &leased.refresh_token else { return Ok(None) };
-        let refresh_token = self.vault.decrypt_str(sealed, &refresh_context(principal, &provider.id))?;
+        let Some(sealed) = &leased.refresh_token else {
+            return Ok(None);
+        };
+        let refresh_token = self
+            .vault
+            .decrypt_str(sealed, &refresh_context(principal, &provider.id))?;
         match self.oauth.refresh(provider, refresh_token.expose()).await {
             Ok(tokens) => {
                 let refreshed = RefreshedTokens {
-                    access_token: self.vault.encrypt_str(tokens.access_token.expose(), &access_context(principal, &provider.id)),
+                    access_token: self
+                        .vault
+                        .encrypt_str(tokens.access_token.expose(), &access_context(principal, &provider.id)),
                     // A provider that sends no new refresh token keeps the old one valid.
-                    refresh_token: tokens
-                        .refresh_token
-                        .as_ref()
-                        .map(|t| self.vault.encrypt_str(t.expose(), &refresh_context(principal, &provider.id))),
+                    refresh_token: tokens.refresh_token.as_ref().map(|t| {
+                        self.vault
+                            .encrypt_str(t.expose(), &refresh_context(principal, &provider.id))
+                    }),
                     expires_at: tokens.expires_in.map(|s| after(Utc::now(), Duration::from_secs(s))),
                     scopes: tokens.scope.as_deref().map(|s| provider.split_scopes(s)),
                 };
                 self.store.store_refreshed(principal, &provider.id, &refreshed).await?;
                 tracing::info!(principal = %principal, provider = %provider.id, "access token refreshed");
-                let version = self.store.connection(principal, &provider.id).await?.map_or(now, |c| c.updated_at);
+                let version = self
+                    .store
+                    .connection(principal, &provider.id)
+                    .await?
+                    .map_or(now, |c| c.updated_at);
                 Ok(Some((tokens.access_token, version)))
             }
             Err(OAuthError::Rejected { error, .. }) => {
                 tracing::info!(principal = %principal, provider = %provider.id, %error, "refresh refused; connection broken");
-                self.store.mark_connection_broken(principal, &provider.id, leased.updated_at).await?;
+                self.store
+                    .mark_connection_broken(principal, &provider.id, leased.updated_at)
+                    .await?;
                 Ok(None)
             }
             Err(OAuthError::Unavailable(reason)) => {
                 tracing::warn!(principal = %principal, provider = %provider.id, %reason, "refresh failed");
-                Err(GateError::ProviderUnavailable { provider: provider.name.clone(), reason })
+                Err(GateError::ProviderUnavailable {
+                    provider: provider.name.clone(),
+                    reason,
+                })
             }
         }
     }
 
     /// The provider refused a token during a call: the connection is broken (unless it was
     /// refreshed meanwhile) and the next decision elicits a new sign-in.
-    pub async fn credential_rejected(&self, principal: &Principal, provider: &str, credentials: &Credentials) -> Result<(), GateError> {
+    pub async fn credential_rejected(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        credentials: &Credentials,
+    ) -> Result<(), GateError> {
         if let Some(version) = credentials.version(provider)
             && self.store.mark_connection_broken(principal, provider, version).await?
         {
@@ -382,7 +461,10 @@ impl Gate {
 
     /// Ends a pending elicitation (decline, failure) and notifies its session.
     pub async fn finish(&self, elicitation: &ElicitationRecord, status: ElicitationStatus) -> Result<bool, GateError> {
-        let finished = self.store.finish_elicitation(&elicitation.id, status, &completion(&elicitation.id), Utc::now()).await?;
+        let finished = self
+            .store
+            .finish_elicitation(&elicitation.id, status, &completion(&elicitation.id), Utc::now())
+            .await?;
         if finished {
             self.bus.hub().notify(&Notice::Appended(elicitation.session_id.clone()));
             tracing::info!(elicitation = %elicitation.id, status = status.as_str(), "elicitation finished");
@@ -400,8 +482,14 @@ impl Gate {
 
     /// Starts an OAuth flow for a pending elicitation: stores the hashed state, the encrypted
     /// PKCE verifier and the hashed browser cookie.
-    pub async fn start_flow(&self, elicitation: &ElicitationRecord, secure_cookie: bool) -> Result<Option<StartedFlow>, GateError> {
-        let Some((provider, scopes)) = self.provider_of(elicitation) else { return Ok(None) };
+    pub async fn start_flow(
+        &self,
+        elicitation: &ElicitationRecord,
+        secure_cookie: bool,
+    ) -> Result<Option<StartedFlow>, GateError> {
+        let Some((provider, scopes)) = self.provider_of(elicitation) else {
+            return Ok(None);
+        };
         let state = random_token();
         let verifier = random_token();
         let cookie_value = random_token();
@@ -413,7 +501,9 @@ impl Gate {
             principal: elicitation.principal.clone(),
             provider: provider.id.clone(),
             scopes: scopes.clone(),
-            pkce_verifier: self.vault.encrypt_str(&verifier, &format!("flow:{state_hash}:verifier")),
+            pkce_verifier: self
+                .vault
+                .encrypt_str(&verifier, &format!("flow:{state_hash}:verifier")),
             browser_hash: sha256_hex(&cookie_value),
             created_at: now,
             expires_at: after(now, FLOW_TTL),
@@ -421,11 +511,19 @@ impl Gate {
         };
         self.store.insert_flow(&flow).await?;
         let authorize_url = provider.authorize_url(&state, &pkce_challenge(&verifier), &scopes, &self.redirect_uri());
-        Ok(Some(StartedFlow { authorize_url, cookie_name: flow_cookie_name(&state_hash, secure_cookie), cookie_value }))
+        Ok(Some(StartedFlow {
+            authorize_url,
+            cookie_name: flow_cookie_name(&state_hash, secure_cookie),
+            cookie_value,
+        }))
     }
 
     /// The flow a callback's `state` names, with the name of the cookie that must match it.
-    pub async fn flow_for_state(&self, state: &str, secure_cookie: bool) -> Result<Option<(OAuthFlowRecord, String)>, GateError> {
+    pub async fn flow_for_state(
+        &self,
+        state: &str,
+        secure_cookie: bool,
+    ) -> Result<Option<(OAuthFlowRecord, String)>, GateError> {
         let state_hash = sha256_hex(state);
         let flow = self.store.flow(&state_hash).await?;
         Ok(flow.map(|f| (f, flow_cookie_name(&state_hash, secure_cookie))))
@@ -445,14 +543,18 @@ impl Gate {
         if flow.expires_at <= Utc::now() {
             return Err(CallbackRefusal::Expired);
         }
-        let cookie_matches = cookie.is_some_and(|c| constant_time_eq(sha256_hex(c).as_bytes(), flow.browser_hash.as_bytes()));
+        let cookie_matches =
+            cookie.is_some_and(|c| constant_time_eq(sha256_hex(c).as_bytes(), flow.browser_hash.as_bytes()));
         if !cookie_matches {
             return Err(CallbackRefusal::OtherBrowser);
         }
         if &flow.principal != principal {
             return Err(CallbackRefusal::OtherUser);
         }
-        let provider = self.providers.get(&flow.provider).ok_or(CallbackRefusal::UnknownState)?;
+        let provider = self
+            .providers
+            .get(&flow.provider)
+            .ok_or(CallbackRefusal::UnknownState)?;
         if let (Some(expected), Some(iss)) = (&provider.issuer, iss)
             && expected != iss
         {
@@ -480,13 +582,19 @@ impl Gate {
         code: Option<&str>,
         provider_error: Option<&str>,
     ) -> Result<Result<CallbackOutcome, CallbackRefusal>, GateError> {
-        let Some(provider) = self.providers.get(&flow.provider) else { return Ok(Err(CallbackRefusal::UnknownState)) };
+        let Some(provider) = self.providers.get(&flow.provider) else {
+            return Ok(Err(CallbackRefusal::UnknownState));
+        };
         let provider_name = provider.name.clone();
         if !self.store.consume_flow(&flow.state_hash, Utc::now()).await? {
             return Ok(Err(CallbackRefusal::AlreadyUsed));
         }
         if let Some(error) = provider_error {
-            let status = if error == "access_denied" { ElicitationStatus::Declined } else { ElicitationStatus::Failed };
+            let status = if error == "access_denied" {
+                ElicitationStatus::Declined
+            } else {
+                ElicitationStatus::Failed
+            };
             tracing::info!(elicitation = %elicitation.id, provider = %provider.id, error, "provider answered with an error");
             self.finish(elicitation, status).await?;
             return Ok(Ok(if status == ElicitationStatus::Declined {
@@ -499,8 +607,14 @@ impl Gate {
             self.finish(elicitation, ElicitationStatus::Failed).await?;
             return Ok(Err(CallbackRefusal::NoCode));
         };
-        let verifier = self.vault.decrypt_str(&flow.pkce_verifier, &format!("flow:{}:verifier", flow.state_hash))?;
-        let tokens = match self.oauth.exchange_code(provider, code, verifier.expose(), &self.redirect_uri()).await {
+        let verifier = self
+            .vault
+            .decrypt_str(&flow.pkce_verifier, &format!("flow:{}:verifier", flow.state_hash))?;
+        let tokens = match self
+            .oauth
+            .exchange_code(provider, code, verifier.expose(), &self.redirect_uri())
+            .await
+        {
             Ok(tokens) => tokens,
             Err(error) => {
                 tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, %error, "code exchange failed");
@@ -514,24 +628,37 @@ impl Gate {
         let connection = ConnectionRecord {
             principal: principal.clone(),
             provider: provider.id.clone(),
-            access_token: self.vault.encrypt_str(tokens.access_token.expose(), &access_context(principal, &provider.id)),
-            refresh_token: tokens
-                .refresh_token
-                .as_ref()
-                .map(|t| self.vault.encrypt_str(t.expose(), &refresh_context(principal, &provider.id))),
+            access_token: self
+                .vault
+                .encrypt_str(tokens.access_token.expose(), &access_context(principal, &provider.id)),
+            refresh_token: tokens.refresh_token.as_ref().map(|t| {
+                self.vault
+                    .encrypt_str(t.expose(), &refresh_context(principal, &provider.id))
+            }),
             expires_at: tokens.expires_in.map(|s| after(now, Duration::from_secs(s))),
             // Providers that do not say what they granted granted what was asked.
-            scopes: tokens.scope.as_deref().map_or_else(|| flow.scopes.clone(), |s| provider.split_scopes(s)),
+            scopes: tokens
+                .scope
+                .as_deref()
+                .map_or_else(|| flow.scopes.clone(), |s| provider.split_scopes(s)),
             account_label: account_label.clone(),
             status: ConnectionStatus::Active,
             created_at: now,
             updated_at: now,
         };
-        if self.store.save_connection(&connection, &elicitation.id, &completion(&elicitation.id)).await? {
+        if self
+            .store
+            .save_connection(&connection, &elicitation.id, &completion(&elicitation.id))
+            .await?
+        {
             self.bus.hub().notify(&Notice::Appended(elicitation.session_id.clone()));
         }
         tracing::info!(elicitation = %elicitation.id, principal = %principal, provider = %provider.id, "connected");
-        Ok(Ok(CallbackOutcome::Connected { provider_name, account_label, client_name: elicitation.client_name.clone() }))
+        Ok(Ok(CallbackOutcome::Connected {
+            provider_name,
+            account_label,
+            client_name: elicitation.client_name.clone(),
+        }))
     }
 
     pub async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionSummary>, GateError> {
@@ -541,7 +668,10 @@ impl Gate {
             .await?
             .into_iter()
             .map(|c| ConnectionSummary {
-                provider_name: self.providers.get(&c.provider).map_or_else(|| c.provider.clone(), |p| p.name.clone()),
+                provider_name: self
+                    .providers
+                    .get(&c.provider)
+                    .map_or_else(|| c.provider.clone(), |p| p.name.clone()),
                 provider: c.provider,
                 account_label: c.account_label,
                 scopes: c.scopes,
@@ -553,14 +683,24 @@ impl Gate {
 
     /// Removes a connection and revokes its tokens where the provider supports it. Returns
     /// whether there was one, and whether revocation succeeded (None: nothing to revoke).
-    pub async fn disconnect(&self, principal: &Principal, provider_id: &str) -> Result<Option<Option<bool>>, GateError> {
-        let Some(connection) = self.store.delete_connection(principal, provider_id).await? else { return Ok(None) };
+    pub async fn disconnect(
+        &self,
+        principal: &Principal,
+        provider_id: &str,
+    ) -> Result<Option<Option<bool>>, GateError> {
+        let Some(connection) = self.store.delete_connection(principal, provider_id).await? else {
+            return Ok(None);
+        };
         let Some(provider) = self.providers.get(provider_id).filter(|p| p.revocation_url.is_some()) else {
             return Ok(Some(None));
         };
         let (sealed, context, hint) = match &connection.refresh_token {
             Some(refresh) => (refresh, refresh_context(principal, provider_id), "refresh_token"),
-            None => (&connection.access_token, access_context(principal, provider_id), "access_token"),
+            None => (
+                &connection.access_token,
+                access_context(principal, provider_id),
+                "access_token",
+            ),
         };
         let token = self.vault.decrypt_str(sealed, &context)?;
         let revoked = match self.oauth.revoke(provider, token.expose(), hint).await {
@@ -580,7 +720,9 @@ impl Gate {
         if expired > 0 {
             tracing::info!(expired, "elicitations expired");
         }
-        self.store.delete_stale_flows(now - chrono::Duration::from_std(FLOW_RETENTION).unwrap_or_default()).await?;
+        self.store
+            .delete_stale_flows(now - chrono::Duration::from_std(FLOW_RETENTION).unwrap_or_default())
+            .await?;
         Ok(())
     }
 }
@@ -590,7 +732,11 @@ impl Gate {
 /// overwrite each other.
 fn flow_cookie_name(state_hash: &str, secure: bool) -> String {
     let id = &state_hash[..16.min(state_hash.len())];
-    if secure { format!("__Host-gatehouse-flow-{id}") } else { format!("gatehouse-flow-{id}") }
+    if secure {
+        format!("__Host-gatehouse-flow-{id}")
+    } else {
+        format!("gatehouse-flow-{id}")
+    }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

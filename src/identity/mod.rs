@@ -56,7 +56,8 @@ impl Identity {
                 if !is_trusted(trusted_proxies, peer.ip()) {
                     return Err(IdentityError::UntrustedPeer);
                 }
-                let value = headers.get(header)
+                let value = headers
+                    .get(header)
                     .ok_or_else(|| IdentityError::MissingHeader(header.clone()))?;
                 let text = value
                     .to_str()

@@ -156,7 +156,13 @@ async fn call_tool(
         let result = ToolResult::error(format!("Invalid arguments for {name}: {}.", problems.join("; ")));
         return Ok(result.to_json());
     }
-    log(state, session, LogLevel::Debug, json!({"event": "tool call", "tool": name})).await;
+    log(
+        state,
+        session,
+        LogLevel::Debug,
+        json!({"event": "tool call", "tool": name}),
+    )
+    .await;
     let requires = &tool.definition().requires;
     // A rejected token breaks its connection, so the second decision elicits; one retry suffices.
     for _ in 0..2 {
@@ -164,21 +170,44 @@ async fn call_tool(
             Gated::Run(credentials) => credentials,
             Gated::Answer(answer) => return answer,
         };
-        let context = CallContext { principal, session, credentials: &credentials, gate: &state.gate };
+        let context = CallContext {
+            principal,
+            session,
+            credentials: &credentials,
+            gate: &state.gate,
+        };
         match tool.call(&context, &arguments).await {
             ToolOutcome::Done(result) => {
                 if result.is_error {
-                    let text = result.content.first().and_then(|c| c.get("text")).cloned().unwrap_or(Value::Null);
-                    log(state, session, LogLevel::Warning, json!({"event": "tool failed", "tool": name, "error": text})).await;
+                    let text = result
+                        .content
+                        .first()
+                        .and_then(|c| c.get("text"))
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    log(
+                        state,
+                        session,
+                        LogLevel::Warning,
+                        json!({"event": "tool failed", "tool": name, "error": text}),
+                    )
+                    .await;
                 }
                 return Ok(result.to_json());
             }
             ToolOutcome::CredentialRejected { provider } => {
-                state.gate.credential_rejected(principal, &provider, &credentials).await.map_err(internal)?;
+                state
+                    .gate
+                    .credential_rejected(principal, &provider, &credentials)
+                    .await
+                    .map_err(internal)?;
             }
         }
     }
-    Ok(ToolResult::error(format!("{name} could not use the connected account; ask the user to sign in again.")).to_json())
+    Ok(ToolResult::error(format!(
+        "{name} could not use the connected account; ask the user to sign in again."
+    ))
+    .to_json())
 }
 
 enum Gated {
@@ -192,7 +221,12 @@ fn internal(error: GateError) -> RpcError {
     RpcError::internal()
 }
 
-async fn decide(state: &AppState, session: &SessionRecord, principal: &Principal, requires: &[Requirement]) -> Result<Gated, RpcError> {
+async fn decide(
+    state: &AppState,
+    session: &SessionRecord,
+    principal: &Principal,
+    requires: &[Requirement],
+) -> Result<Gated, RpcError> {
     let decision = match state.gate.decide(principal, session, requires).await {
         Ok(decision) => decision,
         Err(GateError::ProviderUnavailable { provider, reason }) => {
@@ -214,7 +248,11 @@ async fn decide(state: &AppState, session: &SessionRecord, principal: &Principal
 
 /// Whether the client said it can open URLs for elicitations (`elicitation.url`).
 fn supports_url_elicitation(session: &SessionRecord) -> bool {
-    session.client_capabilities.get("elicitation").and_then(|e| e.get("url")).is_some_and(Value::is_object)
+    session
+        .client_capabilities
+        .get("elicitation")
+        .and_then(|e| e.get("url"))
+        .is_some_and(Value::is_object)
 }
 
 /// Error -32042 listing the elicitations, or for clients without URL mode a tool result that
@@ -225,10 +263,15 @@ fn elicit(session: &SessionRecord, elicitations: &[ElicitationRecord]) -> Result
             .iter()
             .map(|e| json!({"mode": "url", "elicitationId": e.id.to_string(), "url": e.url, "message": e.message}))
             .collect();
-        return Err(RpcError::new(URL_ELICITATION_REQUIRED, "This request requires more information.")
-            .with_data(json!({ "elicitations": entries })));
+        return Err(
+            RpcError::new(URL_ELICITATION_REQUIRED, "This request requires more information.")
+                .with_data(json!({ "elicitations": entries })),
+        );
     }
-    let steps: Vec<String> = elicitations.iter().map(|e| format!("- {} Open: {}", e.message, e.url)).collect();
+    let steps: Vec<String> = elicitations
+        .iter()
+        .map(|e| format!("- {} Open: {}", e.message, e.url))
+        .collect();
     Ok(ToolResult::error(format!(
         "The user must first complete a step in their browser:\n{}\nShow the link to the user, ask them to open it and \
          finish there, then call this tool again with the same arguments.",

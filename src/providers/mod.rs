@@ -46,7 +46,11 @@ pub struct Provider {
 }
 
 fn is_identifier(text: &str) -> bool {
-    !text.is_empty() && text.len() <= 64 && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    !text.is_empty()
+        && text.len() <= 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Providers must be reached over HTTPS, except on loopback (development and tests).
@@ -67,22 +71,43 @@ fn check_url(url: &Url, key: &str) -> Result<(), ConfigError> {
 impl Provider {
     fn from_config(config: &ProviderConfig, key: &str) -> Result<Self, ConfigError> {
         if !is_identifier(&config.id) {
-            return Err(ConfigError::key(format!("{key}.id"), "must be letters, digits, `-` and `_`"));
+            return Err(ConfigError::key(
+                format!("{key}.id"),
+                "must be letters, digits, `-` and `_`",
+            ));
         }
         let preset = match &config.preset {
             Some(name) => Some(presets::preset(name, config.tenant.as_deref()).ok_or_else(|| {
-                ConfigError::key(format!("{key}.preset"), format!("`{name}` is not a preset ({})", presets::NAMES.join(", ")))
+                ConfigError::key(
+                    format!("{key}.preset"),
+                    format!("`{name}` is not a preset ({})", presets::NAMES.join(", ")),
+                )
             })?),
             None => None,
         };
         let required = |value: Option<Url>, preset_value: Option<Url>, field: &str| {
-            value.or(preset_value).ok_or_else(|| ConfigError::key(format!("{key}.{field}"), "is required without a preset"))
+            value
+                .or(preset_value)
+                .ok_or_else(|| ConfigError::key(format!("{key}.{field}"), "is required without a preset"))
         };
-        let authorize_url =
-            required(config.authorize_url.clone(), preset.as_ref().map(|p| p.authorize_url.clone()), "authorize_url")?;
-        let token_url = required(config.token_url.clone(), preset.as_ref().map(|p| p.token_url.clone()), "token_url")?;
-        let userinfo_url = config.userinfo_url.clone().or_else(|| preset.as_ref().and_then(|p| p.userinfo_url.clone()));
-        let revocation_url = config.revocation_url.clone().or_else(|| preset.as_ref().and_then(|p| p.revocation_url.clone()));
+        let authorize_url = required(
+            config.authorize_url.clone(),
+            preset.as_ref().map(|p| p.authorize_url.clone()),
+            "authorize_url",
+        )?;
+        let token_url = required(
+            config.token_url.clone(),
+            preset.as_ref().map(|p| p.token_url.clone()),
+            "token_url",
+        )?;
+        let userinfo_url = config
+            .userinfo_url
+            .clone()
+            .or_else(|| preset.as_ref().and_then(|p| p.userinfo_url.clone()));
+        let revocation_url = config
+            .revocation_url
+            .clone()
+            .or_else(|| preset.as_ref().and_then(|p| p.revocation_url.clone()));
         check_url(&authorize_url, &format!("{key}.authorize_url"))?;
         check_url(&token_url, &format!("{key}.token_url"))?;
         if let Some(url) = &userinfo_url {
@@ -91,12 +116,18 @@ impl Provider {
         if let Some(url) = &revocation_url {
             check_url(url, &format!("{key}.revocation_url"))?;
         }
-        let account_label = config.account_label.clone().or_else(|| preset.as_ref().and_then(|p| p.account_label.clone()));
+        let account_label = config
+            .account_label
+            .clone()
+            .or_else(|| preset.as_ref().and_then(|p| p.account_label.clone()));
         if let Some(pointer) = &account_label
             && !pointer.is_empty()
             && !pointer.starts_with('/')
         {
-            return Err(ConfigError::key(format!("{key}.account_label"), "must be a JSON pointer like \"/login\""));
+            return Err(ConfigError::key(
+                format!("{key}.account_label"),
+                "must be a JSON pointer like \"/login\"",
+            ));
         }
         if config.client_id.trim().is_empty() {
             return Err(ConfigError::key(format!("{key}.client_id"), "must not be empty"));
@@ -104,14 +135,32 @@ impl Provider {
         if config.client_secret.expose().is_empty() {
             return Err(ConfigError::key(format!("{key}.client_secret"), "must not be empty"));
         }
-        if let Some(scope) = config.scopes.iter().find(|s| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c == ',')) {
-            return Err(ConfigError::key(format!("{key}.scopes"), format!("{scope:?} is not one scope")));
+        if let Some(scope) = config
+            .scopes
+            .iter()
+            .find(|s| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c == ','))
+        {
+            return Err(ConfigError::key(
+                format!("{key}.scopes"),
+                format!("{scope:?} is not one scope"),
+            ));
         }
         let mut authorize_params = preset.as_ref().map(|p| p.authorize_params.clone()).unwrap_or_default();
         authorize_params.extend(config.authorize_params.clone());
-        for reserved in ["response_type", "client_id", "redirect_uri", "state", "code_challenge", "code_challenge_method", "scope"] {
+        for reserved in [
+            "response_type",
+            "client_id",
+            "redirect_uri",
+            "state",
+            "code_challenge",
+            "code_challenge_method",
+            "scope",
+        ] {
             if authorize_params.contains_key(reserved) {
-                return Err(ConfigError::key(format!("{key}.authorize_params.{reserved}"), "is set by gatehouse itself"));
+                return Err(ConfigError::key(
+                    format!("{key}.authorize_params.{reserved}"),
+                    "is set by gatehouse itself",
+                ));
             }
         }
         Ok(Self {
@@ -125,7 +174,10 @@ impl Provider {
             token_url,
             userinfo_url,
             account_label,
-            issuer: config.issuer.clone().or_else(|| preset.as_ref().and_then(|p| p.issuer.clone())),
+            issuer: config
+                .issuer
+                .clone()
+                .or_else(|| preset.as_ref().and_then(|p| p.issuer.clone())),
             revocation_url,
             client_id: config.client_id.clone(),
             client_secret: config.client_secret.clone(),
@@ -135,7 +187,10 @@ impl Provider {
                 .clone()
                 .or_else(|| preset.as_ref().map(|p| p.scope_separator.to_owned()))
                 .unwrap_or_else(|| " ".to_owned()),
-            client_auth: config.client_auth.or_else(|| preset.as_ref().map(|p| p.client_auth)).unwrap_or(ClientAuth::Basic),
+            client_auth: config
+                .client_auth
+                .or_else(|| preset.as_ref().map(|p| p.client_auth))
+                .unwrap_or(ClientAuth::Basic),
             authorize_params,
         })
     }
@@ -150,8 +205,11 @@ impl Provider {
 
     /// Splits a granted-scope string as this provider writes it.
     pub fn split_scopes(&self, text: &str) -> Vec<String> {
-        let mut scopes: Vec<String> =
-            text.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        let mut scopes: Vec<String> = text
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
         scopes.sort();
         scopes.dedup();
         scopes
@@ -192,7 +250,10 @@ impl Providers {
             let key = format!("providers[{i}]");
             let provider = Provider::from_config(provider, &key)?;
             if providers.iter().any(|p| p.id == provider.id) {
-                return Err(ConfigError::key(format!("{key}.id"), format!("`{}` is configured twice", provider.id)));
+                return Err(ConfigError::key(
+                    format!("{key}.id"),
+                    format!("`{}` is configured twice", provider.id),
+                ));
             }
             providers.push(provider);
         }
@@ -240,13 +301,26 @@ impl OAuthClient {
         Self { http }
     }
 
-    fn authenticated(&self, provider: &Provider, url: &Url, mut form: Vec<(&'static str, String)>) -> reqwest::RequestBuilder {
-        let mut request = self.http.post(url.clone()).timeout(PROVIDER_TIMEOUT).header(ACCEPT, "application/json");
+    fn authenticated(
+        &self,
+        provider: &Provider,
+        url: &Url,
+        mut form: Vec<(&'static str, String)>,
+    ) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .post(url.clone())
+            .timeout(PROVIDER_TIMEOUT)
+            .header(ACCEPT, "application/json");
         match provider.client_auth {
             ClientAuth::Basic => {
                 // RFC 6749 2.3.1: form-urlencode id and secret before joining them.
                 let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-                let credentials = format!("{}:{}", encode(&provider.client_id), encode(provider.client_secret.expose()));
+                let credentials = format!(
+                    "{}:{}",
+                    encode(&provider.client_id),
+                    encode(provider.client_secret.expose())
+                );
                 request = request.header(AUTHORIZATION, format!("Basic {}", STANDARD.encode(credentials)));
             }
             ClientAuth::Post => {
@@ -254,12 +328,22 @@ impl OAuthClient {
                 form.push(("client_secret", provider.client_secret.expose().clone()));
             }
         }
-        let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
-        request.header(CONTENT_TYPE, "application/x-www-form-urlencoded").body(body)
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        request
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
     }
 
     /// Exchanges an authorization code (with its PKCE verifier) for tokens.
-    pub async fn exchange_code(&self, provider: &Provider, code: &str, verifier: &str, redirect_uri: &str) -> Result<TokenResponse, OAuthError> {
+    pub async fn exchange_code(
+        &self,
+        provider: &Provider,
+        code: &str,
+        verifier: &str,
+        redirect_uri: &str,
+    ) -> Result<TokenResponse, OAuthError> {
         let form = vec![
             ("grant_type", "authorization_code".to_owned()),
             ("code", code.to_owned()),
@@ -270,19 +354,31 @@ impl OAuthClient {
     }
 
     pub async fn refresh(&self, provider: &Provider, refresh_token: &str) -> Result<TokenResponse, OAuthError> {
-        let form = vec![("grant_type", "refresh_token".to_owned()), ("refresh_token", refresh_token.to_owned())];
+        let form = vec![
+            ("grant_type", "refresh_token".to_owned()),
+            ("refresh_token", refresh_token.to_owned()),
+        ];
         token_response(self.authenticated(provider, &provider.token_url, form)).await
     }
 
     /// RFC 7009 revocation, when the provider has an endpoint for it.
     pub async fn revoke(&self, provider: &Provider, token: &str, hint: &str) -> Result<(), OAuthError> {
-        let Some(url) = &provider.revocation_url else { return Ok(()) };
+        let Some(url) = &provider.revocation_url else {
+            return Ok(());
+        };
         let form = vec![("token", token.to_owned()), ("token_type_hint", hint.to_owned())];
-        let response = self.authenticated(provider, url, form).send().await.map_err(|e| OAuthError::Unavailable(e.to_string()))?;
+        let response = self
+            .authenticated(provider, url, form)
+            .send()
+            .await
+            .map_err(|e| OAuthError::Unavailable(e.to_string()))?;
         if response.status().is_success() {
             Ok(())
         } else {
-            Err(OAuthError::Unavailable(format!("revocation answered {}", response.status())))
+            Err(OAuthError::Unavailable(format!(
+                "revocation answered {}",
+                response.status()
+            )))
         }
     }
 
@@ -331,15 +427,24 @@ async fn read_limited(response: reqwest::Response) -> Result<Vec<u8>, OAuthError
 
 /// Reads a token endpoint's answer, in JSON or form encoding, success or error.
 async fn token_response(request: reqwest::RequestBuilder) -> Result<TokenResponse, OAuthError> {
-    let response = request.send().await.map_err(|e| OAuthError::Unavailable(e.to_string()))?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| OAuthError::Unavailable(e.to_string()))?;
     let status = response.status();
     let body = read_limited(response).await?;
-    let fields = parse_fields(&body)
-        .ok_or_else(|| OAuthError::Unavailable(format!("the token endpoint answered {status} with neither JSON nor form data")))?;
+    let fields = parse_fields(&body).ok_or_else(|| {
+        OAuthError::Unavailable(format!(
+            "the token endpoint answered {status} with neither JSON nor form data"
+        ))
+    })?;
     if let Some(error) = fields.get("error").and_then(Value::as_str) {
         return Err(OAuthError::Rejected {
             error: error.chars().take(100).collect(),
-            description: fields.get("error_description").and_then(Value::as_str).map(|d| d.chars().take(300).collect()),
+            description: fields
+                .get("error_description")
+                .and_then(Value::as_str)
+                .map(|d| d.chars().take(300).collect()),
         });
     }
     if !status.is_success() {
@@ -357,7 +462,11 @@ async fn token_response(request: reqwest::RequestBuilder) -> Result<TokenRespons
     };
     Ok(TokenResponse {
         access_token: Secret::new(access_token.to_owned()),
-        refresh_token: fields.get("refresh_token").and_then(Value::as_str).filter(|t| !t.is_empty()).map(|t| Secret::new(t.to_owned())),
+        refresh_token: fields
+            .get("refresh_token")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(|t| Secret::new(t.to_owned())),
         expires_in,
         scope: fields.get("scope").and_then(Value::as_str).map(str::to_owned),
     })
@@ -372,7 +481,11 @@ fn parse_fields(body: &[u8]) -> Option<serde_json::Map<String, Value>> {
     if text.is_empty() || text.starts_with('<') || !text.contains('=') {
         return None;
     }
-    Some(url::form_urlencoded::parse(text.as_bytes()).map(|(k, v)| (k.into_owned(), Value::String(v.into_owned()))).collect())
+    Some(
+        url::form_urlencoded::parse(text.as_bytes())
+            .map(|(k, v)| (k.into_owned(), Value::String(v.into_owned())))
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -381,7 +494,10 @@ mod tests {
 
     #[test]
     fn pkce_matches_the_rfc_7636_example() {
-        assert_eq!(pkce_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"), "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
+        assert_eq!(
+            pkce_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
     }
 
     #[test]
@@ -406,13 +522,24 @@ mod tests {
         let github = provider("preset = \"github\"\nscopes = [\"read:user\"]").expect("github");
         assert_eq!(github.token_url.as_str(), "https://github.com/login/oauth/access_token");
         assert_eq!(github.name, "GitHub");
-        let url = github.authorize_url("st", "ch", &github.scopes_with(&["repo".into()]), "https://gh.example/oauth/callback");
+        let url = github.authorize_url(
+            "st",
+            "ch",
+            &github.scopes_with(&["repo".into()]),
+            "https://gh.example/oauth/callback",
+        );
         let query: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
         assert_eq!(query["scope"], "read:user,repo");
         assert_eq!(query["code_challenge_method"], "S256");
         let entra = provider("preset = \"microsoft\"\ntenant = \"contoso.onmicrosoft.com\"").expect("entra");
-        assert!(entra.authorize_url.as_str().contains("/contoso.onmicrosoft.com/oauth2/v2.0/authorize"));
-        let overridden = provider("preset = \"gitlab\"\nauthorize_url = \"https://gitlab.acme.test/oauth/authorize\"").expect("gitlab");
+        assert!(
+            entra
+                .authorize_url
+                .as_str()
+                .contains("/contoso.onmicrosoft.com/oauth2/v2.0/authorize")
+        );
+        let overridden = provider("preset = \"gitlab\"\nauthorize_url = \"https://gitlab.acme.test/oauth/authorize\"")
+            .expect("gitlab");
         assert_eq!(overridden.authorize_url.host_str(), Some("gitlab.acme.test"));
         for preset in presets::NAMES {
             provider(&format!("preset = \"{preset}\"")).unwrap_or_else(|e| panic!("{preset}: {e}"));
@@ -427,9 +554,18 @@ mod tests {
         };
         assert_eq!(key_of(""), "providers[0].authorize_url");
         assert_eq!(key_of("preset = \"myspace\""), "providers[0].preset");
-        assert_eq!(key_of("authorize_url = \"http://auth.acme.test/a\"\ntoken_url = \"https://auth.acme.test/t\""), "providers[0].authorize_url");
+        assert_eq!(
+            key_of("authorize_url = \"http://auth.acme.test/a\"\ntoken_url = \"https://auth.acme.test/t\""),
+            "providers[0].authorize_url"
+        );
         assert_eq!(key_of("preset = \"github\"\nscopes = [\"a b\"]"), "providers[0].scopes");
-        assert_eq!(key_of("preset = \"github\"\nauthorize_params = { state = \"x\" }"), "providers[0].authorize_params.state");
-        assert_eq!(key_of("preset = \"github\"\naccount_label = \"login\""), "providers[0].account_label");
+        assert_eq!(
+            key_of("preset = \"github\"\nauthorize_params = { state = \"x\" }"),
+            "providers[0].authorize_params.state"
+        );
+        assert_eq!(
+            key_of("preset = \"github\"\naccount_label = \"login\""),
+            "providers[0].account_label"
+        );
     }
 }

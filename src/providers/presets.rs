@@ -78,7 +78,9 @@ pub fn preset(name: &str, tenant: Option<&str>) -> Option<Preset> {
             let tenant = tenant.unwrap_or("common");
             Preset {
                 name: "Microsoft",
-                authorize_url: url(&format!("https://login.microsoftonline.com/{tenant}/oauth2/v2.0/authorize")),
+                authorize_url: url(&format!(
+                    "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/authorize"
+                )),
                 token_url: url(&format!("https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token")),
                 userinfo_url: Some(url("https://graph.microsoft.com/oidc/userinfo")),
                 account_label: Some("/email".into()),

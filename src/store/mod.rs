@@ -258,7 +258,11 @@ pub trait Store: Send + Sync + 'static {
     async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionRecord>, StoreError>;
 
     /// Removes the connection and returns it (to revoke its tokens).
-    async fn delete_connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError>;
+    async fn delete_connection(
+        &self,
+        principal: &Principal,
+        provider: &str,
+    ) -> Result<Option<ConnectionRecord>, StoreError>;
 
     /// Marks the connection broken, unless its tokens changed since `seen_updated_at` (another
     /// call refreshed them meanwhile).
@@ -280,7 +284,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<ConnectionRecord>, StoreError>;
 
     /// Stores refreshed tokens and releases the lease.
-    async fn store_refreshed(&self, principal: &Principal, provider: &str, tokens: &RefreshedTokens) -> Result<(), StoreError>;
+    async fn store_refreshed(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        tokens: &RefreshedTokens,
+    ) -> Result<(), StoreError>;
 
     /// Claims the events after `from` up to `to` for the calling stream: true when the delivered
     /// mark was still `from` and is now `to`, false when another stream claimed them first. This is
@@ -318,7 +327,8 @@ fn parse_log_level(text: Option<String>) -> Result<Option<LogLevel>, StoreError>
 }
 
 fn parse_elicitation_id(text: &str) -> Result<ElicitationId, StoreError> {
-    text.parse().map_err(|_| StoreError::Corrupt(format!("elicitation id {text:?} is malformed")))
+    text.parse()
+        .map_err(|_| StoreError::Corrupt(format!("elicitation id {text:?} is malformed")))
 }
 
 fn parse_connection_status(text: &str) -> Result<ConnectionStatus, StoreError> {

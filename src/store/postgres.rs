@@ -11,8 +11,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
 use super::{
-    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, OAuthFlowRecord, RefreshedTokens,
-    SessionRecord, Store, StoreError, StoredEvent,
+    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, OAuthFlowRecord, RefreshedTokens, SessionRecord,
+    Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -21,11 +21,12 @@ type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
 /// Appends to a session's log inside `tx` and announces it at commit. `None`: no such session.
 async fn append_in(tx: &mut Tx<'_>, session: &str, message: &Value) -> Result<Option<i64>, StoreError> {
     // The row lock taken by this UPDATE orders concurrent appends to one session.
-    let seq: Option<(i64,)> =
-        sqlx::query_as("UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq")
-            .bind(session)
-            .fetch_optional(&mut **tx)
-            .await?;
+    let seq: Option<(i64,)> = sqlx::query_as(
+        "UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq",
+    )
+    .bind(session)
+    .fetch_optional(&mut **tx)
+    .await?;
     let Some((seq,)) = seq else {
         return Ok(None);
     };
@@ -62,8 +63,7 @@ fn elicitation_from_row(row: &sqlx::postgres::PgRow) -> Result<ElicitationRecord
     })
 }
 
-const CONNECTION_COLUMNS: &str =
-    "principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at";
+const CONNECTION_COLUMNS: &str = "principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at";
 
 fn connection_from_row(row: &sqlx::postgres::PgRow) -> Result<ConnectionRecord, StoreError> {
     Ok(ConnectionRecord {
@@ -374,10 +374,11 @@ impl Store for PostgresStore {
     }
 
     async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let result = sqlx::query("UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= $1")
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
+        let result =
+            sqlx::query("UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= $1")
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
         Ok(result.rows_affected())
     }
 
@@ -424,7 +425,10 @@ impl Store for PostgresStore {
     }
 
     async fn delete_stale_flows(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
-        let result = sqlx::query("DELETE FROM oauth_flows WHERE expires_at < $1").bind(cutoff).execute(&self.pool).await?;
+        let result = sqlx::query("DELETE FROM oauth_flows WHERE expires_at < $1")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?;
         Ok(result.rows_affected())
     }
 
@@ -471,23 +475,31 @@ impl Store for PostgresStore {
     }
 
     async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
-        let row = sqlx::query(sql!("SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = $1 AND provider = $2"))
-            .bind(principal.as_str())
-            .bind(provider)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(sql!(
+            "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = $1 AND provider = $2"
+        ))
+        .bind(principal.as_str())
+        .bind(provider)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(connection_from_row).transpose()
     }
 
     async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionRecord>, StoreError> {
-        let rows = sqlx::query(sql!("SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = $1 ORDER BY provider"))
-            .bind(principal.as_str())
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(sql!(
+            "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = $1 ORDER BY provider"
+        ))
+        .bind(principal.as_str())
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(connection_from_row).collect()
     }
 
-    async fn delete_connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
+    async fn delete_connection(
+        &self,
+        principal: &Principal,
+        provider: &str,
+    ) -> Result<Option<ConnectionRecord>, StoreError> {
         let row = sqlx::query(sql!(
             "DELETE FROM connections WHERE principal = $1 AND provider = $2 RETURNING {CONNECTION_COLUMNS}"
         ))
@@ -537,7 +549,12 @@ impl Store for PostgresStore {
         row.as_ref().map(connection_from_row).transpose()
     }
 
-    async fn store_refreshed(&self, principal: &Principal, provider: &str, t: &RefreshedTokens) -> Result<(), StoreError> {
+    async fn store_refreshed(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        t: &RefreshedTokens,
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE connections SET access_token = $3, refresh_token = COALESCE($4, refresh_token), expires_at = $5,
                  scopes = COALESCE($6, scopes), refresh_lease = NULL, updated_at = now()

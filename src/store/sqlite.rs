@@ -11,8 +11,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqlitePool};
 
 use super::{
-    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, OAuthFlowRecord, RefreshedTokens, SessionRecord, Store,
-    StoreError, StoredEvent,
+    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, OAuthFlowRecord, RefreshedTokens, SessionRecord,
+    Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -21,11 +21,12 @@ type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 /// Appends to a session's log inside `tx`. `None`: no such session.
 async fn append_in(tx: &mut Tx<'_>, session: &str, message: &Value) -> Result<Option<i64>, StoreError> {
     // The UPDATE takes SQLite's write lock first, so appends to one database are serialized.
-    let seq: Option<(i64,)> =
-        sqlx::query_as("UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = ?1 RETURNING last_event_seq")
-            .bind(session)
-            .fetch_optional(&mut **tx)
-            .await?;
+    let seq: Option<(i64,)> = sqlx::query_as(
+        "UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = ?1 RETURNING last_event_seq",
+    )
+    .bind(session)
+    .fetch_optional(&mut **tx)
+    .await?;
     let Some((seq,)) = seq else {
         return Ok(None);
     };
@@ -54,12 +55,14 @@ fn elicitation_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<ElicitationReco
         client_name: row.try_get("client_name")?,
         created_at: from_millis(row.try_get("created_at")?)?,
         expires_at: from_millis(row.try_get("expires_at")?)?,
-        completed_at: row.try_get::<Option<i64>, _>("completed_at")?.map(from_millis).transpose()?,
+        completed_at: row
+            .try_get::<Option<i64>, _>("completed_at")?
+            .map(from_millis)
+            .transpose()?,
     })
 }
 
-const CONNECTION_COLUMNS: &str =
-    "principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at";
+const CONNECTION_COLUMNS: &str = "principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at";
 
 fn connection_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<ConnectionRecord, StoreError> {
     Ok(ConnectionRecord {
@@ -67,7 +70,10 @@ fn connection_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<ConnectionRecord
         provider: row.try_get("provider")?,
         access_token: row.try_get("access_token")?,
         refresh_token: row.try_get("refresh_token")?,
-        expires_at: row.try_get::<Option<i64>, _>("expires_at")?.map(from_millis).transpose()?,
+        expires_at: row
+            .try_get::<Option<i64>, _>("expires_at")?
+            .map(from_millis)
+            .transpose()?,
         scopes: super::split_scopes(row.try_get("scopes")?),
         account_label: row.try_get("account_label")?,
         status: super::parse_connection_status(row.try_get("status")?)?,
@@ -380,10 +386,11 @@ impl Store for SqliteStore {
     }
 
     async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let result = sqlx::query("UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= ?1")
-            .bind(millis(now))
-            .execute(&self.pool)
-            .await?;
+        let result =
+            sqlx::query("UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= ?1")
+                .bind(millis(now))
+                .execute(&self.pool)
+                .await?;
         Ok(result.rows_affected())
     }
 
@@ -430,7 +437,10 @@ impl Store for SqliteStore {
     }
 
     async fn delete_stale_flows(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
-        let result = sqlx::query("DELETE FROM oauth_flows WHERE expires_at < ?1").bind(millis(cutoff)).execute(&self.pool).await?;
+        let result = sqlx::query("DELETE FROM oauth_flows WHERE expires_at < ?1")
+            .bind(millis(cutoff))
+            .execute(&self.pool)
+            .await?;
         Ok(result.rows_affected())
     }
 
@@ -477,23 +487,31 @@ impl Store for SqliteStore {
     }
 
     async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
-        let row = sqlx::query(sql!("SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = ?1 AND provider = ?2"))
-            .bind(principal.as_str())
-            .bind(provider)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(sql!(
+            "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = ?1 AND provider = ?2"
+        ))
+        .bind(principal.as_str())
+        .bind(provider)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(connection_from_row).transpose()
     }
 
     async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionRecord>, StoreError> {
-        let rows = sqlx::query(sql!("SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = ?1 ORDER BY provider"))
-            .bind(principal.as_str())
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(sql!(
+            "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = ?1 ORDER BY provider"
+        ))
+        .bind(principal.as_str())
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(connection_from_row).collect()
     }
 
-    async fn delete_connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
+    async fn delete_connection(
+        &self,
+        principal: &Principal,
+        provider: &str,
+    ) -> Result<Option<ConnectionRecord>, StoreError> {
         let row = sqlx::query(sql!(
             "DELETE FROM connections WHERE principal = ?1 AND provider = ?2 RETURNING {CONNECTION_COLUMNS}"
         ))
@@ -543,7 +561,12 @@ impl Store for SqliteStore {
         row.as_ref().map(connection_from_row).transpose()
     }
 
-    async fn store_refreshed(&self, principal: &Principal, provider: &str, t: &RefreshedTokens) -> Result<(), StoreError> {
+    async fn store_refreshed(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        t: &RefreshedTokens,
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE connections SET access_token = ?3, refresh_token = COALESCE(?4, refresh_token), expires_at = ?5,
                  scopes = COALESCE(?6, scopes), refresh_lease = NULL, updated_at = ?7

@@ -43,12 +43,16 @@ impl Tool for Disconnect {
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
         let provider = arguments.get("provider").and_then(Value::as_str).unwrap_or_default();
         let result = match context.gate.disconnect(context.principal, provider).await {
-            Ok(None) => ToolResult::error(format!("There is no connection to `{provider}`; whoami lists the connections.")),
+            Ok(None) => ToolResult::error(format!(
+                "There is no connection to `{provider}`; whoami lists the connections."
+            )),
             Ok(Some(None)) => ToolResult::text(format!(
                 "Disconnected from {provider}. The provider offers no revocation endpoint: the user can also remove \
                  gatehouse's access in their account settings there."
             )),
-            Ok(Some(Some(true))) => ToolResult::text(format!("Disconnected from {provider}, and access was revoked there.")),
+            Ok(Some(Some(true))) => {
+                ToolResult::text(format!("Disconnected from {provider}, and access was revoked there."))
+            }
             Ok(Some(Some(false))) => ToolResult::text(format!(
                 "Disconnected from {provider}. Revoking access there failed: the user can remove it in their account \
                  settings at the provider."

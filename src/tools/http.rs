@@ -235,19 +235,28 @@ impl Tool for HttpTool {
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
         let mut request = match self.build_request(arguments) {
             Ok(request) => request,
-            Err(reason) => return ToolOutcome::Done(ToolResult::error(format!("Cannot call {}: {reason}", self.definition.name))),
+            Err(reason) => {
+                return ToolOutcome::Done(ToolResult::error(format!(
+                    "Cannot call {}: {reason}",
+                    self.definition.name
+                )));
+            }
         };
         if let Some(provider) = &self.bearer {
             // The gate ran this tool only with a token for every provider it requires.
             let Some(token) = context.credentials.token(provider) else {
-                return ToolOutcome::CredentialRejected { provider: provider.clone() };
+                return ToolOutcome::CredentialRejected {
+                    provider: provider.clone(),
+                };
             };
             request = request.bearer_auth(token.expose());
         }
         match self.send(request).await {
             Sent::Answer(result) => ToolOutcome::Done(result),
             Sent::Unauthorized => match &self.bearer {
-                Some(provider) => ToolOutcome::CredentialRejected { provider: provider.clone() },
+                Some(provider) => ToolOutcome::CredentialRejected {
+                    provider: provider.clone(),
+                },
                 None => ToolOutcome::Done(ToolResult::error(format!(
                     "{} answered 401 Unauthorized",
                     self.origin.ascii_serialization()

@@ -59,7 +59,9 @@ pub struct CallContext<'a> {
 pub enum ToolOutcome {
     Done(ToolResult),
     /// The provider refused the token the call used: the user must sign in again.
-    CredentialRejected { provider: String },
+    CredentialRejected {
+        provider: String,
+    },
 }
 
 /// A `CallToolResult`. Failures the model can act on are results with `is_error`, not errors.
@@ -129,7 +131,8 @@ fn valid_tool_name(name: &str) -> bool {
 impl ToolRegistry {
     /// Builds and checks every configured tool; built-ins come first.
     pub fn from_config(config: &Config, providers: &Providers, client: reqwest::Client) -> Result<Self, ConfigError> {
-        let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(whoami::Whoami::new()), Arc::new(disconnect::Disconnect::new())];
+        let mut tools: Vec<Arc<dyn Tool>> =
+            vec![Arc::new(whoami::Whoami::new()), Arc::new(disconnect::Disconnect::new())];
         for (i, tool) in config.tools.iter().enumerate() {
             let key = format!("tools[{i}]");
             if !valid_tool_name(&tool.name) {
@@ -153,17 +156,21 @@ impl ToolRegistry {
                 .enumerate()
                 .map(|(j, text)| {
                     let requirement_key = format!("{key}.requires[{j}]");
-                    let requirement = Requirement::parse(text).map_err(|e| ConfigError::key(&requirement_key, e.to_string()))?;
+                    let requirement =
+                        Requirement::parse(text).map_err(|e| ConfigError::key(&requirement_key, e.to_string()))?;
                     // Nothing can satisfy a provider or a form that is not configured, and running the
                     // tool without it would bypass the gate: refuse the configuration instead.
                     match &requirement {
-                        Requirement::Provider { provider, .. } if providers.get(provider).is_none() => Err(ConfigError::key(
-                            requirement_key,
-                            format!("names provider `{provider}`, which is not configured"),
-                        )),
-                        Requirement::Form { form } => {
-                            Err(ConfigError::key(requirement_key, format!("names form `{form}`, which is not configured")))
+                        Requirement::Provider { provider, .. } if providers.get(provider).is_none() => {
+                            Err(ConfigError::key(
+                                requirement_key,
+                                format!("names provider `{provider}`, which is not configured"),
+                            ))
                         }
+                        Requirement::Form { form } => Err(ConfigError::key(
+                            requirement_key,
+                            format!("names form `{form}`, which is not configured"),
+                        )),
                         Requirement::Provider { .. } => Ok(requirement),
                     }
                 })

@@ -16,9 +16,10 @@ impl Whoami {
             definition: ToolDefinition {
                 name: "whoami".into(),
                 title: Some("Who am I".into()),
-                description: "Shows who gatehouse believes is calling (the principal), the MCP session in use, and the \
+                description:
+                    "Shows who gatehouse believes is calling (the principal), the MCP session in use, and the \
                               accounts connected at other services (with their scopes, never their tokens)."
-                    .into(),
+                        .into(),
                 input_schema: InputSchema::from_config(None, "whoami").expect("the empty schema is valid"),
                 read_only: true,
                 requires: Vec::new(),

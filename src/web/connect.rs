@@ -6,13 +6,13 @@ use std::net::SocketAddr;
 
 use askama::Template;
 use axum::Form;
+use axum::Router;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
@@ -24,7 +24,9 @@ use crate::state::AppState;
 use crate::store::{ElicitationRecord, ElicitationStatus};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/connect/{id}", get(show).post(act)).route(CALLBACK_PATH, get(callback))
+    Router::new()
+        .route("/connect/{id}", get(show).post(act))
+        .route(CALLBACK_PATH, get(callback))
 }
 
 #[derive(Template)]
@@ -50,8 +52,17 @@ struct Notice {
 }
 
 /// A page with a heading, a message and the status it is sent with.
-fn notice(status: StatusCode, heading: &str, message: impl Into<String>, next_step: Option<String>) -> Result<Response, AppError> {
-    let mut response = page(&Notice { heading: heading.into(), message: message.into(), next_step })?;
+fn notice(
+    status: StatusCode,
+    heading: &str,
+    message: impl Into<String>,
+    next_step: Option<String>,
+) -> Result<Response, AppError> {
+    let mut response = page(&Notice {
+        heading: heading.into(),
+        message: message.into(),
+        next_step,
+    })?;
     *response.status_mut() = status;
     Ok(response)
 }
@@ -60,11 +71,21 @@ fn when(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
+/// A refusal page, boxed because handlers pass it back up instead of what they asked for.
+fn refusal(status: StatusCode, heading: &str, message: &str, next_step: Option<String>) -> Box<Response> {
+    Box::new(notice(status, heading, message, next_step).unwrap_or_else(IntoResponse::into_response))
+}
+
 /// The browser's principal, or the page to show instead.
-fn browser_principal(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Principal, Result<Response, AppError>> {
+fn browser_principal(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Principal, Box<Response>> {
     state.identity.principal(headers, peer).map_err(|e| {
         tracing::info!(%peer, reason = %e, "unidentified browser");
-        notice(StatusCode::UNAUTHORIZED, "Sign-in required", "gatehouse could not tell who you are.", None)
+        refusal(
+            StatusCode::UNAUTHORIZED,
+            "Sign-in required",
+            "gatehouse could not tell who you are.",
+            None,
+        )
     })
 }
 
@@ -73,17 +94,26 @@ async fn owned_elicitation(
     state: &AppState,
     id: &str,
     principal: &Principal,
-) -> Result<ElicitationRecord, Result<Response, AppError>> {
-    let unknown = || notice(StatusCode::NOT_FOUND, "Unknown link", "This link does not lead to any request.", None);
-    let Ok(id) = id.parse::<ElicitationId>() else { return Err(unknown()) };
+) -> Result<ElicitationRecord, Box<Response>> {
+    let unknown = || {
+        refusal(
+            StatusCode::NOT_FOUND,
+            "Unknown link",
+            "This link does not lead to any request.",
+            None,
+        )
+    };
+    let Ok(id) = id.parse::<ElicitationId>() else {
+        return Err(unknown());
+    };
     let elicitation = match state.gate.elicitation(&id).await {
         Ok(Some(elicitation)) => elicitation,
         Ok(None) => return Err(unknown()),
-        Err(error) => return Err(Err(AppError::Gate(error))),
+        Err(error) => return Err(Box::new(AppError::Gate(error).into_response())),
     };
     if &elicitation.principal != principal {
         tracing::warn!(elicitation = %id, browser = %principal, "a request was opened by another user");
-        return Err(notice(
+        return Err(refusal(
             StatusCode::FORBIDDEN,
             "Not your request",
             "This link was issued to another user. Nothing was changed.",
@@ -97,7 +127,12 @@ async fn owned_elicitation(
         ElicitationStatus::Declined => ("Declined", "This request was declined."),
         ElicitationStatus::Failed => ("Request failed", "This request did not succeed."),
     };
-    Err(notice(StatusCode::GONE, heading, message, Some("Ask your assistant to try again if you still need it.".into())))
+    Err(refusal(
+        StatusCode::GONE,
+        heading,
+        message,
+        Some("Ask your assistant to try again if you still need it.".into()),
+    ))
 }
 
 fn csrf_message(principal: &Principal, id: &ElicitationId) -> Vec<u8> {
@@ -112,14 +147,19 @@ async fn show(
 ) -> Result<Response, AppError> {
     let principal = match browser_principal(&state, &headers, peer) {
         Ok(principal) => principal,
-        Err(page) => return page,
+        Err(page) => return Ok(*page),
     };
     let elicitation = match owned_elicitation(&state, &id, &principal).await {
         Ok(elicitation) => elicitation,
-        Err(page) => return page,
+        Err(page) => return Ok(*page),
     };
     let Some((provider, scopes)) = state.gate.provider_of(&elicitation) else {
-        return notice(StatusCode::NOT_FOUND, "Unknown request", "This request names nothing gatehouse can do.", None);
+        return notice(
+            StatusCode::NOT_FOUND,
+            "Unknown request",
+            "This request names nothing gatehouse can do.",
+            None,
+        );
     };
     page(&ConnectPage {
         id: elicitation.id.to_string(),
@@ -130,7 +170,10 @@ async fn show(
         principal: principal.to_string(),
         created: when(elicitation.created_at),
         expires: when(elicitation.expires_at),
-        csrf: state.gate.vault().mac("connect", &csrf_message(&principal, &elicitation.id)),
+        csrf: state
+            .gate
+            .vault()
+            .mac("connect", &csrf_message(&principal, &elicitation.id)),
     })
 }
 
@@ -149,16 +192,22 @@ async fn act(
 ) -> Result<Response, AppError> {
     let principal = match browser_principal(&state, &headers, peer) {
         Ok(principal) => principal,
-        Err(page) => return page,
+        Err(page) => return Ok(*page),
     };
     let elicitation = match owned_elicitation(&state, &id, &principal).await {
         Ok(elicitation) => elicitation,
-        Err(page) => return page,
+        Err(page) => return Ok(*page),
     };
     let public_origin = state.config.public_url().origin().ascii_serialization();
-    let cross_site = headers.get(ORIGIN).is_some_and(|o| o.as_bytes() != public_origin.as_bytes());
+    let cross_site = headers
+        .get(ORIGIN)
+        .is_some_and(|o| o.as_bytes() != public_origin.as_bytes());
     let Some(Form(form)) = form.ok().filter(|f| {
-        !cross_site && state.gate.vault().verify_mac("connect", &csrf_message(&principal, &elicitation.id), &f.csrf)
+        !cross_site
+            && state
+                .gate
+                .vault()
+                .verify_mac("connect", &csrf_message(&principal, &elicitation.id), &f.csrf)
     }) else {
         return notice(
             StatusCode::FORBIDDEN,
@@ -180,18 +229,35 @@ async fn act(
         "continue" => {
             let secure = state.config.public_url().scheme() == "https";
             let Some(flow) = state.gate.start_flow(&elicitation, secure).await? else {
-                return notice(StatusCode::NOT_FOUND, "Unknown request", "This request names nothing gatehouse can do.", None);
+                return notice(
+                    StatusCode::NOT_FOUND,
+                    "Unknown request",
+                    "This request names nothing gatehouse can do.",
+                    None,
+                );
             };
-            let mut cookie = format!("{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=600", flow.cookie_name, flow.cookie_value);
+            let mut cookie = format!(
+                "{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=600",
+                flow.cookie_name, flow.cookie_value
+            );
             if secure {
                 cookie.push_str("; Secure");
             }
             let mut response = StatusCode::SEE_OTHER.into_response();
-            response.headers_mut().insert(LOCATION, HeaderValue::from_str(flow.authorize_url.as_str())?);
-            response.headers_mut().insert(SET_COOKIE, HeaderValue::from_str(&cookie)?);
+            response
+                .headers_mut()
+                .insert(LOCATION, HeaderValue::from_str(flow.authorize_url.as_str())?);
+            response
+                .headers_mut()
+                .insert(SET_COOKIE, HeaderValue::from_str(&cookie)?);
             Ok(response)
         }
-        _ => notice(StatusCode::BAD_REQUEST, "Unknown action", "Choose Continue or Decline.", None),
+        _ => notice(
+            StatusCode::BAD_REQUEST,
+            "Unknown action",
+            "Choose Continue or Decline.",
+            None,
+        ),
     }
 }
 
@@ -213,34 +279,52 @@ async fn callback(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
-    let params: Vec<(String, String)> =
-        url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect();
+    let params: Vec<(String, String)> = url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect();
     let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let refused = |refusal: CallbackRefusal| {
         tracing::info!(%peer, reason = %refusal, "OAuth callback refused");
-        notice(StatusCode::BAD_REQUEST, "Sign-in not completed", refusal.to_string(), Some("Nothing was stored.".into()))
+        notice(
+            StatusCode::BAD_REQUEST,
+            "Sign-in not completed",
+            refusal.to_string(),
+            Some("Nothing was stored.".into()),
+        )
     };
     let Some(state_param) = param("state").filter(|s| !s.is_empty() && s.len() <= 512) else {
         return refused(CallbackRefusal::UnknownState);
     };
     let principal = match browser_principal(&state, &headers, peer) {
         Ok(principal) => principal,
-        Err(page) => return page,
+        Err(page) => return Ok(*page),
     };
     let secure = state.config.public_url().scheme() == "https";
     let Some((flow, cookie_name)) = state.gate.flow_for_state(state_param, secure).await? else {
         return refused(CallbackRefusal::UnknownState);
     };
-    let elicitation = match state.gate.check_callback(&flow, cookie(&headers, &cookie_name), &principal, param("iss")).await {
+    let elicitation = match state
+        .gate
+        .check_callback(&flow, cookie(&headers, &cookie_name), &principal, param("iss"))
+        .await
+    {
         Ok(elicitation) => elicitation,
         Err(refusal) => return refused(refusal),
     };
-    let outcome = match state.gate.complete_callback(&flow, &elicitation, param("code"), param("error")).await? {
+    let outcome = match state
+        .gate
+        .complete_callback(&flow, &elicitation, param("code"), param("error"))
+        .await?
+    {
         Ok(outcome) => outcome,
         Err(refusal) => return refused(refusal),
     };
     let mut response = match outcome {
-        CallbackOutcome::Connected { provider_name, account_label, client_name } => notice(
+        CallbackOutcome::Connected {
+            provider_name,
+            account_label,
+            client_name,
+        } => notice(
             StatusCode::OK,
             "Connected",
             match account_label {
@@ -263,7 +347,12 @@ async fn callback(
         )?,
     };
     // The flow is used up: drop its cookie.
-    let expired = format!("{cookie_name}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}", if secure { "; Secure" } else { "" });
-    response.headers_mut().insert(SET_COOKIE, HeaderValue::from_str(&expired)?);
+    let expired = format!(
+        "{cookie_name}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
+        if secure { "; Secure" } else { "" }
+    );
+    response
+        .headers_mut()
+        .insert(SET_COOKIE, HeaderValue::from_str(&expired)?);
     Ok(response)
 }

@@ -168,6 +168,73 @@ impl TestDatabase {
     }
 }
 
+impl TestDatabase {
+    /// Every stored token, verifier, event, and text column, as bytes: tests look for secrets in it.
+    pub async fn everything_stored(&self) -> Vec<u8> {
+        let mut all = Vec::new();
+        match self.backend {
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+                type Row = (Vec<u8>, Option<Vec<u8>>, Option<String>);
+                let tokens: Vec<Row> =
+                    sqlx::query_as("SELECT access_token, refresh_token, account_label FROM connections")
+                        .fetch_all(&mut conn)
+                        .await
+                        .expect("connections");
+                for (access, refresh, label) in tokens {
+                    all.extend(access);
+                    all.extend(refresh.unwrap_or_default());
+                    all.extend(label.unwrap_or_default().into_bytes());
+                }
+                for sql in [
+                    "SELECT encode(pkce_verifier, 'escape') FROM oauth_flows",
+                    "SELECT message::text FROM session_events",
+                    "SELECT url || message || requirement FROM elicitations",
+                    "SELECT client_info::text FROM sessions",
+                ] {
+                    let rows: Vec<(String,)> = sqlx::query_as(sql).fetch_all(&mut conn).await.expect("rows");
+                    all.extend(rows.into_iter().flat_map(|(t,)| t.into_bytes()));
+                }
+            }
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
+                for sql in [
+                    "SELECT access_token FROM connections",
+                    "SELECT refresh_token FROM connections WHERE refresh_token IS NOT NULL",
+                    "SELECT pkce_verifier FROM oauth_flows",
+                    "SELECT CAST(message AS BLOB) FROM session_events",
+                    "SELECT CAST(url || message || requirement AS BLOB) FROM elicitations",
+                    "SELECT CAST(client_info AS BLOB) FROM sessions",
+                ] {
+                    let rows: Vec<(Vec<u8>,)> = sqlx::query_as(sql).fetch_all(&mut conn).await.expect("rows");
+                    all.extend(rows.into_iter().flat_map(|(b,)| b));
+                }
+            }
+        }
+        all
+    }
+
+    /// Moves every elicitation's expiry into the past.
+    pub async fn expire_elicitations(&self) {
+        match self.backend {
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+                sqlx::query("UPDATE elicitations SET expires_at = now() - interval '1 minute'")
+                    .execute(&mut conn)
+                    .await
+                    .expect("update");
+            }
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
+                sqlx::query("UPDATE elicitations SET expires_at = 0")
+                    .execute(&mut conn)
+                    .await
+                    .expect("update");
+            }
+        }
+    }
+}
+
 /// Builds a configuration the way the binary does: TOML text plus environment-style overrides.
 pub fn config(toml: &str, env: &[(&str, &str)]) -> Config {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -200,7 +267,13 @@ impl TestServer {
     pub async fn start_on(database: &TestDatabase, extra_toml: &str, bind: &str) -> Self {
         let listener = tokio::net::TcpListener::bind(bind).await.expect("bind test server");
         let addr = listener.local_addr().expect("local addr");
-        let mut config = config(extra_toml, &[("GATEHOUSE_DATABASE__URL", &database.url), ("GATEHOUSE_SECRETS__KEYS", TEST_KEY)]);
+        let mut config = config(
+            extra_toml,
+            &[
+                ("GATEHOUSE_DATABASE__URL", &database.url),
+                ("GATEHOUSE_SECRETS__KEYS", TEST_KEY),
+            ],
+        );
         config.server.bind = addr;
         config.server.sse_keep_alive = Duration::from_secs(1);
         config.server.sse_retry = Duration::from_millis(250);
@@ -520,4 +593,138 @@ pub async fn publish(server: &TestServer, session: &str, message: &Value) -> i64
 
 pub fn note(n: i64) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "logger": "test", "data": {"n": n}}})
+}
+
+/// A browser: keeps cookies, follows no redirects, and can carry an identity header (as a
+/// reverse proxy would add it).
+pub struct Browser {
+    http: reqwest::Client,
+    cookies: std::sync::Mutex<Vec<(String, String)>>,
+    identity: Option<(String, String)>,
+}
+
+pub struct Page {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Page {
+    pub fn location(&self) -> String {
+        self.headers
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .expect("a Location header")
+            .to_owned()
+    }
+
+    /// The value of the page's hidden `csrf` field.
+    pub fn csrf(&self) -> String {
+        let start = self.body.find("name=\"csrf\" value=\"").expect("a csrf field") + "name=\"csrf\" value=\"".len();
+        self.body[start..].split('"').next().expect("value").to_owned()
+    }
+}
+
+impl Browser {
+    pub fn new() -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            cookies: std::sync::Mutex::new(Vec::new()),
+            identity: None,
+        }
+    }
+
+    /// A browser whose requests carry `header: value` (header identity mode).
+    pub fn as_user(header: &str, value: &str) -> Self {
+        Self {
+            identity: Some((header.to_owned(), value.to_owned())),
+            ..Self::new()
+        }
+    }
+
+    pub fn cookie_header(&self) -> String {
+        let cookies = self.cookies.lock().expect("cookies");
+        cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Page {
+        let mut request = request.header("cookie", self.cookie_header());
+        if let Some((name, value)) = &self.identity {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        let response = request.send().await.expect("browser request");
+        let status = response.status();
+        let headers = response.headers().clone();
+        {
+            let mut cookies = self.cookies.lock().expect("cookies");
+            for set in headers.get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()) {
+                let pair = set.split(';').next().unwrap_or("");
+                if let Some((name, value)) = pair.split_once('=') {
+                    cookies.retain(|(k, _)| k != name);
+                    if !value.is_empty() {
+                        cookies.push((name.to_owned(), value.to_owned()));
+                    }
+                }
+            }
+        }
+        let body = response.text().await.unwrap_or_default();
+        Page { status, headers, body }
+    }
+
+    pub async fn get(&self, url: &str) -> Page {
+        self.send(self.http.get(url)).await
+    }
+
+    pub async fn post_form(&self, url: &str, origin: &str, fields: &[(&str, &str)]) -> Page {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let request = self
+            .http
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("origin", origin)
+            .body(body);
+        self.send(request).await
+    }
+
+    pub fn forget_cookies(&self) {
+        self.cookies.lock().expect("cookies").clear();
+    }
+
+    /// Opens an elicitation URL and presses Continue: returns the provider's authorize URL.
+    pub async fn continue_to_provider(&self, connect_url: &str) -> String {
+        let page = self.get(connect_url).await;
+        assert_eq!(page.status, StatusCode::OK, "connect page: {}", page.body);
+        let origin = url::Url::parse(connect_url)
+            .expect("url")
+            .origin()
+            .ascii_serialization();
+        let redirect = self
+            .post_form(connect_url, &origin, &[("action", "continue"), ("csrf", &page.csrf())])
+            .await;
+        assert_eq!(redirect.status, StatusCode::SEE_OTHER, "continue: {}", redirect.body);
+        redirect.location()
+    }
+
+    /// At the provider: returns where it sends the browser back (the callback URL).
+    pub async fn authorize(&self, authorize_url: &str) -> String {
+        let page = self.get(authorize_url).await;
+        assert_eq!(page.status, StatusCode::FOUND, "authorize: {}", page.body);
+        page.location()
+    }
+
+    /// The whole sign-in: connect page, Continue, provider, callback. Returns the final page.
+    pub async fn sign_in(&self, connect_url: &str) -> Page {
+        let authorize = self.continue_to_provider(connect_url).await;
+        let callback = self.authorize(&authorize).await;
+        self.get(&callback).await
+    }
 }
