@@ -116,13 +116,16 @@ async fn serve_until_sigterm(backend: Backend) {
     let dir = tempfile::tempdir().expect("dir");
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
-    let mut child = tokio::process::Command::new(BINARY)
+    let mut command = tokio::process::Command::new(BINARY);
+    command.env_clear();
+    if backend == Backend::Postgres {
+        command.env("GATEHOUSE_SECRETS__KEYS", common::TEST_KEY);
+    }
+    let mut child = command
         .arg("serve")
         .current_dir(dir.path())
-        .env_clear()
         .env("GATEHOUSE_SERVER__BIND", &bind)
         .env("GATEHOUSE_DATABASE__URL", &database.url)
-        .env("GATEHOUSE_SECRETS__KEYS", common::TEST_KEY)
         .env("GATEHOUSE_LOG__FORMAT", "json")
         .env("GATEHOUSE_SERVER__SSE_RETRY", "2s")
         .stdout(Stdio::null())

@@ -691,7 +691,167 @@ async fn a_client_away_at_completion_gets_the_notification_when_it_returns(backe
     s.server.stop().await;
 }
 
+/// A setup whose gatehouse provider settings are adjusted by `edit` (on the generated TOML).
+async fn setup_edited(backend: Backend, options: FakeOptions, edit: impl Fn(String) -> String) -> Setup {
+    captured_logs();
+    let fake = FakeProvider::start(options).await;
+    let database = TestDatabase::new(backend).await;
+    let server = TestServer::start(&database, &edit(gatehouse_config(&fake, ""))).await;
+    let mut client = server.client();
+    client.initialize().await;
+    Setup {
+        database,
+        server,
+        fake,
+        client,
+    }
+}
+
+async fn form_encoded_token_answers_and_client_secret_post_work(backend: Backend) {
+    use common::fake_oauth::{ClientAuth, TokenFormat};
+    let options = FakeOptions {
+        client_auth: ClientAuth::Post,
+        token_format: TokenFormat::Form,
+        scope_separator: ',',
+        refresh_tokens: false,
+        ..FakeOptions::default()
+    };
+    let s = setup_edited(backend, options, |toml| {
+        toml.replace(
+            "client_auth = \"basic\"",
+            "client_auth = \"post\"\nscope_separator = \",\"",
+        )
+        .replace("scopes = [\"read\"]", "scopes = [\"read\", \"gist\"]")
+    })
+    .await;
+    let mut stream = s.client.open_stream(None).await;
+    connect(&s, &Browser::new(), &mut stream, "me").await;
+    let authorize: std::collections::HashMap<_, _> = s.fake.stats().last_authorize_query.into_iter().collect();
+    assert_eq!(
+        authorize["scope"], "gist,read",
+        "scopes joined with the provider's separator"
+    );
+    assert_eq!(
+        s.client.call("tools/call", json!({"name": "me"})).await["isError"],
+        false
+    );
+    let whoami = s.client.call("tools/call", json!({"name": "whoami"})).await;
+    assert_eq!(
+        whoami["structuredContent"]["connections"][0]["scopes"],
+        json!(["gist", "read"]),
+        "granted scopes parsed from a form answer"
+    );
+    s.server.stop().await;
+}
+
+async fn the_issuer_is_checked_when_the_provider_sends_one(backend: Backend) {
+    let options = FakeOptions {
+        issuer: Some("https://fake.example".into()),
+        ..FakeOptions::default()
+    };
+    let wrong = setup_edited(backend, options.clone(), |toml| {
+        toml.replace("scopes = [", "issuer = \"https://other.example\"\nscopes = [")
+    })
+    .await;
+    let elicitation = elicitations(&call(&wrong.client, "me").await).remove(0);
+    let page = Browser::new().sign_in(elicitation["url"].as_str().expect("url")).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST);
+    assert!(page.body.contains("expected provider"), "{}", page.body);
+    assert_eq!(wrong.database.query_count("SELECT COUNT(*) FROM connections").await, 0);
+    assert_eq!(wrong.fake.stats().code_exchanges, 0);
+    wrong.server.stop().await;
+
+    let right = setup_edited(backend, options, |toml| {
+        toml.replace("scopes = [", "issuer = \"https://fake.example\"\nscopes = [")
+    })
+    .await;
+    let elicitation = elicitations(&call(&right.client, "me").await).remove(0);
+    assert_eq!(
+        Browser::new()
+            .sign_in(elicitation["url"].as_str().expect("url"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    right.server.stop().await;
+}
+
+async fn https_deployments_bind_the_browser_with_host_cookies(backend: Backend) {
+    let s = setup_edited(backend, FakeOptions::default(), |toml| {
+        format!("[server]\npublic_url = \"https://gh.example\"\n{toml}")
+    })
+    .await;
+    let elicitation = elicitations(&call(&s.client, "me").await).remove(0);
+    let url = elicitation["url"].as_str().expect("url");
+    assert!(url.starts_with("https://gh.example/connect/"));
+    let local = url.replace("https://gh.example", &s.server.base());
+    let browser = Browser::new();
+    let page = browser.get(&local).await;
+    let response = browser
+        .post_form(
+            &local,
+            "https://gh.example",
+            &[("action", "continue"), ("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(response.status, StatusCode::SEE_OTHER);
+    let cookie = response.headers["set-cookie"].to_str().expect("cookie");
+    assert!(cookie.starts_with("__Host-gatehouse-flow-"), "{cookie}");
+    for attribute in ["; Secure", "; HttpOnly", "; SameSite=Lax", "; Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie} lacks {attribute}");
+    }
+    assert!(!cookie.contains("Domain"), "__Host- cookies have no Domain");
+    let from_elsewhere = Browser::new();
+    let page = from_elsewhere.get(&local).await;
+    let refused = from_elsewhere
+        .post_form(
+            &local,
+            &s.server.base(),
+            &[("action", "continue"), ("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::FORBIDDEN,
+        "a form posted from another origin than the public one"
+    );
+    s.server.stop().await;
+}
+
+async fn hostile_values_are_escaped_on_pages(backend: Backend) {
+    let s = setup(backend).await;
+    let mut hostile = s.server.client();
+    let evil = "<script>alert(\"x\")</script>&'";
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+        "capabilities": {"elicitation": {"url": {}}}, "clientInfo": {"name": evil, "version": "1"}}});
+    let reply = McpClient::new(&s.server.url).post_raw(&init, &[]).await;
+    hostile.session = Some(reply.headers["mcp-session-id"].to_str().expect("id").to_owned());
+    let elicitation = elicitations(&call(&hostile, "me").await).remove(0);
+    let url = elicitation["url"].as_str().expect("url");
+    let browser = Browser::new();
+    let page = browser.get(url).await;
+    assert!(!page.body.contains("<script>alert"), "{}", page.body);
+    assert!(
+        page.body.contains("&#60;script&#62;alert(&#34;x&#34;)"),
+        "shown escaped: {}",
+        page.body
+    );
+    s.fake.set_next_user("<img src=x onerror=alert(1)>");
+    let done = browser.sign_in(url).await;
+    assert_eq!(done.status, StatusCode::OK);
+    assert!(
+        !done.body.contains("<img src=x") && done.body.contains("&#60;img src=x"),
+        "{}",
+        done.body
+    );
+    s.server.stop().await;
+}
+
 on_both_backends!(
+    form_encoded_token_answers_and_client_secret_post_work,
+    the_issuer_is_checked_when_the_provider_sends_one,
+    https_deployments_bind_the_browser_with_host_cookies,
+    hostile_values_are_escaped_on_pages,
     the_whole_flow_runs_the_tool_with_the_users_token,
     clients_without_url_mode_get_a_result_with_the_link,
     another_users_browser_is_refused_and_nothing_is_bound,
@@ -730,6 +890,54 @@ async fn the_notification_crosses_replicas() {
     let (_, message) = stream.next_message(WAIT).await.expect("notification on A's stream");
     assert_eq!(message["params"]["elicitationId"], elicitation["elicitationId"]);
     assert_eq!(client.call("tools/call", json!({"name": "me"})).await["isError"], false);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Calls served by two replicas refresh the same connection one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refreshes_are_serialized_across_replicas() {
+    if common::postgres_admin_url().await.is_none() {
+        return;
+    }
+    let options = FakeOptions {
+        access_token_ttl: Some(1),
+        refresh_delay_ms: 200,
+        ..FakeOptions::default()
+    };
+    let fake = FakeProvider::start(options).await;
+    let database = TestDatabase::new(Backend::Postgres).await;
+    let a = TestServer::start(&database, &gatehouse_config(&fake, "")).await;
+    let b = TestServer::start(&database, &gatehouse_config(&fake, "")).await;
+    let mut client = a.client();
+    client.initialize().await;
+    let elicitation = elicitations(&call(&client, "me").await).remove(0);
+    assert_eq!(
+        Browser::new()
+            .sign_in(elicitation["url"].as_str().expect("url"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let on_b = McpClient {
+        url: b.url.clone(),
+        ..client.clone()
+    };
+    let calls: Vec<_> = (0..6)
+        .map(|n| {
+            let client = if n % 2 == 0 { client.clone() } else { on_b.clone() };
+            tokio::spawn(async move { client.call("tools/call", json!({"name": "me"})).await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.expect("join")["isError"], false);
+    }
+    let stats = fake.stats();
+    assert!(stats.refreshes >= 2, "both replicas needed fresh tokens");
+    assert_eq!(
+        stats.concurrent_refresh_peak, 1,
+        "never two refreshes of one connection at once"
+    );
     a.stop().await;
     b.stop().await;
 }

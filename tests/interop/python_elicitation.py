@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Interop URL-elicitation client for gatehouse, built on the official Python MCP SDK (PyPI `mcp`, 2.x).
+
+The Rust integration tests run this as a subprocess to prove that a third-party
+client can complete gatehouse's sign-in flow over Streamable HTTP (protocol
+2025-11-25) using URL-mode elicitation. It:
+
+  1. connects to --url with an elicitation callback, so the client declares
+     {"elicitation": {"form": {}, "url": {}}}, and a message handler that records
+     every `notifications/elicitation/complete` elicitationId,
+  2. performs the `initialize` handshake and waits until the GET SSE stream (on
+     which the completion notifications arrive) is open,
+  3. calls --call with the JSON object given in --args; the call must fail with
+     JSON-RPC error -32042 (URL elicitation required). For every entry of
+     `data.elicitations` it prints one line on stdout:
+       {"event": "elicitation", "elicitationId", "url", "message"}
+  4. waits for a completion notification for every listed elicitationId, printing
+       {"event": "completed", "elicitationId"}
+     per id, in arrival order,
+  5. retries the call, closes the session (HTTP DELETE) and prints a final line
+       {"event": "result", "result": {"isError", "content", "structuredContent"}}
+
+Every stdout line is one JSON object, flushed as soon as it is printed, so the
+caller can act on the elicitation lines (open the URL) while this script waits.
+
+Exit codes: 0 success; 2 the retried call answered with a JSON-RPC error (details
+as JSON on stderr: {"error": {"code", "message", "data"}}); 1 any other failure,
+including a first call that does not fail with -32042 and a --timeout (overall,
+in seconds) that runs out.
+
+Requires Python >= 3.11 (uses the built-in BaseExceptionGroup).
+
+Usage:
+  python_elicitation.py --url http://127.0.0.1:PORT/mcp --call whoami [--args '{}'] [--timeout 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx2
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import ClientSession, MCPError
+from mcp.client.session import ClientRequestContext, IncomingMessage
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import (
+    URL_ELICITATION_REQUIRED,
+    CallToolResult,
+    ElicitCompleteNotification,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
+    Implementation,
+)
+
+
+class ProtocolFailure(RuntimeError):
+    """The server broke the expected flow; reported as exit code 1, never 2."""
+
+
+@dataclass
+class Flow:
+    """State shared between the main task, the message handler and the HTTP hook."""
+
+    # elicitationIds from notifications/elicitation/complete, in arrival order (unbounded buffer).
+    completions_in: MemoryObjectSendStream[str] = field(init=False)
+    completions_out: MemoryObjectReceiveStream[str] = field(init=False)
+    # Set once the GET SSE stream answered; get_status holds its HTTP status.
+    get_answered: anyio.Event = field(default_factory=anyio.Event)
+    get_status: int | None = None
+    phase: str = "connecting"
+    pending: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.completions_in, self.completions_out = anyio.create_memory_object_stream[str](math.inf)
+
+    def describe(self) -> str:
+        if self.phase == "waiting for completion" and self.pending:
+            return f"{self.phase} of elicitationId(s) {self.pending}"
+        return self.phase
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="Streamable HTTP endpoint, e.g. http://127.0.0.1:8080/mcp")
+    parser.add_argument("--call", required=True, metavar="TOOL", help="tool to call")
+    parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
+    parser.add_argument("--timeout", type=float, default=60.0, help="overall timeout in seconds")
+    return parser.parse_args(argv)
+
+
+def emit(event: dict[str, Any]) -> None:
+    """One JSON object per stdout line, flushed so the caller sees it immediately."""
+    print(json.dumps(event), flush=True)
+
+
+def result_to_json(result: CallToolResult) -> dict[str, Any]:
+    return {
+        "isError": bool(result.is_error),
+        "content": [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content],
+        "structuredContent": result.structured_content,
+    }
+
+
+def parse_elicitations(err: MCPError) -> list[dict[str, Any]]:
+    """Validate `data.elicitations` of a -32042 error; return [{"elicitationId", "url", "message"}]."""
+    data = err.data
+    raw = data.get("elicitations") if isinstance(data, dict) else None
+    if not isinstance(raw, list) or not raw:
+        raise ProtocolFailure(f"-32042 error without a non-empty data.elicitations list: data={json.dumps(data)}")
+    entries: list[dict[str, Any]] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            raise ProtocolFailure(f"data.elicitations entry is not an object: {json.dumps(item)}")
+        if item.get("mode") != "url":
+            raise ProtocolFailure(f"data.elicitations entry is not mode \"url\": {json.dumps(item)}")
+        eid, url, message = item.get("elicitationId"), item.get("url"), item.get("message")
+        if not isinstance(eid, str) or not eid or not isinstance(url, str) or not url:
+            raise ProtocolFailure(f"data.elicitations entry lacks elicitationId/url strings: {json.dumps(item)}")
+        if not isinstance(message, str):
+            raise ProtocolFailure(f"data.elicitations entry lacks a message string: {json.dumps(item)}")
+        entries.append({"elicitationId": eid, "url": url, "message": message})
+    ids = [entry["elicitationId"] for entry in entries]
+    if len(set(ids)) != len(ids):
+        raise ProtocolFailure(f"data.elicitations repeats an elicitationId: {ids}")
+    return entries
+
+
+async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow) -> dict[str, Any]:
+    client_info = Implementation(name="gatehouse-interop-python-elicitation", version="1.0.0")
+
+    async def elicitation_callback(
+        context: ClientRequestContext, params: ElicitRequestParams
+    ) -> ElicitResult | ErrorData:
+        # gatehouse never sends elicitation/create; passing a callback is what declares the capability.
+        return ElicitResult(action="decline")
+
+    async def message_handler(message: IncomingMessage) -> None:
+        if isinstance(message, ElicitCompleteNotification):
+            flow.completions_in.send_nowait(message.params.elicitation_id)
+        # Transport-level exceptions also land here; the SDK retries the GET stream itself,
+        # and a stream that never delivers shows up as the timeout, so they are ignored.
+
+    async def on_response(response: httpx2.Response) -> None:
+        # Fires when the response headers arrive, i.e. before the SSE body is read.
+        if response.request.method != "GET" or response.is_redirect:
+            return
+        if flow.get_status is None or response.is_success:
+            flow.get_status = response.status_code
+        flow.get_answered.set()
+
+    http_client = create_mcp_http_client()
+    http_client.event_hooks = {"response": [on_response]}
+    # The client is ours, so we close it; the transport still sends DELETE with the
+    # Mcp-Session-Id on exit (terminate_on_close=True), before the session is left.
+    async with http_client, streamable_http_client(url, http_client=http_client) as (read_stream, write_stream):
+        async with ClientSession(
+            read_stream,
+            write_stream,
+            elicitation_callback=elicitation_callback,
+            message_handler=message_handler,
+            client_info=client_info,
+        ) as session:
+            flow.phase = "initializing"
+            await session.initialize()
+
+            # The SDK opens the GET SSE stream once notifications/initialized is sent; the
+            # completion notifications travel on it, so make sure it is open before calling.
+            flow.phase = "waiting for the GET SSE stream"
+            await flow.get_answered.wait()
+            if flow.get_status is None or not 200 <= flow.get_status < 300:
+                raise ProtocolFailure(f"GET SSE stream not opened: HTTP {flow.get_status}")
+
+            flow.phase = f"calling {tool} (expecting -32042)"
+            try:
+                first = await session.call_tool(tool, arguments)
+            except MCPError as err:
+                if err.code != URL_ELICITATION_REQUIRED:
+                    detail = json.dumps({"code": err.code, "message": err.message, "data": err.data})
+                    raise ProtocolFailure(f"expected error {URL_ELICITATION_REQUIRED}, got {detail}") from err
+                entries = parse_elicitations(err)
+            else:
+                raise ProtocolFailure(
+                    f"expected error {URL_ELICITATION_REQUIRED}, but the call succeeded: "
+                    f"{json.dumps(result_to_json(first))}"
+                )
+            for entry in entries:
+                emit({"event": "elicitation", **entry})
+
+            # Completions may have arrived before the error response; they are buffered in order.
+            flow.phase = "waiting for completion"
+            flow.pending = [entry["elicitationId"] for entry in entries]
+            while flow.pending:
+                eid = await flow.completions_out.receive()
+                if eid in flow.pending:
+                    flow.pending.remove(eid)
+                    emit({"event": "completed", "elicitationId": eid})
+
+            flow.phase = f"retrying {tool}"
+            result = await session.call_tool(tool, arguments)
+            flow.phase = "closing the session"
+    return {"event": "result", "result": result_to_json(result)}
+
+
+def leaf_errors(exc: BaseException) -> list[BaseException]:
+    """Flatten the (nested) exception groups that anyio task groups wrap errors in."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaf_errors(inner)]
+    return [exc]
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    try:
+        arguments = json.loads(opts.args)
+    except json.JSONDecodeError as exc:
+        print(f"--args is not valid JSON: {exc}", file=sys.stderr)
+        return 1
+    if not isinstance(arguments, dict):
+        print("--args must be a JSON object", file=sys.stderr)
+        return 1
+
+    flows: list[Flow] = []
+
+    async def bounded() -> dict[str, Any]:
+        flow = Flow()
+        flows.append(flow)
+        with anyio.fail_after(opts.timeout):
+            return await run(opts.url, opts.call, arguments, flow)
+
+    try:
+        output = anyio.run(bounded)
+    except Exception as exc:  # noqa: BLE001 - report every failure the same way
+        leaves = leaf_errors(exc)
+        for err in leaves:
+            if isinstance(err, MCPError):
+                payload = {"error": {"code": err.code, "message": err.message, "data": err.data}}
+                print(json.dumps(payload), file=sys.stderr)
+                return 2
+        phase = flows[0].describe() if flows else "starting"
+        for err in leaves:
+            if isinstance(err, TimeoutError):
+                detail = f"no answer within {opts.timeout}s ({phase})"
+            else:
+                detail = str(err)
+            print(f"interop elicitation client failed: {type(err).__name__}: {detail}", file=sys.stderr)
+        return 1
+    emit(output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
