@@ -5,8 +5,13 @@
 //!   cargo bench --bench load -- --duration 10 --clients 50 --streams 10000
 //!
 //! Measures `tools/call` throughput and latency at N concurrent clients (each with its own
-//! session), and the server's resident memory with many idle GET streams open. PostgreSQL comes
-//! from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database of its own.
+//! session), the server's resident memory with many idle GET streams open, and the whole
+//! URL-elicitation loop against a fake OAuth provider on two replicas. PostgreSQL comes from
+//! TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database of its own.
+
+#[allow(dead_code)]
+#[path = "../tests/common/fake_oauth.rs"]
+mod fake_oauth;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -25,6 +30,9 @@ struct Options {
     streams: usize,
     skip_baseline: bool,
     skip_load: bool,
+    skip_streams: bool,
+    skip_loop: bool,
+    loop_workers: usize,
 }
 
 impl Options {
@@ -36,6 +44,9 @@ impl Options {
             streams: 10_000,
             skip_baseline: false,
             skip_load: false,
+            skip_streams: false,
+            skip_loop: false,
+            loop_workers: 8,
         };
         let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
         while let Some(arg) = args.next() {
@@ -51,6 +62,11 @@ impl Options {
                 "--streams" => options.streams = value()?.parse().map_err(|e| format!("--streams: {e}"))?,
                 "--skip-baseline" => options.skip_baseline = true,
                 "--skip-load" => options.skip_load = true,
+                "--skip-streams" => options.skip_streams = true,
+                "--skip-loop" => options.skip_loop = true,
+                "--loop-workers" => {
+                    options.loop_workers = value()?.parse().map_err(|e| format!("--loop-workers: {e}"))?
+                }
                 other => return Err(format!("unknown argument {other}")),
             }
         }
@@ -386,8 +402,16 @@ async fn drop_database(database: &Database) {
     }
 }
 
-fn start_gatehouse(database_url: &str, port: u16) -> Result<Child, String> {
-    Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+/// The release binary; with `config` (file, public URL) for the elicitation loop.
+fn start_gatehouse(database_url: &str, port: u16, config: Option<(&std::path::Path, &str)>) -> Result<Child, String> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
+    if let Some((file, public_url)) = config {
+        command
+            .arg("--config")
+            .arg(file)
+            .env("GATEHOUSE_SERVER__PUBLIC_URL", public_url);
+    }
+    command
         .arg("serve")
         .env("GATEHOUSE_SERVER__BIND", format!("127.0.0.1:{port}"))
         .env("GATEHOUSE_DATABASE__URL", database_url)
@@ -437,24 +461,332 @@ async fn run(options: Options) -> Result<(), String> {
 }
 
 async fn measure(options: &Options, database: &Database) -> Result<(), String> {
-    let port = free_port();
-    let mut gatehouse = start_gatehouse(&database.url, port)?;
-    let gatehouse_url = format!("http://127.0.0.1:{port}/mcp");
-    wait_until_up(&format!("http://127.0.0.1:{port}/healthz")).await?;
-    let pid = gatehouse.id().ok_or("gatehouse exited")?;
-    if !options.skip_load {
-        load(options, &gatehouse_url).await?;
+    if !options.skip_load || !options.skip_streams {
+        let port = free_port();
+        let mut gatehouse = start_gatehouse(&database.url, port, None)?;
+        let gatehouse_url = format!("http://127.0.0.1:{port}/mcp");
+        wait_until_up(&format!("http://127.0.0.1:{port}/healthz")).await?;
+        let pid = gatehouse.id().ok_or("gatehouse exited")?;
+        if !options.skip_load {
+            load(options, &gatehouse_url).await?;
+        }
+        if !options.skip_streams {
+            println!("\n## {} idle GET streams\n", options.streams);
+            let streams = idle_streams(&gatehouse_url, pid, options.streams).await?;
+            println!(
+                "| server | sessions | streams open | RSS before streams | RSS with streams |\n|---|---|---|---|---|"
+            );
+            let sessions = options.streams + if options.skip_load { 0 } else { options.clients };
+            println!(
+                "| gatehouse (PostgreSQL) | {sessions} | {} | {:.1} MiB | {:.1} MiB |",
+                streams.open, streams.rss_before_mib, streams.rss_with_streams_mib
+            );
+        }
+        let _ = gatehouse.kill().await;
     }
-    println!("\n## {} idle GET streams\n", options.streams);
-    let streams = idle_streams(&gatehouse_url, pid, options.streams).await?;
-    println!("| server | sessions | streams open | RSS before streams | RSS with streams |\n|---|---|---|---|---|");
-    let sessions = options.streams + if options.skip_load { 0 } else { options.clients };
-    println!(
-        "| gatehouse (PostgreSQL) | {sessions} | {} | {:.1} MiB | {:.1} MiB |",
-        streams.open, streams.rss_before_mib, streams.rss_with_streams_mib
-    );
-    let _ = gatehouse.kill().await;
+    if !options.skip_loop {
+        elicitation_loops(options, database).await?;
+    }
     Ok(())
+}
+
+/// Where a loop's browser goes: the replica holding the client's stream, or the other one.
+#[derive(Clone, Copy)]
+enum BrowserOn {
+    SameReplica,
+    OtherReplica,
+}
+
+struct LoopResult {
+    loops: u64,
+    errors: u64,
+    seconds: f64,
+    /// Callback request sent to completion notification received, in microseconds.
+    latencies: Vec<u32>,
+}
+
+/// The whole loop on two replicas: call, -32042, connect page, fake provider, callback,
+/// notification on the stream, retry. Every loop is a new user, so every loop signs in.
+async fn elicitation_loops(options: &Options, database: &Database) -> Result<(), String> {
+    let fake = fake_oauth::FakeProvider::start(fake_oauth::FakeOptions::default()).await;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let config = dir.path().join("gatehouse.toml");
+    std::fs::write(&config, loop_config(&fake)).map_err(|e| e.to_string())?;
+    let (port_a, port_b) = (free_port(), free_port());
+    let public = format!("http://127.0.0.1:{port_a}");
+    let mut a = start_gatehouse(&database.url, port_a, Some((&config, &public)))?;
+    let mut b = start_gatehouse(&database.url, port_b, Some((&config, &public)))?;
+    wait_until_up(&format!("http://127.0.0.1:{port_a}/healthz")).await?;
+    wait_until_up(&format!("http://127.0.0.1:{port_b}/healthz")).await?;
+    let replicas = (
+        format!("http://127.0.0.1:{port_a}"),
+        format!("http://127.0.0.1:{port_b}"),
+    );
+
+    println!(
+        "\n## URL-elicitation loop on two replicas ({} workers, {} s each, fake OAuth provider on loopback)\n",
+        options.loop_workers,
+        options.duration.as_secs()
+    );
+    println!("| browser on | loops/s | callback→notification p50 | p99 | loops | errors |\n|---|---|---|---|---|---|");
+    for (label, browser_on) in [
+        ("same replica", BrowserOn::SameReplica),
+        ("other replica", BrowserOn::OtherReplica),
+    ] {
+        let result = run_loops(&replicas, browser_on, options.loop_workers, options.duration).await;
+        let mut latencies = result.latencies;
+        latencies.sort_unstable();
+        let percentile = |p: f64| {
+            if latencies.is_empty() {
+                return f64::NAN;
+            }
+            let index = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+            f64::from(latencies[index]) / 1000.0
+        };
+        println!(
+            "| {label} | {:.0} | {:.2} ms | {:.2} ms | {} | {} |",
+            result.loops as f64 / result.seconds,
+            percentile(0.50),
+            percentile(0.99),
+            result.loops,
+            result.errors
+        );
+    }
+    let _ = a.kill().await;
+    let _ = b.kill().await;
+    Ok(())
+}
+
+fn loop_config(fake: &fake_oauth::FakeProvider) -> String {
+    format!(
+        r#"[identity]
+mode = "header"
+[server]
+trusted_proxies = ["127.0.0.1/32"]
+[[providers]]
+id = "fake"
+authorize_url = "{}"
+token_url = "{}"
+client_id = "fake-client"
+client_secret = "fake-secret"
+scopes = ["read"]
+[[tools]]
+name = "me"
+description = "The user at the fake provider"
+requires = ["fake"]
+http = {{ url = "{}" }}
+"#,
+        fake.authorize_url(),
+        fake.token_url(),
+        fake.api_url()
+    )
+}
+
+async fn run_loops(
+    replicas: &(String, String),
+    browser_on: BrowserOn,
+    workers: usize,
+    duration: Duration,
+) -> LoopResult {
+    static USERS: AtomicU64 = AtomicU64::new(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    // One pooled client for every loop (a browser and an MCP client per user would measure the
+    // load generator's connection setup, not gatehouse). Cookies are handled per loop.
+    let http = match reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(http) => http,
+        Err(error) => {
+            eprintln!("loop client: {error}");
+            return LoopResult {
+                loops: 0,
+                errors: 1,
+                seconds: 1.0,
+                latencies: Vec::new(),
+            };
+        }
+    };
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (stop, replicas, http) = (stop.clone(), replicas.clone(), http.clone());
+            tokio::spawn(async move {
+                let (mut loops, mut errors, mut latencies) = (0u64, 0u64, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    let user = format!("bench-user-{}", USERS.fetch_add(1, Ordering::Relaxed));
+                    match one_loop(&http, &replicas, browser_on, &user).await {
+                        Ok(latency) => {
+                            loops += 1;
+                            latencies.push(latency.as_micros().min(u32::MAX as u128) as u32);
+                        }
+                        Err(error) => {
+                            if errors == 0 {
+                                eprintln!("loop failed: {error}");
+                            }
+                            errors += 1;
+                        }
+                    }
+                }
+                (loops, errors, latencies)
+            })
+        })
+        .collect();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut result = LoopResult {
+        loops: 0,
+        errors: 0,
+        seconds: 0.0,
+        latencies: Vec::new(),
+    };
+    for task in tasks {
+        if let Ok((loops, errors, latencies)) = task.await {
+            result.loops += loops;
+            result.errors += errors;
+            result.latencies.extend(latencies);
+        }
+    }
+    result.seconds = started.elapsed().as_secs_f64();
+    result
+}
+
+/// One user's loop; returns the time from sending the callback to receiving the notification.
+async fn one_loop(
+    http: &reqwest::Client,
+    replicas: &(String, String),
+    browser_on: BrowserOn,
+    user: &str,
+) -> Result<Duration, String> {
+    let (client_base, browser_base) = match browser_on {
+        BrowserOn::SameReplica => (&replicas.0, &replicas.0),
+        BrowserOn::OtherReplica => (&replicas.0, &replicas.1),
+    };
+    let mcp = format!("{client_base}/mcp");
+    let post = |body: Value, session: Option<&str>| {
+        let mut request = http
+            .post(&mcp)
+            .header("accept", ACCEPT)
+            .header("x-forwarded-user", user)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+        "capabilities": {"elicitation": {"url": {}}}, "clientInfo": {"name": "bench", "version": "1"}}});
+    let response = post(init, None).await.map_err(|e| e.to_string())?;
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .ok_or("no session")?
+        .to_owned();
+    let mut stream = http
+        .get(&mcp)
+        .header("accept", "text/event-stream")
+        .header("x-forwarded-user", user)
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    stream.chunk().await.map_err(|e| e.to_string())?;
+
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "me"}});
+    let answer: Value = post(call.clone(), Some(&session))
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = answer["error"]["data"]["elicitations"][0]["url"]
+        .as_str()
+        .ok_or("no -32042")?
+        .replace(client_base, browser_base);
+    let page = http
+        .get(&url)
+        .header("x-forwarded-user", user)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .ok_or("no csrf")?
+        .to_owned();
+    let form = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([("action", "continue"), ("csrf", &csrf)])
+        .finish();
+    let continued = http
+        .post(&url)
+        .header("x-forwarded-user", user)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let cookie = continued
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .ok_or("no cookie")?
+        .to_owned();
+    let authorize = continued
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .ok_or("no redirect")?
+        .to_owned();
+    let at_provider = http.get(&authorize).send().await.map_err(|e| e.to_string())?;
+    let callback = at_provider
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .ok_or("no callback")?
+        .replace(client_base, browser_base);
+
+    let sent = Instant::now();
+    let done = http
+        .get(&callback)
+        .header("x-forwarded-user", user)
+        .header("cookie", cookie)
+        .send();
+    let notified = async {
+        let mut seen = String::new();
+        while !seen.contains("notifications/elicitation/complete") {
+            let chunk = stream.chunk().await.map_err(|e| e.to_string())?.ok_or("stream ended")?;
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        Ok::<_, String>(sent.elapsed())
+    };
+    let (done, latency) = tokio::join!(done, tokio::time::timeout(Duration::from_secs(10), notified));
+    if !done.map_err(|e| e.to_string())?.status().is_success() {
+        return Err("callback refused".into());
+    }
+    let latency = latency.map_err(|_| "no notification within 10 s")??;
+    let retried: Value = post(call, Some(&session))
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    if retried["result"]["isError"] != json!(false) {
+        return Err(format!("retry failed: {retried}"));
+    }
+    http.delete(&mcp)
+        .header("x-forwarded-user", user)
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(latency)
 }
 
 /// Throughput and latency of gatehouse, then of the TypeScript SDK server, under the same load.

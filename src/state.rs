@@ -14,7 +14,7 @@ use crate::gate::{self, Gate};
 use crate::identity::Identity;
 use crate::mcp::sessions::{self, Sessions};
 use crate::providers::{OAuthClient, Providers};
-use crate::store::{self, SessionCache, Store, StoreError};
+use crate::store::{self, ConnectionCache, SessionCache, Store, StoreError};
 use crate::tools::ToolRegistry;
 use crate::vault::{KeyRing, VaultError};
 
@@ -41,6 +41,8 @@ pub fn key_ring(config: &Config) -> Result<KeyRing, VaultError> {
 
 /// Cached sessions per replica; a full cache starts over (see `SessionCache`).
 const SESSION_CACHE_CAPACITY: usize = 100_000;
+/// Principals whose connections are cached per replica.
+const CONNECTION_CACHE_CAPACITY: usize = 100_000;
 const OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone)]
@@ -74,7 +76,12 @@ impl AppState {
         database.store.check_ready().await?;
 
         let cache = Arc::new(SessionCache::new(SESSION_CACHE_CAPACITY));
-        let hub = Arc::new(Hub::new(cache.clone(), database.postgres.is_none()));
+        let connections = Arc::new(ConnectionCache::new(CONNECTION_CACHE_CAPACITY));
+        let hub = Arc::new(Hub::new(
+            cache.clone(),
+            connections.clone(),
+            database.postgres.is_none(),
+        ));
         let bus = Arc::new(Bus::new(database.store.clone(), hub.clone()));
         let sessions = Arc::new(Sessions::new(database.store.clone(), cache, bus.clone()));
 
@@ -96,6 +103,7 @@ impl AppState {
         let public_url = config.public_url();
         let gate = Arc::new(Gate::new(
             database.store.clone(),
+            connections,
             vault,
             providers,
             OAuthClient::new(client),

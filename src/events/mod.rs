@@ -16,8 +16,8 @@ use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::SessionId;
-use crate::store::{NOTIFY_CHANNEL, SessionCache, Store, StoreError};
+use crate::domain::{Principal, SessionId};
+use crate::store::{ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
 
 /// What a replica learns from the bus.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,11 +26,16 @@ pub enum Notice {
     Appended(SessionId),
     /// The session changed or ended: cached copies are stale.
     Changed(SessionId),
+    /// The principal's connections changed: cached copies are stale.
+    ConnectionsChanged(Principal),
 }
 
 impl Notice {
-    /// Parses a NOTIFY payload (`e <session> <seq>` or `s <session>`).
+    /// Parses a NOTIFY payload (`e <session> <seq>`, `s <session>` or `c <principal>`).
     pub fn parse(payload: &str) -> Option<Self> {
+        if let Some(principal) = payload.strip_prefix("c ") {
+            return Principal::parse(principal).ok().map(Notice::ConnectionsChanged);
+        }
         let mut parts = payload.split(' ');
         let kind = parts.next()?;
         let session = parts.next()?.parse().ok()?;
@@ -46,15 +51,17 @@ impl Notice {
 pub struct Hub {
     wakers: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
     cache: Arc<SessionCache>,
+    connections: Arc<ConnectionCache>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
     connected: AtomicBool,
 }
 
 impl Hub {
-    pub fn new(cache: Arc<SessionCache>, in_process: bool) -> Self {
+    pub fn new(cache: Arc<SessionCache>, connections: Arc<ConnectionCache>, in_process: bool) -> Self {
         Self {
             wakers: Mutex::new(HashMap::new()),
             cache,
+            connections,
             connected: AtomicBool::new(in_process),
         }
     }
@@ -76,6 +83,10 @@ impl Hub {
                 self.cache.invalidate(session);
                 session
             }
+            Notice::ConnectionsChanged(principal) => {
+                self.connections.invalidate(principal);
+                return;
+            }
         };
         if let Some(sender) = self.lock().get(session) {
             sender.send_modify(|generation| *generation += 1);
@@ -85,6 +96,7 @@ impl Hub {
     /// After notices may have been missed: forget cached sessions and wake every stream.
     pub fn resync(&self) {
         self.cache.clear();
+        self.connections.clear();
         for sender in self.lock().values() {
             sender.send_modify(|generation| *generation += 1);
         }
@@ -198,6 +210,18 @@ mod tests {
         let id = SessionId::generate();
         assert_eq!(Notice::parse(&format!("e {id} 4")), Some(Notice::Appended(id.clone())));
         assert_eq!(Notice::parse(&format!("s {id}")), Some(Notice::Changed(id)));
+        assert_eq!(
+            Notice::parse("c alice@example.com"),
+            Some(Notice::ConnectionsChanged(
+                Principal::parse("alice@example.com").expect("principal")
+            ))
+        );
+        assert_eq!(
+            Notice::parse("c Ada Lovelace"),
+            Some(Notice::ConnectionsChanged(
+                Principal::parse("Ada Lovelace").expect("principal")
+            ))
+        );
         assert_eq!(Notice::parse("x y"), None);
         assert_eq!(Notice::parse("e not-an-id 1"), None);
         assert_eq!(Notice::parse(""), None);
@@ -205,7 +229,11 @@ mod tests {
 
     #[tokio::test]
     async fn notify_wakes_only_that_sessions_streams() {
-        let hub = Hub::new(Arc::new(SessionCache::new(10)), true);
+        let hub = Hub::new(
+            Arc::new(SessionCache::new(10)),
+            Arc::new(ConnectionCache::new(10)),
+            true,
+        );
         let (a, b) = (SessionId::generate(), SessionId::generate());
         let mut rx_a = hub.subscribe(&a);
         let rx_b = hub.subscribe(&b);

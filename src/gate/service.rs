@@ -19,8 +19,8 @@ use crate::events::{Bus, Notice};
 use crate::providers::{OAuthClient, OAuthError, Provider, Providers, pkce_challenge};
 use crate::secret::Secret;
 use crate::store::{
-    ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord, RefreshedTokens,
-    SessionRecord, Store, StoreError,
+    ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord,
+    RefreshedTokens, SessionRecord, Store, StoreError,
 };
 use crate::vault::{KeyRing, VaultError};
 
@@ -125,6 +125,8 @@ pub struct StartedFlow {
 
 pub struct Gate {
     store: Arc<dyn Store>,
+    /// Each principal's connections, invalidated through the bus when they change.
+    connections: Arc<ConnectionCache>,
     vault: Arc<KeyRing>,
     providers: Arc<Providers>,
     oauth: OAuthClient,
@@ -166,8 +168,10 @@ fn completion(id: &ElicitationId) -> Value {
 }
 
 impl Gate {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Arc<dyn Store>,
+        connections: Arc<ConnectionCache>,
         vault: Arc<KeyRing>,
         providers: Arc<Providers>,
         oauth: OAuthClient,
@@ -177,6 +181,7 @@ impl Gate {
     ) -> Self {
         Self {
             store,
+            connections,
             vault,
             providers,
             oauth,
@@ -184,6 +189,22 @@ impl Gate {
             public_url,
             ttl,
         }
+    }
+
+    /// The principal's connections, from the cache when it has them.
+    async fn connections_of(&self, principal: &Principal) -> Result<Arc<Vec<ConnectionRecord>>, GateError> {
+        if let Some(cached) = self.connections.get(principal) {
+            return Ok(cached);
+        }
+        let epoch = self.connections.epoch();
+        let loaded = Arc::new(self.store.connections(principal).await?);
+        self.connections.insert_loaded(epoch, principal.clone(), loaded.clone());
+        Ok(loaded)
+    }
+
+    /// After a change here; other replicas learn of it from the store's notice.
+    fn connections_changed(&self, principal: &Principal) {
+        self.bus.hub().notify(&Notice::ConnectionsChanged(principal.clone()));
     }
 
     pub fn vault(&self) -> &KeyRing {
@@ -225,7 +246,12 @@ impl Gate {
                 continue;
             };
             let needed = provider.scopes_with(scopes);
-            let connection = self.store.connection(principal, id).await?;
+            let connection = self
+                .connections_of(principal)
+                .await?
+                .iter()
+                .find(|c| &c.provider == id)
+                .cloned();
             let ask_for = match connection {
                 Some(c) if c.status == ConnectionStatus::Active && needed.iter().all(|s| c.scopes.contains(s)) => {
                     match self.usable_token(provider, c).await? {
@@ -388,6 +414,7 @@ impl Gate {
                 scopes: None,
             };
             self.store.store_refreshed(principal, &provider.id, &unchanged).await?;
+            self.connections_changed(principal);
             let token = self
                 .vault
                 .decrypt_str(&leased.access_token, &access_context(principal, &provider.id))?;
@@ -414,6 +441,7 @@ impl Gate {
                     scopes: tokens.scope.as_deref().map(|s| provider.split_scopes(s)),
                 };
                 self.store.store_refreshed(principal, &provider.id, &refreshed).await?;
+                self.connections_changed(principal);
                 tracing::info!(principal = %principal, provider = %provider.id, "access token refreshed");
                 let version = self
                     .store
@@ -427,6 +455,7 @@ impl Gate {
                 self.store
                     .mark_connection_broken(principal, &provider.id, leased.updated_at)
                     .await?;
+                self.connections_changed(principal);
                 Ok(None)
             }
             Err(OAuthError::Unavailable(reason)) => {
@@ -450,6 +479,7 @@ impl Gate {
         if let Some(version) = credentials.version(provider)
             && self.store.mark_connection_broken(principal, provider, version).await?
         {
+            self.connections_changed(principal);
             tracing::info!(principal = %principal, provider, "the provider refused the token; connection broken");
         }
         Ok(())
@@ -646,11 +676,12 @@ impl Gate {
             created_at: now,
             updated_at: now,
         };
-        if self
+        let completed = self
             .store
             .save_connection(&connection, &elicitation.id, &completion(&elicitation.id))
-            .await?
-        {
+            .await?;
+        self.connections_changed(principal);
+        if completed {
             self.bus.hub().notify(&Notice::Appended(elicitation.session_id.clone()));
         }
         tracing::info!(elicitation = %elicitation.id, principal = %principal, provider = %provider.id, "connected");
@@ -663,10 +694,10 @@ impl Gate {
 
     pub async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionSummary>, GateError> {
         Ok(self
-            .store
-            .connections(principal)
+            .connections_of(principal)
             .await?
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|c| ConnectionSummary {
                 provider_name: self
                     .providers
@@ -691,6 +722,7 @@ impl Gate {
         let Some(connection) = self.store.delete_connection(principal, provider_id).await? else {
             return Ok(None);
         };
+        self.connections_changed(principal);
         let Some(provider) = self.providers.get(provider_id).filter(|p| p.revocation_url.is_some()) else {
             return Ok(Some(None));
         };

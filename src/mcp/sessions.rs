@@ -33,7 +33,7 @@ impl Sessions {
     pub async fn create(&self, record: SessionRecord) -> Result<Arc<SessionRecord>, StoreError> {
         self.store.create_session(&record).await?;
         let record = Arc::new(record);
-        self.cache.insert(record.clone());
+        self.cache.insert(record.id.clone(), record.clone());
         Ok(record)
     }
 
@@ -41,9 +41,10 @@ impl Sessions {
         let record = match self.cache.get(id) {
             Some(record) => Some(record),
             None => {
+                let epoch = self.cache.epoch();
                 let record = self.store.session(id).await?.map(Arc::new);
                 if let Some(record) = &record {
-                    self.cache.insert(record.clone());
+                    self.cache.insert_loaded(epoch, record.id.clone(), record.clone());
                 }
                 record
             }

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
-pub use cache::SessionCache;
+pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use postgres::{NOTIFY_CHANNEL, PostgresStore};
 pub use sqlite::SqliteStore;
 

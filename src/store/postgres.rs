@@ -18,6 +18,16 @@ use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
 
+/// Tells every replica, at commit, that the principal's connections changed.
+async fn notify_connections_changed(tx: &mut Tx<'_>, principal: &Principal) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(NOTIFY_CHANNEL)
+        .bind(format!("c {principal}"))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 /// Appends to a session's log inside `tx` and announces it at commit. `None`: no such session.
 async fn append_in(tx: &mut Tx<'_>, session: &str, message: &Value) -> Result<Option<i64>, StoreError> {
     // The row lock taken by this UPDATE orders concurrent appends to one session.
@@ -470,6 +480,7 @@ impl Store for PostgresStore {
         if let Some((session,)) = &session {
             append_in(&mut tx, session, notification).await?;
         }
+        notify_connections_changed(&mut tx, &c.principal).await?;
         tx.commit().await?;
         Ok(session.is_some())
     }
@@ -501,10 +512,12 @@ impl Store for PostgresStore {
         provider: &str,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
         let row = sqlx::query(sql!(
-            "DELETE FROM connections WHERE principal = $1 AND provider = $2 RETURNING {CONNECTION_COLUMNS}"
+            "WITH gone AS (DELETE FROM connections WHERE principal = $1 AND provider = $2 RETURNING {CONNECTION_COLUMNS})
+             SELECT gone.*, pg_notify($3, 'c ' || gone.principal) FROM gone"
         ))
         .bind(principal.as_str())
         .bind(provider)
+        .bind(NOTIFY_CHANNEL)
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(connection_from_row).transpose()
@@ -516,16 +529,18 @@ impl Store for PostgresStore {
         provider: &str,
         seen_updated_at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let result = sqlx::query(
-            "UPDATE connections SET status = 'broken', refresh_lease = NULL
-             WHERE principal = $1 AND provider = $2 AND updated_at = $3",
+        let changed = sqlx::query(
+            "WITH changed AS (UPDATE connections SET status = 'broken', refresh_lease = NULL
+                 WHERE principal = $1 AND provider = $2 AND updated_at = $3 RETURNING principal)
+             SELECT pg_notify($4, 'c ' || principal) FROM changed",
         )
         .bind(principal.as_str())
         .bind(provider)
         .bind(seen_updated_at)
-        .execute(&self.pool)
+        .bind(NOTIFY_CHANNEL)
+        .fetch_optional(&self.pool)
         .await?;
-        Ok(result.rows_affected() == 1)
+        Ok(changed.is_some())
     }
 
     async fn acquire_refresh_lease(
@@ -556,9 +571,10 @@ impl Store for PostgresStore {
         t: &RefreshedTokens,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE connections SET access_token = $3, refresh_token = COALESCE($4, refresh_token), expires_at = $5,
-                 scopes = COALESCE($6, scopes), refresh_lease = NULL, updated_at = now()
-             WHERE principal = $1 AND provider = $2",
+            "WITH changed AS (UPDATE connections SET access_token = $3, refresh_token = COALESCE($4, refresh_token),
+                 expires_at = $5, scopes = COALESCE($6, scopes), refresh_lease = NULL, updated_at = now()
+                 WHERE principal = $1 AND provider = $2 RETURNING principal)
+             SELECT pg_notify($7, 'c ' || principal) FROM changed",
         )
         .bind(principal.as_str())
         .bind(provider)
@@ -566,7 +582,8 @@ impl Store for PostgresStore {
         .bind(&t.refresh_token)
         .bind(t.expires_at)
         .bind(t.scopes.as_ref().map(|s| s.join(" ")))
-        .execute(&self.pool)
+        .bind(NOTIFY_CHANNEL)
+        .fetch_optional(&self.pool)
         .await?;
         Ok(())
     }
