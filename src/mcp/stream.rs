@@ -120,21 +120,33 @@ impl Reader {
             }
             return Ok(Fill::Some);
         }
-        let Some(delivered) = self.store.delivered_seq(&self.session).await? else {
-            return Ok(Fill::SessionGone);
-        };
-        // Whatever another stream claimed is that stream's to write.
-        self.cursor = self.cursor.max(delivered);
         let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
         let Some(last) = events.last().map(|e| e.seq) else {
-            return Ok(Fill::Nothing);
+            // Nothing new: woken because the session changed, perhaps because it ended.
+            let exists = self.store.delivered_seq(&self.session).await?.is_some();
+            return Ok(if exists { Fill::Nothing } else { Fill::SessionGone });
         };
-        if self.store.claim_delivery(&self.session, delivered, last).await? {
+        // Usually this stream's cursor is the delivered mark, and one claim settles it.
+        if self.store.claim_delivery(&self.session, self.cursor, last).await? {
             for event in events {
                 self.push(event.seq, &event.message);
             }
+            return Ok(Fill::Some);
         }
-        // Claimed or not, look again: a lost claim means the mark moved and is re-read.
+        let Some(delivered) = self.store.delivered_seq(&self.session).await? else {
+            return Ok(Fill::SessionGone);
+        };
+        if delivered < self.cursor {
+            // The client resumed past the mark: claim from the mark, write what it has not seen.
+            if self.store.claim_delivery(&self.session, delivered, last).await? {
+                for event in events {
+                    self.push(event.seq, &event.message);
+                }
+            }
+        } else {
+            // Another stream claimed events up to the mark: they are that stream's to write.
+            self.cursor = delivered;
+        }
         Ok(Fill::Some)
     }
 
