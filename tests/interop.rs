@@ -211,4 +211,56 @@ async fn conformance_suite_passes(backend: Backend) {
     server.stop().await;
 }
 
-on_both_backends!(python_sdk_lists_tools_and_calls_an_http_tool, conformance_suite_passes);
+/// The Python SDK meets -32042, the test does the browser part over HTTP, the SDK receives the
+/// completion notification on its stream and its retry succeeds.
+async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
+    use std::io::BufRead;
+    let python = match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
+        Ok(python) => python,
+        Err(why) => return unavailable("the Python MCP SDK", &why),
+    };
+    let fake = common::fake_oauth::FakeProvider::start(common::fake_oauth::FakeOptions::default()).await;
+    let database = TestDatabase::new(backend).await;
+    let config = format!(
+        "[[providers]]\nid = \"fake\"\nauthorize_url = \"{}\"\ntoken_url = \"{}\"\nclient_id = \"fake-client\"\n\
+         client_secret = \"fake-secret\"\nscopes = [\"read\"]\n[[tools]]\nname = \"me\"\ndescription = \"The user\"\n\
+         requires = [\"fake\"]\nhttp = {{ url = \"{}\" }}\n",
+        fake.authorize_url(),
+        fake.token_url(),
+        fake.api_url()
+    );
+    let server = TestServer::start(&database, &config).await;
+    let mut child = std::process::Command::new(python)
+        .arg(repo().join("tests/interop/python_elicitation.py"))
+        .args(["--url", &server.url, "--call", "me", "--timeout", "30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the Python client");
+    let stdout = child.stdout.take().expect("stdout");
+    let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut events = Vec::new();
+    while let Some(line) = tokio::time::timeout(std::time::Duration::from_secs(40), lines_rx.recv()).await.expect("output in time") {
+        let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if event["event"] == "elicitation" {
+            let page = common::Browser::new().sign_in(event["url"].as_str().expect("url")).await;
+            assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
+        }
+        events.push(event);
+    }
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output()).await.expect("join").expect("wait");
+    assert!(output.status.success(), "Python client failed: {}", String::from_utf8_lossy(&output.stderr));
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds, ["elicitation", "completed", "result"]);
+    assert_eq!(events[0]["elicitationId"], events[1]["elicitationId"]);
+    assert_eq!(events[2]["result"]["isError"], false);
+    assert_eq!(events[2]["result"]["structuredContent"]["login"], "octocat");
+    server.stop().await;
+}
+
+on_both_backends!(python_sdk_lists_tools_and_calls_an_http_tool, python_sdk_completes_a_url_elicitation, conformance_suite_passes);
