@@ -34,7 +34,12 @@ fn check_config_accepts_the_embedded_default_and_the_example() {
     let output = run(
         dir.path(),
         &["--config", example, "check-config"],
-        &[("EXAMPLE_API_TOKEN", "t"), ("GITHUB_CLIENT_ID", "id"), ("GITHUB_CLIENT_SECRET", "s"), ("ACME_CLIENT_SECRET", "s")],
+        &[
+            ("EXAMPLE_API_TOKEN", "t"),
+            ("GITHUB_CLIENT_ID", "id"),
+            ("GITHUB_CLIENT_SECRET", "s"),
+            ("ACME_CLIENT_SECRET", "s"),
+        ],
     );
     assert!(
         output.status.success(),

@@ -245,16 +245,28 @@ async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
         }
     });
     let mut events = Vec::new();
-    while let Some(line) = tokio::time::timeout(std::time::Duration::from_secs(40), lines_rx.recv()).await.expect("output in time") {
+    while let Some(line) = tokio::time::timeout(std::time::Duration::from_secs(40), lines_rx.recv())
+        .await
+        .expect("output in time")
+    {
         let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         if event["event"] == "elicitation" {
-            let page = common::Browser::new().sign_in(event["url"].as_str().expect("url")).await;
+            let page = common::Browser::new()
+                .sign_in(event["url"].as_str().expect("url"))
+                .await;
             assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
         }
         events.push(event);
     }
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output()).await.expect("join").expect("wait");
-    assert!(output.status.success(), "Python client failed: {}", String::from_utf8_lossy(&output.stderr));
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("wait");
+    assert!(
+        output.status.success(),
+        "Python client failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds, ["elicitation", "completed", "result"]);
     assert_eq!(events[0]["elicitationId"], events[1]["elicitationId"]);
@@ -263,4 +275,8 @@ async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
     server.stop().await;
 }
 
-on_both_backends!(python_sdk_lists_tools_and_calls_an_http_tool, python_sdk_completes_a_url_elicitation, conformance_suite_passes);
+on_both_backends!(
+    python_sdk_lists_tools_and_calls_an_http_tool,
+    python_sdk_completes_a_url_elicitation,
+    conformance_suite_passes
+);

@@ -18,16 +18,6 @@ use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
 
-/// Tells every replica, at commit, that the principal's connections changed.
-async fn notify_connections_changed(tx: &mut Tx<'_>, principal: &Principal) -> Result<(), StoreError> {
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(NOTIFY_CHANNEL)
-        .bind(format!("c {principal}"))
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
 /// Appends to a session's log inside `tx` and announces it at commit. `None`: no such session.
 async fn append_in(tx: &mut Tx<'_>, session: &str, message: &Value) -> Result<Option<i64>, StoreError> {
     // The row lock taken by this UPDATE orders concurrent appends to one session.
@@ -242,12 +232,21 @@ impl Store for PostgresStore {
     }
 
     async fn append_event(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let seq = append_in(&mut tx, session.as_str(), message).await?;
-        if seq.is_some() {
-            tx.commit().await?;
-        }
-        Ok(seq)
+        // One statement, so one round trip: number, store and announce the event atomically. The
+        // row lock taken by the UPDATE orders concurrent appends to one session.
+        let seq: Option<(i64,)> = sqlx::query_as(
+            "WITH numbered AS (UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1
+                 RETURNING id, last_event_seq),
+             stored AS (INSERT INTO session_events (session_id, seq, message)
+                 SELECT id, last_event_seq, $2 FROM numbered RETURNING session_id, seq)
+             SELECT seq FROM stored, LATERAL (SELECT pg_notify($3, 'e ' || session_id || ' ' || seq)) AS announced",
+        )
+        .bind(session.as_str())
+        .bind(message)
+        .bind(NOTIFY_CHANNEL)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(seq.map(|(seq,)| seq))
     }
 
     async fn events_after(&self, session: &SessionId, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
@@ -448,14 +447,26 @@ impl Store for PostgresStore {
         elicitation: &ElicitationId,
         notification: &Value,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO connections (principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-             ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
-                 refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at, scopes = EXCLUDED.scopes,
-                 account_label = EXCLUDED.account_label, status = EXCLUDED.status, refresh_lease = NULL,
-                 updated_at = EXCLUDED.updated_at",
+        // One statement (atomic, one round trip): save the connection, complete the elicitation
+        // if still pending, append the notification to its session, and announce both changes.
+        let (completed,): (bool,) = sqlx::query_as(
+            "WITH saved AS (
+                 INSERT INTO connections (principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
+                     refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at, scopes = EXCLUDED.scopes,
+                     account_label = EXCLUDED.account_label, status = EXCLUDED.status, refresh_lease = NULL,
+                     updated_at = EXCLUDED.updated_at
+                 RETURNING principal),
+             completed AS (UPDATE elicitations SET status = 'completed', completed_at = $10
+                 WHERE id = $11 AND status = 'pending' RETURNING session_id),
+             numbered AS (UPDATE sessions SET last_event_seq = last_event_seq + 1
+                 WHERE id = (SELECT session_id FROM completed) RETURNING id, last_event_seq),
+             stored AS (INSERT INTO session_events (session_id, seq, message)
+                 SELECT id, last_event_seq, $12 FROM numbered RETURNING session_id, seq)
+             SELECT EXISTS (SELECT 1 FROM completed),
+                 (SELECT pg_notify($13, 'e ' || session_id || ' ' || seq) FROM stored) IS NULL,
+                 (SELECT pg_notify($13, 'c ' || principal) FROM saved) IS NULL",
         )
         .bind(c.principal.as_str())
         .bind(&c.provider)
@@ -467,22 +478,12 @@ impl Store for PostgresStore {
         .bind(super::connection_status_str(c.status))
         .bind(c.created_at)
         .bind(c.updated_at)
-        .execute(&mut *tx)
-        .await?;
-        let session: Option<(String,)> = sqlx::query_as(
-            "UPDATE elicitations SET status = 'completed', completed_at = $2
-             WHERE id = $1 AND status = 'pending' RETURNING session_id",
-        )
         .bind(elicitation.to_string())
-        .bind(c.updated_at)
-        .fetch_optional(&mut *tx)
+        .bind(notification)
+        .bind(NOTIFY_CHANNEL)
+        .fetch_one(&self.pool)
         .await?;
-        if let Some((session,)) = &session {
-            append_in(&mut tx, session, notification).await?;
-        }
-        notify_connections_changed(&mut tx, &c.principal).await?;
-        tx.commit().await?;
-        Ok(session.is_some())
+        Ok(completed)
     }
 
     async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
