@@ -673,11 +673,24 @@ async fn health_and_readiness(backend: Backend) {
         .await
         .expect("healthz");
     assert_eq!(health.status(), StatusCode::OK);
-    let ready = http
+    // On PostgreSQL a replica is ready once its bus is listening, a moment after start.
+    let mut ready = http
         .get(format!("{}/readyz", server.base()))
         .send()
         .await
         .expect("readyz");
+    for _ in 0..100 {
+        if ready.status() == StatusCode::OK {
+            break;
+        }
+        assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        ready = http
+            .get(format!("{}/readyz", server.base()))
+            .send()
+            .await
+            .expect("readyz");
+    }
     assert_eq!(ready.status(), StatusCode::OK);
     assert_eq!(ready.json::<Value>().await.expect("json")["status"], "ready");
     let index = http.get(server.base()).send().await.expect("index");
