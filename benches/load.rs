@@ -256,19 +256,12 @@ async fn call_load(
         latencies.extend(worker.await.map_err(|e| e.to_string())?);
     }
     latencies.sort_unstable();
-    let percentile = |p: f64| {
-        if latencies.is_empty() {
-            return f64::NAN;
-        }
-        let index = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        f64::from(latencies[index]) / 1000.0
-    };
     Ok(LoadResult {
         calls: latencies.len() as u64,
         errors: errors.load(Ordering::Relaxed),
         seconds,
-        p50_ms: percentile(0.50),
-        p99_ms: percentile(0.99),
+        p50_ms: percentile(&latencies, 0.50),
+        p99_ms: percentile(&latencies, 0.99),
     })
 }
 
@@ -437,6 +430,15 @@ fn start_ts_server(port: u16) -> Result<Child, String> {
         .map_err(|e| format!("cannot start the TypeScript SDK server: {e}"))
 }
 
+/// The `p` quantile of sorted microsecond latencies, in milliseconds.
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    f64::from(sorted[index]) / 1000.0
+}
+
 fn report(name: &str, result: &LoadResult) {
     println!(
         "| {name} | {:.0} | {:.2} | {:.2} | {} | {} |",
@@ -538,18 +540,11 @@ async fn elicitation_loops(options: &Options, database: &Database) -> Result<(),
         let result = run_loops(&replicas, browser_on, options.loop_workers, options.duration).await;
         let mut latencies = result.latencies;
         latencies.sort_unstable();
-        let percentile = |p: f64| {
-            if latencies.is_empty() {
-                return f64::NAN;
-            }
-            let index = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-            f64::from(latencies[index]) / 1000.0
-        };
         println!(
             "| {label} | {:.0} | {:.2} ms | {:.2} ms | {} | {} |",
             result.loops as f64 / result.seconds,
-            percentile(0.50),
-            percentile(0.99),
+            percentile(&latencies, 0.50),
+            percentile(&latencies, 0.99),
             result.loops,
             result.errors
         );

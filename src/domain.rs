@@ -8,6 +8,15 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
+/// Ids in configuration (providers, forms): 1 to 64 letters, digits, `-` and `_`.
+pub fn is_identifier(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// An MCP session id: 256 random bits, URL-safe base64 (visible ASCII as the spec requires).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId(String);

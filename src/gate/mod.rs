@@ -5,6 +5,8 @@ mod service;
 
 use std::fmt;
 
+use crate::domain::is_identifier;
+
 pub use service::{
     CALLBACK_PATH, CallbackOutcome, CallbackRefusal, ConnectionSummary, Credentials, Decision, Gate, GateError,
     StartedFlow, sweep_periodically,
@@ -22,14 +24,6 @@ pub enum Requirement {
 pub struct InvalidRequirement {
     text: String,
     reason: &'static str,
-}
-
-fn is_identifier(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 impl Requirement {

@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 use crate::config::{ClientAuth, Config, ConfigError, ProviderConfig};
+use crate::domain::is_identifier;
 use crate::secret::Secret;
 
 /// Time allowed for any request to a provider.
@@ -43,14 +44,6 @@ pub struct Provider {
     pub scope_separator: String,
     pub client_auth: ClientAuth,
     pub authorize_params: BTreeMap<String, String>,
-}
-
-fn is_identifier(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Providers must be reached over HTTPS, except on loopback (development and tests).

@@ -97,15 +97,23 @@ def leaf_errors(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def tool_arguments(text: str) -> dict[str, Any]:
+    """The --args value as a JSON object; ValueError with a message for the user otherwise."""
+    try:
+        arguments = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--args is not valid JSON: {exc}") from exc
+    if not isinstance(arguments, dict):
+        raise ValueError("--args must be a JSON object")
+    return arguments
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     try:
-        arguments = json.loads(opts.args)
-    except json.JSONDecodeError as exc:
-        print(f"--args is not valid JSON: {exc}", file=sys.stderr)
-        return 1
-    if not isinstance(arguments, dict):
-        print("--args must be a JSON object", file=sys.stderr)
+        arguments = tool_arguments(opts.args)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 1
 
     async def bounded() -> dict[str, Any]:

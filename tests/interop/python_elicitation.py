@@ -50,6 +50,7 @@ from mcp import ClientSession, MCPError
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from python_client import leaf_errors, result_to_json, tool_arguments
 from mcp.types import (
     URL_ELICITATION_REQUIRED,
     CallToolResult,
@@ -101,12 +102,6 @@ def emit(event: dict[str, Any]) -> None:
     print(json.dumps(event), flush=True)
 
 
-def result_to_json(result: CallToolResult) -> dict[str, Any]:
-    return {
-        "isError": bool(result.is_error),
-        "content": [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content],
-        "structuredContent": result.structured_content,
-    }
 
 
 def parse_elicitations(err: MCPError) -> list[dict[str, Any]]:
@@ -209,22 +204,14 @@ async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow) -> dic
     return {"event": "result", "result": result_to_json(result)}
 
 
-def leaf_errors(exc: BaseException) -> list[BaseException]:
-    """Flatten the (nested) exception groups that anyio task groups wrap errors in."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in leaf_errors(inner)]
-    return [exc]
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     try:
-        arguments = json.loads(opts.args)
-    except json.JSONDecodeError as exc:
-        print(f"--args is not valid JSON: {exc}", file=sys.stderr)
-        return 1
-    if not isinstance(arguments, dict):
-        print("--args must be a JSON object", file=sys.stderr)
+        arguments = tool_arguments(opts.args)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 1
 
     flows: list[Flow] = []
