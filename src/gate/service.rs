@@ -418,7 +418,13 @@ impl Gate {
             let token = self
                 .vault
                 .decrypt_str(&leased.access_token, &access_context(principal, &provider.id))?;
-            return Ok(Some((token, leased.updated_at)));
+            // Releasing bumped the version: a later 401 must match the stored one to break it.
+            let version = self
+                .store
+                .connection(principal, &provider.id)
+                .await?
+                .map_or(now, |c| c.updated_at);
+            return Ok(Some((token, version)));
         }
         let Some(sealed) = &leased.refresh_token else {
             return Ok(None);
