@@ -135,6 +135,19 @@ async fn owned_elicitation(
     ))
 }
 
+/// The browser's principal and the elicitation behind the link, which must be theirs; or the
+/// page to show instead.
+async fn browser_elicitation(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    id: &str,
+) -> Result<(Principal, ElicitationRecord), Box<Response>> {
+    let principal = browser_principal(state, headers, peer)?;
+    let elicitation = owned_elicitation(state, id, &principal).await?;
+    Ok((principal, elicitation))
+}
+
 fn csrf_message(principal: &Principal, id: &ElicitationId) -> Vec<u8> {
     format!("{principal}\n{id}").into_bytes()
 }
@@ -145,12 +158,8 @@ async fn show(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
-    let principal = match browser_principal(&state, &headers, peer) {
-        Ok(principal) => principal,
-        Err(page) => return Ok(*page),
-    };
-    let elicitation = match owned_elicitation(&state, &id, &principal).await {
-        Ok(elicitation) => elicitation,
+    let (principal, elicitation) = match browser_elicitation(&state, &headers, peer, &id).await {
+        Ok(found) => found,
         Err(page) => return Ok(*page),
     };
     let Some((provider, scopes)) = state.gate.provider_of(&elicitation) else {
@@ -190,12 +199,8 @@ async fn act(
     headers: HeaderMap,
     form: Result<Form<ConnectForm>, FormRejection>,
 ) -> Result<Response, AppError> {
-    let principal = match browser_principal(&state, &headers, peer) {
-        Ok(principal) => principal,
-        Err(page) => return Ok(*page),
-    };
-    let elicitation = match owned_elicitation(&state, &id, &principal).await {
-        Ok(elicitation) => elicitation,
+    let (principal, elicitation) = match browser_elicitation(&state, &headers, peer, &id).await {
+        Ok(found) => found,
         Err(page) => return Ok(*page),
     };
     let public_origin = state.config.public_url().origin().ascii_serialization();

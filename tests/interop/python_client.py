@@ -97,6 +97,21 @@ def leaf_errors(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def report_failure(exc: BaseException, timeout_detail: str, who: str) -> int:
+    """Prints a failure to stderr and returns the exit code: 2 with the JSON-RPC error when the
+    server answered one, 1 for anything else."""
+    leaves = leaf_errors(exc)
+    for err in leaves:
+        if isinstance(err, MCPError):
+            payload = {"error": {"code": err.code, "message": err.message, "data": err.data}}
+            print(json.dumps(payload), file=sys.stderr)
+            return 2
+    for err in leaves:
+        detail = timeout_detail if isinstance(err, TimeoutError) else str(err)
+        print(f"{who} failed: {type(err).__name__}: {detail}", file=sys.stderr)
+    return 1
+
+
 def tool_arguments(text: str) -> dict[str, Any]:
     """The --args value as a JSON object; ValueError with a message for the user otherwise."""
     try:
@@ -123,16 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         output = anyio.run(bounded)
     except Exception as exc:  # noqa: BLE001 - report every failure the same way
-        leaves = leaf_errors(exc)
-        for err in leaves:
-            if isinstance(err, MCPError):
-                payload = {"error": {"code": err.code, "message": err.message, "data": err.data}}
-                print(json.dumps(payload), file=sys.stderr)
-                return 2
-        for err in leaves:
-            detail = f"no answer within {opts.timeout}s" if isinstance(err, TimeoutError) else str(err)
-            print(f"interop client failed: {type(err).__name__}: {detail}", file=sys.stderr)
-        return 1
+        return report_failure(exc, f"no answer within {opts.timeout}s", "interop client")
     print(json.dumps(output))
     return 0
 

@@ -50,7 +50,7 @@ from mcp import ClientSession, MCPError
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from python_client import leaf_errors, result_to_json, tool_arguments
+from python_client import report_failure, result_to_json, tool_arguments
 from mcp.types import (
     URL_ELICITATION_REQUIRED,
     CallToolResult,
@@ -225,20 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         output = anyio.run(bounded)
     except Exception as exc:  # noqa: BLE001 - report every failure the same way
-        leaves = leaf_errors(exc)
-        for err in leaves:
-            if isinstance(err, MCPError):
-                payload = {"error": {"code": err.code, "message": err.message, "data": err.data}}
-                print(json.dumps(payload), file=sys.stderr)
-                return 2
         phase = flows[0].describe() if flows else "starting"
-        for err in leaves:
-            if isinstance(err, TimeoutError):
-                detail = f"no answer within {opts.timeout}s ({phase})"
-            else:
-                detail = str(err)
-            print(f"interop elicitation client failed: {type(err).__name__}: {detail}", file=sys.stderr)
-        return 1
+        return report_failure(exc, f"no answer within {opts.timeout}s ({phase})", "interop elicitation client")
     emit(output)
     return 0
 
