@@ -108,6 +108,32 @@ pub struct ElicitationRecord {
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
+    /// Only for call-scoped forms: a hash of the tool name and arguments, so each call is asked
+    /// (and answered) on its own.
+    pub call_key: Option<String>,
+    /// Only for call-scoped forms: the form's description rendered with the call's arguments.
+    pub detail: Option<String>,
+}
+
+/// A principal's saved answers to a user-scoped form. Secret fields are one ciphertext (a JSON
+/// object sealed by the key ring).
+#[derive(Debug, Clone)]
+pub struct FormValuesRecord {
+    pub principal: Principal,
+    pub form: String,
+    pub fields: Value,
+    pub secrets: Option<Vec<u8>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One answer to a call-scoped form, kept until the call it was asked for takes it.
+#[derive(Debug, Clone)]
+pub struct FormAnswerRecord {
+    pub elicitation_id: ElicitationId,
+    pub fields: Value,
+    pub secrets: Option<Vec<u8>>,
+    pub created_at: DateTime<Utc>,
 }
 
 /// An OAuth authorization in progress in someone's browser.
@@ -196,15 +222,17 @@ pub trait Store: Send + Sync + 'static {
     async fn delivered_seq(&self, session: &SessionId) -> Result<Option<i64>, StoreError>;
 
     /// Stores a new pending elicitation, or returns the one already pending for the same
-    /// principal, session and requirement (two concurrent calls get the same one).
+    /// principal, session, requirement and call key (two concurrent calls get the same one).
     async fn insert_elicitation(&self, elicitation: &ElicitationRecord) -> Result<ElicitationRecord, StoreError>;
 
-    /// The unexpired pending elicitation for this principal, session and requirement.
+    /// The unexpired pending elicitation for this principal, session, requirement and call key
+    /// (`None` matches only elicitations without one).
     async fn pending_elicitation(
         &self,
         principal: &Principal,
         session: &SessionId,
         requirement: &str,
+        call_key: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError>;
 
@@ -221,13 +249,15 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
-    /// The newest declined elicitation for this principal, session and requirement that no call
-    /// has reported yet, now marked reported.
+    /// The newest declined elicitation for this principal, session, requirement and call key
+    /// (`None` matches only elicitations without one) that no call has reported yet, now marked
+    /// reported.
     async fn take_unreported_decline(
         &self,
         principal: &Principal,
         session: &SessionId,
         requirement: &str,
+        call_key: Option<&str>,
     ) -> Result<Option<ElicitationRecord>, StoreError>;
 
     /// Marks pending elicitations past their expiry as expired; returns how many.
@@ -291,10 +321,56 @@ pub trait Store: Send + Sync + 'static {
         tokens: &RefreshedTokens,
     ) -> Result<(), StoreError>;
 
+    /// Saves the principal's values for a form (replacing earlier ones; created_at kept from the
+    /// first save) and, when `elicitation` is given and still pending and unexpired at `now`,
+    /// completes it and appends `notification` to its session's log, in one transaction (on
+    /// PostgreSQL one statement that also announces the event, like `save_connection`). Returns
+    /// whether the elicitation was completed; the values are saved either way.
+    async fn save_form_values(
+        &self,
+        values: &FormValuesRecord,
+        elicitation: Option<&ElicitationId>,
+        notification: &Value,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    async fn form_values(&self, principal: &Principal, form: &str) -> Result<Option<FormValuesRecord>, StoreError>;
+
+    /// Every form the principal has values for, ordered by form id.
+    async fn all_form_values(&self, principal: &Principal) -> Result<Vec<FormValuesRecord>, StoreError>;
+
+    /// False when there was nothing to delete.
+    async fn delete_form_values(&self, principal: &Principal, form: &str) -> Result<bool, StoreError>;
+
+    /// Only when the answer's elicitation is pending and unexpired at `now`: stores the answer,
+    /// completes the elicitation and appends `notification`, in one transaction. False, and
+    /// nothing stored, otherwise: an elicitation is answered once.
+    async fn save_form_answer(
+        &self,
+        answer: &FormAnswerRecord,
+        notification: &Value,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// The newest answer still kept for a completed elicitation of this principal, session,
+    /// requirement and call key, deleted as it is returned: each answer is used by exactly one
+    /// call, even when two calls race for it.
+    async fn take_form_answer(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        requirement: &str,
+        call_key: &str,
+    ) -> Result<Option<FormAnswerRecord>, StoreError>;
+
     /// Claims the events after `from` up to `to` for the calling stream: true when the delivered
     /// mark was still `from` and is now `to`, false when another stream claimed them first. This is
     /// how each new event is written to only one of a session's streams, across replicas.
     async fn claim_delivery(&self, session: &SessionId, from: i64, to: i64) -> Result<bool, StoreError>;
+
+    /// Sends a notice to every replica's bus (PostgreSQL NOTIFY). On SQLite there is one process
+    /// and the bus delivers in process, so this does nothing.
+    async fn broadcast(&self, payload: &str) -> Result<(), StoreError>;
 }
 
 /// An opened database: the store, and on PostgreSQL the pool the bus listens on.

@@ -11,8 +11,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
 use super::{
-    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, OAuthFlowRecord, RefreshedTokens, SessionRecord,
-    Store, StoreError, StoredEvent,
+    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord,
+    OAuthFlowRecord, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -44,8 +44,49 @@ async fn append_in(tx: &mut Tx<'_>, session: &str, message: &Value) -> Result<Op
     Ok(Some(seq))
 }
 
-const ELICITATION_COLUMNS: &str =
-    "id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at, completed_at";
+/// Moves a pending elicitation unexpired at `now` to `status` and appends `notification` to its
+/// session's log, inside `tx`. False, and nothing changed, when it was not pending.
+async fn finish_in(
+    tx: &mut Tx<'_>,
+    id: &ElicitationId,
+    status: ElicitationStatus,
+    notification: &Value,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let session: Option<(String,)> = sqlx::query_as(
+        "UPDATE elicitations SET status = $2, completed_at = $3
+         WHERE id = $1 AND status = 'pending' AND expires_at > $3 RETURNING session_id",
+    )
+    .bind(id.to_string())
+    .bind(status.as_str())
+    .bind(now)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some((session,)) = session else {
+        return Ok(false);
+    };
+    append_in(tx, &session, notification).await?;
+    Ok(true)
+}
+
+/// CTEs for a statement with a CTE `completed` that returns the `session_id` of the elicitation it
+/// completed (or nothing): they append the message bound at `$message` to that session's log and
+/// return it from `stored`, which the statement must announce with [`announce_stored`].
+fn append_to_completed(message: u8) -> String {
+    format!(
+        "numbered AS (UPDATE sessions SET last_event_seq = last_event_seq + 1
+             WHERE id = (SELECT session_id FROM completed) RETURNING id, last_event_seq),
+         stored AS (INSERT INTO session_events (session_id, seq, message)
+             SELECT id, last_event_seq, ${message} FROM numbered RETURNING session_id, seq)"
+    )
+}
+
+/// Announces the event `append_to_completed` stored, if any; the channel is bound at `$channel`.
+fn announce_stored(channel: u8) -> String {
+    format!("(SELECT pg_notify(${channel}, 'e ' || session_id || ' ' || seq) FROM stored) IS NULL")
+}
+
+const ELICITATION_COLUMNS: &str = "id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at, completed_at, call_key, detail";
 
 fn elicitation_from_row(row: &sqlx::postgres::PgRow) -> Result<ElicitationRecord, StoreError> {
     Ok(ElicitationRecord {
@@ -60,6 +101,32 @@ fn elicitation_from_row(row: &sqlx::postgres::PgRow) -> Result<ElicitationRecord
         created_at: row.try_get("created_at")?,
         expires_at: row.try_get("expires_at")?,
         completed_at: row.try_get("completed_at")?,
+        call_key: row.try_get("call_key")?,
+        detail: row.try_get("detail")?,
+    })
+}
+
+const FORM_VALUES_COLUMNS: &str = "principal, form, fields, secrets, created_at, updated_at";
+
+fn form_values_from_row(row: &sqlx::postgres::PgRow) -> Result<FormValuesRecord, StoreError> {
+    Ok(FormValuesRecord {
+        principal: super::parse_principal(row.try_get("principal")?)?,
+        form: row.try_get("form")?,
+        fields: row.try_get("fields")?,
+        secrets: row.try_get("secrets")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+const FORM_ANSWER_COLUMNS: &str = "elicitation_id, fields, secrets, created_at";
+
+fn form_answer_from_row(row: &sqlx::postgres::PgRow) -> Result<FormAnswerRecord, StoreError> {
+    Ok(FormAnswerRecord {
+        elicitation_id: super::parse_elicitation_id(row.try_get("elicitation_id")?)?,
+        fields: row.try_get("fields")?,
+        secrets: row.try_get("secrets")?,
+        created_at: row.try_get("created_at")?,
     })
 }
 
@@ -274,9 +341,10 @@ impl Store for PostgresStore {
 
     async fn insert_elicitation(&self, e: &ElicitationRecord) -> Result<ElicitationRecord, StoreError> {
         let inserted = sqlx::query(sql!(
-            "INSERT INTO elicitations ({ELICITATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-             ON CONFLICT (principal, session_id, requirement) WHERE status = 'pending' DO NOTHING
-             RETURNING {ELICITATION_COLUMNS}"
+            "INSERT INTO elicitations ({ELICITATION_COLUMNS})
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             ON CONFLICT (principal, session_id, requirement, (COALESCE(call_key, ''))) WHERE status = 'pending'
+             DO NOTHING RETURNING {ELICITATION_COLUMNS}"
         ))
         .bind(e.id.to_string())
         .bind(e.principal.as_str())
@@ -289,6 +357,8 @@ impl Store for PostgresStore {
         .bind(e.created_at)
         .bind(e.expires_at)
         .bind(e.completed_at)
+        .bind(&e.call_key)
+        .bind(&e.detail)
         .fetch_optional(&self.pool)
         .await?;
         match inserted {
@@ -296,11 +366,13 @@ impl Store for PostgresStore {
             None => {
                 let row = sqlx::query(sql!(
                     "SELECT {ELICITATION_COLUMNS} FROM elicitations
-                     WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND status = 'pending'"
+                     WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+                         AND status = 'pending'"
                 ))
                 .bind(e.principal.as_str())
                 .bind(e.session_id.as_str())
                 .bind(&e.requirement)
+                .bind(&e.call_key)
                 .fetch_one(&self.pool)
                 .await?;
                 elicitation_from_row(&row)
@@ -313,15 +385,18 @@ impl Store for PostgresStore {
         principal: &Principal,
         session: &SessionId,
         requirement: &str,
+        call_key: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
         let row = sqlx::query(sql!(
             "SELECT {ELICITATION_COLUMNS} FROM elicitations
-             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND status = 'pending' AND expires_at > $4"
+             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+                 AND status = 'pending' AND expires_at > $5"
         ))
         .bind(principal.as_str())
         .bind(session.as_str())
         .bind(requirement)
+        .bind(call_key)
         .bind(now)
         .fetch_optional(&self.pool)
         .await?;
@@ -344,19 +419,9 @@ impl Store for PostgresStore {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let session: Option<(String,)> = sqlx::query_as(
-            "UPDATE elicitations SET status = $2, completed_at = $3
-             WHERE id = $1 AND status = 'pending' AND expires_at > $3 RETURNING session_id",
-        )
-        .bind(id.to_string())
-        .bind(status.as_str())
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((session,)) = session else {
+        if !finish_in(&mut tx, id, status, notification, now).await? {
             return Ok(false);
-        };
-        append_in(&mut tx, &session, notification).await?;
+        }
         tx.commit().await?;
         Ok(true)
     }
@@ -366,17 +431,20 @@ impl Store for PostgresStore {
         principal: &Principal,
         session: &SessionId,
         requirement: &str,
+        call_key: Option<&str>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
         let row = sqlx::query(sql!(
             "UPDATE elicitations SET reported = TRUE WHERE id = (
                  SELECT id FROM elicitations
-                 WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND status = 'declined' AND NOT reported
+                 WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+                     AND status = 'declined' AND NOT reported
                  ORDER BY completed_at DESC LIMIT 1 FOR UPDATE SKIP LOCKED)
              AND NOT reported RETURNING {ELICITATION_COLUMNS}"
         ))
         .bind(principal.as_str())
         .bind(session.as_str())
         .bind(requirement)
+        .bind(call_key)
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(elicitation_from_row).transpose()
@@ -449,7 +517,7 @@ impl Store for PostgresStore {
     ) -> Result<bool, StoreError> {
         // One statement (atomic, one round trip): save the connection, complete the elicitation
         // if still pending, append the notification to its session, and announce both changes.
-        let (completed,): (bool,) = sqlx::query_as(
+        let (completed,): (bool,) = sqlx::query_as(sql!(
             "WITH saved AS (
                  INSERT INTO connections (principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -460,14 +528,12 @@ impl Store for PostgresStore {
                  RETURNING principal),
              completed AS (UPDATE elicitations SET status = 'completed', completed_at = $10
                  WHERE id = $11 AND status = 'pending' RETURNING session_id),
-             numbered AS (UPDATE sessions SET last_event_seq = last_event_seq + 1
-                 WHERE id = (SELECT session_id FROM completed) RETURNING id, last_event_seq),
-             stored AS (INSERT INTO session_events (session_id, seq, message)
-                 SELECT id, last_event_seq, $12 FROM numbered RETURNING session_id, seq)
-             SELECT EXISTS (SELECT 1 FROM completed),
-                 (SELECT pg_notify($13, 'e ' || session_id || ' ' || seq) FROM stored) IS NULL,
+             {}
+             SELECT EXISTS (SELECT 1 FROM completed), {},
                  (SELECT pg_notify($13, 'c ' || principal) FROM saved) IS NULL",
-        )
+            append_to_completed(12),
+            announce_stored(13),
+        ))
         .bind(c.principal.as_str())
         .bind(&c.provider)
         .bind(&c.access_token)
@@ -586,6 +652,140 @@ impl Store for PostgresStore {
         .bind(NOTIFY_CHANNEL)
         .fetch_optional(&self.pool)
         .await?;
+        Ok(())
+    }
+
+    async fn save_form_values(
+        &self,
+        v: &FormValuesRecord,
+        elicitation: Option<&ElicitationId>,
+        notification: &Value,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        // One statement (atomic, one round trip), as in save_connection: save the values, complete
+        // the elicitation if given and still pending, append the notification and announce it.
+        let (completed,): (bool,) = sqlx::query_as(sql!(
+            "WITH saved AS (
+                 INSERT INTO form_values ({FORM_VALUES_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (principal, form) DO UPDATE SET fields = EXCLUDED.fields, secrets = EXCLUDED.secrets,
+                     updated_at = EXCLUDED.updated_at),
+             completed AS (UPDATE elicitations SET status = 'completed', completed_at = $8
+                 WHERE id = $7 AND status = 'pending' AND expires_at > $8 RETURNING session_id),
+             {}
+             SELECT EXISTS (SELECT 1 FROM completed), {}",
+            append_to_completed(9),
+            announce_stored(10),
+        ))
+        .bind(v.principal.as_str())
+        .bind(&v.form)
+        .bind(&v.fields)
+        .bind(&v.secrets)
+        .bind(v.created_at)
+        .bind(v.updated_at)
+        .bind(elicitation.map(ElicitationId::to_string))
+        .bind(now)
+        .bind(notification)
+        .bind(NOTIFY_CHANNEL)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(completed)
+    }
+
+    async fn form_values(&self, principal: &Principal, form: &str) -> Result<Option<FormValuesRecord>, StoreError> {
+        let row = sqlx::query(sql!(
+            "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = $1 AND form = $2"
+        ))
+        .bind(principal.as_str())
+        .bind(form)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(form_values_from_row).transpose()
+    }
+
+    async fn all_form_values(&self, principal: &Principal) -> Result<Vec<FormValuesRecord>, StoreError> {
+        let rows = sqlx::query(sql!(
+            "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = $1 ORDER BY form"
+        ))
+        .bind(principal.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(form_values_from_row).collect()
+    }
+
+    async fn delete_form_values(&self, principal: &Principal, form: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM form_values WHERE principal = $1 AND form = $2")
+            .bind(principal.as_str())
+            .bind(form)
+            .execute(&self.pool)
+            .await?;
+        Ok(result.rows_affected() > 0)
+    }
+
+    async fn save_form_answer(
+        &self,
+        answer: &FormAnswerRecord,
+        notification: &Value,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // Completing first decides, under the row lock, whether this answer is the one kept.
+        if !finish_in(
+            &mut tx,
+            &answer.elicitation_id,
+            ElicitationStatus::Completed,
+            notification,
+            now,
+        )
+        .await?
+        {
+            return Ok(false);
+        }
+        sqlx::query(sql!(
+            "INSERT INTO form_answers ({FORM_ANSWER_COLUMNS}) VALUES ($1, $2, $3, $4)"
+        ))
+        .bind(answer.elicitation_id.to_string())
+        .bind(&answer.fields)
+        .bind(&answer.secrets)
+        .bind(answer.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn take_form_answer(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        requirement: &str,
+        call_key: &str,
+    ) -> Result<Option<FormAnswerRecord>, StoreError> {
+        // A racing call skips the answer locked by another and finds an older one, or nothing; the
+        // DELETE itself makes sure no answer is returned twice.
+        let row = sqlx::query(sql!(
+            "DELETE FROM form_answers WHERE elicitation_id = (
+                 SELECT answer.elicitation_id FROM form_answers answer
+                 JOIN elicitations e ON e.id = answer.elicitation_id
+                 WHERE e.principal = $1 AND e.session_id = $2 AND e.requirement = $3 AND e.call_key = $4
+                     AND e.status = 'completed'
+                 ORDER BY e.completed_at DESC, e.id DESC LIMIT 1 FOR UPDATE OF answer SKIP LOCKED)
+             RETURNING {FORM_ANSWER_COLUMNS}"
+        ))
+        .bind(principal.as_str())
+        .bind(session.as_str())
+        .bind(requirement)
+        .bind(call_key)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(form_answer_from_row).transpose()
+    }
+
+    async fn broadcast(&self, payload: &str) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(NOTIFY_CHANNEL)
+            .bind(payload)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 

@@ -11,8 +11,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqlitePool};
 
 use super::{
-    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, OAuthFlowRecord, RefreshedTokens, SessionRecord,
-    Store, StoreError, StoredEvent,
+    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord,
+    OAuthFlowRecord, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -40,8 +40,32 @@ async fn append_in(tx: &mut Tx<'_>, session: &str, message: &Value) -> Result<Op
     Ok(Some(seq))
 }
 
-const ELICITATION_COLUMNS: &str =
-    "id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at, completed_at";
+/// Moves a pending elicitation unexpired at `now` to `status` and appends `notification` to its
+/// session's log, inside `tx`. False, and nothing changed, when it was not pending.
+async fn finish_in(
+    tx: &mut Tx<'_>,
+    id: &ElicitationId,
+    status: ElicitationStatus,
+    notification: &Value,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let session: Option<(String,)> = sqlx::query_as(
+        "UPDATE elicitations SET status = ?2, completed_at = ?3
+         WHERE id = ?1 AND status = 'pending' AND expires_at > ?3 RETURNING session_id",
+    )
+    .bind(id.to_string())
+    .bind(status.as_str())
+    .bind(millis(now))
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some((session,)) = session else {
+        return Ok(false);
+    };
+    append_in(tx, &session, notification).await?;
+    Ok(true)
+}
+
+const ELICITATION_COLUMNS: &str = "id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at, completed_at, call_key, detail";
 
 fn elicitation_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<ElicitationRecord, StoreError> {
     Ok(ElicitationRecord {
@@ -59,6 +83,32 @@ fn elicitation_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<ElicitationReco
             .try_get::<Option<i64>, _>("completed_at")?
             .map(from_millis)
             .transpose()?,
+        call_key: row.try_get("call_key")?,
+        detail: row.try_get("detail")?,
+    })
+}
+
+const FORM_VALUES_COLUMNS: &str = "principal, form, fields, secrets, created_at, updated_at";
+
+fn form_values_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<FormValuesRecord, StoreError> {
+    Ok(FormValuesRecord {
+        principal: super::parse_principal(row.try_get("principal")?)?,
+        form: row.try_get("form")?,
+        fields: json(row.try_get("fields")?, "form fields")?,
+        secrets: row.try_get("secrets")?,
+        created_at: from_millis(row.try_get("created_at")?)?,
+        updated_at: from_millis(row.try_get("updated_at")?)?,
+    })
+}
+
+const FORM_ANSWER_COLUMNS: &str = "elicitation_id, fields, secrets, created_at";
+
+fn form_answer_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<FormAnswerRecord, StoreError> {
+    Ok(FormAnswerRecord {
+        elicitation_id: super::parse_elicitation_id(row.try_get("elicitation_id")?)?,
+        fields: json(row.try_get("fields")?, "form answer fields")?,
+        secrets: row.try_get("secrets")?,
+        created_at: from_millis(row.try_get("created_at")?)?,
     })
 }
 
@@ -277,9 +327,10 @@ impl Store for SqliteStore {
 
     async fn insert_elicitation(&self, e: &ElicitationRecord) -> Result<ElicitationRecord, StoreError> {
         let inserted = sqlx::query(sql!(
-            "INSERT INTO elicitations ({ELICITATION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-             ON CONFLICT (principal, session_id, requirement) WHERE status = 'pending' DO NOTHING
-             RETURNING {ELICITATION_COLUMNS}"
+            "INSERT INTO elicitations ({ELICITATION_COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+             ON CONFLICT (principal, session_id, requirement, COALESCE(call_key, '')) WHERE status = 'pending'
+             DO NOTHING RETURNING {ELICITATION_COLUMNS}"
         ))
         .bind(e.id.to_string())
         .bind(e.principal.as_str())
@@ -292,6 +343,8 @@ impl Store for SqliteStore {
         .bind(millis(e.created_at))
         .bind(millis(e.expires_at))
         .bind(e.completed_at.map(millis))
+        .bind(&e.call_key)
+        .bind(&e.detail)
         .fetch_optional(&self.pool)
         .await?;
         match inserted {
@@ -299,11 +352,13 @@ impl Store for SqliteStore {
             None => {
                 let row = sqlx::query(sql!(
                     "SELECT {ELICITATION_COLUMNS} FROM elicitations
-                     WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND status = 'pending'"
+                     WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4
+                         AND status = 'pending'"
                 ))
                 .bind(e.principal.as_str())
                 .bind(e.session_id.as_str())
                 .bind(&e.requirement)
+                .bind(&e.call_key)
                 .fetch_one(&self.pool)
                 .await?;
                 elicitation_from_row(&row)
@@ -316,15 +371,18 @@ impl Store for SqliteStore {
         principal: &Principal,
         session: &SessionId,
         requirement: &str,
+        call_key: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
         let row = sqlx::query(sql!(
             "SELECT {ELICITATION_COLUMNS} FROM elicitations
-             WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND status = 'pending' AND expires_at > ?4"
+             WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4 AND status = 'pending'
+                 AND expires_at > ?5"
         ))
         .bind(principal.as_str())
         .bind(session.as_str())
         .bind(requirement)
+        .bind(call_key)
         .bind(millis(now))
         .fetch_optional(&self.pool)
         .await?;
@@ -347,19 +405,9 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let session: Option<(String,)> = sqlx::query_as(
-            "UPDATE elicitations SET status = ?2, completed_at = ?3
-             WHERE id = ?1 AND status = 'pending' AND expires_at > ?3 RETURNING session_id",
-        )
-        .bind(id.to_string())
-        .bind(status.as_str())
-        .bind(millis(now))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((session,)) = session else {
+        if !finish_in(&mut tx, id, status, notification, now).await? {
             return Ok(false);
-        };
-        append_in(&mut tx, &session, notification).await?;
+        }
         tx.commit().await?;
         Ok(true)
     }
@@ -369,17 +417,20 @@ impl Store for SqliteStore {
         principal: &Principal,
         session: &SessionId,
         requirement: &str,
+        call_key: Option<&str>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
         let row = sqlx::query(sql!(
             "UPDATE elicitations SET reported = 1 WHERE id = (
                  SELECT id FROM elicitations
-                 WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND status = 'declined' AND reported = 0
+                 WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4
+                     AND status = 'declined' AND reported = 0
                  ORDER BY completed_at DESC LIMIT 1)
              AND reported = 0 RETURNING {ELICITATION_COLUMNS}"
         ))
         .bind(principal.as_str())
         .bind(session.as_str())
         .bind(requirement)
+        .bind(call_key)
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(elicitation_from_row).transpose()
@@ -581,6 +632,128 @@ impl Store for SqliteStore {
         .bind(millis(Utc::now()))
         .execute(&self.pool)
         .await?;
+        Ok(())
+    }
+
+    async fn save_form_values(
+        &self,
+        v: &FormValuesRecord,
+        elicitation: Option<&ElicitationId>,
+        notification: &Value,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(sql!(
+            "INSERT INTO form_values ({FORM_VALUES_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (principal, form) DO UPDATE SET fields = EXCLUDED.fields, secrets = EXCLUDED.secrets,
+                 updated_at = EXCLUDED.updated_at"
+        ))
+        .bind(v.principal.as_str())
+        .bind(&v.form)
+        .bind(v.fields.to_string())
+        .bind(&v.secrets)
+        .bind(millis(v.created_at))
+        .bind(millis(v.updated_at))
+        .execute(&mut *tx)
+        .await?;
+        let completed = match elicitation {
+            Some(id) => finish_in(&mut tx, id, ElicitationStatus::Completed, notification, now).await?,
+            None => false,
+        };
+        tx.commit().await?;
+        Ok(completed)
+    }
+
+    async fn form_values(&self, principal: &Principal, form: &str) -> Result<Option<FormValuesRecord>, StoreError> {
+        let row = sqlx::query(sql!(
+            "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = ?1 AND form = ?2"
+        ))
+        .bind(principal.as_str())
+        .bind(form)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(form_values_from_row).transpose()
+    }
+
+    async fn all_form_values(&self, principal: &Principal) -> Result<Vec<FormValuesRecord>, StoreError> {
+        let rows = sqlx::query(sql!(
+            "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = ?1 ORDER BY form"
+        ))
+        .bind(principal.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(form_values_from_row).collect()
+    }
+
+    async fn delete_form_values(&self, principal: &Principal, form: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM form_values WHERE principal = ?1 AND form = ?2")
+            .bind(principal.as_str())
+            .bind(form)
+            .execute(&self.pool)
+            .await?;
+        Ok(result.rows_affected() > 0)
+    }
+
+    async fn save_form_answer(
+        &self,
+        answer: &FormAnswerRecord,
+        notification: &Value,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // Completing first takes the write lock and decides whether this answer is the one kept.
+        if !finish_in(
+            &mut tx,
+            &answer.elicitation_id,
+            ElicitationStatus::Completed,
+            notification,
+            now,
+        )
+        .await?
+        {
+            return Ok(false);
+        }
+        sqlx::query(sql!(
+            "INSERT INTO form_answers ({FORM_ANSWER_COLUMNS}) VALUES (?1, ?2, ?3, ?4)"
+        ))
+        .bind(answer.elicitation_id.to_string())
+        .bind(answer.fields.to_string())
+        .bind(&answer.secrets)
+        .bind(millis(answer.created_at))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn take_form_answer(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        requirement: &str,
+        call_key: &str,
+    ) -> Result<Option<FormAnswerRecord>, StoreError> {
+        // One writing statement: it holds the write lock from the search to the delete, so two
+        // racing calls cannot both find the same answer.
+        let row = sqlx::query(sql!(
+            "DELETE FROM form_answers WHERE elicitation_id = (
+                 SELECT answer.elicitation_id FROM form_answers answer
+                 JOIN elicitations e ON e.id = answer.elicitation_id
+                 WHERE e.principal = ?1 AND e.session_id = ?2 AND e.requirement = ?3 AND e.call_key = ?4
+                     AND e.status = 'completed'
+                 ORDER BY e.completed_at DESC, e.id DESC LIMIT 1)
+             RETURNING {FORM_ANSWER_COLUMNS}"
+        ))
+        .bind(principal.as_str())
+        .bind(session.as_str())
+        .bind(requirement)
+        .bind(call_key)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(form_answer_from_row).transpose()
+    }
+
+    async fn broadcast(&self, _payload: &str) -> Result<(), StoreError> {
         Ok(())
     }
 
