@@ -11,6 +11,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 use url::Url;
 
+use crate::forms::FormConfig;
 use crate::secret::Secret;
 
 /// Environment variables that override one key: `GATEHOUSE_<SECTION>__<KEY>`, e.g.
@@ -50,6 +51,7 @@ pub struct Config {
     pub secrets: SecretsConfig,
     pub elicitation: ElicitationConfig,
     pub providers: Vec<ProviderConfig>,
+    pub forms: Vec<FormConfig>,
     pub tools: Vec<ToolConfig>,
 }
 
@@ -77,12 +79,21 @@ pub struct ElicitationConfig {
     /// How long a user has to finish in the browser before the elicitation expires.
     #[serde(deserialize_with = "duration")]
     pub ttl: Duration,
+    /// How long a tool with `elicit = "request"` waits for the user before giving up (at most `ttl`).
+    #[serde(deserialize_with = "duration")]
+    pub wait: Duration,
+    /// While such a tool waits, a progress notification goes out this often (when the client sent
+    /// a progressToken), which also keeps clients from timing the request out.
+    #[serde(deserialize_with = "duration")]
+    pub progress_interval: Duration,
 }
 
 impl Default for ElicitationConfig {
     fn default() -> Self {
         Self {
             ttl: Duration::from_secs(600),
+            wait: Duration::from_secs(300),
+            progress_interval: Duration::from_secs(10),
         }
     }
 }
@@ -144,6 +155,8 @@ pub struct ServerConfig {
     /// How long a client waits before reconnecting after the server closes a stream.
     #[serde(deserialize_with = "duration")]
     pub sse_retry: Duration,
+    /// A directory of page templates (same names as the built-in ones) that replace them.
+    pub template_dir: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -156,6 +169,7 @@ impl Default for ServerConfig {
             max_request_bytes: 1024 * 1024,
             sse_keep_alive: Duration::from_secs(15),
             sse_retry: Duration::from_secs(1),
+            template_dir: None,
         }
     }
 }
@@ -254,7 +268,23 @@ pub struct ToolConfig {
     /// What must be true before the tool runs: `provider`, `provider:scope1 scope2`, `form:id`.
     #[serde(default)]
     pub requires: Vec<String>,
+    /// What the tool does when a requirement is missing.
+    #[serde(default)]
+    pub elicit: ElicitMode,
+    /// With `elicit = "request"`: how long to wait for the user (default `elicitation.wait`).
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub elicit_timeout: Option<Duration>,
     pub http: HttpToolConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ElicitMode {
+    /// Fail with -32042 (or a result naming the URL); the client retries when the user is done.
+    #[default]
+    Error,
+    /// Send `elicitation/create` on the call's own stream and wait for the user within the call.
+    Request,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -290,6 +320,10 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     let text = String::deserialize(deserializer)?;
     humantime::parse_duration(&text)
         .map_err(|e| serde::de::Error::custom(format!("`{text}` is not a duration like \"30s\" or \"10m\": {e}")))
+}
+
+fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    duration(deserializer).map(Some)
 }
 
 /// Where the configuration comes from: an optional file plus the process environment.
@@ -422,6 +456,36 @@ impl Config {
                 "must be at least 30s: people need time to sign in",
             ));
         }
+        if self.elicitation.wait.is_zero() || self.elicitation.wait > self.elicitation.ttl {
+            return Err(ConfigError::key(
+                "elicitation.wait",
+                "must be longer than zero and at most elicitation.ttl (an elicitation cannot outlive its page)",
+            ));
+        }
+        if self.elicitation.progress_interval < Duration::from_millis(100) {
+            return Err(ConfigError::key(
+                "elicitation.progress_interval",
+                "must be at least 100ms",
+            ));
+        }
+        for (i, tool) in self.tools.iter().enumerate() {
+            if let Some(timeout) = tool.elicit_timeout
+                && (timeout.is_zero() || timeout > self.elicitation.ttl)
+            {
+                return Err(ConfigError::key(
+                    format!("tools[{i}].elicit_timeout"),
+                    "must be longer than zero and at most elicitation.ttl",
+                ));
+            }
+        }
+        if let Some(dir) = &self.server.template_dir
+            && !dir.is_dir()
+        {
+            return Err(ConfigError::key(
+                "server.template_dir",
+                format!("{} is not a directory", dir.display()),
+            ));
+        }
         if self.secrets.keys.is_empty() && !self.database.url.expose().starts_with("sqlite:") {
             return Err(ConfigError::key(
                 "secrets.keys",
@@ -495,12 +559,15 @@ const STRING_KEYS: &[(&str, &str)] = &[
     ("server", "public_url"),
     ("server", "sse_keep_alive"),
     ("server", "sse_retry"),
+    ("server", "template_dir"),
     ("database", "url"),
     ("identity", "mode"),
     ("identity", "header"),
     ("identity", "local_principal"),
     ("mcp", "session_idle_timeout"),
     ("elicitation", "ttl"),
+    ("elicitation", "wait"),
+    ("elicitation", "progress_interval"),
     ("secrets", "dev_key_file"),
     ("log", "format"),
 ];

@@ -11,6 +11,8 @@ use crate::gate::GateError;
 pub enum AppError {
     #[error("template: {0}")]
     Template(#[from] askama::Error),
+    #[error("operator template: {0}")]
+    OperatorTemplate(#[from] minijinja::Error),
     #[error("{0}")]
     Gate(#[from] GateError),
     #[error("header: {0}")]

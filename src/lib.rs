@@ -7,6 +7,7 @@ pub mod config;
 pub mod domain;
 mod error;
 pub mod events;
+pub mod forms;
 pub mod gate;
 pub mod identity;
 pub mod mcp;
@@ -16,7 +17,7 @@ pub mod state;
 pub mod store;
 pub mod tools;
 pub mod vault;
-mod web;
+pub mod web;
 
 use std::future::Future;
 use std::time::Duration;

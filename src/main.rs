@@ -133,8 +133,10 @@ async fn migrate(config: Config) -> Result<(), String> {
 
 fn check_config(config: Config) -> Result<(), String> {
     let providers = gatehouse::providers::Providers::from_config(&config).map_err(|e| e.to_string())?;
-    gatehouse::tools::ToolRegistry::from_config(&config, &providers, reqwest::Client::new())
+    let forms = gatehouse::forms::Forms::from_config(&config.forms).map_err(|e| e.to_string())?;
+    gatehouse::tools::ToolRegistry::from_config(&config, &providers, &forms, reqwest::Client::new())
         .map_err(|e| e.to_string())?;
+    gatehouse::web::pages::Pages::load(config.server.template_dir.as_deref()).map_err(|e| e.to_string())?;
     gatehouse::identity::Identity::from_config(&config).map_err(|e| e.to_string())?;
     if !config.secrets.keys.is_empty() {
         gatehouse::vault::KeyRing::from_keys(&config.secrets.keys).map_err(|e| e.to_string())?;

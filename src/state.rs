@@ -10,6 +10,7 @@ use url::Url;
 
 use crate::config::{Config, ConfigError};
 use crate::events::{self, Bus, Hub};
+use crate::forms::Forms;
 use crate::gate::{self, Gate};
 use crate::identity::Identity;
 use crate::mcp::sessions::{self, Sessions};
@@ -17,6 +18,7 @@ use crate::providers::{OAuthClient, Providers};
 use crate::store::{self, ConnectionCache, SessionCache, Store, StoreError};
 use crate::tools::ToolRegistry;
 use crate::vault::{KeyRing, VaultError};
+use crate::web::pages::Pages;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -54,6 +56,8 @@ pub struct AppState {
     pub tools: Arc<ToolRegistry>,
     pub identity: Arc<Identity>,
     pub gate: Arc<Gate>,
+    pub forms: Arc<Forms>,
+    pub pages: Arc<Pages>,
     /// Cancelled when the server shuts down: streams end and background tasks stop.
     pub shutdown: CancellationToken,
     public_origin: String,
@@ -67,7 +71,9 @@ impl AppState {
         let identity = Identity::from_config(&config)?;
         let client = outbound_client()?;
         let providers = Arc::new(Providers::from_config(&config)?);
-        let tools = ToolRegistry::from_config(&config, &providers, client.clone())?;
+        let forms = Arc::new(Forms::from_config(&config.forms)?);
+        let pages = Arc::new(Pages::load(config.server.template_dir.as_deref())?);
+        let tools = ToolRegistry::from_config(&config, &providers, &forms, client.clone())?;
         let vault = Arc::new(key_ring(&config)?);
         let database = store::connect(config.database.url.expose(), config.database.max_connections).await?;
         if config.database.migrate_on_start {
@@ -103,6 +109,7 @@ impl AppState {
         let public_url = config.public_url();
         let gate = Arc::new(Gate::new(
             database.store.clone(),
+            forms.clone(),
             connections,
             vault,
             providers,
@@ -122,6 +129,8 @@ impl AppState {
             tools: Arc::new(tools),
             identity: Arc::new(identity),
             gate,
+            forms,
+            pages,
             shutdown,
         };
         Ok((state, tasks))

@@ -343,10 +343,12 @@ fn tool_configuration_errors_name_their_key() {
     for (toml, key) in cases {
         let config = common::config(toml, &[]);
         let providers = gatehouse::providers::Providers::from_config(&config).expect("no providers");
-        let error = match gatehouse::tools::ToolRegistry::from_config(&config, &providers, reqwest::Client::new()) {
-            Ok(_) => panic!("should be refused: {toml}"),
-            Err(error) => error.to_string(),
-        };
+        let forms = gatehouse::forms::Forms::from_config(&config.forms).expect("no forms");
+        let error =
+            match gatehouse::tools::ToolRegistry::from_config(&config, &providers, &forms, reqwest::Client::new()) {
+                Ok(_) => panic!("should be refused: {toml}"),
+                Err(error) => error.to_string(),
+            };
         assert!(error.contains(&format!("`{key}`")), "{error} should name {key}");
     }
 }

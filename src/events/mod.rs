@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::postgres::PgListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Principal, SessionId};
-use crate::store::{ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
+use crate::domain::{ElicitationId, Principal, SessionId};
+use crate::store::{Backend, ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
 
 /// What a replica learns from the bus.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,13 +28,49 @@ pub enum Notice {
     Changed(SessionId),
     /// The principal's connections changed: cached copies are stale.
     ConnectionsChanged(Principal),
+    /// A client answered an in-call `elicitation/create`; the replica whose call waits for it
+    /// takes it from here.
+    Answered(ElicitationId, ClientAction),
+}
+
+/// A client's answer to `elicitation/create` in URL mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAction {
+    /// The user agreed to open the URL (the interaction is not finished yet).
+    Accept,
+    Decline,
+    Cancel,
+}
+
+impl ClientAction {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "accept" => Some(ClientAction::Accept),
+            "decline" => Some(ClientAction::Decline),
+            "cancel" => Some(ClientAction::Cancel),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientAction::Accept => "accept",
+            ClientAction::Decline => "decline",
+            ClientAction::Cancel => "cancel",
+        }
+    }
 }
 
 impl Notice {
-    /// Parses a NOTIFY payload (`e <session> <seq>`, `s <session>` or `c <principal>`).
+    /// Parses a NOTIFY payload (`e <session> <seq>`, `s <session>`, `c <principal>` or
+    /// `a <elicitation> <action>`).
     pub fn parse(payload: &str) -> Option<Self> {
         if let Some(principal) = payload.strip_prefix("c ") {
             return Principal::parse(principal).ok().map(Notice::ConnectionsChanged);
+        }
+        if let Some(answer) = payload.strip_prefix("a ") {
+            let (id, action) = answer.split_once(' ')?;
+            return Some(Notice::Answered(id.parse().ok()?, ClientAction::parse(action)?));
         }
         let mut parts = payload.split(' ');
         let kind = parts.next()?;
@@ -47,9 +83,11 @@ impl Notice {
     }
 }
 
-/// Local fan-out: one watch channel per session that has a stream open on this replica.
+/// Local fan-out: one watch channel per session that has a stream open on this replica, and the
+/// in-call elicitations waiting here for their client's answer.
 pub struct Hub {
     wakers: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
+    answers: Mutex<HashMap<ElicitationId, mpsc::Sender<ClientAction>>>,
     cache: Arc<SessionCache>,
     connections: Arc<ConnectionCache>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
@@ -60,6 +98,7 @@ impl Hub {
     pub fn new(cache: Arc<SessionCache>, connections: Arc<ConnectionCache>, in_process: bool) -> Self {
         Self {
             wakers: Mutex::new(HashMap::new()),
+            answers: Mutex::new(HashMap::new()),
             cache,
             connections,
             connected: AtomicBool::new(in_process),
@@ -87,9 +126,32 @@ impl Hub {
                 self.connections.invalidate(principal);
                 return;
             }
+            Notice::Answered(elicitation, action) => {
+                let answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(waiter) = answers.get(elicitation) {
+                    // A full queue means the waiter has answers it has not read yet; more add nothing.
+                    let _ = waiter.try_send(*action);
+                }
+                return;
+            }
         };
         if let Some(sender) = self.lock().get(session) {
             sender.send_modify(|generation| *generation += 1);
+        }
+    }
+
+    /// Waits here for the client's answer to the `elicitation/create` for `elicitation`, until
+    /// the returned receiver is dropped.
+    pub fn await_answer(self: &Arc<Self>, elicitation: ElicitationId) -> AnswerReceiver {
+        let (sender, receiver) = mpsc::channel(4);
+        self.answers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(elicitation, sender);
+        AnswerReceiver {
+            hub: self.clone(),
+            elicitation,
+            receiver,
         }
     }
 
@@ -120,6 +182,29 @@ impl Hub {
     }
 }
 
+/// The answers to one in-call elicitation; waiting ends when it is dropped.
+pub struct AnswerReceiver {
+    hub: Arc<Hub>,
+    elicitation: ElicitationId,
+    receiver: mpsc::Receiver<ClientAction>,
+}
+
+impl AnswerReceiver {
+    pub async fn recv(&mut self) -> Option<ClientAction> {
+        self.receiver.recv().await
+    }
+}
+
+impl Drop for AnswerReceiver {
+    fn drop(&mut self) {
+        self.hub
+            .answers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.elicitation);
+    }
+}
+
 /// Appends events and announces session changes.
 pub struct Bus {
     store: Arc<dyn Store>,
@@ -143,6 +228,19 @@ impl Bus {
             self.hub.notify(&Notice::Appended(session.clone()));
         }
         Ok(seq)
+    }
+
+    /// Routes a client's answer to the call waiting for it, on whichever replica that is.
+    pub async fn answer(&self, elicitation: ElicitationId, action: ClientAction) -> Result<(), StoreError> {
+        let notice = Notice::Answered(elicitation, action);
+        if self.store.backend() == Backend::Postgres {
+            self.store
+                .broadcast(&format!("a {elicitation} {}", action.as_str()))
+                .await
+        } else {
+            self.hub.notify(&notice);
+            Ok(())
+        }
     }
 
     /// Announces locally a change the store made (the PostgreSQL store also NOTIFYs replicas).
@@ -222,6 +320,13 @@ mod tests {
                 Principal::parse("Ada Lovelace").expect("principal")
             ))
         );
+        let elicitation = ElicitationId::generate();
+        assert_eq!(
+            Notice::parse(&format!("a {elicitation} decline")),
+            Some(Notice::Answered(elicitation, ClientAction::Decline))
+        );
+        assert_eq!(Notice::parse(&format!("a {elicitation} maybe")), None);
+        assert_eq!(Notice::parse("a not-an-id accept"), None);
         assert_eq!(Notice::parse("x y"), None);
         assert_eq!(Notice::parse("e not-an-id 1"), None);
         assert_eq!(Notice::parse(""), None);

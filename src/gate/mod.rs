@@ -8,8 +8,8 @@ use std::fmt;
 use crate::domain::is_identifier;
 
 pub use service::{
-    CALLBACK_PATH, CallbackOutcome, CallbackRefusal, ConnectionSummary, Credentials, Decision, Gate, GateError,
-    StartedFlow, sweep_periodically,
+    CALLBACK_PATH, CallSite, CallbackOutcome, CallbackRefusal, ConnectionSummary, Credentials, Decision, Gate,
+    GateError, StartedFlow, sweep_periodically,
 };
 
 /// One thing a tool needs: a connection at a provider (with scopes) or a submitted form.

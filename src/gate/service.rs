@@ -1,7 +1,7 @@
 //! The gate: decides whether a tool may run for a principal, creates the elicitations for what is
 //! missing, and carries out the browser side of OAuth (flows, callback, token refresh).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,18 +9,19 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use rand::RngCore;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use url::Url;
 
 use super::Requirement;
 use crate::domain::{ElicitationId, Principal};
 use crate::events::{Bus, Notice};
+use crate::forms::{Form, FormScope, Forms, Submission};
 use crate::providers::{OAuthClient, OAuthError, Provider, Providers, pkce_challenge};
 use crate::secret::Secret;
 use crate::store::{
-    ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord,
-    RefreshedTokens, SessionRecord, Store, StoreError,
+    ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, FormAnswerRecord,
+    FormValuesRecord, OAuthFlowRecord, RefreshedTokens, SessionRecord, Store, StoreError,
 };
 use crate::vault::{KeyRing, VaultError};
 
@@ -48,10 +49,12 @@ pub enum GateError {
     ProviderUnavailable { provider: String, reason: String },
 }
 
-/// Access tokens for one call, by provider, with the connection version they came from.
+/// What one call may use: access tokens by provider (with the connection version they came from)
+/// and submitted form values by form.
 #[derive(Default)]
 pub struct Credentials {
     tokens: HashMap<String, (Secret<String>, DateTime<Utc>)>,
+    forms: HashMap<String, Submission>,
 }
 
 impl Credentials {
@@ -59,8 +62,47 @@ impl Credentials {
         self.tokens.get(provider).map(|(token, _)| token)
     }
 
+    pub fn forms(&self) -> &HashMap<String, Submission> {
+        &self.forms
+    }
+
+    /// Every secret this call holds, so results can be scrubbed of any an upstream echoes back.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.tokens.values().map(|(token, _)| token.expose().as_str()).chain(
+            self.forms
+                .values()
+                .flat_map(|f| f.secrets.values().map(|s| s.expose().as_str())),
+        )
+    }
+
     fn version(&self, provider: &str) -> Option<DateTime<Utc>> {
         self.tokens.get(provider).map(|(_, version)| *version)
+    }
+}
+
+/// One tool call, as the gate sees it.
+pub struct CallSite<'a> {
+    pub tool: &'a str,
+    pub requires: &'a [Requirement],
+    pub arguments: &'a Map<String, Value>,
+    /// The call-scoped forms' descriptions with this call's arguments, by form id.
+    pub details: &'a HashMap<String, String>,
+}
+
+/// A requirement not met yet, with what a call-scoped form's elicitation carries.
+struct Missing {
+    requirement: Requirement,
+    call_key: Option<String>,
+    detail: Option<String>,
+}
+
+impl Missing {
+    fn plain(requirement: Requirement) -> Self {
+        Self {
+            requirement,
+            call_key: None,
+            detail: None,
+        }
     }
 }
 
@@ -125,6 +167,7 @@ pub struct StartedFlow {
 
 pub struct Gate {
     store: Arc<dyn Store>,
+    forms: Arc<Forms>,
     /// Each principal's connections, invalidated through the bus when they change.
     connections: Arc<ConnectionCache>,
     vault: Arc<KeyRing>,
@@ -160,6 +203,20 @@ fn refresh_context(principal: &Principal, provider: &str) -> String {
     format!("connection:{principal}:{provider}:refresh")
 }
 
+fn user_form_context(principal: &Principal, form: &str) -> String {
+    format!("form:{principal}:{form}:secrets")
+}
+
+fn answer_context(elicitation: &ElicitationId) -> String {
+    format!("answer:{elicitation}:secrets")
+}
+
+/// Identifies one call: the tool and its arguments (serde_json maps are sorted, so equal
+/// arguments give equal keys).
+fn call_key(tool: &str, arguments: &Map<String, Value>) -> String {
+    sha256_hex(&json!({ "tool": tool, "arguments": arguments }).to_string())
+}
+
 fn completion(id: &ElicitationId) -> Value {
     crate::mcp::jsonrpc::notification(
         "notifications/elicitation/complete",
@@ -171,6 +228,7 @@ impl Gate {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Arc<dyn Store>,
+        forms: Arc<Forms>,
         connections: Arc<ConnectionCache>,
         vault: Arc<KeyRing>,
         providers: Arc<Providers>,
@@ -181,6 +239,7 @@ impl Gate {
     ) -> Self {
         Self {
             store,
+            forms,
             connections,
             vault,
             providers,
@@ -222,11 +281,13 @@ impl Gate {
             .unwrap_or_default()
     }
 
-    fn connect_url(&self, id: &ElicitationId) -> String {
-        self.public_url
-            .join(&format!("/connect/{id}"))
-            .map(|u| u.to_string())
-            .unwrap_or_default()
+    /// The page that satisfies a requirement: a provider's connect page or a form.
+    fn page_url(&self, requirement: &Requirement, id: &ElicitationId) -> String {
+        let path = match requirement {
+            Requirement::Provider { .. } => format!("/connect/{id}"),
+            Requirement::Form { .. } => format!("/forms/{id}"),
+        };
+        self.public_url.join(&path).map(|u| u.to_string()).unwrap_or_default()
     }
 
     /// Run, or what the user must do first.
@@ -234,13 +295,35 @@ impl Gate {
         &self,
         principal: &Principal,
         session: &SessionRecord,
-        requires: &[Requirement],
+        call: &CallSite<'_>,
     ) -> Result<Decision, GateError> {
         let mut credentials = Credentials::default();
         let mut missing = Vec::new();
-        for requirement in requires {
-            let Requirement::Provider { provider: id, scopes } = requirement else {
-                continue;
+        let mut call_forms = Vec::new();
+        for requirement in call.requires {
+            let (id, scopes) = match requirement {
+                Requirement::Provider { provider, scopes } => (provider, scopes),
+                Requirement::Form { form } => {
+                    let Some(definition) = self.forms.get(form) else {
+                        continue;
+                    };
+                    if definition.scope == FormScope::Call {
+                        call_forms.push(form);
+                        continue;
+                    }
+                    match self.store.form_values(principal, form).await? {
+                        Some(record) => {
+                            let submission = self.open(
+                                &record.fields,
+                                record.secrets.as_deref(),
+                                &user_form_context(principal, form),
+                            )?;
+                            credentials.forms.insert(form.clone(), submission);
+                        }
+                        None => missing.push(Missing::plain(requirement.clone())),
+                    }
+                    continue;
+                }
             };
             let Some(provider) = self.providers.get(id) else {
                 continue;
@@ -266,40 +349,97 @@ impl Gate {
                 Some(c) if c.status == ConnectionStatus::Active => provider.scopes_with(&[c.scopes, needed].concat()),
                 _ => needed,
             };
-            missing.push(Requirement::Provider {
+            missing.push(Missing::plain(Requirement::Provider {
                 provider: id.clone(),
                 scopes: ask_for,
-            });
+            }));
+        }
+        // A call-scoped answer is used up when taken, so it is taken only once nothing else is
+        // missing; until then the other requirements are asked for first.
+        if missing.is_empty() {
+            let key = call_key(call.tool, call.arguments);
+            for form in call_forms {
+                let text = format!("form:{form}");
+                match self.store.take_form_answer(principal, &session.id, &text, &key).await? {
+                    Some(answer) => {
+                        let submission = self.open(
+                            &answer.fields,
+                            answer.secrets.as_deref(),
+                            &answer_context(&answer.elicitation_id),
+                        )?;
+                        credentials.forms.insert(form.clone(), submission);
+                    }
+                    None => missing.push(Missing {
+                        requirement: Requirement::Form { form: form.clone() },
+                        call_key: Some(key.clone()),
+                        detail: call.details.get(form).cloned(),
+                    }),
+                }
+            }
         }
         if missing.is_empty() {
             return Ok(Decision::Run(credentials));
         }
         let mut elicitations = Vec::new();
-        for requirement in missing {
-            let text = requirement.to_string();
+        for missing in missing {
+            let text = missing.requirement.to_string();
             if let Some(declined) = self
                 .store
-                .take_unreported_decline(principal, &session.id, &text)
+                .take_unreported_decline(principal, &session.id, &text, missing.call_key.as_deref())
                 .await?
             {
                 return Ok(Decision::Declined(declined));
             }
-            elicitations.push(self.elicitation_for(principal, session, &requirement, &text).await?);
+            elicitations.push(self.elicitation_for(principal, session, &missing, &text).await?);
         }
         Ok(Decision::Elicit(elicitations))
+    }
+
+    /// Submitted values from their stored form: the non-secret JSON and the sealed secrets.
+    fn open(&self, fields: &Value, secrets: Option<&[u8]>, context: &str) -> Result<Submission, GateError> {
+        let values = match fields {
+            Value::Object(map) => map.clone(),
+            _ => return Err(StoreError::Corrupt("form values are not a JSON object".into()).into()),
+        };
+        let secrets = match secrets {
+            None => BTreeMap::new(),
+            Some(sealed) => {
+                let opened = self.vault.decrypt(sealed, context)?;
+                serde_json::from_slice::<BTreeMap<String, String>>(&opened)
+                    .map_err(|e| StoreError::Corrupt(format!("sealed form secrets: {e}")))?
+                    .into_iter()
+                    .map(|(name, value)| (name, Secret::new(value)))
+                    .collect()
+            }
+        };
+        Ok(Submission { values, secrets })
+    }
+
+    /// Seals a submission's secrets (None when it has none).
+    fn seal(&self, secrets: &BTreeMap<String, Secret<String>>, context: &str) -> Option<Vec<u8>> {
+        if secrets.is_empty() {
+            return None;
+        }
+        let plain: BTreeMap<&str, &str> = secrets
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.expose().as_str()))
+            .collect();
+        let json = Secret::new(serde_json::to_vec(&plain).unwrap_or_default());
+        Some(self.vault.encrypt(json.expose(), context))
     }
 
     async fn elicitation_for(
         &self,
         principal: &Principal,
         session: &SessionRecord,
-        requirement: &Requirement,
+        missing: &Missing,
         text: &str,
     ) -> Result<ElicitationRecord, GateError> {
         let now = Utc::now();
+        let requirement = &missing.requirement;
         if let Some(pending) = self
             .store
-            .pending_elicitation(principal, &session.id, text, now)
+            .pending_elicitation(principal, &session.id, text, missing.call_key.as_deref(), now)
             .await?
         {
             return Ok(pending);
@@ -320,7 +460,13 @@ impl Gate {
                     )
                 }
             }
-            Requirement::Form { form } => format!("Please fill in the form \"{form}\" to continue."),
+            Requirement::Form { form } => match self.forms.get(form) {
+                Some(form) if form.scope == FormScope::Call => {
+                    format!("Please confirm in your browser: {}.", form.title)
+                }
+                Some(form) => format!("Please fill in \"{}\" in your browser.", form.title),
+                None => format!("Please fill in the form \"{form}\" to continue."),
+            },
         };
         let client_name = session
             .client_info
@@ -338,11 +484,13 @@ impl Gate {
             requirement: text.to_owned(),
             status: ElicitationStatus::Pending,
             message,
-            url: self.connect_url(&id),
+            url: self.page_url(requirement, &id),
             client_name,
             created_at: now,
             expires_at: after(now, self.ttl),
             completed_at: None,
+            call_key: missing.call_key.clone(),
+            detail: missing.detail.clone(),
         };
         let stored = self.store.insert_elicitation(&record).await?;
         if stored.id == id {
@@ -506,6 +654,19 @@ impl Gate {
             tracing::info!(elicitation = %elicitation.id, status = status.as_str(), "elicitation finished");
         }
         Ok(finished)
+    }
+
+    /// Marks the elicitation's decline as reported (a waiting call told the model already).
+    pub async fn take_decline(&self, elicitation: &ElicitationRecord) -> Result<(), GateError> {
+        self.store
+            .take_unreported_decline(
+                &elicitation.principal,
+                &elicitation.session_id,
+                &elicitation.requirement,
+                elicitation.call_key.as_deref(),
+            )
+            .await?;
+        Ok(())
     }
 
     /// The provider an elicitation asks for, with the scopes to request.
@@ -696,6 +857,128 @@ impl Gate {
             account_label,
             client_name: elicitation.client_name.clone(),
         }))
+    }
+
+    /// The form an elicitation asks for.
+    pub fn form_of(&self, elicitation: &ElicitationRecord) -> Option<&Form> {
+        match Requirement::parse(&elicitation.requirement).ok()? {
+            Requirement::Form { form } => self.forms.get(&form),
+            Requirement::Provider { .. } => None,
+        }
+    }
+
+    pub fn forms(&self) -> &Forms {
+        &self.forms
+    }
+
+    /// The principal's stored values for a user-scoped form: the non-secret values and the names
+    /// of the stored secrets (never their values).
+    pub async fn stored_form(
+        &self,
+        principal: &Principal,
+        form: &str,
+    ) -> Result<Option<(Map<String, Value>, BTreeSet<String>)>, GateError> {
+        let Some(record) = self.store.form_values(principal, form).await? else {
+            return Ok(None);
+        };
+        let submission = self.open(
+            &record.fields,
+            record.secrets.as_deref(),
+            &user_form_context(principal, form),
+        )?;
+        Ok(Some((submission.values, submission.secrets.into_keys().collect())))
+    }
+
+    /// Every user-scoped form the principal has values for, with what `stored_form` gives.
+    pub async fn stored_forms(
+        &self,
+        principal: &Principal,
+    ) -> Result<Vec<(&Form, Map<String, Value>, BTreeSet<String>)>, GateError> {
+        let mut stored = Vec::new();
+        for record in self.store.all_form_values(principal).await? {
+            // Values of a form no longer configured stay stored, but nothing can show them.
+            let Some(form) = self.forms.get(&record.form) else {
+                continue;
+            };
+            let submission = self.open(
+                &record.fields,
+                record.secrets.as_deref(),
+                &user_form_context(principal, &form.id),
+            )?;
+            stored.push((form, submission.values, submission.secrets.into_keys().collect()));
+        }
+        Ok(stored)
+    }
+
+    /// Saves a user-scoped form's values; secrets left blank keep their stored value. With an
+    /// elicitation, completes it and notifies its session. Returns whether it was completed.
+    pub async fn save_user_form(
+        &self,
+        principal: &Principal,
+        form: &Form,
+        mut submission: Submission,
+        elicitation: Option<&ElicitationRecord>,
+    ) -> Result<bool, GateError> {
+        let context = user_form_context(principal, &form.id);
+        let now = Utc::now();
+        let existing = self.store.form_values(principal, &form.id).await?;
+        if let Some(existing) = &existing {
+            let stored = self.open(&existing.fields, existing.secrets.as_deref(), &context)?;
+            for (name, value) in stored.secrets {
+                submission.secrets.entry(name).or_insert(value);
+            }
+        }
+        let record = FormValuesRecord {
+            principal: principal.clone(),
+            form: form.id.clone(),
+            fields: Value::Object(submission.values),
+            secrets: self.seal(&submission.secrets, &context),
+            created_at: existing.map_or(now, |e| e.created_at),
+            updated_at: now,
+        };
+        let notification = elicitation.map_or(Value::Null, |e| completion(&e.id));
+        let completed = self
+            .store
+            .save_form_values(&record, elicitation.map(|e| &e.id), &notification, now)
+            .await?;
+        if let (true, Some(elicitation)) = (completed, elicitation) {
+            self.bus.hub().notify(&Notice::Appended(elicitation.session_id.clone()));
+        }
+        tracing::info!(principal = %principal, form = %form.id, "form values saved");
+        Ok(completed)
+    }
+
+    /// Stores the answer to a call-scoped form for the call that asked, completing its
+    /// elicitation. False (nothing stored) when the elicitation was no longer pending.
+    pub async fn answer_call_form(
+        &self,
+        elicitation: &ElicitationRecord,
+        submission: Submission,
+    ) -> Result<bool, GateError> {
+        let answer = FormAnswerRecord {
+            elicitation_id: elicitation.id,
+            fields: Value::Object(submission.values),
+            secrets: self.seal(&submission.secrets, &answer_context(&elicitation.id)),
+            created_at: Utc::now(),
+        };
+        let completed = self
+            .store
+            .save_form_answer(&answer, &completion(&elicitation.id), Utc::now())
+            .await?;
+        if completed {
+            self.bus.hub().notify(&Notice::Appended(elicitation.session_id.clone()));
+            tracing::info!(elicitation = %elicitation.id, "call form answered");
+        }
+        Ok(completed)
+    }
+
+    /// Deletes the principal's values for a form; false when there were none.
+    pub async fn delete_form_values(&self, principal: &Principal, form: &str) -> Result<bool, GateError> {
+        let deleted = self.store.delete_form_values(principal, form).await?;
+        if deleted {
+            tracing::info!(principal = %principal, form, "form values deleted");
+        }
+        Ok(deleted)
     }
 
     pub async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionSummary>, GateError> {

@@ -29,9 +29,10 @@ pub enum Message {
     Notification {
         method: String,
     },
-    /// A client's answer to a request the server sent.
+    /// A client's answer to a request the server sent: its result, or None for an error.
     Response {
         id: RequestId,
+        result: Option<Value>,
     },
 }
 
@@ -88,6 +89,11 @@ pub fn result_response(id: &RequestId, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
+/// A request the server sends to the client.
+pub fn request(id: &str, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
 pub fn notification(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})
 }
@@ -128,7 +134,10 @@ pub fn classify(value: Value) -> Result<Message, (Option<RequestId>, RpcError)> 
         });
     }
     match id {
-        Some(id) if object.contains_key("result") || object.contains_key("error") => Ok(Message::Response { id }),
+        Some(id) if object.contains_key("result") || object.contains_key("error") => Ok(Message::Response {
+            id,
+            result: object.remove("result"),
+        }),
         id => Err((
             id,
             invalid("a message needs `method`, or `result` or `error` with an `id`"),
@@ -168,7 +177,8 @@ mod tests {
         assert!(matches!(
             response,
             Message::Response {
-                id: RequestId::String(_)
+                id: RequestId::String(_),
+                ..
             }
         ));
     }

@@ -1,16 +1,19 @@
 //! The MCP methods gatehouse answers.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 
+use super::incall::{self, Outbox, Stopped};
 use super::jsonrpc::{self, METHOD_NOT_FOUND, RpcError, URL_ELICITATION_REQUIRED};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
+use crate::config::ElicitMode;
 use crate::domain::{LogLevel, Principal, SessionId};
-use crate::gate::{Credentials, Decision, GateError, Requirement};
+use crate::gate::{CallSite, Credentials, Decision, GateError};
 use crate::state::AppState;
 use crate::store::{ElicitationRecord, SessionRecord};
 use crate::tools::{CallContext, ToolOutcome, ToolResult};
@@ -72,20 +75,34 @@ pub async fn initialize(
     Ok((record.id.clone(), result))
 }
 
-/// Answers a request within an established session.
+/// Whether the request's answer goes out as an SSE stream: a call to a tool that asks for what
+/// it misses within the call (`elicit = "request"`), from a client that can open URLs.
+pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, params: Option<&Value>) -> bool {
+    method == "tools/call"
+        && supports_url_elicitation(session)
+        && params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .and_then(|name| state.tools.get(name))
+            .is_some_and(|tool| tool.definition().elicit == ElicitMode::Request)
+}
+
+/// Answers a request within an established session. `outbox` is the request's own SSE stream,
+/// when it has one.
 pub async fn handle(
     state: &AppState,
     session: &Arc<SessionRecord>,
     principal: &Principal,
     method: &str,
     params: Option<Value>,
+    outbox: Option<&Outbox>,
 ) -> Result<Value, RpcError> {
     let params = jsonrpc::params_object(params);
     match method {
         "ping" => Ok(json!({})),
         "logging/setLevel" => set_level(state, session, params).await,
         "tools/list" => list_tools(state, params),
-        "tools/call" => call_tool(state, session, principal, params).await,
+        "tools/call" => call_tool(state, session, principal, params, outbox).await,
         "initialize" => Err(RpcError::new(
             jsonrpc::INVALID_REQUEST,
             "the session is already initialized",
@@ -138,7 +155,13 @@ async fn call_tool(
     session: &SessionRecord,
     principal: &Principal,
     mut params: Map<String, Value>,
+    outbox: Option<&Outbox>,
 ) -> Result<Value, RpcError> {
+    let progress_token = params
+        .get("_meta")
+        .and_then(|meta| meta.get("progressToken"))
+        .filter(|token| token.is_string() || token.is_i64())
+        .cloned();
     let name = match params.remove("name") {
         Some(Value::String(name)) => name,
         _ => return Err(RpcError::invalid_params("tools/call needs params.name (a string)")),
@@ -163,10 +186,25 @@ async fn call_tool(
         json!({"event": "tool call", "tool": name}),
     )
     .await;
-    let requires = &tool.definition().requires;
+    let definition = tool.definition();
+    let details = definition.form_details(&arguments);
+    let call = CallSite {
+        tool: &name,
+        requires: &definition.requires,
+        arguments: &arguments,
+        details: &details,
+    };
+    let waiting = match (outbox, definition.elicit) {
+        (Some(outbox), ElicitMode::Request) => Some(Waiting {
+            outbox,
+            progress_token: progress_token.as_ref(),
+            timeout: definition.elicit_timeout,
+        }),
+        _ => None,
+    };
     // A rejected token breaks its connection, so the second decision elicits; one retry suffices.
     for _ in 0..2 {
-        let credentials = match decide(state, session, principal, requires).await? {
+        let credentials = match gate_call(state, session, principal, &call, waiting.as_ref()).await? {
             Gated::Run(credentials) => credentials,
             Gated::Answer(answer) => return answer,
         };
@@ -177,7 +215,8 @@ async fn call_tool(
             gate: &state.gate,
         };
         match tool.call(&context, &arguments).await {
-            ToolOutcome::Done(result) => {
+            ToolOutcome::Done(mut result) => {
+                result.redact(credentials.secrets());
                 if result.is_error {
                     let text = result
                         .content
@@ -216,6 +255,63 @@ enum Gated {
     Answer(Result<Value, RpcError>),
 }
 
+/// How a call waits for the user within itself (`elicit = "request"` on a stream).
+struct Waiting<'a> {
+    outbox: &'a Outbox,
+    progress_token: Option<&'a Value>,
+    timeout: Duration,
+}
+
+/// Rounds of asking within one call: enough for a tool that needs a sign-in and a form.
+const MAX_IN_CALL_ROUNDS: usize = 4;
+
+/// Decides, and when the call may wait for the user, asks within the call and decides again.
+async fn gate_call(
+    state: &AppState,
+    session: &SessionRecord,
+    principal: &Principal,
+    call: &CallSite<'_>,
+    waiting: Option<&Waiting<'_>>,
+) -> Result<Gated, RpcError> {
+    for _ in 0..MAX_IN_CALL_ROUNDS {
+        let elicitations = match decide(state, session, principal, call).await? {
+            Decided::Gated(gated) => return Ok(gated),
+            Decided::Elicit(elicitations) => elicitations,
+        };
+        let Some(waiting) = waiting else {
+            return Ok(Gated::Answer(elicit(session, &elicitations)));
+        };
+        match incall::wait(
+            state,
+            session,
+            &elicitations,
+            waiting.outbox,
+            waiting.progress_token,
+            waiting.timeout,
+        )
+        .await
+        {
+            Ok(()) => {}
+            Err(Stopped::Result(result)) => return Ok(Gated::Answer(Ok(result.to_json()))),
+            Err(Stopped::Gone) => {
+                tracing::info!(session = ?session.id, tool = call.tool, "client left while the call waited for the user");
+                return Ok(Gated::Answer(Ok(
+                    ToolResult::error("The client closed the request.").to_json()
+                )));
+            }
+        }
+    }
+    Ok(Gated::Answer(Ok(ToolResult::error(
+        "The user finished in the browser, but the tool still lacks what it needs. Call it again.",
+    )
+    .to_json())))
+}
+
+enum Decided {
+    Gated(Gated),
+    Elicit(Vec<ElicitationRecord>),
+}
+
 fn internal(error: GateError) -> RpcError {
     tracing::error!(%error, "gate failed");
     RpcError::internal()
@@ -225,24 +321,24 @@ async fn decide(
     state: &AppState,
     session: &SessionRecord,
     principal: &Principal,
-    requires: &[Requirement],
-) -> Result<Gated, RpcError> {
-    let decision = match state.gate.decide(principal, session, requires).await {
+    call: &CallSite<'_>,
+) -> Result<Decided, RpcError> {
+    let decision = match state.gate.decide(principal, session, call).await {
         Ok(decision) => decision,
         Err(GateError::ProviderUnavailable { provider, reason }) => {
             let text = format!("{provider} cannot be reached right now ({reason}). Try again in a moment.");
-            return Ok(Gated::Answer(Ok(ToolResult::error(text).to_json())));
+            return Ok(Decided::Gated(Gated::Answer(Ok(ToolResult::error(text).to_json()))));
         }
         Err(error) => return Err(internal(error)),
     };
     Ok(match decision {
-        Decision::Run(credentials) => Gated::Run(credentials),
-        Decision::Declined(elicitation) => Gated::Answer(Ok(ToolResult::error(format!(
+        Decision::Run(credentials) => Decided::Gated(Gated::Run(credentials)),
+        Decision::Declined(elicitation) => Decided::Gated(Gated::Answer(Ok(ToolResult::error(format!(
             "The user declined the request: {} Do not call this tool again unless the user asks to.",
             elicitation.message
         ))
-        .to_json())),
-        Decision::Elicit(elicitations) => Gated::Answer(elicit(session, &elicitations)),
+        .to_json()))),
+        Decision::Elicit(elicitations) => Decided::Elicit(elicitations),
     })
 }
 

@@ -1,6 +1,7 @@
 //! The MCP protocol over Streamable HTTP: JSON-RPC messages, sessions, method dispatch and the
 //! standalone SSE stream. Knows nothing of OAuth or forms.
 
+mod incall;
 pub mod jsonrpc;
 mod methods;
 pub mod sessions;

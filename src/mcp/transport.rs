@@ -1,6 +1,7 @@
 //! Streamable HTTP: the rules of the `/mcp` endpoint. Every refusal is a status code with a
 //! JSON-RPC error body that says what was wrong.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -9,12 +10,16 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use serde_json::Value;
 
+use super::incall::{self, Outbox};
 use super::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
 use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, stream};
-use crate::domain::{Principal, SessionId};
+use crate::domain::{ElicitationId, Principal, SessionId};
+use crate::events::ClientAction;
 use crate::state::AppState;
 use crate::store::SessionRecord;
 
@@ -238,14 +243,91 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
     check_protocol_header(&parts.headers)?;
     let session = session(state, &parts.headers, &principal).await?;
     match message {
+        Message::Request { id, method, params }
+            if methods::streams_answer(state, &session, &method, params.as_ref()) =>
+        {
+            Ok(streamed_answer(state, session, principal, id, method, params))
+        }
         Message::Request { id, method, params } => {
-            let body = match methods::handle(state, &session, &principal, &method, params).await {
+            let body = match methods::handle(state, &session, &principal, &method, params, None).await {
                 Ok(result) => jsonrpc::result_response(&id, result),
                 Err(error) => jsonrpc::error_response(Some(&id), &error),
             };
             Ok(json_response(StatusCode::OK, &body))
         }
-        Message::Notification { .. } | Message::Response { .. } => Ok(accepted()),
+        Message::Response { id, result } => {
+            route_answer(state, &session, &id, result.as_ref()).await;
+            Ok(accepted())
+        }
+        Message::Notification { .. } => Ok(accepted()),
+    }
+}
+
+/// Answers a request on its own SSE stream: what the call sends while it runs (elicitation
+/// requests, progress), then its response. The call runs in its own task, so it notices when the
+/// client goes away instead of being dropped mid-write.
+fn streamed_answer(
+    state: &AppState,
+    session: Arc<SessionRecord>,
+    principal: Principal,
+    id: RequestId,
+    method: String,
+    params: Option<Value>,
+) -> Response {
+    let (outbox, receiver) = Outbox::channel();
+    let task_state = state.clone();
+    tokio::spawn(async move {
+        let body = match methods::handle(&task_state, &session, &principal, &method, params, Some(&outbox)).await {
+            Ok(result) => jsonrpc::result_response(&id, result),
+            Err(error) => jsonrpc::error_response(Some(&id), &error),
+        };
+        outbox.send(body).await;
+    });
+    let events = tokio_stream::wrappers::ReceiverStream::new(receiver)
+        .map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(state.config.server.sse_keep_alive))
+        .into_response()
+}
+
+/// A client's answer to one of our `elicitation/create` requests, sent to the call that waits for
+/// it wherever it runs. Answers to anything else, or for another session, are ignored.
+async fn route_answer(state: &AppState, session: &SessionRecord, id: &RequestId, result: Option<&Value>) {
+    let RequestId::String(text) = id else { return };
+    let Some(elicitation) = text
+        .strip_prefix(incall::REQUEST_ID_PREFIX)
+        .and_then(|rest| rest.parse::<ElicitationId>().ok())
+    else {
+        return;
+    };
+    // An error answer means the client could not ask the user: the same as a dismissal.
+    let action = match result {
+        None => ClientAction::Cancel,
+        Some(result) => match result
+            .get("action")
+            .and_then(Value::as_str)
+            .and_then(ClientAction::parse)
+        {
+            Some(action) => action,
+            None => {
+                tracing::info!(%elicitation, "ignoring an elicitation answer without a valid action");
+                return;
+            }
+        },
+    };
+    match state.gate.elicitation(&elicitation).await {
+        Ok(Some(record)) if record.session_id == session.id => {}
+        Ok(_) => {
+            tracing::warn!(%elicitation, session = ?session.id, "an elicitation answer from another session was ignored");
+            return;
+        }
+        Err(error) => {
+            tracing::error!(%error, "could not load an answered elicitation");
+            return;
+        }
+    }
+    if let Err(error) = state.bus.answer(elicitation, action).await {
+        tracing::error!(%error, %elicitation, "could not route an elicitation answer");
     }
 }
 
@@ -326,7 +408,7 @@ async fn handle_batch(
             }
             Ok(Message::Request { id, method, params }) => {
                 responses.push(
-                    match methods::handle(state, &session, principal, &method, params).await {
+                    match methods::handle(state, &session, principal, &method, params, None).await {
                         Ok(result) => jsonrpc::result_response(&id, result),
                         Err(error) => jsonrpc::error_response(Some(&id), &error),
                     },

@@ -1,10 +1,13 @@
 //! `disconnect`: removes the caller's connection at a provider and revokes its tokens there when
 //! the provider has a revocation endpoint.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
+use crate::config::ElicitMode;
 
 pub struct Disconnect {
     definition: ToolDefinition,
@@ -29,6 +32,9 @@ impl Disconnect {
                 input_schema: InputSchema::from_config(Some(&schema), "disconnect").expect("the schema is valid"),
                 read_only: false,
                 requires: Vec::new(),
+                elicit: ElicitMode::Error,
+                elicit_timeout: Duration::ZERO,
+                form_details: Vec::new(),
             },
         }
     }

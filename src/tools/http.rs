@@ -1,6 +1,5 @@
 //! The HTTP tool: declared in configuration, it calls one HTTP API and returns the response.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,9 +9,10 @@ use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 use url::Url;
 
-use super::template::{Encoding, Template};
-use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
+use super::template::{Encoding, Placeholders, Template, Values};
+use super::{CallContext, Tool, ToolDefinition, ToolOutcome, ToolResult};
 use crate::config::{ConfigError, ToolConfig};
+use crate::forms::Form;
 use crate::gate::Requirement;
 
 /// Body text shown in an error result, at most.
@@ -25,8 +25,8 @@ enum Body {
 
 /// A JSON document whose strings are templates, compiled once at start.
 enum JsonTemplate {
-    /// A string that is exactly one placeholder: the argument's JSON value (null when left out).
-    Argument(String),
+    /// A string that is exactly one placeholder: its JSON value (null when left out).
+    Single(Template),
     Text(Template),
     Array(Vec<JsonTemplate>),
     Object(Vec<(String, JsonTemplate)>),
@@ -34,41 +34,42 @@ enum JsonTemplate {
 }
 
 impl JsonTemplate {
-    fn compile(value: &Value, key: &str, arguments: &BTreeSet<String>) -> Result<Self, ConfigError> {
+    fn compile(value: &Value, key: &str, names: &Placeholders<'_>) -> Result<Self, ConfigError> {
         Ok(match value {
             Value::String(text) => {
-                let template = Template::parse(text, key, arguments)?;
-                match template.single_argument() {
-                    Some(name) => JsonTemplate::Argument(name.to_owned()),
-                    None => JsonTemplate::Text(template),
+                let template = Template::parse(text, key, names)?;
+                if template.is_single_placeholder() {
+                    JsonTemplate::Single(template)
+                } else {
+                    JsonTemplate::Text(template)
                 }
             }
             Value::Array(items) => JsonTemplate::Array(
                 items
                     .iter()
-                    .map(|item| Self::compile(item, key, arguments))
+                    .map(|item| Self::compile(item, key, names))
                     .collect::<Result<_, _>>()?,
             ),
             Value::Object(map) => JsonTemplate::Object(
                 map.iter()
-                    .map(|(k, v)| Ok((k.clone(), Self::compile(v, key, arguments)?)))
+                    .map(|(k, v)| Ok((k.clone(), Self::compile(v, key, names)?)))
                     .collect::<Result<_, ConfigError>>()?,
             ),
             other => JsonTemplate::Literal(other.clone()),
         })
     }
 
-    fn render(&self, arguments: &Map<String, Value>) -> Result<Value, String> {
+    fn render(&self, values: &Values<'_>) -> Result<Value, String> {
         Ok(match self {
-            JsonTemplate::Argument(name) => arguments.get(name).cloned().unwrap_or(Value::Null),
-            JsonTemplate::Text(template) => Value::String(template.render(arguments, Encoding::Text)?),
+            JsonTemplate::Single(template) => template.single_value(values).unwrap_or(Value::Null),
+            JsonTemplate::Text(template) => Value::String(template.render(values, Encoding::Text)?),
             JsonTemplate::Array(items) => {
-                Value::Array(items.iter().map(|i| i.render(arguments)).collect::<Result<_, _>>()?)
+                Value::Array(items.iter().map(|i| i.render(values)).collect::<Result<_, _>>()?)
             }
             JsonTemplate::Object(fields) => Value::Object(
                 fields
                     .iter()
-                    .map(|(k, v)| Ok((k.clone(), v.render(arguments)?)))
+                    .map(|(k, v)| Ok((k.clone(), v.render(values)?)))
                     .collect::<Result<_, String>>()?,
             ),
             JsonTemplate::Literal(value) => value.clone(),
@@ -94,12 +95,16 @@ pub struct HttpTool {
 impl HttpTool {
     pub fn from_config(
         tool: &ToolConfig,
-        requires: Vec<Requirement>,
+        definition: ToolDefinition,
+        forms: &[&Form],
         key: &str,
         client: reqwest::Client,
     ) -> Result<Self, ConfigError> {
-        let input_schema = InputSchema::from_config(tool.input_schema.as_ref(), &format!("{key}.input_schema"))?;
-        let arguments = input_schema.property_names();
+        let arguments = definition.input_schema.property_names();
+        let names = Placeholders {
+            arguments: &arguments,
+            forms,
+        };
         let http = &tool.http;
         let method = Method::from_bytes(http.method.to_ascii_uppercase().as_bytes()).map_err(|_| {
             ConfigError::key(
@@ -109,7 +114,13 @@ impl HttpTool {
         })?;
 
         let url_key = format!("{key}.http.url");
-        let url = Template::parse(&http.url, &url_key, &arguments)?;
+        let url = Template::parse(&http.url, &url_key, &names)?;
+        if url.uses_secrets() {
+            return Err(ConfigError::key(
+                url_key,
+                "uses a secret form field; URLs end up in logs and proxies, so secrets go in headers or the body",
+            ));
+        }
         let origin = static_origin(&url, &url_key)?;
 
         let mut headers = Vec::new();
@@ -117,15 +128,15 @@ impl HttpTool {
             let header_key = format!("{key}.http.headers.{name}");
             let name = HeaderName::try_from(name.as_str())
                 .map_err(|_| ConfigError::key(&header_key, "is not a valid header name"))?;
-            headers.push((name, Template::parse(value, &header_key, &arguments)?));
+            headers.push((name, Template::parse(value, &header_key, &names)?));
         }
 
         let body_key = format!("{key}.http.body");
         let body = match &http.body {
             None => None,
-            Some(Value::String(text)) => Some(Body::Text(Template::parse(text, &body_key, &arguments)?)),
+            Some(Value::String(text)) => Some(Body::Text(Template::parse(text, &body_key, &names)?)),
             Some(document @ (Value::Object(_) | Value::Array(_))) => {
-                Some(Body::Json(JsonTemplate::compile(document, &body_key, &arguments)?))
+                Some(Body::Json(JsonTemplate::compile(document, &body_key, &names)?))
             }
             Some(_) => return Err(ConfigError::key(body_key, "must be a string or a table")),
         };
@@ -145,8 +156,9 @@ impl HttpTool {
             ));
         }
 
-        let read_only = matches!(method, Method::GET | Method::HEAD);
-        let bearer = requires.iter().find_map(|r| match r {
+        let mut definition = definition;
+        definition.read_only = matches!(method, Method::GET | Method::HEAD);
+        let bearer = definition.requires.iter().find_map(|r| match r {
             Requirement::Provider { provider, .. } => Some(provider.clone()),
             Requirement::Form { .. } => None,
         });
@@ -157,14 +169,7 @@ impl HttpTool {
             ));
         }
         Ok(Self {
-            definition: ToolDefinition {
-                name: tool.name.clone(),
-                title: tool.title.clone(),
-                description: tool.description.clone(),
-                input_schema,
-                read_only,
-                requires,
-            },
+            definition,
             method,
             url,
             origin,
@@ -177,25 +182,25 @@ impl HttpTool {
         })
     }
 
-    fn build_request(&self, arguments: &Map<String, Value>) -> Result<reqwest::RequestBuilder, String> {
-        let url = self.url.render(arguments, Encoding::UrlComponent)?;
+    fn build_request(&self, values: &Values<'_>) -> Result<reqwest::RequestBuilder, String> {
+        let url = self.url.render(values, Encoding::UrlComponent)?;
         let url = Url::parse(&url).map_err(|e| format!("the arguments make an invalid URL: {e}"))?;
         if url.origin() != self.origin {
             return Err("the arguments would send the request to another host".into());
         }
         let mut request = self.client.request(self.method.clone(), url).timeout(self.timeout);
         for (name, template) in &self.headers {
-            let value = template.render(arguments, Encoding::Header)?;
+            let value = template.render(values, Encoding::Header)?;
             let value =
                 HeaderValue::from_str(&value).map_err(|_| format!("header {name} would not be a valid value"))?;
             request = request.header(name, value);
         }
         match &self.body {
             None => {}
-            Some(Body::Text(template)) => request = request.body(template.render(arguments, Encoding::Text)?),
+            Some(Body::Text(template)) => request = request.body(template.render(values, Encoding::Text)?),
             Some(Body::Json(document)) => {
                 let has_content_type = self.headers.iter().any(|(name, _)| name == CONTENT_TYPE);
-                request = request.body(document.render(arguments)?.to_string());
+                request = request.body(document.render(values)?.to_string());
                 if !has_content_type {
                     request = request.header(CONTENT_TYPE, "application/json");
                 }
@@ -233,7 +238,11 @@ impl Tool for HttpTool {
     }
 
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
-        let mut request = match self.build_request(arguments) {
+        let values = Values {
+            arguments,
+            forms: context.credentials.forms(),
+        };
+        let mut request = match self.build_request(&values) {
             Ok(request) => request,
             Err(reason) => {
                 return ToolOutcome::Done(ToolResult::error(format!(

@@ -12,13 +12,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
-use crate::config::{Config, ConfigError};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::config::{Config, ConfigError, ElicitMode};
 use crate::domain::Principal;
+use crate::forms::{Form, FormScope, Forms};
 use crate::gate::{Credentials, Gate, Requirement};
 use crate::providers::Providers;
 use crate::store::SessionRecord;
 
 pub use schema::InputSchema;
+pub use template::{Placeholders, Template, Values};
 
 /// What a tool is, as `tools/list` shows it.
 #[derive(Debug, Clone)]
@@ -29,6 +34,12 @@ pub struct ToolDefinition {
     pub input_schema: InputSchema,
     pub read_only: bool,
     pub requires: Vec<Requirement>,
+    /// Whether a missing requirement fails the call (-32042) or is asked for within it.
+    pub elicit: ElicitMode,
+    /// How long an in-call elicitation waits for the user.
+    pub elicit_timeout: Duration,
+    /// The description of each call-scoped form the tool requires, with the call's arguments.
+    pub form_details: Vec<(String, Template)>,
 }
 
 impl ToolDefinition {
@@ -44,6 +55,21 @@ impl ToolDefinition {
             tool["annotations"]["title"] = json!(title);
         }
         tool
+    }
+
+    /// The call-scoped forms' descriptions for these arguments, by form id.
+    pub fn form_details(&self, arguments: &Map<String, Value>) -> HashMap<String, String> {
+        let forms = HashMap::new();
+        let values = Values {
+            arguments,
+            forms: &forms,
+        };
+        self.form_details
+            .iter()
+            .filter_map(|(form, template)| {
+                Some((form.clone(), template.render(&values, template::Encoding::Text).ok()?))
+            })
+            .collect()
     }
 }
 
@@ -96,12 +122,38 @@ impl ToolResult {
         }
     }
 
+    /// Replaces every occurrence of the call's secrets in the result: an upstream that echoes a
+    /// key back (in an error message, say) must not hand it to the model.
+    pub fn redact<'a>(&mut self, secrets: impl Iterator<Item = &'a str>) {
+        for secret in secrets.filter(|s| s.len() >= 4) {
+            for item in &mut self.content {
+                if let Some(Value::String(text)) = item.get_mut("text")
+                    && text.contains(secret)
+                {
+                    *text = text.replace(secret, "[redacted]");
+                }
+            }
+            if let Some(structured) = &mut self.structured {
+                redact_value(structured, secret);
+            }
+        }
+    }
+
     pub fn to_json(&self) -> Value {
         let mut result = json!({"content": self.content, "isError": self.is_error});
         if let Some(structured) = &self.structured {
             result["structuredContent"] = structured.clone();
         }
         result
+    }
+}
+
+fn redact_value(value: &mut Value, secret: &str) {
+    match value {
+        Value::String(text) if text.contains(secret) => *text = text.replace(secret, "[redacted]"),
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_value(v, secret)),
+        Value::Object(map) => map.values_mut().for_each(|v| redact_value(v, secret)),
+        _ => {}
     }
 }
 
@@ -112,6 +164,28 @@ pub trait Tool: Send + Sync {
     /// Runs the tool with arguments already checked against its input schema and every
     /// requirement met.
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome;
+}
+
+/// Call-scoped forms show the call's arguments: their placeholders must name this tool's arguments.
+fn form_details(
+    forms: &[&Form],
+    arguments: &BTreeSet<String>,
+    key: &str,
+) -> Result<Vec<(String, Template)>, ConfigError> {
+    let names = Placeholders { arguments, forms: &[] };
+    forms
+        .iter()
+        .filter(|f| f.scope == FormScope::Call)
+        .map(|form| {
+            let description = form.description.as_deref().unwrap_or(&form.title);
+            let template = Template::parse(
+                description,
+                &format!("{key}.requires (the description of form `{}`)", form.id),
+                &names,
+            )?;
+            Ok((form.id.clone(), template))
+        })
+        .collect()
 }
 
 /// Every tool, in a stable order for pagination, found by name.
@@ -130,7 +204,12 @@ fn valid_tool_name(name: &str) -> bool {
 
 impl ToolRegistry {
     /// Builds and checks every configured tool; built-ins come first.
-    pub fn from_config(config: &Config, providers: &Providers, client: reqwest::Client) -> Result<Self, ConfigError> {
+    pub fn from_config(
+        config: &Config,
+        providers: &Providers,
+        forms: &Forms,
+        client: reqwest::Client,
+    ) -> Result<Self, ConfigError> {
         let mut tools: Vec<Arc<dyn Tool>> =
             vec![Arc::new(whoami::Whoami::new()), Arc::new(disconnect::Disconnect::new())];
         for (i, tool) in config.tools.iter().enumerate() {
@@ -167,17 +246,39 @@ impl ToolRegistry {
                                 format!("names provider `{provider}`, which is not configured"),
                             ))
                         }
-                        Requirement::Form { form } => Err(ConfigError::key(
+                        Requirement::Form { form } if forms.get(form).is_none() => Err(ConfigError::key(
                             requirement_key,
                             format!("names form `{form}`, which is not configured"),
                         )),
-                        Requirement::Provider { .. } => Ok(requirement),
+                        Requirement::Provider { .. } | Requirement::Form { .. } => Ok(requirement),
                     }
                 })
                 .collect::<Result<Vec<Requirement>, ConfigError>>()?;
+            let required_forms: Vec<&Form> = requires
+                .iter()
+                .filter_map(|r| match r {
+                    Requirement::Form { form } => forms.get(form),
+                    Requirement::Provider { .. } => None,
+                })
+                .collect();
+            let input_schema = InputSchema::from_config(tool.input_schema.as_ref(), &format!("{key}.input_schema"))?;
+            let arguments = input_schema.property_names();
+            let form_details = form_details(&required_forms, &arguments, &key)?;
+            let definition = ToolDefinition {
+                name: tool.name.clone(),
+                title: tool.title.clone(),
+                description: tool.description.clone(),
+                input_schema,
+                read_only: false,
+                requires,
+                elicit: tool.elicit,
+                elicit_timeout: tool.elicit_timeout.unwrap_or(config.elicitation.wait),
+                form_details,
+            };
             tools.push(Arc::new(http::HttpTool::from_config(
                 tool,
-                requires,
+                definition,
+                &required_forms,
                 &key,
                 client.clone(),
             )?));
@@ -229,7 +330,12 @@ mod tests {
 
     fn registry(toml: &str) -> Result<ToolRegistry, ConfigError> {
         let config = config(toml)?;
-        ToolRegistry::from_config(&config, &Providers::from_config(&config)?, reqwest::Client::new())
+        ToolRegistry::from_config(
+            &config,
+            &Providers::from_config(&config)?,
+            &Forms::from_config(&config.forms)?,
+            reqwest::Client::new(),
+        )
     }
 
     fn refusal(toml: &str) -> ConfigError {

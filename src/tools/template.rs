@@ -1,17 +1,32 @@
-//! `{{args.NAME}}` templates in HTTP tool URLs, headers and bodies. Parsed and checked against the
-//! tool's input schema at start, so a typo fails the configuration, not a user's call.
+//! `{{args.NAME}}` and `{{form.FORM.FIELD}}` templates in HTTP tool URLs, headers and bodies, and
+//! in call-scoped form descriptions. Parsed and checked against the tool's input schema and the
+//! forms it requires at start, so a typo fails the configuration, not a user's call.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value};
 
 use crate::config::ConfigError;
+use crate::forms::{Form, Submission};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Part {
     Literal(String),
     Arg(String),
+    Form { form: String, field: String, secret: bool },
+}
+
+/// What a template may name: the tool's arguments and the fields of the forms it requires.
+pub struct Placeholders<'a> {
+    pub arguments: &'a BTreeSet<String>,
+    pub forms: &'a [&'a Form],
+}
+
+/// What placeholders are filled with: the call's arguments and the forms' submitted values.
+pub struct Values<'a> {
+    pub arguments: &'a Map<String, Value>,
+    pub forms: &'a HashMap<String, Submission>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -34,8 +49,8 @@ pub enum Encoding {
 const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 impl Template {
-    /// Parses `text`; `key` names it in errors, `arguments` are the input schema's properties.
-    pub fn parse(text: &str, key: &str, arguments: &BTreeSet<String>) -> Result<Self, ConfigError> {
+    /// Parses `text`; `key` names it in errors.
+    pub fn parse(text: &str, key: &str, names: &Placeholders<'_>) -> Result<Self, ConfigError> {
         let mut parts = Vec::new();
         let mut rest = text;
         while let Some(start) = rest.find("{{") {
@@ -47,19 +62,7 @@ impl Template {
                 .find("}}")
                 .ok_or_else(|| ConfigError::key(key, format!("`{{{{` without a closing `}}}}` in {text:?}")))?;
             let name = after[..end].trim();
-            let argument = name.strip_prefix("args.").ok_or_else(|| {
-                ConfigError::key(
-                    key,
-                    format!("placeholder `{{{{{name}}}}}` is not of the form {{{{args.NAME}}}}"),
-                )
-            })?;
-            if !arguments.contains(argument) {
-                return Err(ConfigError::key(
-                    key,
-                    format!("placeholder `{{{{{name}}}}}` names no property of the tool's input_schema"),
-                ));
-            }
-            parts.push(Part::Arg(argument.to_owned()));
+            parts.push(placeholder(name, key, names)?);
             rest = &after[end + 2..];
         }
         if !rest.is_empty() {
@@ -77,37 +80,99 @@ impl Template {
     }
 
     pub fn has_placeholders(&self) -> bool {
-        self.parts.iter().any(|p| matches!(p, Part::Arg(_)))
+        self.parts.iter().any(|p| !matches!(p, Part::Literal(_)))
     }
 
-    /// The argument name when the whole template is one placeholder (JSON bodies keep its type).
-    pub fn single_argument(&self) -> Option<&str> {
+    /// Whether a secret form field is used (such templates may not build URLs).
+    pub fn uses_secrets(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Form { secret: true, .. }))
+    }
+
+    pub fn is_single_placeholder(&self) -> bool {
+        matches!(self.parts.as_slice(), [Part::Arg(_) | Part::Form { .. }])
+    }
+
+    /// The value when the whole template is one placeholder: JSON bodies keep its type (null when
+    /// it has none).
+    pub fn single_value(&self, values: &Values<'_>) -> Option<Value> {
         match self.parts.as_slice() {
-            [Part::Arg(name)] => Some(name),
+            [Part::Arg(name)] => Some(values.arguments.get(name).cloned().unwrap_or(Value::Null)),
+            [part @ Part::Form { .. }] => Some(form_value(part, values).unwrap_or(Value::Null)),
             _ => None,
         }
     }
 
-    pub fn render(&self, arguments: &Map<String, Value>, encoding: Encoding) -> Result<String, String> {
+    pub fn render(&self, values: &Values<'_>, encoding: Encoding) -> Result<String, String> {
         let mut out = String::new();
         for part in &self.parts {
-            match part {
-                Part::Literal(text) => out.push_str(text),
-                Part::Arg(name) => {
-                    let value = arguments.get(name).map(value_text).unwrap_or_default();
-                    match encoding {
-                        Encoding::UrlComponent => out.extend(utf8_percent_encode(&value, COMPONENT)),
-                        Encoding::Header if value.chars().any(|c| c.is_control()) => {
-                            return Err(format!(
-                                "argument `{name}` contains control characters, which a header cannot carry"
-                            ));
-                        }
-                        Encoding::Header | Encoding::Text => out.push_str(&value),
-                    }
+            let (what, value) = match part {
+                Part::Literal(text) => {
+                    out.push_str(text);
+                    continue;
                 }
+                Part::Arg(name) => (
+                    format!("argument `{name}`"),
+                    values.arguments.get(name).map(value_text).unwrap_or_default(),
+                ),
+                Part::Form { form, field, .. } => (
+                    format!("form field `{form}.{field}`"),
+                    form_value(part, values).as_ref().map(value_text).unwrap_or_default(),
+                ),
+            };
+            match encoding {
+                Encoding::UrlComponent => out.extend(utf8_percent_encode(&value, COMPONENT)),
+                Encoding::Header if value.chars().any(|c| c.is_control()) => {
+                    return Err(format!(
+                        "{what} contains control characters, which a header cannot carry"
+                    ));
+                }
+                Encoding::Header | Encoding::Text => out.push_str(&value),
             }
         }
         Ok(out)
+    }
+}
+
+/// Parses one placeholder's name.
+fn placeholder(name: &str, key: &str, names: &Placeholders<'_>) -> Result<Part, ConfigError> {
+    let refuse = |why: &str| ConfigError::key(key, format!("placeholder `{{{{{name}}}}}` {why}"));
+    if let Some(argument) = name.strip_prefix("args.") {
+        if !names.arguments.contains(argument) {
+            return Err(refuse("names no property of the tool's input_schema"));
+        }
+        return Ok(Part::Arg(argument.to_owned()));
+    }
+    if let Some(path) = name.strip_prefix("form.") {
+        let (form_id, field_name) = path
+            .split_once('.')
+            .ok_or_else(|| refuse("is not of the form {{form.FORM.FIELD}}"))?;
+        let form = names
+            .forms
+            .iter()
+            .find(|f| f.id == form_id)
+            .ok_or_else(|| refuse("names a form the tool does not require (add \"form:ID\" to requires)"))?;
+        let field = form
+            .field(field_name)
+            .ok_or_else(|| refuse(&format!("names no field of form `{form_id}`")))?;
+        return Ok(Part::Form {
+            form: form_id.to_owned(),
+            field: field_name.to_owned(),
+            secret: field.is_secret(),
+        });
+    }
+    Err(refuse("is not of the form {{args.NAME}} or {{form.FORM.FIELD}}"))
+}
+
+/// A form field's submitted value; secrets as strings.
+fn form_value(part: &Part, values: &Values<'_>) -> Option<Value> {
+    let Part::Form { form, field, secret } = part else {
+        return None;
+    };
+    let submission = values.forms.get(form)?;
+    if *secret {
+        submission.secrets.get(field).map(|s| Value::String(s.expose().clone()))
+    } else {
+        submission.values.get(field).cloned()
     }
 }
 
@@ -123,73 +188,139 @@ fn value_text(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::forms::{FormConfig, Forms};
+    use crate::secret::Secret;
     use serde_json::json;
 
-    fn names(list: &[&str]) -> BTreeSet<String> {
-        list.iter().map(|s| (*s).to_owned()).collect()
+    fn forms() -> Forms {
+        let config: Vec<FormConfig> = toml::from_str::<toml::Table>(
+            r#"
+            [[forms]]
+            id = "openai"
+            title = "OpenAI"
+            [[forms.fields]]
+            name = "api_key"
+            label = "API key"
+            type = "secret"
+            [[forms.fields]]
+            name = "org"
+            label = "Organization"
+            type = "text"
+            "#,
+        )
+        .expect("toml")["forms"]
+            .clone()
+            .try_into()
+            .expect("forms");
+        Forms::from_config(&config).expect("forms")
     }
 
-    fn args(value: Value) -> Map<String, Value> {
-        value.as_object().expect("object").clone()
+    fn parse(text: &str, arguments: &[&str]) -> Result<Template, ConfigError> {
+        let forms = forms();
+        let arguments: BTreeSet<String> = arguments.iter().map(|s| (*s).to_owned()).collect();
+        let required: Vec<&Form> = forms.iter().collect();
+        Template::parse(
+            text,
+            "tools[0].http.url",
+            &Placeholders {
+                arguments: &arguments,
+                forms: &required,
+            },
+        )
+    }
+
+    fn render(template: &Template, arguments: Value, encoding: Encoding) -> Result<String, String> {
+        let mut submission = Submission::default();
+        submission
+            .secrets
+            .insert("api_key".into(), Secret::new("sk-secret\r\nX: 1".into()));
+        submission.values.insert("org".into(), json!("ACME & Co"));
+        let forms = HashMap::from([("openai".to_owned(), submission)]);
+        let arguments = arguments.as_object().expect("object").clone();
+        template.render(
+            &Values {
+                arguments: &arguments,
+                forms: &forms,
+            },
+            encoding,
+        )
     }
 
     #[test]
     fn url_components_cannot_escape_their_place() {
-        let t = Template::parse(
-            "https://api.test/users/{{args.user}}?q={{ args.q }}",
-            "k",
-            &names(&["user", "q"]),
+        let t = parse("https://api.test/users/{{args.user}}?q={{ args.q }}", &["user", "q"]).expect("template");
+        let url = render(
+            &t,
+            json!({"user": "../admin?x=1#", "q": "a b&c=d"}),
+            Encoding::UrlComponent,
         )
-        .expect("template");
-        let url = t
-            .render(
-                &args(json!({"user": "../admin?x=1#", "q": "a b&c=d"})),
-                Encoding::UrlComponent,
-            )
-            .expect("render");
+        .expect("render");
         assert_eq!(url, "https://api.test/users/..%2Fadmin%3Fx%3D1%23?q=a%20b%26c%3Dd");
         assert_eq!(t.static_prefix(), "https://api.test/users/");
     }
 
     #[test]
     fn values_render_by_type_and_missing_ones_are_empty() {
-        let t = Template::parse(
+        let t = parse(
             "{{args.n}}/{{args.b}}/{{args.o}}/{{args.missing}}",
-            "k",
-            &names(&["n", "b", "o", "missing"]),
+            &["n", "b", "o", "missing"],
         )
         .expect("template");
-        let text = t
-            .render(&args(json!({"n": 4, "b": true, "o": {"a": 1}})), Encoding::Text)
-            .expect("render");
+        let text = render(&t, json!({"n": 4, "b": true, "o": {"a": 1}}), Encoding::Text).expect("render");
         assert_eq!(text, "4/true/{\"a\":1}/");
     }
 
     #[test]
     fn headers_refuse_line_breaks() {
-        let t = Template::parse("Bearer {{args.token}}", "k", &names(&["token"])).expect("template");
+        let t = parse("Bearer {{args.token}}", &["token"]).expect("template");
+        assert!(render(&t, json!({"token": "x\r\nX-Evil: 1"}), Encoding::Header).is_err());
+        let secret = parse("Bearer {{form.openai.api_key}}", &[]).expect("template");
+        let error = render(&secret, json!({}), Encoding::Header).expect_err("line break");
         assert!(
-            t.render(&args(json!({"token": "x\r\nX-Evil: 1"})), Encoding::Header)
-                .is_err()
+            error.contains("openai.api_key") && !error.contains("sk-secret"),
+            "{error}"
         );
+    }
+
+    #[test]
+    fn form_fields_render_and_secrets_are_marked() {
+        let t = parse("org={{form.openai.org}}", &[]).expect("template");
+        assert!(!t.uses_secrets());
+        assert_eq!(render(&t, json!({}), Encoding::Text).expect("render"), "org=ACME & Co");
+        let secret = parse("{{ form.openai.api_key }}", &[]).expect("template");
+        assert!(secret.uses_secrets());
+        let forms = HashMap::new();
+        let arguments = Map::new();
+        let empty = Values {
+            arguments: &arguments,
+            forms: &forms,
+        };
+        assert_eq!(secret.single_value(&empty), Some(Value::Null));
     }
 
     #[test]
     fn configuration_errors_name_the_key() {
         for (text, fragment) in [
             ("{{args.nope}}", "names no property"),
-            ("{{form.x}}", "not of the form"),
+            ("{{forms.x}}", "is not of the form"),
+            ("{{form.openai}}", "is not of the form {{form.FORM.FIELD}}"),
+            ("{{form.other.x}}", "does not require"),
+            ("{{form.openai.nope}}", "names no field"),
             ("a {{args.x", "without a closing"),
         ] {
-            let error = Template::parse(text, "tools[0].http.url", &names(&["x"]))
-                .expect_err(text)
-                .to_string();
+            let error = parse(text, &["x"]).expect_err(text).to_string();
             assert!(
                 error.contains("tools[0].http.url") && error.contains(fragment),
                 "{error}"
             );
         }
-        let single = Template::parse("{{args.x}}", "k", &names(&["x"])).expect("template");
-        assert_eq!(single.single_argument(), Some("x"));
+        let single = parse("{{args.x}}", &["x"]).expect("template");
+        let arguments = json!({"x": [1, 2]}).as_object().expect("object").clone();
+        let forms = HashMap::new();
+        let values = Values {
+            arguments: &arguments,
+            forms: &forms,
+        };
+        assert_eq!(single.single_value(&values), Some(json!([1, 2])));
     }
 }

@@ -1,10 +1,13 @@
 //! `whoami`: the calling principal, the session, and the connected accounts, so a user (or
 //! model) can see who gatehouse believes is calling. It never shows a token.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
+use crate::config::ElicitMode;
 
 pub struct Whoami {
     definition: ToolDefinition,
@@ -23,6 +26,9 @@ impl Whoami {
                 input_schema: InputSchema::from_config(None, "whoami").expect("the empty schema is valid"),
                 read_only: true,
                 requires: Vec::new(),
+                elicit: ElicitMode::Error,
+                elicit_timeout: Duration::ZERO,
+                form_details: Vec::new(),
             },
         }
     }

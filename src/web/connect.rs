@@ -9,19 +9,19 @@ use axum::Form;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
-use axum::http::header::{COOKIE, LOCATION, ORIGIN, SET_COOKIE};
+use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+use super::browser::{browser_elicitation, browser_principal, csrf_token, forged_post, genuine_post, notice, when};
 use super::page;
-use crate::domain::{ElicitationId, Principal};
+use super::pages::page as page_template;
 use crate::error::AppError;
 use crate::gate::{CALLBACK_PATH, CallbackOutcome, CallbackRefusal};
 use crate::state::AppState;
-use crate::store::{ElicitationRecord, ElicitationStatus};
+use crate::store::ElicitationStatus;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -29,8 +29,8 @@ pub fn router() -> Router<AppState> {
         .route(CALLBACK_PATH, get(callback))
 }
 
-#[derive(Template)]
-#[template(path = "connect.html")]
+#[derive(Template, Serialize)]
+#[template(path = "connect.html", blocks = ["title", "content"])]
 struct ConnectPage {
     id: String,
     provider: String,
@@ -42,115 +42,7 @@ struct ConnectPage {
     expires: String,
     csrf: String,
 }
-
-#[derive(Template)]
-#[template(path = "notice.html")]
-struct Notice {
-    heading: String,
-    message: String,
-    next_step: Option<String>,
-}
-
-/// A page with a heading, a message and the status it is sent with.
-fn notice(
-    status: StatusCode,
-    heading: &str,
-    message: impl Into<String>,
-    next_step: Option<String>,
-) -> Result<Response, AppError> {
-    let mut response = page(&Notice {
-        heading: heading.into(),
-        message: message.into(),
-        next_step,
-    })?;
-    *response.status_mut() = status;
-    Ok(response)
-}
-
-fn when(at: DateTime<Utc>) -> String {
-    at.format("%Y-%m-%d %H:%M UTC").to_string()
-}
-
-/// A refusal page, boxed because handlers pass it back up instead of what they asked for.
-fn refusal(status: StatusCode, heading: &str, message: &str, next_step: Option<String>) -> Box<Response> {
-    Box::new(notice(status, heading, message, next_step).unwrap_or_else(IntoResponse::into_response))
-}
-
-/// The browser's principal, or the page to show instead.
-fn browser_principal(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Principal, Box<Response>> {
-    state.identity.principal(headers, peer).map_err(|e| {
-        tracing::info!(%peer, reason = %e, "unidentified browser");
-        refusal(
-            StatusCode::UNAUTHORIZED,
-            "Sign-in required",
-            "gatehouse could not tell who you are.",
-            None,
-        )
-    })
-}
-
-/// The elicitation behind a link, checked against the browser's principal.
-async fn owned_elicitation(
-    state: &AppState,
-    id: &str,
-    principal: &Principal,
-) -> Result<ElicitationRecord, Box<Response>> {
-    let unknown = || {
-        refusal(
-            StatusCode::NOT_FOUND,
-            "Unknown link",
-            "This link does not lead to any request.",
-            None,
-        )
-    };
-    let Ok(id) = id.parse::<ElicitationId>() else {
-        return Err(unknown());
-    };
-    let elicitation = match state.gate.elicitation(&id).await {
-        Ok(Some(elicitation)) => elicitation,
-        Ok(None) => return Err(unknown()),
-        Err(error) => return Err(Box::new(AppError::Gate(error).into_response())),
-    };
-    if &elicitation.principal != principal {
-        tracing::warn!(elicitation = %id, browser = %principal, "a request was opened by another user");
-        return Err(refusal(
-            StatusCode::FORBIDDEN,
-            "Not your request",
-            "This link was issued to another user. Nothing was changed.",
-            Some("Ask your own assistant to start the request again.".into()),
-        ));
-    }
-    let (heading, message) = match elicitation.status {
-        ElicitationStatus::Pending if elicitation.expires_at > Utc::now() => return Ok(elicitation),
-        ElicitationStatus::Pending | ElicitationStatus::Expired => ("Link expired", "This request has expired."),
-        ElicitationStatus::Completed => ("Already done", "This request is already complete."),
-        ElicitationStatus::Declined => ("Declined", "This request was declined."),
-        ElicitationStatus::Failed => ("Request failed", "This request did not succeed."),
-    };
-    Err(refusal(
-        StatusCode::GONE,
-        heading,
-        message,
-        Some("Ask your assistant to try again if you still need it.".into()),
-    ))
-}
-
-/// The browser's principal and the elicitation behind the link, which must be theirs; or the
-/// page to show instead.
-async fn browser_elicitation(
-    state: &AppState,
-    headers: &HeaderMap,
-    peer: SocketAddr,
-    id: &str,
-) -> Result<(Principal, ElicitationRecord), Box<Response>> {
-    let principal = browser_principal(state, headers, peer)?;
-    let elicitation = owned_elicitation(state, id, &principal).await?;
-    Ok((principal, elicitation))
-}
-
-fn csrf_message(principal: &Principal, id: &ElicitationId) -> Vec<u8> {
-    format!("{principal}\n{id}").into_bytes()
-}
+page_template!(ConnectPage, "connect.html");
 
 async fn show(
     State(state): State<AppState>,
@@ -164,26 +56,27 @@ async fn show(
     };
     let Some((provider, scopes)) = state.gate.provider_of(&elicitation) else {
         return notice(
+            &state,
             StatusCode::NOT_FOUND,
             "Unknown request",
             "This request names nothing gatehouse can do.",
             None,
         );
     };
-    page(&ConnectPage {
-        id: elicitation.id.to_string(),
-        provider: provider.name.clone(),
-        client_name: elicitation.client_name.clone(),
-        scopes,
-        destination: provider.authorize_url.host_str().unwrap_or_default().to_owned(),
-        principal: principal.to_string(),
-        created: when(elicitation.created_at),
-        expires: when(elicitation.expires_at),
-        csrf: state
-            .gate
-            .vault()
-            .mac("connect", &csrf_message(&principal, &elicitation.id)),
-    })
+    page(
+        &state,
+        &ConnectPage {
+            id: elicitation.id.to_string(),
+            provider: provider.name.clone(),
+            client_name: elicitation.client_name.clone(),
+            scopes,
+            destination: provider.authorize_url.host_str().unwrap_or_default().to_owned(),
+            principal: principal.to_string(),
+            created: when(elicitation.created_at),
+            expires: when(elicitation.expires_at),
+            csrf: csrf_token(&state, "connect", &principal, &elicitation.id.to_string()),
+        },
+    )
 }
 
 #[derive(Deserialize)]
@@ -203,28 +96,18 @@ async fn act(
         Ok(found) => found,
         Err(page) => return Ok(*page),
     };
-    let public_origin = state.config.public_url().origin().ascii_serialization();
-    let cross_site = headers
-        .get(ORIGIN)
-        .is_some_and(|o| o.as_bytes() != public_origin.as_bytes());
-    let Some(Form(form)) = form.ok().filter(|f| {
-        !cross_site
-            && state
-                .gate
-                .vault()
-                .verify_mac("connect", &csrf_message(&principal, &elicitation.id), &f.csrf)
-    }) else {
-        return notice(
-            StatusCode::FORBIDDEN,
-            "Request refused",
-            "This form was not submitted from this page. Nothing was changed.",
-            Some("Open the link from your assistant again.".into()),
-        );
+    let subject = elicitation.id.to_string();
+    let Some(Form(form)) = form
+        .ok()
+        .filter(|f| genuine_post(&state, &headers, "connect", &principal, &subject, &f.csrf))
+    else {
+        return forged_post(&state);
     };
     match form.action.as_str() {
         "decline" => {
             state.gate.finish(&elicitation, ElicitationStatus::Declined).await?;
             notice(
+                &state,
                 StatusCode::OK,
                 "Declined",
                 format!("You declined. {} has been told.", elicitation.client_name),
@@ -235,6 +118,7 @@ async fn act(
             let secure = state.config.public_url().scheme() == "https";
             let Some(flow) = state.gate.start_flow(&elicitation, secure).await? else {
                 return notice(
+                    &state,
                     StatusCode::NOT_FOUND,
                     "Unknown request",
                     "This request names nothing gatehouse can do.",
@@ -258,6 +142,7 @@ async fn act(
             Ok(response)
         }
         _ => notice(
+            &state,
             StatusCode::BAD_REQUEST,
             "Unknown action",
             "Choose Continue or Decline.",
@@ -291,6 +176,7 @@ async fn callback(
     let refused = |refusal: CallbackRefusal| {
         tracing::info!(%peer, reason = %refusal, "OAuth callback refused");
         notice(
+            &state,
             StatusCode::BAD_REQUEST,
             "Sign-in not completed",
             refusal.to_string(),
@@ -330,6 +216,7 @@ async fn callback(
             account_label,
             client_name,
         } => notice(
+            &state,
             StatusCode::OK,
             "Connected",
             match account_label {
@@ -339,12 +226,14 @@ async fn callback(
             Some(format!("You can close this window and return to {client_name}.")),
         )?,
         CallbackOutcome::Declined { provider_name } => notice(
+            &state,
             StatusCode::OK,
             "Declined",
             format!("You declined at {provider_name}. Your assistant has been told."),
             Some("You can close this window.".into()),
         )?,
         CallbackOutcome::Failed { provider_name } => notice(
+            &state,
             StatusCode::BAD_GATEWAY,
             "Sign-in failed",
             format!("{provider_name} did not complete the sign-in."),

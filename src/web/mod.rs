@@ -1,7 +1,11 @@
 //! Browser- and operator-facing routes: the landing page, health checks, and the pages users
 //! open from elicitations.
 
+mod browser;
 mod connect;
+mod connections;
+mod forms;
+pub mod pages;
 
 use askama::Template;
 use axum::extract::State;
@@ -12,7 +16,10 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use serde::Serialize;
 use serde_json::json;
+
+use pages::{Page, page as page_template};
 
 use crate::error::AppError;
 use crate::mcp::MCP_PATH;
@@ -24,19 +31,23 @@ pub fn router() -> Router<AppState> {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(connect::router())
+        .merge(forms::router())
+        .merge(connections::router())
 }
 
-#[derive(Template)]
-#[template(path = "index.html")]
+#[derive(Template, Serialize)]
+#[template(path = "index.html", blocks = ["title", "content"])]
 struct IndexPage {
     mcp_url: String,
     version: &'static str,
     tools: Vec<String>,
 }
+page_template!(IndexPage, "index.html");
 
-/// Renders a page with the headers every gatehouse page sends.
-pub fn page(template: &impl Template) -> Result<Response, AppError> {
-    let mut response = Html(template.render()?).into_response();
+/// Renders a page (the operator's version when there is one) with the headers every gatehouse
+/// page sends.
+pub fn page(state: &AppState, template: &impl Page) -> Result<Response, AppError> {
+    let mut response = Html(state.pages.render(template)?).into_response();
     let headers = response.headers_mut();
     headers.insert(
         CONTENT_SECURITY_POLICY,
@@ -57,11 +68,14 @@ async fn index(State(state): State<AppState>) -> Result<Response, AppError> {
         .map(|u| u.to_string())
         .unwrap_or_default();
     let (tools, _) = state.tools.page(0, usize::MAX);
-    page(&IndexPage {
-        mcp_url,
-        version: env!("CARGO_PKG_VERSION"),
-        tools: tools.iter().map(|t| t.definition().name.clone()).collect(),
-    })
+    page(
+        &state,
+        &IndexPage {
+            mcp_url,
+            version: env!("CARGO_PKG_VERSION"),
+            tools: tools.iter().map(|t| t.definition().name.clone()).collect(),
+        },
+    )
 }
 
 /// The process is up.

@@ -1,0 +1,226 @@
+//! In-call elicitation (`elicit = "request"`): instead of failing with -32042, a tool call sends
+//! `elicitation/create` (URL mode) on its own POST's SSE stream and waits, within the call, for the
+//! user to finish in the browser.
+//!
+//! The client's answer is a POST that any replica may receive; that replica routes it over the bus
+//! to the one where the call waits (`Bus::answer`). Completion is seen through the session's
+//! wake-ups (a completed elicitation appends its notification to the session's log), with a slow
+//! poll as a safety net for a wake-up lost while the bus reconnects.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::jsonrpc;
+use crate::events::{AnswerReceiver, ClientAction};
+use crate::state::AppState;
+use crate::store::{ElicitationRecord, ElicitationStatus, SessionRecord};
+use crate::tools::ToolResult;
+
+/// Prefix of the JSON-RPC ids of our `elicitation/create` requests; the rest is the elicitation id.
+pub const REQUEST_ID_PREFIX: &str = "gatehouse-elicitation-";
+/// How often a waiting call looks at the store when no wake-up came.
+const POLL: Duration = Duration::from_secs(2);
+
+/// Messages sent on a POST's SSE stream, in order; the call's response is the last.
+#[derive(Clone)]
+pub struct Outbox {
+    sender: mpsc::Sender<Value>,
+}
+
+impl Outbox {
+    pub fn channel() -> (Self, mpsc::Receiver<Value>) {
+        let (sender, receiver) = mpsc::channel(16);
+        (Self { sender }, receiver)
+    }
+
+    /// False when the client has gone away.
+    pub async fn send(&self, message: Value) -> bool {
+        self.sender.send(message).await.is_ok()
+    }
+}
+
+/// How waiting ended when the call cannot go on.
+pub enum Stopped {
+    /// A result for the model (declined, cancelled, timed out, failed).
+    Result(ToolResult),
+    /// The client closed the stream: nobody is left to answer.
+    Gone,
+}
+
+/// Asks the client to open each elicitation's URL and waits until all are completed. `Ok(())`:
+/// decide again, the requirements should now be met.
+pub async fn wait(
+    state: &AppState,
+    session: &SessionRecord,
+    elicitations: &[ElicitationRecord],
+    outbox: &Outbox,
+    progress_token: Option<&Value>,
+    timeout: Duration,
+) -> Result<(), Stopped> {
+    // Listen before asking, so neither an answer nor a completion can slip in between.
+    let mut wake = state.bus.hub().subscribe(&session.id);
+    let mut answers: Vec<(ElicitationRecord, AnswerReceiver)> = elicitations
+        .iter()
+        .map(|e| (e.clone(), state.bus.hub().await_answer(e.id)))
+        .collect();
+    for elicitation in elicitations {
+        let request = jsonrpc::request(
+            &format!("{REQUEST_ID_PREFIX}{}", elicitation.id),
+            "elicitation/create",
+            json!({
+                "mode": "url",
+                "elicitationId": elicitation.id.to_string(),
+                "url": elicitation.url,
+                "message": elicitation.message,
+            }),
+        );
+        if !outbox.send(request).await {
+            return Err(Stopped::Gone);
+        }
+    }
+    let deadline = Instant::now() + timeout;
+    let mut progress = tokio::time::interval(state.config.elicitation.progress_interval);
+    progress.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut poll = tokio::time::interval(POLL);
+    poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut progress_count = 0u64;
+    let mut accepted = false;
+    loop {
+        let open = pending(state, &mut answers).await?;
+        if open == 0 {
+            return Ok(());
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {
+                let waited = humantime::format_duration(timeout);
+                tracing::info!(session = ?session.id, %waited, "in-call elicitation timed out");
+                return Err(Stopped::Result(ToolResult::error(format!(
+                    "The user did not finish in the browser within {waited}. The request stays open until it \
+                     expires: call this tool again with the same arguments to keep waiting."
+                ))));
+            }
+            () = state.shutdown.cancelled() => {
+                return Err(Stopped::Result(ToolResult::error(
+                    "The server is restarting. Call this tool again with the same arguments in a moment.",
+                )));
+            }
+            () = outbox.sender.closed() => return Err(Stopped::Gone),
+            _ = wake.changed() => {}
+            _ = poll.tick() => {}
+            _ = progress.tick() => {
+                if let Some(token) = progress_token {
+                    progress_count += 1;
+                    let message = if accepted {
+                        "Waiting for the user to finish in the browser."
+                    } else {
+                        "Waiting for the user to open the link."
+                    };
+                    let notification = jsonrpc::notification(
+                        "notifications/progress",
+                        json!({"progressToken": token, "progress": progress_count, "message": message}),
+                    );
+                    if !outbox.send(notification).await {
+                        return Err(Stopped::Gone);
+                    }
+                }
+            }
+            Some((index, action)) = next_answer(&mut answers) => {
+                let elicitation = answers[index].0.clone();
+                match action {
+                    ClientAction::Accept => accepted = true,
+                    ClientAction::Decline => {
+                        finish_declined(state, &elicitation).await;
+                        return Err(Stopped::Result(ToolResult::error(format!(
+                            "The user declined: {} Do not call this tool again unless the user asks to.",
+                            elicitation.message
+                        ))));
+                    }
+                    ClientAction::Cancel => {
+                        return Err(Stopped::Result(ToolResult::error(format!(
+                            "The user dismissed the request without answering ({}). Call this tool again only if \
+                             the user wants to continue.",
+                            elicitation.message
+                        ))));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The first answer any of the elicitations received.
+async fn next_answer(answers: &mut [(ElicitationRecord, AnswerReceiver)]) -> Option<(usize, ClientAction)> {
+    if answers.is_empty() {
+        return std::future::pending().await;
+    }
+    let receivers = answers
+        .iter_mut()
+        .enumerate()
+        .map(|(i, (_, receiver))| Box::pin(async move { receiver.recv().await.map(|action| (i, action)) }));
+    futures::future::select_all(receivers).await.0
+}
+
+/// Re-reads the elicitations still waited for: drops the completed ones and returns how many are
+/// left, or the result for one that ended otherwise.
+async fn pending(state: &AppState, answers: &mut Vec<(ElicitationRecord, AnswerReceiver)>) -> Result<usize, Stopped> {
+    let mut index = 0;
+    while index < answers.len() {
+        let current = match state.gate.elicitation(&answers[index].0.id).await {
+            Ok(Some(current)) => current,
+            Ok(None) => {
+                return Err(Stopped::Result(ToolResult::error(
+                    "The request to the user disappeared. Call this tool again.",
+                )));
+            }
+            Err(error) => {
+                tracing::error!(%error, "could not read an elicitation while waiting");
+                return Err(Stopped::Result(ToolResult::error(
+                    "gatehouse could not check on the request to the user. Call this tool again in a moment.",
+                )));
+            }
+        };
+        match current.status {
+            ElicitationStatus::Pending => index += 1,
+            ElicitationStatus::Completed => {
+                answers.swap_remove(index);
+            }
+            ElicitationStatus::Declined => {
+                // Reported here, so the next call asks afresh instead of reporting it again.
+                if let Err(error) = state.gate.take_decline(&current).await {
+                    tracing::warn!(%error, "could not mark a decline reported");
+                }
+                return Err(Stopped::Result(ToolResult::error(format!(
+                    "The user declined: {} Do not call this tool again unless the user asks to.",
+                    current.message
+                ))));
+            }
+            ElicitationStatus::Expired => {
+                return Err(Stopped::Result(ToolResult::error(
+                    "The request to the user expired. Call this tool again if the user still wants it.",
+                )));
+            }
+            ElicitationStatus::Failed => {
+                return Err(Stopped::Result(ToolResult::error(format!(
+                    "The step in the browser did not succeed ({}). Call this tool again to retry.",
+                    current.message
+                ))));
+            }
+        }
+    }
+    Ok(answers.len())
+}
+
+/// The client declined: the elicitation is over, and this call reports it.
+async fn finish_declined(state: &AppState, elicitation: &ElicitationRecord) {
+    let result = async {
+        state.gate.finish(elicitation, ElicitationStatus::Declined).await?;
+        state.gate.take_decline(elicitation).await
+    }
+    .await;
+    if let Err(error) = result {
+        tracing::warn!(%error, elicitation = %elicitation.id, "could not record a client's decline");
+    }
+}

@@ -1,0 +1,371 @@
+//! Hosted forms: `/forms/{elicitation id}` answers an elicitation, `/connections/forms/{form id}`
+//! replaces a user's stored values. The page checks the owner like the connect page, validates on
+//! the server only (the form is `novalidate`, so every browser gets the same messages) and answers
+//! 422 with the page again, keeping what was typed except secrets.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+
+use askama::Template;
+use axum::Form as PostedForm;
+use axum::Router;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::get;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::browser::{browser_elicitation, browser_principal, csrf_token, forged_post, genuine_post, notice, when};
+use super::page;
+use super::pages::page as page_template;
+use crate::domain::Principal;
+use crate::error::AppError;
+use crate::forms::{FieldErrors, FieldView, Form, FormScope, Submission};
+use crate::state::AppState;
+use crate::store::{ElicitationRecord, ElicitationStatus};
+
+/// Largest form post: a 20,000-character textarea percent-encoded, and then some.
+const MAX_FORM_BYTES: usize = 512 * 1024;
+const ELICITATION_PURPOSE: &str = "form";
+const REPLACE_PURPOSE: &str = "replace-form";
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/forms/{id}", get(show).post(submit))
+        .route("/connections/forms/{form}", get(show_stored).post(replace))
+        .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
+}
+
+#[derive(Serialize)]
+struct ErrorLink {
+    id: String,
+    label: String,
+    message: String,
+}
+
+#[derive(Template, Serialize)]
+#[template(path = "form.html", blocks = ["title", "content"])]
+struct FormPage {
+    title: String,
+    description: Option<String>,
+    client_name: Option<String>,
+    action: String,
+    csrf: String,
+    fields: Vec<FieldView>,
+    has_errors: bool,
+    errors: Vec<ErrorLink>,
+    submit_label: String,
+    principal: String,
+    expires: Option<String>,
+}
+page_template!(FormPage, "form.html");
+
+/// What a form page is for: an elicitation, or replacing stored values.
+struct Target<'a> {
+    form: &'a Form,
+    elicitation: Option<&'a ElicitationRecord>,
+    principal: &'a Principal,
+}
+
+impl Target<'_> {
+    fn action(&self) -> String {
+        match self.elicitation {
+            Some(elicitation) => format!("/forms/{}", elicitation.id),
+            None => format!("/connections/forms/{}", self.form.id),
+        }
+    }
+
+    fn csrf(&self, state: &AppState) -> String {
+        match self.elicitation {
+            Some(elicitation) => csrf_token(state, ELICITATION_PURPOSE, self.principal, &elicitation.id.to_string()),
+            None => csrf_token(state, REPLACE_PURPOSE, self.principal, &self.form.id),
+        }
+    }
+
+    fn genuine(&self, state: &AppState, headers: &HeaderMap, token: &str) -> bool {
+        match self.elicitation {
+            Some(elicitation) => genuine_post(
+                state,
+                headers,
+                ELICITATION_PURPOSE,
+                self.principal,
+                &elicitation.id.to_string(),
+                token,
+            ),
+            None => genuine_post(state, headers, REPLACE_PURPOSE, self.principal, &self.form.id, token),
+        }
+    }
+}
+
+/// The form page, with the user's input and messages after a refused post.
+fn render(
+    state: &AppState,
+    target: &Target<'_>,
+    typed: Option<&[(String, String)]>,
+    stored: Option<&Map<String, Value>>,
+    stored_secrets: &BTreeSet<String>,
+    errors: &FieldErrors,
+) -> Result<Response, AppError> {
+    let form = target.form;
+    let fields = form.views(typed, stored, errors, stored_secrets);
+    let error_links: Vec<ErrorLink> = fields
+        .iter()
+        .filter_map(|f| {
+            f.error.as_ref().map(|message| ErrorLink {
+                id: f.id.clone(),
+                label: f.label.clone(),
+                message: message.clone(),
+            })
+        })
+        .collect();
+    let description = match target.elicitation {
+        Some(elicitation) if form.scope == FormScope::Call => elicitation.detail.clone(),
+        _ => form.description.clone(),
+    };
+    let mut response = page(
+        state,
+        &FormPage {
+            title: form.title.clone(),
+            description,
+            client_name: target.elicitation.map(|e| e.client_name.clone()),
+            action: target.action(),
+            csrf: target.csrf(state),
+            fields,
+            has_errors: !error_links.is_empty(),
+            errors: error_links,
+            submit_label: form.submit_label.clone(),
+            principal: target.principal.to_string(),
+            expires: target.elicitation.map(|e| when(e.expires_at)),
+        },
+    )?;
+    if !errors.is_empty() {
+        *response.status_mut() = StatusCode::UNPROCESSABLE_ENTITY;
+    }
+    Ok(response)
+}
+
+fn unknown_form(state: &AppState) -> Result<Response, AppError> {
+    notice(
+        state,
+        StatusCode::NOT_FOUND,
+        "Unknown form",
+        "This link does not lead to any form.",
+        None,
+    )
+}
+
+/// The posted pairs, the CSRF token and the button pressed.
+struct Posted {
+    pairs: Vec<(String, String)>,
+    csrf: String,
+    action: String,
+}
+
+fn posted(form: Result<PostedForm<Vec<(String, String)>>, FormRejection>) -> Option<Posted> {
+    let PostedForm(pairs) = form.ok()?;
+    let first = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    Some(Posted {
+        csrf: first("csrf")?,
+        action: first("action").unwrap_or_else(|| "submit".to_owned()),
+        pairs,
+    })
+}
+
+async fn show(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, AppError> {
+    let (principal, elicitation) = match browser_elicitation(&state, &headers, peer, &id).await {
+        Ok(found) => found,
+        Err(page) => return Ok(*page),
+    };
+    let Some(form) = state.gate.form_of(&elicitation) else {
+        return unknown_form(&state);
+    };
+    let target = Target {
+        form,
+        elicitation: Some(&elicitation),
+        principal: &principal,
+    };
+    // A user-scoped form shows what is stored already (a stored secret may be kept).
+    let (stored, stored_secrets) = match form.scope {
+        FormScope::User => state.gate.stored_form(&principal, &form.id).await?.unzip(),
+        FormScope::Call => (None, None),
+    };
+    render(
+        &state,
+        &target,
+        None,
+        stored.as_ref(),
+        &stored_secrets.unwrap_or_default(),
+        &FieldErrors::none(),
+    )
+}
+
+async fn submit(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
+) -> Result<Response, AppError> {
+    let (principal, elicitation) = match browser_elicitation(&state, &headers, peer, &id).await {
+        Ok(found) => found,
+        Err(page) => return Ok(*page),
+    };
+    let Some(form) = state.gate.form_of(&elicitation) else {
+        return unknown_form(&state);
+    };
+    let target = Target {
+        form,
+        elicitation: Some(&elicitation),
+        principal: &principal,
+    };
+    let Some(posted) = posted(body).filter(|p| target.genuine(&state, &headers, &p.csrf)) else {
+        return forged_post(&state);
+    };
+    match posted.action.as_str() {
+        "cancel" => {
+            state.gate.finish(&elicitation, ElicitationStatus::Declined).await?;
+            notice(
+                &state,
+                StatusCode::OK,
+                "Cancelled",
+                format!("You cancelled. {} has been told.", elicitation.client_name),
+                Some("You can close this window.".into()),
+            )
+        }
+        "submit" => {
+            let stored_secrets = match form.scope {
+                FormScope::User => state
+                    .gate
+                    .stored_form(&principal, &form.id)
+                    .await?
+                    .map(|(_, secrets)| secrets)
+                    .unwrap_or_default(),
+                FormScope::Call => BTreeSet::new(),
+            };
+            let submission = match form.validate(&posted.pairs, &stored_secrets) {
+                Ok(submission) => submission,
+                Err(errors) => return render(&state, &target, Some(&posted.pairs), None, &stored_secrets, &errors),
+            };
+            let completed = match form.scope {
+                FormScope::User => {
+                    state
+                        .gate
+                        .save_user_form(&principal, form, submission, Some(&elicitation))
+                        .await?
+                }
+                FormScope::Call => state.gate.answer_call_form(&elicitation, submission).await?,
+            };
+            if !completed {
+                return notice(
+                    &state,
+                    StatusCode::GONE,
+                    "Request closed",
+                    "This request ended while you were filling in the form.",
+                    Some("Ask your assistant to try again if you still need it.".into()),
+                );
+            }
+            done(&state, form, &elicitation.client_name)
+        }
+        _ => notice(
+            &state,
+            StatusCode::BAD_REQUEST,
+            "Unknown action",
+            "Choose Submit or Cancel.",
+            None,
+        ),
+    }
+}
+
+fn done(state: &AppState, form: &Form, client_name: &str) -> Result<Response, AppError> {
+    let message = match form.scope {
+        FormScope::User => format!("Your answers to \"{}\" are saved.", form.title),
+        FormScope::Call => format!("Your answer to \"{}\" was sent.", form.title),
+    };
+    notice(
+        state,
+        StatusCode::OK,
+        "Saved",
+        message,
+        Some(format!("You can close this window and return to {client_name}.")),
+    )
+}
+
+/// A user-scoped form the browser's principal may fill in from /connections.
+fn replaceable<'a>(state: &'a AppState, form: &str) -> Option<&'a Form> {
+    state.gate.forms().get(form).filter(|f| f.scope == FormScope::User)
+}
+
+async fn show_stored(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(form): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, AppError> {
+    let principal = match browser_principal(&state, &headers, peer) {
+        Ok(principal) => principal,
+        Err(page) => return Ok(*page),
+    };
+    let Some(form) = replaceable(&state, &form) else {
+        return unknown_form(&state);
+    };
+    let (stored, stored_secrets) = state.gate.stored_form(&principal, &form.id).await?.unzip();
+    let target = Target {
+        form,
+        elicitation: None,
+        principal: &principal,
+    };
+    render(
+        &state,
+        &target,
+        None,
+        stored.as_ref(),
+        &stored_secrets.unwrap_or_default(),
+        &FieldErrors::none(),
+    )
+}
+
+async fn replace(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(form): Path<String>,
+    headers: HeaderMap,
+    body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
+) -> Result<Response, AppError> {
+    let principal = match browser_principal(&state, &headers, peer) {
+        Ok(principal) => principal,
+        Err(page) => return Ok(*page),
+    };
+    let Some(form) = replaceable(&state, &form) else {
+        return unknown_form(&state);
+    };
+    let target = Target {
+        form,
+        elicitation: None,
+        principal: &principal,
+    };
+    let Some(posted) = posted(body).filter(|p| target.genuine(&state, &headers, &p.csrf)) else {
+        return forged_post(&state);
+    };
+    if posted.action == "cancel" {
+        return super::connections::redirect_to_connections();
+    }
+    let stored_secrets = state
+        .gate
+        .stored_form(&principal, &form.id)
+        .await?
+        .map(|(_, secrets)| secrets)
+        .unwrap_or_default();
+    let submission: Submission = match form.validate(&posted.pairs, &stored_secrets) {
+        Ok(submission) => submission,
+        Err(errors) => return render(&state, &target, Some(&posted.pairs), None, &stored_secrets, &errors),
+    };
+    state.gate.save_user_form(&principal, form, submission, None).await?;
+    super::connections::redirect_to_connections()
+}

@@ -1,0 +1,143 @@
+//! Page rendering. The built-in pages are askama templates, checked at compile time. An operator
+//! can replace any of them from `server.template_dir`: a `base.html` there wraps every built-in
+//! page (branding), and a page file there (`form.html`, ...) replaces that page. Replacements are
+//! Jinja templates (minijinja) rendered with the same variables, loaded and checked at start so a
+//! broken template fails the configuration, not a user's request.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::config::ConfigError;
+use crate::error::AppError;
+
+/// Every page file name, for checking what an operator's directory holds.
+pub const PAGE_NAMES: &[&str] = &[
+    "base.html",
+    "index.html",
+    "notice.html",
+    "connect.html",
+    "form.html",
+    "connections.html",
+];
+
+const BUILT_IN_BASE: &str = include_str!("../../templates/base.html");
+/// Wraps a built-in page's blocks, rendered by askama, into the operator's layout.
+const WRAPPER_NAME: &str = "gatehouse-wrapper.html";
+const WRAPPER: &str = "{% extends \"base.html\" %}{% block title %}{{ gatehouse_title|safe }}{% endblock %}\
+{% block content %}{{ gatehouse_content|safe }}{% endblock %}";
+
+/// A page: an askama template with `title` and `content` blocks and a serializable context.
+pub trait Page: askama::Template + Serialize {
+    /// Its file name under templates/ (and in an operator's directory).
+    const NAME: &'static str;
+
+    /// The `title` and `content` blocks alone (askama's block fragments).
+    fn blocks(&self) -> askama::Result<(String, String)>;
+}
+
+/// Implements `Page` for a template struct declared with `blocks = ["title", "content"]`.
+macro_rules! page {
+    ($page:ty, $name:literal) => {
+        impl $crate::web::pages::Page for $page {
+            const NAME: &'static str = $name;
+
+            fn blocks(&self) -> askama::Result<(String, String)> {
+                use askama::Template as _;
+                Ok((self.as_title().render()?, self.as_content().render()?))
+            }
+        }
+    };
+}
+pub(crate) use page;
+
+pub struct Pages {
+    /// The operator's templates, when a directory is configured.
+    overrides: Option<minijinja::Environment<'static>>,
+    /// Page names the operator replaced.
+    replaced: BTreeSet<String>,
+}
+
+impl Pages {
+    pub fn built_in() -> Self {
+        Self {
+            overrides: None,
+            replaced: BTreeSet::new(),
+        }
+    }
+
+    /// Loads and checks the operator's templates from `dir`.
+    pub fn load(dir: Option<&Path>) -> Result<Self, ConfigError> {
+        let Some(dir) = dir else {
+            return Ok(Self::built_in());
+        };
+        let key = "server.template_dir";
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| ConfigError::key(key, format!("cannot read {}: {e}", dir.display())))?;
+        let mut environment = minijinja::Environment::new();
+        let mut replaced = BTreeSet::new();
+        for entry in entries {
+            let path = entry
+                .map_err(|e| ConfigError::key(key, format!("cannot read {}: {e}", dir.display())))?
+                .path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
+                continue;
+            };
+            if !name.ends_with(".html") {
+                continue;
+            }
+            if !PAGE_NAMES.contains(&name.as_str()) {
+                return Err(ConfigError::key(
+                    key,
+                    format!(
+                        "{} replaces no page (the pages are {})",
+                        path.display(),
+                        PAGE_NAMES.join(", ")
+                    ),
+                ));
+            }
+            let source = std::fs::read_to_string(&path)
+                .map_err(|e| ConfigError::key(key, format!("cannot read {}: {e}", path.display())))?;
+            environment
+                .add_template_owned(name.clone(), source)
+                .map_err(|e| ConfigError::key(key, format!("{} is not a valid template: {e}", path.display())))?;
+            replaced.insert(name);
+        }
+        if !replaced.contains("base.html") {
+            environment
+                .add_template("base.html", BUILT_IN_BASE)
+                .map_err(|e| ConfigError::key(key, format!("built-in base.html: {e}")))?;
+        }
+        environment
+            .add_template(WRAPPER_NAME, WRAPPER)
+            .map_err(|e| ConfigError::key(key, format!("page wrapper: {e}")))?;
+        // A page's `extends` must resolve now, not at a user's first visit.
+        for name in &replaced {
+            environment
+                .get_template(name)
+                .map_err(|e| ConfigError::key(key, format!("{name}: {e}")))?;
+        }
+        Ok(Self {
+            overrides: Some(environment),
+            replaced,
+        })
+    }
+
+    pub fn render<P: Page>(&self, page: &P) -> Result<String, AppError> {
+        let Some(environment) = &self.overrides else {
+            return Ok(page.render()?);
+        };
+        if self.replaced.contains(P::NAME) {
+            return Ok(environment.get_template(P::NAME)?.render(page)?);
+        }
+        if !self.replaced.contains("base.html") {
+            return Ok(page.render()?);
+        }
+        let (title, content) = page.blocks()?;
+        Ok(environment.get_template(WRAPPER_NAME)?.render(minijinja::context! {
+            gatehouse_title => title,
+            gatehouse_content => content,
+        })?)
+    }
+}
