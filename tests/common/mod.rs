@@ -444,6 +444,34 @@ impl McpClient {
         .await
     }
 
+    /// A request whose answer comes as an SSE stream (a call that may ask for input on the way).
+    pub async fn request_stream(&self, method: &str, params: Value) -> SseStream {
+        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("accept", ACCEPT_BOTH)
+            .header("content-type", "application/json")
+            .body(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string());
+        for (name, value) in self.session_headers() {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.expect("POST /mcp");
+        assert_eq!(response.status(), StatusCode::OK);
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "expected an SSE answer, got {content_type}: {:?}",
+            response.text().await
+        );
+        SseStream::new(response)
+    }
+
     /// A request that must succeed; returns its `result`.
     pub async fn call(&self, method: &str, params: Value) -> Value {
         let reply = self.request(method, params).await;

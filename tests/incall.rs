@@ -1,0 +1,351 @@
+//! In-call elicitation (`elicit = "request"`): the call asks for a confirmation on its own SSE
+//! stream and waits. On PostgreSQL the client's answer and the browser go to another replica than
+//! the one where the call waits.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, postgres_admin_url};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A payment tool that asks for a confirmation within the call, and a plain one that fails with
+/// -32042 instead. Both call the server's own /healthz (`port` is the first replica's).
+fn config(port: u16, timeout: &str) -> String {
+    format!(
+        r#"
+[elicitation]
+progress_interval = "200ms"
+
+[[forms]]
+id = "confirm_pay"
+title = "Confirm payment"
+description = "Pay {{{{args.amount}}}} EUR to {{{{args.payee}}}}?"
+scope = "call"
+submit_label = "Pay"
+[[forms.fields]]
+name = "confirm"
+label = "I confirm this payment"
+type = "boolean"
+required = true
+
+[[tools]]
+name = "pay"
+description = "Pays someone, after the user confirms"
+requires = ["form:confirm_pay"]
+elicit = "request"
+elicit_timeout = "{timeout}"
+input_schema = {{ type = "object", properties = {{ amount = {{ type = "string" }}, payee = {{ type = "string" }} }}, required = ["amount", "payee"] }}
+http = {{ url = "http://127.0.0.1:{port}/healthz" }}
+"#
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Two replicas of one PostgreSQL database; on SQLite (one process by design) one server plays
+/// both parts. The call waits on `a`; answers and the browser go to `b()`.
+struct Replicas {
+    a: TestServer,
+    second: Option<TestServer>,
+}
+
+impl Replicas {
+    fn b(&self) -> &TestServer {
+        self.second.as_ref().unwrap_or(&self.a)
+    }
+
+    async fn stop(self) {
+        self.a.stop().await;
+        if let Some(b) = self.second {
+            b.stop().await;
+        }
+    }
+}
+
+async fn servers(backend: Backend, timeout: &str) -> Option<(TestDatabase, Replicas)> {
+    if backend == Backend::Postgres {
+        postgres_admin_url().await?;
+    }
+    let database = TestDatabase::new(backend).await;
+    let port = free_port();
+    let toml = config(port, timeout);
+    let a = TestServer::start_on(&database, &toml, &format!("127.0.0.1:{port}")).await;
+    let second = match backend {
+        Backend::Postgres => Some(TestServer::start(&database, &toml).await),
+        Backend::Sqlite => None,
+    };
+    Some((database, Replicas { a, second }))
+}
+
+/// The same session, addressed to another replica.
+fn on(server: &TestServer, client: &McpClient) -> McpClient {
+    McpClient {
+        url: server.url.clone(),
+        ..client.clone()
+    }
+}
+
+fn pay(progress: Option<&str>) -> Value {
+    let mut params = json!({"name": "pay", "arguments": {"amount": "12.40", "payee": "<b>ACME</b> & \"Sons\""}});
+    if let Some(token) = progress {
+        params["_meta"] = json!({"progressToken": token});
+    }
+    params
+}
+
+/// Reads the call's stream up to its `elicitation/create`, returning it and what came before.
+async fn elicitation_request(stream: &mut SseStream) -> (Value, Vec<Value>) {
+    let mut before = Vec::new();
+    loop {
+        let (_, message) = stream
+            .next_message(WAIT)
+            .await
+            .expect("elicitation/create on the call's stream");
+        if message["method"] == "elicitation/create" {
+            return (message, before);
+        }
+        before.push(message);
+    }
+}
+
+/// Reads the call's stream to its response, returning it and the notifications before it.
+async fn call_response(stream: &mut SseStream) -> (Value, Vec<Value>) {
+    let mut before = Vec::new();
+    loop {
+        let (_, message) = stream.next_message(WAIT).await.expect("the call's response");
+        if message.get("result").is_some() || message.get("error").is_some() {
+            assert!(
+                stream.next_event(Duration::from_millis(500)).await.is_none(),
+                "the stream ends after the response"
+            );
+            return (message, before);
+        }
+        before.push(message);
+    }
+}
+
+async fn answer(client: &McpClient, request: &Value, action: &str) {
+    let reply = client
+        .post_raw(
+            &json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": action}}),
+            &[],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+}
+
+/// The elicitation's page, opened on `server`.
+fn page_on(server: &TestServer, request: &Value) -> String {
+    let url = url::Url::parse(request["params"]["url"].as_str().expect("url")).expect("valid url");
+    format!("{}{}", server.base(), url.path())
+}
+
+/// The text an HTML-escaped fragment shows.
+fn unescape(html: &str) -> String {
+    [
+        ("&#60;", "<"),
+        ("&#62;", ">"),
+        ("&#34;", "\""),
+        ("&#39;", "'"),
+        ("&lt;", "<"),
+        ("&gt;", ">"),
+        ("&quot;", "\""),
+    ]
+    .iter()
+    .fold(html.to_owned(), |text, (entity, plain)| text.replace(entity, plain))
+    .replace("&#38;", "&")
+    .replace("&amp;", "&")
+}
+
+fn text(result: &Value) -> String {
+    result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn confirmed_in_the_browser_while_the_call_waits(backend: Backend) {
+    let Some((_database, replicas)) = servers(backend, "30s").await else {
+        return;
+    };
+    let (a, b) = (&replicas.a, replicas.b());
+    let mut client = a.client();
+    client.initialize().await;
+    let mut call = client.request_stream("tools/call", pay(Some("pay-1"))).await;
+    let (request, _) = elicitation_request(&mut call).await;
+    let params = &request["params"];
+    assert_eq!(params["mode"], "url");
+    let elicitation_id = params["elicitationId"].as_str().expect("elicitationId");
+    assert!(
+        params["url"]
+            .as_str()
+            .expect("url")
+            .ends_with(&format!("/forms/{elicitation_id}"))
+    );
+    assert!(request["id"].as_str().expect("string id").contains(elicitation_id));
+
+    // The client's answer reaches the other replica; the call waiting here learns of it.
+    answer(&on(b, &client), &request, "accept").await;
+    let accepted = loop {
+        let (_, message) = call.next_message(WAIT).await.expect("progress after accept");
+        assert_eq!(message["method"], "notifications/progress", "{message}");
+        assert_eq!(message["params"]["progressToken"], "pay-1");
+        if message["params"]["message"] == "Waiting for the user to finish in the browser." {
+            break message;
+        }
+    };
+
+    let browser = Browser::new();
+    let url = page_on(b, &request);
+    let page = browser.get(&url).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let shown = page
+        .body
+        .split("<p class=\"description\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .expect("the form's description");
+    assert!(
+        !shown.contains('<') && !shown.contains('"'),
+        "arguments are escaped: {shown}"
+    );
+    assert_eq!(unescape(shown), "Pay 12.40 EUR to <b>ACME</b> & \"Sons\"?");
+    let done = browser
+        .post_form(
+            &url,
+            &b.base(),
+            &[("csrf", &page.csrf()), ("action", "submit"), ("confirm", "true")],
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+
+    let (response, progress) = call_response(&mut call).await;
+    let result = &response["result"];
+    assert_eq!(result["isError"], false, "{response}");
+    assert_eq!(text(result), "ok", "the tool ran after the confirmation");
+    let counts: Vec<u64> = progress
+        .iter()
+        .chain([&accepted])
+        .filter_map(|m| m["params"]["progress"].as_u64())
+        .collect();
+    assert!(
+        counts.windows(2).all(|w| w[0] < w[1]) || counts.len() < 2,
+        "progress increases: {counts:?}"
+    );
+
+    // The answer was for that one call: the same call again asks again.
+    let mut again = client.request_stream("tools/call", pay(None)).await;
+    let (second, _) = elicitation_request(&mut again).await;
+    assert_ne!(second["params"]["elicitationId"], params["elicitationId"]);
+    answer(&client, &second, "cancel").await;
+    let (cancelled, notifications) = call_response(&mut again).await;
+    assert_eq!(cancelled["result"]["isError"], true);
+    assert!(text(&cancelled["result"]).contains("dismissed"), "{cancelled}");
+    assert!(
+        notifications.iter().all(|m| m["method"] != "notifications/progress"),
+        "no progressToken, no progress: {notifications:?}"
+    );
+    replicas.stop().await;
+}
+
+async fn a_decline_from_the_client_ends_the_call(backend: Backend) {
+    let Some((database, replicas)) = servers(backend, "30s").await else {
+        return;
+    };
+    let (a, b) = (&replicas.a, replicas.b());
+    let mut client = a.client();
+    client.initialize().await;
+    let mut call = client.request_stream("tools/call", pay(None)).await;
+    let (request, _) = elicitation_request(&mut call).await;
+    answer(&on(b, &client), &request, "decline").await;
+    let (response, _) = call_response(&mut call).await;
+    assert_eq!(response["result"]["isError"], true);
+    assert!(text(&response["result"]).contains("declined"), "{response}");
+    assert_eq!(
+        database
+            .query_count("SELECT count(*) FROM elicitations WHERE status = 'declined' AND reported")
+            .await,
+        1,
+        "declined, and reported by this call"
+    );
+    // The page of a declined request says so; nothing can be submitted there any more.
+    let page = Browser::new().get(&page_on(b, &request)).await;
+    assert_eq!(page.status, StatusCode::GONE);
+
+    // The next call asks afresh instead of reporting the old decline again.
+    let mut next = client.request_stream("tools/call", pay(None)).await;
+    let (fresh, _) = elicitation_request(&mut next).await;
+    assert_ne!(fresh["params"]["elicitationId"], request["params"]["elicitationId"]);
+    replicas.stop().await;
+}
+
+async fn cancel_on_the_page_and_timeout_give_tool_errors(backend: Backend) {
+    let Some((_database, replicas)) = servers(backend, "1s").await else {
+        return;
+    };
+    let (a, b) = (&replicas.a, replicas.b());
+    let mut client = a.client();
+    client.initialize().await;
+
+    let started = std::time::Instant::now();
+    let mut call = client.request_stream("tools/call", pay(None)).await;
+    let (request, _) = elicitation_request(&mut call).await;
+    let (timed_out, _) = call_response(&mut call).await;
+    assert_eq!(timed_out["result"]["isError"], true);
+    assert!(text(&timed_out["result"]).contains("within 1s"), "{timed_out}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+
+    // The request stays open: the next call waits on the same one, and Cancel on the page ends it.
+    let mut retry = client.request_stream("tools/call", pay(None)).await;
+    let (same, _) = elicitation_request(&mut retry).await;
+    assert_eq!(same["params"]["elicitationId"], request["params"]["elicitationId"]);
+    let browser = Browser::new();
+    let url = page_on(b, &same);
+    let page = browser.get(&url).await;
+    let cancelled = browser
+        .post_form(&url, &b.base(), &[("csrf", &page.csrf()), ("action", "cancel")])
+        .await;
+    assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.body);
+    let (declined, _) = call_response(&mut retry).await;
+    assert_eq!(declined["result"]["isError"], true);
+    assert!(text(&declined["result"]).contains("declined"), "{declined}");
+    replicas.stop().await;
+}
+
+async fn a_client_without_url_mode_gets_the_fallback(backend: Backend) {
+    let Some((_database, replicas)) = servers(backend, "30s").await else {
+        return;
+    };
+    let a = &replicas.a;
+    let mut client = a.client();
+    client
+        .initialize_with("2025-11-25", json!({"elicitation": {"form": {}}}))
+        .await;
+    let reply = client.request("tools/call", pay(None)).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(
+        reply
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json")),
+        "a plain JSON answer"
+    );
+    let result = &reply.body["result"];
+    assert_eq!(result["isError"], true, "{}", reply.body);
+    assert!(text(result).contains("/forms/"), "the URL for the user: {result}");
+    replicas.stop().await;
+}
+
+on_both_backends!(
+    confirmed_in_the_browser_while_the_call_waits,
+    a_decline_from_the_client_ends_the_call,
+    cancel_on_the_page_and_timeout_give_tool_errors,
+    a_client_without_url_mode_gets_the_fallback,
+);
