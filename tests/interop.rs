@@ -11,14 +11,10 @@ use std::sync::Mutex;
 use axum::Router;
 use axum::extract::Path as UrlPath;
 use axum::routing::get;
-use common::{Backend, TestDatabase, TestServer};
+use common::{Backend, TestDatabase, TestServer, repo};
 use serde_json::{Value, json};
 
 const PYTHON_SDK: &str = "mcp==2.3.0";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// A peer that cannot be set up: a loud skip, or a failure under `CI=true`.
 fn unavailable(what: &str, why: &str) {

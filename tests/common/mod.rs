@@ -15,7 +15,13 @@ use sqlx::Connection;
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
+pub mod browser;
 pub mod fake_oauth;
+
+/// The repository root (tests run scripts and read files from it).
+pub fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
