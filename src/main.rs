@@ -63,6 +63,16 @@ fn main() -> ExitCode {
         }
     };
     init_logging(config.log.format);
+    if matches!(cli.command, Some(Command::CheckConfig)) {
+        // What the file says is checked as a whole here, so its errors exit like loading errors.
+        return match check_config(config) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("gatehouse: {message}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -74,8 +84,7 @@ fn main() -> ExitCode {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config).await,
             Command::Migrate => migrate(config).await,
-            Command::CheckConfig => check_config(config),
-            Command::GenerateKey => Ok(()),
+            Command::CheckConfig | Command::GenerateKey => Ok(()),
         }
     });
     match result {

@@ -58,9 +58,20 @@ fn bad_configuration_is_refused_naming_the_key() {
     )
     .expect("write");
     let file = file.to_str().expect("utf-8 path");
+    let form = dir.path().join("form.toml");
+    std::fs::write(
+        &form,
+        "[[forms]]\nid = \"k\"\ntitle = \"Key\"\n[[forms.fields]]\nname = \"key\"\nlabel = \"Key\"\ntype = \"secret\"\ndefault = \"x\"\n",
+    )
+    .expect("write");
+    let form = form.to_str().expect("utf-8 path");
+    let templates = dir.path().join("templates");
+    std::fs::create_dir(&templates).expect("dir");
+    std::fs::write(templates.join("form.html"), "{% if %}").expect("write");
+    let templates = templates.to_str().expect("utf-8 path");
     // Arguments, environment, and what the error must name.
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 5] = [
+    let cases: [Case; 7] = [
         (&["--config", file, "serve"], &[], "identity.mode"),
         (
             &["check-config"],
@@ -73,6 +84,12 @@ fn bad_configuration_is_refused_naming_the_key() {
             "NOT_SET_ANYWHERE",
         ),
         (&["check-config"], &[("GATEHOUSE_MCP__PAGE_SIZE", "0")], "mcp.page_size"),
+        (&["--config", form, "check-config"], &[], "forms[0].fields[0].default"),
+        (
+            &["check-config"],
+            &[("GATEHOUSE_SERVER__TEMPLATE_DIR", templates)],
+            "server.template_dir",
+        ),
         (
             &["--config", "/nonexistent.toml", "check-config"],
             &[],
