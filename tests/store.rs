@@ -797,7 +797,43 @@ async fn a_saved_connection_completes_its_elicitation_once(backend: Backend) {
     assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Completed);
 }
 
+async fn untaken_answers_are_dropped_after_the_cutoff(backend: Backend) {
+    let (_database, store) = open(backend).await;
+    let old = asked(&store, "alice", "form:pay", Some("old")).await;
+    let recent = asked(&store, "alice", "form:pay", Some("recent")).await;
+    let mut stale = answer(&old, json!({"ok": true}), Some(vec![1, 2, 3]));
+    stale.created_at = now() - Duration::hours(2);
+    for (to, record) in [(&old, stale), (&recent, answer(&recent, json!({"ok": true}), None))] {
+        assert!(
+            store
+                .save_form_answer(&record, &notification(1), now())
+                .await
+                .expect("save answer"),
+            "{}",
+            to.id
+        );
+    }
+    let dropped = store
+        .delete_untaken_answers(now() - Duration::hours(1))
+        .await
+        .expect("sweep");
+    assert_eq!(dropped, 1);
+    let take = |e: &ElicitationRecord, key: &'static str| {
+        let store = store.clone();
+        let (who, session) = (e.principal.clone(), e.session_id.clone());
+        async move {
+            store
+                .take_form_answer(&who, &session, "form:pay", key)
+                .await
+                .expect("take")
+        }
+    };
+    assert!(take(&old, "old").await.is_none(), "the stale answer is gone");
+    assert!(take(&recent, "recent").await.is_some(), "the recent one is kept");
+}
+
 on_both_backends!(
+    untaken_answers_are_dropped_after_the_cutoff,
     sessions_round_trip,
     events_are_numbered_per_session,
     concurrent_appends_get_distinct_numbers,

@@ -1034,16 +1034,19 @@ impl Gate {
         Ok(Some(Some(revoked)))
     }
 
-    /// Marks overdue elicitations expired and forgets long-expired flows.
+    /// Marks overdue elicitations expired, forgets long-expired flows and untaken call answers.
     pub async fn sweep(&self) -> Result<(), GateError> {
         let now = Utc::now();
         let expired = self.store.expire_elicitations(now).await?;
         if expired > 0 {
             tracing::info!(expired, "elicitations expired");
         }
-        self.store
-            .delete_stale_flows(now - chrono::Duration::from_std(FLOW_RETENTION).unwrap_or_default())
-            .await?;
+        let retention = now - chrono::Duration::from_std(FLOW_RETENTION).unwrap_or_default();
+        self.store.delete_stale_flows(retention).await?;
+        let dropped = self.store.delete_untaken_answers(retention).await?;
+        if dropped > 0 {
+            tracing::info!(dropped, "call answers nobody took were dropped");
+        }
         Ok(())
     }
 }

@@ -273,6 +273,10 @@ pub trait Store: Send + Sync + 'static {
     /// Drops flows that expired before `cutoff`.
     async fn delete_stale_flows(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 
+    /// Drops call-scoped answers stored before `cutoff` that no call took: the call they were for
+    /// was not retried, and their secrets should not outlive it.
+    async fn delete_untaken_answers(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
+
     /// Saves the connection (replacing the principal's previous one at that provider), completes
     /// the elicitation and appends `notification`, in one transaction. Returns whether the
     /// elicitation was still pending (the connection is saved either way).

@@ -509,6 +509,14 @@ impl Store for PostgresStore {
         Ok(result.rows_affected())
     }
 
+    async fn delete_untaken_answers(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let result = sqlx::query("DELETE FROM form_answers WHERE created_at < $1")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?;
+        Ok(result.rows_affected())
+    }
+
     async fn save_connection(
         &self,
         c: &ConnectionRecord,
