@@ -165,6 +165,23 @@ pub fn genuine_post(
             .verify_mac(purpose, format!("{principal}\n{subject}").as_bytes(), token)
 }
 
+/// The user said no on the page: the elicitation is declined and its client told.
+pub async fn declined(
+    state: &AppState,
+    elicitation: &ElicitationRecord,
+    heading: &str,
+    verb: &str,
+) -> Result<Response, AppError> {
+    state.gate.finish(elicitation, ElicitationStatus::Declined).await?;
+    notice(
+        state,
+        StatusCode::OK,
+        heading,
+        format!("You {verb}. {} has been told.", elicitation.client_name),
+        Some("You can close this window.".into()),
+    )
+}
+
 /// The answer to a post that did not come from our page: nothing changed.
 pub fn forged_post(state: &AppState) -> Result<Response, AppError> {
     notice(

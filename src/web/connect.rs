@@ -15,13 +15,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
-use super::browser::{browser_elicitation, browser_principal, csrf_token, forged_post, genuine_post, notice, when};
+use super::browser::{
+    browser_elicitation, browser_principal, csrf_token, declined, forged_post, genuine_post, notice, when,
+};
 use super::page;
 use super::pages::page as page_template;
 use crate::error::AppError;
 use crate::gate::{CALLBACK_PATH, CallbackOutcome, CallbackRefusal};
 use crate::state::AppState;
-use crate::store::ElicitationStatus;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -104,16 +105,7 @@ async fn act(
         return forged_post(&state);
     };
     match form.action.as_str() {
-        "decline" => {
-            state.gate.finish(&elicitation, ElicitationStatus::Declined).await?;
-            notice(
-                &state,
-                StatusCode::OK,
-                "Declined",
-                format!("You declined. {} has been told.", elicitation.client_name),
-                Some("You can close this window.".into()),
-            )
-        }
+        "decline" => declined(&state, &elicitation, "Declined", "declined").await,
         "continue" => {
             let secure = state.config.public_url().scheme() == "https";
             let Some(flow) = state.gate.start_flow(&elicitation, secure).await? else {

@@ -17,14 +17,16 @@ use axum::routing::get;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::browser::{browser_elicitation, browser_principal, csrf_token, forged_post, genuine_post, notice, when};
+use super::browser::{
+    browser_elicitation, browser_principal, csrf_token, declined, forged_post, genuine_post, notice, when,
+};
 use super::page;
 use super::pages::page as page_template;
 use crate::domain::Principal;
 use crate::error::AppError;
 use crate::forms::{FieldErrors, FieldView, Form, FormScope, Submission};
 use crate::state::AppState;
-use crate::store::{ElicitationRecord, ElicitationStatus};
+use crate::store::ElicitationRecord;
 
 /// Largest form post: a 20,000-character textarea percent-encoded, and then some.
 const MAX_FORM_BYTES: usize = 512 * 1024;
@@ -146,6 +148,38 @@ fn render(
     Ok(response)
 }
 
+/// The saved values of the target's form when it is user-scoped: the non-secret ones, and the
+/// names of the stored secrets (a blank secret then keeps the stored one).
+async fn stored(
+    state: &AppState,
+    target: &Target<'_>,
+) -> Result<(Option<Map<String, Value>>, BTreeSet<String>), AppError> {
+    if target.form.scope == FormScope::Call {
+        return Ok((None, BTreeSet::new()));
+    }
+    let (values, secrets) = state.gate.stored_form(target.principal, &target.form.id).await?.unzip();
+    Ok((values, secrets.unwrap_or_default()))
+}
+
+/// The form as first shown: what is saved already, or the defaults.
+async fn fresh_page(state: &AppState, target: &Target<'_>) -> Result<Response, AppError> {
+    let (values, secrets) = stored(state, target).await?;
+    render(state, target, None, values.as_ref(), &secrets, &FieldErrors::none())
+}
+
+/// The posted values, checked; or the form again (422) with what was typed and the messages.
+async fn validated(
+    state: &AppState,
+    target: &Target<'_>,
+    posted: &Posted,
+) -> Result<Result<Submission, Response>, AppError> {
+    let (_, secrets) = stored(state, target).await?;
+    Ok(match target.form.validate(&posted.pairs, &secrets) {
+        Ok(submission) => Ok(submission),
+        Err(errors) => Err(render(state, target, Some(&posted.pairs), None, &secrets, &errors)?),
+    })
+}
+
 fn unknown_form(state: &AppState) -> Result<Response, AppError> {
     notice(
         state,
@@ -191,19 +225,7 @@ async fn show(
         elicitation: Some(&elicitation),
         principal: &principal,
     };
-    // A user-scoped form shows what is stored already (a stored secret may be kept).
-    let (stored, stored_secrets) = match form.scope {
-        FormScope::User => state.gate.stored_form(&principal, &form.id).await?.unzip(),
-        FormScope::Call => (None, None),
-    };
-    render(
-        &state,
-        &target,
-        None,
-        stored.as_ref(),
-        &stored_secrets.unwrap_or_default(),
-        &FieldErrors::none(),
-    )
+    fresh_page(&state, &target).await
 }
 
 async fn submit(
@@ -229,29 +251,11 @@ async fn submit(
         return forged_post(&state);
     };
     match posted.action.as_str() {
-        "cancel" => {
-            state.gate.finish(&elicitation, ElicitationStatus::Declined).await?;
-            notice(
-                &state,
-                StatusCode::OK,
-                "Cancelled",
-                format!("You cancelled. {} has been told.", elicitation.client_name),
-                Some("You can close this window.".into()),
-            )
-        }
+        "cancel" => declined(&state, &elicitation, "Cancelled", "cancelled").await,
         "submit" => {
-            let stored_secrets = match form.scope {
-                FormScope::User => state
-                    .gate
-                    .stored_form(&principal, &form.id)
-                    .await?
-                    .map(|(_, secrets)| secrets)
-                    .unwrap_or_default(),
-                FormScope::Call => BTreeSet::new(),
-            };
-            let submission = match form.validate(&posted.pairs, &stored_secrets) {
+            let submission = match validated(&state, &target, &posted).await? {
                 Ok(submission) => submission,
-                Err(errors) => return render(&state, &target, Some(&posted.pairs), None, &stored_secrets, &errors),
+                Err(page) => return Ok(page),
             };
             let completed = match form.scope {
                 FormScope::User => {
@@ -315,20 +319,12 @@ async fn show_stored(
     let Some(form) = replaceable(&state, &form) else {
         return unknown_form(&state);
     };
-    let (stored, stored_secrets) = state.gate.stored_form(&principal, &form.id).await?.unzip();
     let target = Target {
         form,
         elicitation: None,
         principal: &principal,
     };
-    render(
-        &state,
-        &target,
-        None,
-        stored.as_ref(),
-        &stored_secrets.unwrap_or_default(),
-        &FieldErrors::none(),
-    )
+    fresh_page(&state, &target).await
 }
 
 async fn replace(
@@ -356,15 +352,9 @@ async fn replace(
     if posted.action == "cancel" {
         return super::connections::redirect_to_connections();
     }
-    let stored_secrets = state
-        .gate
-        .stored_form(&principal, &form.id)
-        .await?
-        .map(|(_, secrets)| secrets)
-        .unwrap_or_default();
-    let submission: Submission = match form.validate(&posted.pairs, &stored_secrets) {
+    let submission = match validated(&state, &target, &posted).await? {
         Ok(submission) => submission,
-        Err(errors) => return render(&state, &target, Some(&posted.pairs), None, &stored_secrets, &errors),
+        Err(page) => return Ok(page),
     };
     state.gate.save_user_form(&principal, form, submission, None).await?;
     super::connections::redirect_to_connections()
