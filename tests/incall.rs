@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, postgres_admin_url};
+use common::{Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, postgres_admin_url, unescape};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -147,23 +147,6 @@ async fn answer(client: &McpClient, request: &Value, action: &str) {
 fn page_on(server: &TestServer, request: &Value) -> String {
     let url = url::Url::parse(request["params"]["url"].as_str().expect("url")).expect("valid url");
     format!("{}{}", server.base(), url.path())
-}
-
-/// The text an HTML-escaped fragment shows.
-fn unescape(html: &str) -> String {
-    [
-        ("&#60;", "<"),
-        ("&#62;", ">"),
-        ("&#34;", "\""),
-        ("&#39;", "'"),
-        ("&lt;", "<"),
-        ("&gt;", ">"),
-        ("&quot;", "\""),
-    ]
-    .iter()
-    .fold(html.to_owned(), |text, (entity, plain)| text.replace(entity, plain))
-    .replace("&#38;", "&")
-    .replace("&amp;", "&")
 }
 
 fn text(result: &Value) -> String {

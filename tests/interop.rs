@@ -207,10 +207,59 @@ async fn conformance_suite_passes(backend: Backend) {
     server.stop().await;
 }
 
+/// `python_elicitation.py` running, its stdout read as one JSON event per line.
+struct ElicitationScript {
+    child: std::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl ElicitationScript {
+    fn start(python: &std::path::Path, args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(python)
+            .arg(repo().join("tests/interop/python_elicitation.py"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the Python client");
+        let stdout = child.stdout.take().expect("stdout");
+        let (lines_tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The next event, or `None` once the script closed its stdout.
+    async fn next(&mut self) -> Option<Value> {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(40), self.lines.recv())
+            .await
+            .expect("output in time")?;
+        Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+    }
+
+    /// Waits for the exit, which must be a success.
+    async fn succeeded(self) {
+        let child = self.child;
+        let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .expect("join")
+            .expect("wait");
+        assert!(
+            output.status.success(),
+            "Python client failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
 /// The Python SDK meets -32042, the test does the browser part over HTTP, the SDK receives the
 /// completion notification on its stream and its retry succeeds.
 async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
-    use std::io::BufRead;
     let python = match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
         Ok(python) => python,
         Err(why) => return unavailable("the Python MCP SDK", &why),
@@ -226,26 +275,9 @@ async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
         fake.api_url()
     );
     let server = TestServer::start(&database, &config).await;
-    let mut child = std::process::Command::new(python)
-        .arg(repo().join("tests/interop/python_elicitation.py"))
-        .args(["--url", &server.url, "--call", "me", "--timeout", "30"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the Python client");
-    let stdout = child.stdout.take().expect("stdout");
-    let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
+    let mut script = ElicitationScript::start(&python, &["--url", &server.url, "--call", "me", "--timeout", "30"]);
     let mut events = Vec::new();
-    while let Some(line) = tokio::time::timeout(std::time::Duration::from_secs(40), lines_rx.recv())
-        .await
-        .expect("output in time")
-    {
-        let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    while let Some(event) = script.next().await {
         if event["event"] == "elicitation" {
             let page = common::Browser::new()
                 .sign_in(event["url"].as_str().expect("url"))
@@ -254,15 +286,7 @@ async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
         }
         events.push(event);
     }
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .expect("join")
-        .expect("wait");
-    assert!(
-        output.status.success(),
-        "Python client failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    script.succeeded().await;
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds, ["elicitation", "completed", "result"]);
     assert_eq!(events[0]["elicitationId"], events[1]["elicitationId"]);
@@ -271,8 +295,174 @@ async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
     server.stop().await;
 }
 
+/// A payment tool that asks for a confirmation within the call (`elicit = "request"`); it calls
+/// the server's own /healthz, on `port`.
+fn pay_tool(port: u16) -> String {
+    format!(
+        r#"
+[elicitation]
+progress_interval = "200ms"
+
+[[forms]]
+id = "confirm_pay"
+title = "Confirm payment"
+description = "Pay {{{{args.amount}}}} EUR to {{{{args.payee}}}}?"
+scope = "call"
+submit_label = "Pay"
+[[forms.fields]]
+name = "confirm"
+label = "I confirm this payment"
+type = "boolean"
+required = true
+
+[[tools]]
+name = "pay"
+description = "Pays someone, after the user confirms"
+requires = ["form:confirm_pay"]
+elicit = "request"
+elicit_timeout = "30s"
+input_schema = {{ type = "object", properties = {{ amount = {{ type = "string" }}, payee = {{ type = "string" }} }}, required = ["amount", "payee"] }}
+http = {{ url = "http://127.0.0.1:{port}/healthz" }}
+"#
+    )
+}
+
+/// The first content block's text of a result event.
+fn result_text(event: &Value) -> &str {
+    event["result"]["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+/// In-call elicitation with the Python SDK: `elicitation/create` (URL mode) arrives on the call's
+/// own SSE stream, the SDK's elicitation callback answers it, the test confirms in the browser,
+/// and the same `call_tool` returns the tool's result; progress notifications for the call reach
+/// the SDK's progress callback meanwhile. A decline from the callback ends the call with a tool
+/// error instead.
+async fn python_sdk_answers_an_elicitation_within_the_call(backend: Backend) {
+    let python = match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
+        Ok(python) => python,
+        Err(why) => return unavailable("the Python MCP SDK", &why),
+    };
+    let database = TestDatabase::new(backend).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let server = TestServer::start_on(&database, &pay_tool(port), &format!("127.0.0.1:{port}")).await;
+    let arguments = json!({"amount": "12.40", "payee": "<b>ACME</b> & \"Sons\""}).to_string();
+    let script_args = |extra: &[&'static str]| {
+        let mut args = vec![
+            "--url",
+            &server.url,
+            "--call",
+            "pay",
+            "--args",
+            &arguments,
+            "--timeout",
+            "30",
+            "--in-call",
+        ];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+
+    // Accept, with progress: the browser waits until progress says the server got the accept.
+    let args = script_args(&["--progress"]);
+    let mut script = ElicitationScript::start(&python, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut events = Vec::new();
+    let (mut asked, mut accepted) = (None, false);
+    while asked.is_none() || !accepted {
+        let event = script
+            .next()
+            .await
+            .expect("the elicitation and progress before the result");
+        assert_ne!(event["event"], "result", "the call ended before the browser: {event}");
+        if event["event"] == "elicitation" {
+            assert!(asked.is_none(), "asked once: {event}");
+            asked = Some(event.clone());
+        }
+        accepted |=
+            event["event"] == "progress" && event["message"] == "Waiting for the user to finish in the browser.";
+        events.push(event);
+    }
+    let asked = asked.expect("elicitation");
+    assert_eq!(asked["mode"], "url", "{asked}");
+    let elicitation_id = asked["elicitationId"].as_str().expect("elicitationId");
+    let url = asked["url"].as_str().expect("url");
+    assert!(url.ends_with(&format!("/forms/{elicitation_id}")), "{asked}");
+    assert!(!asked["message"].as_str().unwrap_or_default().is_empty(), "{asked}");
+
+    let browser = common::Browser::new();
+    let page = browser.get(url).await;
+    assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
+    let shown = page
+        .body
+        .split("<p class=\"description\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .expect("the form's description");
+    assert!(
+        !shown.contains('<') && !shown.contains('"'),
+        "arguments are escaped: {shown}"
+    );
+    assert_eq!(common::unescape(shown), "Pay 12.40 EUR to <b>ACME</b> & \"Sons\"?");
+    let done = browser
+        .post_form(
+            url,
+            &server.base(),
+            &[("csrf", &page.csrf()), ("action", "submit"), ("confirm", "true")],
+        )
+        .await;
+    assert_eq!(done.status, reqwest::StatusCode::OK, "{}", done.body);
+    while let Some(event) = script.next().await {
+        events.push(event);
+    }
+    script.succeeded().await;
+    let (result, before) = events.split_last().expect("events");
+    assert_eq!(result["event"], "result", "{events:?}");
+    assert_eq!(result["result"]["isError"], false, "{result}");
+    assert_eq!(result_text(result), "ok", "the tool ran after the confirmation");
+    let progress: Vec<f64> = before
+        .iter()
+        .filter(|e| e["event"] == "progress")
+        .filter_map(|e| e["progress"].as_f64())
+        .collect();
+    assert!(!progress.is_empty(), "{events:?}");
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]),
+        "progress increases: {progress:?}"
+    );
+    assert_eq!(
+        before.iter().filter(|e| e["event"] != "progress").count(),
+        1,
+        "one elicitation, then progress only: {events:?}"
+    );
+
+    // Decline, without progress: the same call asks afresh, and ends with a tool error.
+    let args = script_args(&["--action", "decline"]);
+    let mut script = ElicitationScript::start(&python, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut events = Vec::new();
+    while let Some(event) = script.next().await {
+        events.push(event);
+    }
+    script.succeeded().await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["elicitation", "result"],
+        "no progress without a token: {events:?}"
+    );
+    assert_ne!(events[0]["elicitationId"], asked["elicitationId"]);
+    assert_eq!(events[1]["result"]["isError"], true, "{events:?}");
+    assert!(result_text(&events[1]).contains("declined"), "{events:?}");
+
+    // The SDK ends its sessions with DELETE, streamed answers or not.
+    assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);
+    server.stop().await;
+}
+
 on_both_backends!(
     python_sdk_lists_tools_and_calls_an_http_tool,
     python_sdk_completes_a_url_elicitation,
+    python_sdk_answers_an_elicitation_within_the_call,
     conformance_suite_passes
 );

@@ -629,6 +629,23 @@ pub fn note(n: i64) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "logger": "test", "data": {"n": n}}})
 }
 
+/// The text an HTML-escaped fragment shows.
+pub fn unescape(html: &str) -> String {
+    [
+        ("&#60;", "<"),
+        ("&#62;", ">"),
+        ("&#34;", "\""),
+        ("&#39;", "'"),
+        ("&lt;", "<"),
+        ("&gt;", ">"),
+        ("&quot;", "\""),
+    ]
+    .iter()
+    .fold(html.to_owned(), |text, (entity, plain)| text.replace(entity, plain))
+    .replace("&#38;", "&")
+    .replace("&amp;", "&")
+}
+
 /// A browser: keeps cookies, follows no redirects, and can carry an identity header (as a
 /// reverse proxy would add it).
 pub struct Browser {

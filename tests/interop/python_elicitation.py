@@ -20,18 +20,33 @@ client can complete gatehouse's sign-in flow over Streamable HTTP (protocol
   5. retries the call, closes the session (HTTP DELETE) and prints a final line
        {"event": "result", "result": {"isError", "content", "structuredContent"}}
 
+With --in-call the tool is expected to ask within the call instead (gatehouse's
+`elicit = "request"`): the server sends `elicitation/create` (URL mode) on the
+call's own SSE stream and the call waits for the user. Then:
+
+  3'. the elicitation callback prints, per request,
+       {"event": "elicitation", "elicitationId", "url", "message", "mode"}
+      and answers with --action (accept, decline or cancel),
+  4'. with --progress, call_tool gets a progress callback, which prints
+       {"event": "progress", "progress", "total", "message"}
+      per notifications/progress for the call,
+  5'. the call itself must answer with a result (a -32042 error, or a result
+      before any elicitation request, is a failure), printed as the final
+      "result" line as above.
+
 Every stdout line is one JSON object, flushed as soon as it is printed, so the
 caller can act on the elicitation lines (open the URL) while this script waits.
 
 Exit codes: 0 success; 2 the retried call answered with a JSON-RPC error (details
 as JSON on stderr: {"error": {"code", "message", "data"}}); 1 any other failure,
-including a first call that does not fail with -32042 and a --timeout (overall,
-in seconds) that runs out.
+including a first call that does not fail with -32042 (or, with --in-call, one
+that does, or that never asks) and a --timeout (overall, in seconds) that runs out.
 
 Requires Python >= 3.11 (uses the built-in BaseExceptionGroup).
 
 Usage:
   python_elicitation.py --url http://127.0.0.1:PORT/mcp --call whoami [--args '{}'] [--timeout 60]
+  python_elicitation.py --url ... --call pay --args '{...}' --in-call [--action decline] [--progress]
 """
 
 from __future__ import annotations
@@ -56,6 +71,7 @@ from mcp.types import (
     CallToolResult,
     ElicitCompleteNotification,
     ElicitRequestParams,
+    ElicitRequestURLParams,
     ElicitResult,
     ErrorData,
     Implementation,
@@ -94,14 +110,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--call", required=True, metavar="TOOL", help="tool to call")
     parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
     parser.add_argument("--timeout", type=float, default=60.0, help="overall timeout in seconds")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--in-call", action="store_true", help="expect elicitation/create within the call instead of -32042"
+    )
+    parser.add_argument(
+        "--action",
+        choices=["accept", "decline", "cancel"],
+        default="accept",
+        help="the answer to in-call elicitation requests",
+    )
+    parser.add_argument("--progress", action="store_true", help="ask for progress notifications (with --in-call)")
+    opts = parser.parse_args(argv)
+    if (opts.action != "accept" or opts.progress) and not opts.in_call:
+        parser.error("--action and --progress need --in-call")
+    return opts
 
 
 def emit(event: dict[str, Any]) -> None:
     """One JSON object per stdout line, flushed so the caller sees it immediately."""
     print(json.dumps(event), flush=True)
-
-
 
 
 def parse_elicitations(err: MCPError) -> list[dict[str, Any]]:
@@ -128,14 +155,51 @@ def parse_elicitations(err: MCPError) -> list[dict[str, Any]]:
     return entries
 
 
-async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow) -> dict[str, Any]:
+@dataclass
+class InCall:
+    """--in-call: how to answer elicitation/create, and whether to ask for progress."""
+
+    action: str
+    progress: bool
+    asked: int = 0
+
+
+async def call_in_call(session: ClientSession, tool: str, arguments: dict[str, Any], in_call: InCall) -> CallToolResult:
+    """The call that asks within itself: it must answer with a result, after asking at least once."""
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        emit({"event": "progress", "progress": progress, "total": total, "message": message})
+
+    try:
+        result = await session.call_tool(tool, arguments, progress_callback=on_progress if in_call.progress else None)
+    except MCPError as err:
+        if err.code == URL_ELICITATION_REQUIRED:
+            raise ProtocolFailure(
+                f"expected elicitation/create within the call, got error {err.code}: {json.dumps(err.data)}"
+            ) from err
+        raise
+    if not in_call.asked:
+        raise ProtocolFailure(
+            f"the call answered without sending elicitation/create: {json.dumps(result_to_json(result))}"
+        )
+    return result
+
+
+async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow, in_call: InCall | None) -> dict[str, Any]:
     client_info = Implementation(name="gatehouse-interop-python-elicitation", version="1.0.0")
 
     async def elicitation_callback(
         context: ClientRequestContext, params: ElicitRequestParams
     ) -> ElicitResult | ErrorData:
-        # gatehouse never sends elicitation/create; passing a callback is what declares the capability.
-        return ElicitResult(action="decline")
+        if in_call is None:
+            # Without --in-call no elicitation/create is expected; the callback declares the capability.
+            return ElicitResult(action="decline")
+        in_call.asked += 1
+        event: dict[str, Any] = {"event": "elicitation", "mode": params.mode, "message": params.message}
+        if isinstance(params, ElicitRequestURLParams):
+            event |= {"elicitationId": params.elicitation_id, "url": params.url}
+        emit(event)
+        return ElicitResult(action=in_call.action)
 
     async def message_handler(message: IncomingMessage) -> None:
         if isinstance(message, ElicitCompleteNotification):
@@ -165,6 +229,12 @@ async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow) -> dic
         ) as session:
             flow.phase = "initializing"
             await session.initialize()
+
+            if in_call is not None:
+                flow.phase = f"calling {tool} (expecting elicitation/create within the call)"
+                result = await call_in_call(session, tool, arguments, in_call)
+                flow.phase = "closing the session"
+                return {"event": "result", "result": result_to_json(result)}
 
             # The SDK opens the GET SSE stream once notifications/initialized is sent; the
             # completion notifications travel on it, so make sure it is open before calling.
@@ -204,8 +274,6 @@ async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow) -> dic
     return {"event": "result", "result": result_to_json(result)}
 
 
-
-
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     try:
@@ -219,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     async def bounded() -> dict[str, Any]:
         flow = Flow()
         flows.append(flow)
+        in_call = InCall(action=opts.action, progress=opts.progress) if opts.in_call else None
         with anyio.fail_after(opts.timeout):
-            return await run(opts.url, opts.call, arguments, flow)
+            return await run(opts.url, opts.call, arguments, flow, in_call)
 
     try:
         output = anyio.run(bounded)
