@@ -112,11 +112,18 @@ impl Pages {
         environment
             .add_template(WRAPPER_NAME, WRAPPER)
             .map_err(|e| ConfigError::key(key, format!("page wrapper: {e}")))?;
-        // A page's `extends` must resolve now, not at a user's first visit.
+        // A page's `extends` must resolve now, not at a user's first visit. minijinja looks a parent
+        // up only when rendering, so each page is rendered once without variables: only a missing
+        // template counts, the other errors come from the absent variables.
         for name in &replaced {
-            environment
+            let template = environment
                 .get_template(name)
                 .map_err(|e| ConfigError::key(key, format!("{name}: {e}")))?;
+            if let Err(error) = template.render(())
+                && error.kind() == minijinja::ErrorKind::TemplateNotFound
+            {
+                return Err(ConfigError::key(key, format!("{name}: {error}")));
+            }
         }
         Ok(Self {
             overrides: Some(environment),
