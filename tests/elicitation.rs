@@ -3,48 +3,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::fake_oauth::{AuthorizeOutcome, FakeOptions, FakeProvider};
-use common::{Backend, Browser, McpClient, Reply, TestDatabase, TestServer};
+use common::{Backend, Browser, McpClient, Reply, TestDatabase, TestServer, captured_logs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(5);
-
-/// Everything gatehouse logs during these tests, to prove no token reaches a log line.
-fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let sink = logs.clone();
-        let writer = move || LogWriter(sink.clone());
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_writer(writer)
-            .finish();
-        let _ = tracing::subscriber::set_global_default(subscriber);
-        logs
-    })
-    .clone()
-}
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fn gatehouse_config(fake: &FakeProvider, extra: &str) -> String {
     format!(

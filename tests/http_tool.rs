@@ -3,7 +3,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -12,36 +11,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
+use common::upstream::{Log, record, serve};
 use common::{Backend, TestDatabase, TestServer};
 use serde_json::{Value, json};
 
-/// What the upstream saw of the last request.
-#[derive(Default, Clone)]
-struct Seen {
-    path: String,
-    query: String,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-type Log = Arc<Mutex<Vec<Seen>>>;
-
-async fn record(State(log): State<Log>, uri: axum::http::Uri, headers: HeaderMap, body: Bytes) -> Seen {
-    let seen = Seen {
-        path: uri.path().to_owned(),
-        query: uri.query().unwrap_or("").to_owned(),
-        headers: headers
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
-            .collect(),
-        body: String::from_utf8_lossy(&body).into_owned(),
-    };
-    log.lock().expect("log").push(seen.clone());
-    seen
-}
-
 async fn upstream() -> (SocketAddr, Log) {
-    let log: Log = Arc::default();
+    let log = Log::default();
     let app = Router::new()
         .route(
             "/users/{name}",
@@ -91,12 +66,7 @@ async fn upstream() -> (SocketAddr, Log) {
             ),
         )
         .with_state(log.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind upstream");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, log)
+    (serve(app).await, log)
 }
 
 fn tools(upstream: SocketAddr) -> String {

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
@@ -17,6 +18,51 @@ use tokio_util::sync::CancellationToken;
 
 pub mod browser;
 pub mod fake_oauth;
+pub mod upstream;
+
+/// Everything gatehouse logs in this test binary (one global subscriber, at DEBUG), so tests can
+/// prove that no token or secret reaches a log line. Call it before starting a server.
+pub fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        let writer = move || LogWriter(sink.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(writer)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        logs
+    })
+    .clone()
+}
+
+/// The captured logs as text.
+pub fn logged_text() -> String {
+    String::from_utf8_lossy(
+        &captured_logs()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+    .into_owned()
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// The repository root (tests run scripts and read files from it).
 pub fn repo() -> std::path::PathBuf {
@@ -175,7 +221,8 @@ impl TestDatabase {
 }
 
 impl TestDatabase {
-    /// Every stored token, verifier, event, and text column, as bytes: tests look for secrets in it.
+    /// Every stored token, verifier, event, form value, sealed form secret and text column, as
+    /// bytes: tests look for secrets in it.
     pub async fn everything_stored(&self) -> Vec<u8> {
         let mut all = Vec::new();
         match self.backend {
@@ -195,11 +242,20 @@ impl TestDatabase {
                 for sql in [
                     "SELECT encode(pkce_verifier, 'escape') FROM oauth_flows",
                     "SELECT message::text FROM session_events",
-                    "SELECT url || message || requirement FROM elicitations",
+                    "SELECT url || message || requirement || COALESCE(detail, '') FROM elicitations",
                     "SELECT client_info::text FROM sessions",
+                    "SELECT fields::text FROM form_values",
+                    "SELECT fields::text FROM form_answers",
                 ] {
                     let rows: Vec<(String,)> = sqlx::query_as(sql).fetch_all(&mut conn).await.expect("rows");
                     all.extend(rows.into_iter().flat_map(|(t,)| t.into_bytes()));
+                }
+                for sql in [
+                    "SELECT secrets FROM form_values WHERE secrets IS NOT NULL",
+                    "SELECT secrets FROM form_answers WHERE secrets IS NOT NULL",
+                ] {
+                    let rows: Vec<(Vec<u8>,)> = sqlx::query_as(sql).fetch_all(&mut conn).await.expect("rows");
+                    all.extend(rows.into_iter().flat_map(|(b,)| b));
                 }
             }
             Backend::Sqlite => {
@@ -209,8 +265,12 @@ impl TestDatabase {
                     "SELECT refresh_token FROM connections WHERE refresh_token IS NOT NULL",
                     "SELECT pkce_verifier FROM oauth_flows",
                     "SELECT CAST(message AS BLOB) FROM session_events",
-                    "SELECT CAST(url || message || requirement AS BLOB) FROM elicitations",
+                    "SELECT CAST(url || message || requirement || COALESCE(detail, '') AS BLOB) FROM elicitations",
                     "SELECT CAST(client_info AS BLOB) FROM sessions",
+                    "SELECT CAST(fields AS BLOB) FROM form_values",
+                    "SELECT CAST(fields AS BLOB) FROM form_answers",
+                    "SELECT secrets FROM form_values WHERE secrets IS NOT NULL",
+                    "SELECT secrets FROM form_answers WHERE secrets IS NOT NULL",
                 ] {
                     let rows: Vec<(Vec<u8>,)> = sqlx::query_as(sql).fetch_all(&mut conn).await.expect("rows");
                     all.extend(rows.into_iter().flat_map(|(b,)| b));
@@ -339,6 +399,8 @@ pub struct McpClient {
     pub session: Option<String>,
     pub protocol_version: String,
     pub next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// A header sent with every request, as a reverse proxy in `header` identity mode adds it.
+    pub identity: Option<(String, String)>,
 }
 
 pub struct Reply {
@@ -358,6 +420,15 @@ impl McpClient {
             session: None,
             protocol_version: "2025-11-25".into(),
             next_id: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1)),
+            identity: None,
+        }
+    }
+
+    /// This client with every request carrying `header: value` (header identity mode).
+    pub fn with_user(self, header: &str, value: &str) -> Self {
+        Self {
+            identity: Some((header.to_owned(), value.to_owned())),
+            ..self
         }
     }
 
@@ -396,6 +467,7 @@ impl McpClient {
         if let Some(session) = &self.session {
             headers.push(("Mcp-Session-Id".to_owned(), session.clone()));
         }
+        headers.extend(self.identity.clone());
         headers
     }
 
