@@ -89,12 +89,18 @@ async fn a_person_fills_in_the_form_in_chromium(backend: Backend) {
         "expect_error_field": "api_key",
         "second": {"fill": {"api_key": SECRET}},
         "expect_done_heading": "Saved",
+        "then_visit": [{
+            "url": format!("{}/connections", server.base()),
+            "screenshot": "04-connections.png",
+            "expect_text": ["OpenAI API key", "stored, hidden", "Europe", hostile],
+            "absent_text": [SECRET, "<script>alert(1)"],
+        }],
     });
     let outcome = tokio::task::spawn_blocking(move || fill_form(&plan))
         .await
         .expect("join");
     let result = outcome.unwrap_or_else(|e| panic!("the browser run failed:\n{e}"));
-    assert_eq!(result["statuses"], json!([200, 422, 200]), "{result}");
+    assert_eq!(result["statuses"], json!([200, 422, 200, 200]), "{result}");
     assert_eq!(
         result["password_inputs_empty"], true,
         "the short key is not echoed back"
@@ -103,7 +109,7 @@ async fn a_person_fills_in_the_form_in_chromium(backend: Backend) {
         result["kept_values"]["org_name"], hostile,
         "typed text survives the 422, intact"
     );
-    for name in ["01-form.png", "02-invalid.png", "03-done.png"] {
+    for name in ["01-form.png", "02-invalid.png", "03-done.png", "04-connections.png"] {
         let file = screenshots.join(name);
         let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
         assert!(size > 1000, "screenshot {} kept ({size} bytes)", file.display());

@@ -1437,10 +1437,7 @@ async fn an_operator_form_template_replaces_the_form_page(backend: Backend) {
     );
     assert!(page.body.contains("<title>Custom Service key</title>"));
     assert!(!page.body.contains("<legend>"), "not the built-in form page");
-    assert!(
-        page.body.contains("<footer>gatehouse ·"),
-        "inside the built-in base"
-    );
+    assert!(page.body.contains("<footer>gatehouse ·"), "inside the built-in base");
     assert_eq!(
         shown_value(&page.body, "org"),
         "personal",

@@ -326,7 +326,24 @@ async fn a_client_without_url_mode_gets_the_fallback(backend: Backend) {
     replicas.stop().await;
 }
 
+async fn a_waiting_call_ends_when_the_server_stops(backend: Backend) {
+    let Some((_database, replicas)) = servers(backend, "30s").await else {
+        return;
+    };
+    let mut client = replicas.a.client();
+    client.initialize().await;
+    let mut call = client.request_stream("tools/call", pay(None)).await;
+    elicitation_request(&mut call).await;
+    // Graceful shutdown waits for in-flight requests, so the waiting call must end by itself.
+    let stopping = tokio::spawn(replicas.stop());
+    let (response, _) = call_response(&mut call).await;
+    assert_eq!(response["result"]["isError"], true);
+    assert!(text(&response["result"]).contains("restarting"), "{response}");
+    stopping.await.expect("the servers stop in time");
+}
+
 on_both_backends!(
+    a_waiting_call_ends_when_the_server_stops,
     confirmed_in_the_browser_while_the_call_waits,
     a_decline_from_the_client_ends_the_call,
     cancel_on_the_page_and_timeout_give_tool_errors,

@@ -15,8 +15,11 @@
 //     "expect_error_field": "api_key",
 //     "second": { "fill": {NAME: text}, "check": [NAME] },   // typed with the keyboard only
 //     "expect_done_heading": "Saved",
-//     "expect_kept_choices": false }             // optional: also require checkboxes/selects of
+//     "expect_kept_choices": false,              // optional: also require checkboxes/selects of
 //                                                //   `first` to survive the 422 re-render
+//     "then_visit": [{ "url", "screenshot": "04-x.png", "expect_text": [..], "absent_text": [..] }] }
+//                                                // optional: pages opened afterwards in the same
+//                                                //   browser, checked for text and screenshotted
 // Prints one JSON line on stdout: { ok, statuses, screenshots, kept_values, kept_choices,
 // password_inputs_empty, checks, error? } and exits 0 when every expectation held, else 1 (the
 // reason is in `error` and on stderr). Exit 2: the plan itself is unusable.
@@ -305,6 +308,22 @@ async function runSteps(plan, page, noDialogs) {
   noDialogs('on the done page');
   await checkStructure(page, 'done page');
   await screenshot(page, plan, '03-done.png');
+
+  for (const visit of plan.then_visit ?? []) {
+    const response = await page.goto(visit.url);
+    result.statuses.push(response.status());
+    expect(response.status() === 200, `GET ${visit.url} answers 200`, `got ${response.status()}`);
+    const text = await page.locator('body').innerText();
+    for (const wanted of visit.expect_text ?? []) {
+      expect(text.includes(wanted), `${visit.url} shows ${show(wanted)}`);
+    }
+    const html = await page.content();
+    for (const unwanted of visit.absent_text ?? []) {
+      expect(!html.includes(unwanted), `${visit.url} does not contain ${show(unwanted)}`);
+    }
+    noDialogs(`on ${visit.url}`);
+    await screenshot(page, plan, visit.screenshot);
+  }
 }
 
 let plan;
