@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::upstream::{self, Log, Seen};
 use common::{
-    Backend, Browser, McpClient, Page, Reply, SseStream, TestDatabase, TestServer, captured_logs, logged_text,
+    Backend, Browser, McpClient, Page, Reply, SseStream, TestDatabase, TestServer, captured_logs, logged_text, unescape,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -355,45 +355,6 @@ fn assert_saved(page: &Page) {
 // Reading pages: just enough HTML parsing for the built-in templates (and the operator template
 // below, which uses the same ids).
 // ---------------------------------------------------------------------------------------------
-
-/// Decodes the entities template engines write (askama: `&#60;`, minijinja: `&lt;`, `&#x27;`).
-fn unescape(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find('&') {
-        out.push_str(&rest[..at]);
-        rest = &rest[at..];
-        let decoded = rest.find(';').and_then(|end| {
-            let entity = &rest[1..end];
-            let c = match entity {
-                "amp" => Some('&'),
-                "lt" => Some('<'),
-                "gt" => Some('>'),
-                "quot" => Some('"'),
-                "apos" => Some('\''),
-                _ => entity
-                    .strip_prefix("#x")
-                    .or_else(|| entity.strip_prefix("#X"))
-                    .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-                    .or_else(|| entity.strip_prefix('#').and_then(|dec| dec.parse().ok()))
-                    .and_then(char::from_u32),
-            };
-            c.map(|c| (c, end))
-        });
-        match decoded {
-            Some((c, end)) => {
-                out.push(c);
-                rest = &rest[end + 1..];
-            }
-            None => {
-                out.push('&');
-                rest = &rest[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
 
 /// The opening tag of the control `id="field-NAME"`, and where it ends in `body`.
 fn control_tag<'a>(body: &'a str, name: &str) -> (&'a str, usize) {
@@ -1495,7 +1456,44 @@ on_both_backends!(
     connections_list_replace_and_delete_saved_answers,
     an_operator_base_template_wraps_every_page,
     an_operator_form_template_replaces_the_form_page,
+    oversized_and_unreadable_posts_are_refused,
 );
+
+/// Oversized and unreadable posts get their own answers, and change nothing.
+async fn oversized_and_unreadable_posts_are_refused(backend: Backend) {
+    let s = setup(backend).await;
+    let url = url_of(&elicitation_of(&s.call("keyed", json!({})).await));
+    let browser = Browser::new();
+    let csrf = browser.get(&url).await.csrf();
+    let huge = "x".repeat(600 * 1024);
+    let oversized = browser
+        .post_form(
+            &url,
+            &s.base(),
+            &[("csrf", &csrf), ("action", "submit"), ("key", &huge)],
+        )
+        .await;
+    assert_eq!(oversized.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", oversized.body);
+    assert!(oversized.body.contains("Nothing was saved"));
+    let http = reqwest::Client::new();
+    let unreadable = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("origin", s.base())
+        .body("{\"csrf\": 1}")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(unreadable.status(), StatusCode::BAD_REQUEST);
+    assert!(unreadable.text().await.expect("body").contains("could not be read"));
+    assert_eq!(s.count("SELECT COUNT(*) FROM form_values").await, 0, "nothing stored");
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM elicitations WHERE status = 'pending'")
+            .await,
+        1,
+        "still pending"
+    );
+}
 
 /// The reason `Pages::load` refuses a directory holding `files`.
 fn template_refusal(files: &[(&str, &str)]) -> String {

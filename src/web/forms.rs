@@ -190,18 +190,46 @@ fn unknown_form(state: &AppState) -> Result<Response, AppError> {
     )
 }
 
-/// The posted pairs, the CSRF token and the button pressed.
+/// The posted pairs and the button pressed.
 struct Posted {
     pairs: Vec<(String, String)>,
-    csrf: String,
     action: String,
 }
 
-fn posted(form: Result<PostedForm<Vec<(String, String)>>, FormRejection>) -> Option<Posted> {
-    let PostedForm(pairs) = form.ok()?;
+/// The post, if it came from our page; otherwise the page to answer with (nothing changed).
+fn posted(
+    state: &AppState,
+    headers: &HeaderMap,
+    target: &Target<'_>,
+    form: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
+) -> Result<Posted, Result<Response, AppError>> {
+    let pairs = match form {
+        Ok(PostedForm(pairs)) => pairs,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(notice(
+                state,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Too much text",
+                "The form was larger than gatehouse accepts. Nothing was saved.",
+                Some("Go back and shorten what you entered.".into()),
+            ));
+        }
+        Err(rejection) => {
+            tracing::info!(reason = %rejection.body_text(), "unreadable form post");
+            return Err(notice(
+                state,
+                StatusCode::BAD_REQUEST,
+                "Unreadable form",
+                "The form could not be read. Nothing was saved.",
+                Some("Open the link from your assistant again.".into()),
+            ));
+        }
+    };
     let first = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    Some(Posted {
-        csrf: first("csrf")?,
+    if !target.genuine(state, headers, &first("csrf").unwrap_or_default()) {
+        return Err(forged_post(state));
+    }
+    Ok(Posted {
         action: first("action").unwrap_or_else(|| "submit".to_owned()),
         pairs,
     })
@@ -247,8 +275,9 @@ async fn submit(
         elicitation: Some(&elicitation),
         principal: &principal,
     };
-    let Some(posted) = posted(body).filter(|p| target.genuine(&state, &headers, &p.csrf)) else {
-        return forged_post(&state);
+    let posted = match posted(&state, &headers, &target, body) {
+        Ok(posted) => posted,
+        Err(page) => return page,
     };
     match posted.action.as_str() {
         "cancel" => declined(&state, &elicitation, "Cancelled", "cancelled").await,
@@ -346,8 +375,9 @@ async fn replace(
         elicitation: None,
         principal: &principal,
     };
-    let Some(posted) = posted(body).filter(|p| target.genuine(&state, &headers, &p.csrf)) else {
-        return forged_post(&state);
+    let posted = match posted(&state, &headers, &target, body) {
+        Ok(posted) => posted,
+        Err(page) => return page,
     };
     if posted.action == "cancel" {
         return super::connections::redirect_to_connections();

@@ -701,21 +701,43 @@ pub fn note(n: i64) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "logger": "test", "data": {"n": n}}})
 }
 
-/// The text an HTML-escaped fragment shows.
-pub fn unescape(html: &str) -> String {
-    [
-        ("&#60;", "<"),
-        ("&#62;", ">"),
-        ("&#34;", "\""),
-        ("&#39;", "'"),
-        ("&lt;", "<"),
-        ("&gt;", ">"),
-        ("&quot;", "\""),
-    ]
-    .iter()
-    .fold(html.to_owned(), |text, (entity, plain)| text.replace(entity, plain))
-    .replace("&#38;", "&")
-    .replace("&amp;", "&")
+/// Decodes the entities template engines write (askama: `&#60;`, minijinja: `&lt;`, `&#x27;`).
+pub fn unescape(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let decoded = rest.find(';').and_then(|end| {
+            let entity = &rest[1..end];
+            let c = match entity {
+                "amp" => Some('&'),
+                "lt" => Some('<'),
+                "gt" => Some('>'),
+                "quot" => Some('"'),
+                "apos" => Some('\''),
+                _ => entity
+                    .strip_prefix("#x")
+                    .or_else(|| entity.strip_prefix("#X"))
+                    .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+                    .or_else(|| entity.strip_prefix('#').and_then(|dec| dec.parse().ok()))
+                    .and_then(char::from_u32),
+            };
+            c.map(|c| (c, end))
+        });
+        match decoded {
+            Some((c, end)) => {
+                out.push(c);
+                rest = &rest[end + 1..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A browser: keeps cookies, follows no redirects, and can carry an identity header (as a
