@@ -12,13 +12,13 @@ use axum::Router;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::browser::{
-    browser_elicitation, browser_principal, csrf_token, declined, forged_post, genuine_post, notice, when,
+    browser_elicitation, browser_principal, csrf_token, declined, forged_post, genuine_post, notice, refusal, when,
 };
 use super::page;
 use super::pages::page as page_template;
@@ -202,11 +202,11 @@ fn posted(
     headers: &HeaderMap,
     target: &Target<'_>,
     form: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
-) -> Result<Posted, Result<Response, AppError>> {
+) -> Result<Posted, Box<Response>> {
     let pairs = match form {
         Ok(PostedForm(pairs)) => pairs,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return Err(notice(
+            return Err(refusal(
                 state,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "Too much text",
@@ -216,7 +216,7 @@ fn posted(
         }
         Err(rejection) => {
             tracing::info!(reason = %rejection.body_text(), "unreadable form post");
-            return Err(notice(
+            return Err(refusal(
                 state,
                 StatusCode::BAD_REQUEST,
                 "Unreadable form",
@@ -227,7 +227,7 @@ fn posted(
     };
     let first = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     if !target.genuine(state, headers, &first("csrf").unwrap_or_default()) {
-        return Err(forged_post(state));
+        return Err(Box::new(forged_post(state).unwrap_or_else(IntoResponse::into_response)));
     }
     Ok(Posted {
         action: first("action").unwrap_or_else(|| "submit".to_owned()),
@@ -277,7 +277,7 @@ async fn submit(
     };
     let posted = match posted(&state, &headers, &target, body) {
         Ok(posted) => posted,
-        Err(page) => return page,
+        Err(page) => return Ok(*page),
     };
     match posted.action.as_str() {
         "cancel" => declined(&state, &elicitation, "Cancelled", "cancelled").await,
@@ -377,7 +377,7 @@ async fn replace(
     };
     let posted = match posted(&state, &headers, &target, body) {
         Ok(posted) => posted,
-        Err(page) => return page,
+        Err(page) => return Ok(*page),
     };
     if posted.action == "cancel" {
         return super::connections::redirect_to_connections();
