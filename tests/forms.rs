@@ -145,6 +145,29 @@ label = "I confirm this payment"
 type = "boolean"
 required = true
 
+[[forms]]
+id = "otp"
+title = "One-time code"
+description = "Enter the code your bank sent for the transfer to {{args.to}}."
+scope = "call"
+[[forms.fields]]
+name = "code"
+label = "Code"
+type = "secret"
+required = true
+min_length = 6
+
+[[tools]]
+name = "transfer"
+description = "Transfers money with a one-time code"
+requires = ["form:otp"]
+input_schema = { type = "object", properties = { to = { type = "string" } }, required = ["to"] }
+[tools.http]
+method = "POST"
+url = "http://UPSTREAM/transfer"
+headers = { Authorization = "OTP {{form.otp.code}}" }
+body = { to = "{{args.to}}" }
+
 [[tools]]
 name = "profile"
 description = "Sends the saved profile upstream"
@@ -1457,7 +1480,74 @@ on_both_backends!(
     an_operator_base_template_wraps_every_page,
     an_operator_form_template_replaces_the_form_page,
     oversized_and_unreadable_posts_are_refused,
+    a_call_scoped_secret_is_used_once_and_not_kept,
 );
+
+/// A secret asked for one call: sealed while it waits, sent once, then gone from the database.
+async fn a_call_scoped_secret_is_used_once_and_not_kept(backend: Backend) {
+    const CODE: &str = "493817-one-time";
+    let s = setup(backend).await;
+    let mut stream = s.client.open_stream(None).await;
+    let arguments = json!({"to": "ACME"});
+    let elicitation = elicitation_of(&s.call("transfer", arguments.clone()).await);
+    let browser = Browser::new();
+    let page = browser.get(&url_of(&elicitation)).await;
+    assert_eq!(
+        description(&page.body),
+        "Enter the code your bank sent for the transfer to ACME."
+    );
+    let short = press(
+        &browser,
+        &url_of(&elicitation),
+        &s.base(),
+        &page.csrf(),
+        "submit",
+        &fields(&[("code", "123")]),
+    )
+    .await;
+    assert_eq!(short.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(!short.body.contains("123\""), "the typed secret is not echoed");
+    assert_saved(
+        &press(
+            &browser,
+            &url_of(&elicitation),
+            &s.base(),
+            &page.csrf(),
+            "submit",
+            &fields(&[("code", CODE)]),
+        )
+        .await,
+    );
+    next_completion(&mut stream).await;
+
+    let stored = s.database.everything_stored().await;
+    assert!(
+        !stored.windows(CODE.len()).any(|w| w == CODE.as_bytes()),
+        "sealed at rest"
+    );
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM form_answers WHERE secrets IS NOT NULL")
+            .await,
+        1,
+        "the sealed answer waits for its call"
+    );
+    let result = s.run("transfer", arguments.clone()).await;
+    assert!(
+        !text_of(&result).contains(CODE) && text_of(&result).contains("OTP [redacted]"),
+        "the upstream's echo is redacted: {result}"
+    );
+    assert_eq!(
+        s.last_request().header("authorization"),
+        Some(format!("OTP {CODE}").as_str())
+    );
+    assert_eq!(s.count("SELECT COUNT(*) FROM form_answers").await, 0, "taken and gone");
+    assert!(!logged_text().contains(CODE), "not in the logs");
+    let again = elicitation_of(&s.call("transfer", arguments).await);
+    assert_ne!(
+        again["elicitationId"], elicitation["elicitationId"],
+        "one code, one call"
+    );
+}
 
 /// Oversized and unreadable posts get their own answers, and change nothing.
 async fn oversized_and_unreadable_posts_are_refused(backend: Backend) {
