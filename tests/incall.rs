@@ -6,43 +6,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, postgres_admin_url, unescape};
+use common::{
+    Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, pay_tool, postgres_admin_url, unescape,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-/// A payment tool that asks for a confirmation within the call, and a plain one that fails with
-/// -32042 instead. Both call the server's own /healthz (`port` is the first replica's).
-fn config(port: u16, timeout: &str) -> String {
-    format!(
-        r#"
-[elicitation]
-progress_interval = "200ms"
-
-[[forms]]
-id = "confirm_pay"
-title = "Confirm payment"
-description = "Pay {{{{args.amount}}}} EUR to {{{{args.payee}}}}?"
-scope = "call"
-submit_label = "Pay"
-[[forms.fields]]
-name = "confirm"
-label = "I confirm this payment"
-type = "boolean"
-required = true
-
-[[tools]]
-name = "pay"
-description = "Pays someone, after the user confirms"
-requires = ["form:confirm_pay"]
-elicit = "request"
-elicit_timeout = "{timeout}"
-input_schema = {{ type = "object", properties = {{ amount = {{ type = "string" }}, payee = {{ type = "string" }} }}, required = ["amount", "payee"] }}
-http = {{ url = "http://127.0.0.1:{port}/healthz" }}
-"#
-    )
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -77,7 +47,7 @@ async fn servers(backend: Backend, timeout: &str) -> Option<(TestDatabase, Repli
     }
     let database = TestDatabase::new(backend).await;
     let port = free_port();
-    let toml = config(port, timeout);
+    let toml = pay_tool(port, timeout);
     let a = TestServer::start_on(&database, &toml, &format!("127.0.0.1:{port}")).await;
     let second = match backend {
         Backend::Postgres => Some(TestServer::start(&database, &toml).await),

@@ -295,38 +295,6 @@ async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
     server.stop().await;
 }
 
-/// A payment tool that asks for a confirmation within the call (`elicit = "request"`); it calls
-/// the server's own /healthz, on `port`.
-fn pay_tool(port: u16) -> String {
-    format!(
-        r#"
-[elicitation]
-progress_interval = "200ms"
-
-[[forms]]
-id = "confirm_pay"
-title = "Confirm payment"
-description = "Pay {{{{args.amount}}}} EUR to {{{{args.payee}}}}?"
-scope = "call"
-submit_label = "Pay"
-[[forms.fields]]
-name = "confirm"
-label = "I confirm this payment"
-type = "boolean"
-required = true
-
-[[tools]]
-name = "pay"
-description = "Pays someone, after the user confirms"
-requires = ["form:confirm_pay"]
-elicit = "request"
-elicit_timeout = "30s"
-input_schema = {{ type = "object", properties = {{ amount = {{ type = "string" }}, payee = {{ type = "string" }} }}, required = ["amount", "payee"] }}
-http = {{ url = "http://127.0.0.1:{port}/healthz" }}
-"#
-    )
-}
-
 /// The first content block's text of a result event.
 fn result_text(event: &Value) -> &str {
     event["result"]["content"][0]["text"].as_str().unwrap_or_default()
@@ -347,7 +315,7 @@ async fn python_sdk_answers_an_elicitation_within_the_call(backend: Backend) {
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let server = TestServer::start_on(&database, &pay_tool(port), &format!("127.0.0.1:{port}")).await;
+    let server = TestServer::start_on(&database, &common::pay_tool(port, "30s"), &format!("127.0.0.1:{port}")).await;
     let arguments = json!({"amount": "12.40", "payee": "<b>ACME</b> & \"Sons\""}).to_string();
     let script_args = |extra: &[&'static str]| {
         let mut args = vec![

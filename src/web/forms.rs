@@ -180,8 +180,8 @@ async fn validated(
     })
 }
 
-fn unknown_form(state: &AppState) -> Result<Response, AppError> {
-    notice(
+fn unknown_form(state: &AppState) -> Box<Response> {
+    refusal(
         state,
         StatusCode::NOT_FOUND,
         "Unknown form",
@@ -241,12 +241,9 @@ async fn show(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
-    let (principal, elicitation) = match browser_elicitation(&state, &headers, peer, &id).await {
-        Ok(found) => found,
+    let (principal, elicitation, form) = match open_elicitation(&state, &headers, peer, &id).await {
+        Ok(opened) => opened,
         Err(page) => return Ok(*page),
-    };
-    let Some(form) = state.gate.form_of(&elicitation) else {
-        return unknown_form(&state);
     };
     let target = Target {
         form,
@@ -263,12 +260,9 @@ async fn submit(
     headers: HeaderMap,
     body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
 ) -> Result<Response, AppError> {
-    let (principal, elicitation) = match browser_elicitation(&state, &headers, peer, &id).await {
-        Ok(found) => found,
+    let (principal, elicitation, form) = match open_elicitation(&state, &headers, peer, &id).await {
+        Ok(opened) => opened,
         Err(page) => return Ok(*page),
-    };
-    let Some(form) = state.gate.form_of(&elicitation) else {
-        return unknown_form(&state);
     };
     let target = Target {
         form,
@@ -330,9 +324,34 @@ fn done(state: &AppState, form: &Form, client_name: &str) -> Result<Response, Ap
     )
 }
 
-/// A user-scoped form the browser's principal may fill in from /connections.
-fn replaceable<'a>(state: &'a AppState, form: &str) -> Option<&'a Form> {
-    state.gate.forms().get(form).filter(|f| f.scope == FormScope::User)
+/// The browser's principal, the elicitation behind the link (theirs and pending) and the form it
+/// asks for; or the page to show instead.
+async fn open_elicitation<'s>(
+    state: &'s AppState,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    id: &str,
+) -> Result<(Principal, ElicitationRecord, &'s Form), Box<Response>> {
+    let (principal, elicitation) = browser_elicitation(state, headers, peer, id).await?;
+    match state.gate.form_of(&elicitation) {
+        Some(form) => Ok((principal, elicitation, form)),
+        None => Err(unknown_form(state)),
+    }
+}
+
+/// The browser's principal and a user-scoped form they may fill in from /connections; or the
+/// page to show instead.
+fn open_stored<'s>(
+    state: &'s AppState,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    form: &str,
+) -> Result<(Principal, &'s Form), Box<Response>> {
+    let principal = browser_principal(state, headers, peer)?;
+    match state.gate.forms().get(form).filter(|f| f.scope == FormScope::User) {
+        Some(form) => Ok((principal, form)),
+        None => Err(unknown_form(state)),
+    }
 }
 
 async fn show_stored(
@@ -341,12 +360,9 @@ async fn show_stored(
     Path(form): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
-    let principal = match browser_principal(&state, &headers, peer) {
-        Ok(principal) => principal,
+    let (principal, form) = match open_stored(&state, &headers, peer, &form) {
+        Ok(opened) => opened,
         Err(page) => return Ok(*page),
-    };
-    let Some(form) = replaceable(&state, &form) else {
-        return unknown_form(&state);
     };
     let target = Target {
         form,
@@ -363,12 +379,9 @@ async fn replace(
     headers: HeaderMap,
     body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
 ) -> Result<Response, AppError> {
-    let principal = match browser_principal(&state, &headers, peer) {
-        Ok(principal) => principal,
+    let (principal, form) = match open_stored(&state, &headers, peer, &form) {
+        Ok(opened) => opened,
         Err(page) => return Ok(*page),
-    };
-    let Some(form) = replaceable(&state, &form) else {
-        return unknown_form(&state);
     };
     let target = Target {
         form,

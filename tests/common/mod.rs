@@ -701,6 +701,39 @@ pub fn note(n: i64) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "logger": "test", "data": {"n": n}}})
 }
 
+/// A payment tool that asks for a confirmation within the call (`elicit = "request"`, waiting up
+/// to `timeout`), through a call-scoped form showing the arguments. It calls the server's own
+/// /healthz, so `port` must be the server's.
+pub fn pay_tool(port: u16, timeout: &str) -> String {
+    format!(
+        r#"
+[elicitation]
+progress_interval = "200ms"
+
+[[forms]]
+id = "confirm_pay"
+title = "Confirm payment"
+description = "Pay {{{{args.amount}}}} EUR to {{{{args.payee}}}}?"
+scope = "call"
+submit_label = "Pay"
+[[forms.fields]]
+name = "confirm"
+label = "I confirm this payment"
+type = "boolean"
+required = true
+
+[[tools]]
+name = "pay"
+description = "Pays someone, after the user confirms"
+requires = ["form:confirm_pay"]
+elicit = "request"
+elicit_timeout = "{timeout}"
+input_schema = {{ type = "object", properties = {{ amount = {{ type = "string" }}, payee = {{ type = "string" }} }}, required = ["amount", "payee"] }}
+http = {{ url = "http://127.0.0.1:{port}/healthz" }}
+"#
+    )
+}
+
 /// Decodes the entities template engines write (askama: `&#60;`, minijinja: `&lt;`, `&#x27;`).
 pub fn unescape(text: &str) -> String {
     let mut out = String::new();
