@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use common::upstream::{self, Log, Seen};
 use common::{
-    Backend, Browser, McpClient, Page, Reply, SseStream, TestDatabase, TestServer, captured_logs, logged_text, unescape,
+    Backend, Browser, McpClient, Page, Reply, SseStream, TestDatabase, TestServer, captured_logs, description,
+    logged_text, unescape,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -430,12 +431,6 @@ fn field_error(body: &str, name: &str) -> Option<String> {
     let start = at + body[at..].find('>')? + 1;
     let end = start + body[start..].find("</")?;
     Some(unescape(&body[start..end]))
-}
-
-/// The call-scoped description paragraph of the built-in form page.
-fn description(body: &str) -> String {
-    let start = body.find("<p class=\"description\">").expect("a description") + "<p class=\"description\">".len();
-    unescape(&body[start..start + body[start..].find("</p>").expect("end")])
 }
 
 /// The (label, value) lines of the saved answers of `form` on /connections.

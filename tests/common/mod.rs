@@ -734,6 +734,17 @@ http = {{ url = "http://127.0.0.1:{port}/healthz" }}
     )
 }
 
+/// The text of a form page's description, which must arrive escaped (no raw markup or quotes).
+pub fn description(body: &str) -> String {
+    let start = body.find("<p class=\"description\">").expect("a description") + "<p class=\"description\">".len();
+    let shown = &body[start..start + body[start..].find("</p>").expect("end")];
+    assert!(
+        !shown.contains('<') && !shown.contains('"'),
+        "the description is escaped: {shown}"
+    );
+    unescape(shown)
+}
+
 /// Decodes the entities template engines write (askama: `&#60;`, minijinja: `&lt;`, `&#x27;`).
 pub fn unescape(text: &str) -> String {
     let mut out = String::new();
