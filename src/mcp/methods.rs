@@ -23,7 +23,8 @@ const INSTRUCTIONS: &str = "Some tools on this server act on the user's accounts
 information that only the user can enter, in a browser. When such a tool needs something the user has not \
 provided yet, the call fails with a URL (JSON-RPC error -32042, or a tool result with the URL when the client \
 cannot open URLs itself). Show the URL to the user, ask them to open it and finish there, then call the same \
-tool again with the same arguments. Never ask the user to paste passwords, API keys or tokens into the \
+tool again with the same arguments. Some tools instead ask the client to open the URL during the call and wait \
+for the user. Never ask the user to paste passwords, API keys or tokens into the \
 conversation: the page collects them. Call `whoami` to see who the server thinks is calling.";
 
 /// Answers `initialize`: persists a new session and returns its id and the result.
