@@ -87,7 +87,8 @@ impl Notice {
 /// in-call elicitations waiting here for their client's answer.
 pub struct Hub {
     wakers: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
-    answers: Mutex<HashMap<ElicitationId, mpsc::Sender<ClientAction>>>,
+    /// Two calls of one session may wait on the same (reused) elicitation: each gets the answer.
+    answers: Mutex<HashMap<ElicitationId, Vec<mpsc::Sender<ClientAction>>>>,
     cache: Arc<SessionCache>,
     connections: Arc<ConnectionCache>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
@@ -128,7 +129,7 @@ impl Hub {
             }
             Notice::Answered(elicitation, action) => {
                 let answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(waiter) = answers.get(elicitation) {
+                for waiter in answers.get(elicitation).into_iter().flatten() {
                     // A full queue means the waiter has answers it has not read yet; more add nothing.
                     let _ = waiter.try_send(*action);
                 }
@@ -147,7 +148,9 @@ impl Hub {
         self.answers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(elicitation, sender);
+            .entry(elicitation)
+            .or_default()
+            .push(sender);
         AnswerReceiver {
             hub: self.clone(),
             elicitation,
@@ -197,11 +200,15 @@ impl AnswerReceiver {
 
 impl Drop for AnswerReceiver {
     fn drop(&mut self) {
-        self.hub
-            .answers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.elicitation);
+        // Closing first marks this waiter's sender closed, so only the others stay.
+        self.receiver.close();
+        let mut answers = self.hub.answers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(waiters) = answers.get_mut(&self.elicitation) {
+            waiters.retain(|sender| !sender.is_closed());
+            if waiters.is_empty() {
+                answers.remove(&self.elicitation);
+            }
+        }
     }
 }
 
@@ -302,6 +309,30 @@ async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToke
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn every_waiter_on_an_elicitation_gets_the_answer() {
+        let hub = Arc::new(Hub::new(
+            Arc::new(SessionCache::new(4)),
+            Arc::new(ConnectionCache::new(4)),
+            true,
+        ));
+        let elicitation = ElicitationId::generate();
+        let mut first = hub.await_answer(elicitation);
+        let mut second = hub.await_answer(elicitation);
+        hub.notify(&Notice::Answered(elicitation, ClientAction::Accept));
+        assert_eq!(first.recv().await, Some(ClientAction::Accept));
+        assert_eq!(second.recv().await, Some(ClientAction::Accept));
+        drop(first);
+        hub.notify(&Notice::Answered(elicitation, ClientAction::Decline));
+        assert_eq!(
+            second.recv().await,
+            Some(ClientAction::Decline),
+            "the other waiter stays"
+        );
+        drop(second);
+        assert!(hub.answers.lock().expect("lock").is_empty(), "nothing left behind");
+    }
 
     #[test]
     fn notices_parse() {
