@@ -140,6 +140,11 @@ impl AppState {
         self.config.server.bind.ip().is_loopback()
     }
 
+    /// The origin browsers see gatehouse's own pages at (`scheme://host:port`).
+    pub fn public_origin(&self) -> &str {
+        &self.public_origin
+    }
+
     /// The public origin, the configured extra origins, and on loopback the same port under
     /// another loopback name (`localhost` for `127.0.0.1`).
     pub fn origin_allowed(&self, origin: &str) -> bool {

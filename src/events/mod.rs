@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ElicitationId, Principal, SessionId};
-use crate::store::{Backend, ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
+use crate::store::{ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
 
 /// What a replica learns from the bus.
 #[derive(Debug, Clone, PartialEq)]
@@ -237,17 +237,14 @@ impl Bus {
         Ok(seq)
     }
 
-    /// Routes a client's answer to the call waiting for it, on whichever replica that is.
+    /// Routes a client's answer to the call waiting for it, on whichever replica that is. A
+    /// waiter here may also get it again through the NOTIFY; a repeated answer changes nothing.
     pub async fn answer(&self, elicitation: ElicitationId, action: ClientAction) -> Result<(), StoreError> {
-        let notice = Notice::Answered(elicitation, action);
-        if self.store.backend() == Backend::Postgres {
-            self.store
-                .broadcast(&format!("a {elicitation} {}", action.as_str()))
-                .await
-        } else {
-            self.hub.notify(&notice);
-            Ok(())
-        }
+        self.store
+            .broadcast(&format!("a {elicitation} {}", action.as_str()))
+            .await?;
+        self.hub.notify(&Notice::Answered(elicitation, action));
+        Ok(())
     }
 
     /// Announces locally a change the store made (the PostgreSQL store also NOTIFYs replicas).

@@ -154,10 +154,9 @@ pub fn genuine_post(
     subject: &str,
     token: &str,
 ) -> bool {
-    let public_origin = state.config.public_url().origin().ascii_serialization();
     let cross_site = headers
         .get(ORIGIN)
-        .is_some_and(|o| o.as_bytes() != public_origin.as_bytes());
+        .is_some_and(|o| o.as_bytes() != state.public_origin().as_bytes());
     !cross_site
         && state
             .gate

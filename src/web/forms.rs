@@ -79,25 +79,22 @@ impl Target<'_> {
         }
     }
 
-    fn csrf(&self, state: &AppState) -> String {
+    /// What the page's CSRF token is bound to: the elicitation, or the form being replaced.
+    fn csrf_binding(&self) -> (&'static str, String) {
         match self.elicitation {
-            Some(elicitation) => csrf_token(state, ELICITATION_PURPOSE, self.principal, &elicitation.id.to_string()),
-            None => csrf_token(state, REPLACE_PURPOSE, self.principal, &self.form.id),
+            Some(elicitation) => (ELICITATION_PURPOSE, elicitation.id.to_string()),
+            None => (REPLACE_PURPOSE, self.form.id.clone()),
         }
     }
 
+    fn csrf(&self, state: &AppState) -> String {
+        let (purpose, subject) = self.csrf_binding();
+        csrf_token(state, purpose, self.principal, &subject)
+    }
+
     fn genuine(&self, state: &AppState, headers: &HeaderMap, token: &str) -> bool {
-        match self.elicitation {
-            Some(elicitation) => genuine_post(
-                state,
-                headers,
-                ELICITATION_PURPOSE,
-                self.principal,
-                &elicitation.id.to_string(),
-                token,
-            ),
-            None => genuine_post(state, headers, REPLACE_PURPOSE, self.principal, &self.form.id, token),
-        }
+        let (purpose, subject) = self.csrf_binding();
+        genuine_post(state, headers, purpose, self.principal, &subject, token)
     }
 }
 
