@@ -5,13 +5,14 @@
 
 pub mod config;
 pub mod domain;
-mod error;
 pub mod events;
 pub mod forms;
 pub mod gate;
 pub mod identity;
+pub mod jsonrpc;
 pub mod mcp;
 pub mod providers;
+pub mod public_url;
 pub mod secret;
 pub mod state;
 pub mod store;
@@ -44,7 +45,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(mcp::router())
-        .merge(web::router())
+        .merge(web::router(&state))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

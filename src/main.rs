@@ -110,7 +110,6 @@ fn init_logging(format: LogFormat) {
 
 async fn serve(config: Config) -> Result<(), String> {
     let bind = config.server.bind;
-    let public_url = config.public_url();
     let shutdown = CancellationToken::new();
     let (state, tasks) = AppState::build(config, shutdown.clone())
         .await
@@ -118,7 +117,9 @@ async fn serve(config: Config) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
-    tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {public_url}mcp");
+    let public_url = state.public_url.origin();
+    let mcp_url = state.public_url.at(gatehouse::mcp::MCP_PATH);
+    tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {mcp_url}");
     gatehouse::serve(listener, state, shutdown_signal())
         .await
         .map_err(|e| format!("server error: {e}"))?;
@@ -145,7 +146,7 @@ fn check_config(config: Config) -> Result<(), String> {
     let forms = gatehouse::forms::Forms::from_config(&config.forms).map_err(|e| e.to_string())?;
     gatehouse::tools::ToolRegistry::from_config(&config, &providers, &forms, reqwest::Client::new())
         .map_err(|e| e.to_string())?;
-    gatehouse::web::pages::Pages::load(config.server.template_dir.as_deref()).map_err(|e| e.to_string())?;
+    gatehouse::web::templates::Templates::load(config.server.template_dir.as_deref()).map_err(|e| e.to_string())?;
     gatehouse::identity::Identity::from_config(&config).map_err(|e| e.to_string())?;
     if !config.secrets.keys.is_empty() {
         gatehouse::vault::KeyRing::from_keys(&config.secrets.keys).map_err(|e| e.to_string())?;

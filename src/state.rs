@@ -9,16 +9,17 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use crate::config::{Config, ConfigError};
-use crate::events::{self, Bus, Hub};
+use crate::events::{self, Bus};
 use crate::forms::Forms;
-use crate::gate::{self, Gate};
+use crate::gate::{self, Backing, Connections, Elicitations, FormValues, Gate};
 use crate::identity::Identity;
 use crate::mcp::sessions::{self, Sessions};
 use crate::providers::{OAuthClient, Providers};
+use crate::public_url::PublicUrl;
 use crate::store::{self, ConnectionCache, SessionCache, Store, StoreError};
 use crate::tools::ToolRegistry;
 use crate::vault::{KeyRing, VaultError};
-use crate::web::pages::Pages;
+use crate::web::templates::Templates;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -56,12 +57,12 @@ pub struct AppState {
     pub tools: Arc<ToolRegistry>,
     pub identity: Arc<Identity>,
     pub gate: Arc<Gate>,
-    pub forms: Arc<Forms>,
-    pub pages: Arc<Pages>,
+    pub templates: Arc<Templates>,
+    /// Signs the pages' CSRF tokens (and, inside the gate, seals secrets).
+    pub vault: Arc<KeyRing>,
+    pub public_url: Arc<PublicUrl>,
     /// Cancelled when the server shuts down: streams end and background tasks stop.
     pub shutdown: CancellationToken,
-    public_origin: String,
-    public_host: String,
 }
 
 impl AppState {
@@ -72,56 +73,59 @@ impl AppState {
         let client = outbound_client()?;
         let providers = Arc::new(Providers::from_config(&config)?);
         let forms = Arc::new(Forms::from_config(&config.forms)?);
-        let pages = Arc::new(Pages::load(config.server.template_dir.as_deref())?);
+        let templates = Arc::new(Templates::load(config.server.template_dir.as_deref())?);
         let tools = ToolRegistry::from_config(&config, &providers, &forms, client.clone())?;
         let vault = Arc::new(key_ring(&config)?);
+        let public_url = Arc::new(PublicUrl::new(&config.public_url()));
         let database = store::connect(config.database.url.expose(), config.database.max_connections).await?;
         if config.database.migrate_on_start {
             database.store.migrate().await?;
         }
         database.store.check_ready().await?;
 
-        let cache = Arc::new(SessionCache::new(SESSION_CACHE_CAPACITY));
-        let connections = Arc::new(ConnectionCache::new(CONNECTION_CACHE_CAPACITY));
-        let hub = Arc::new(Hub::new(
-            cache.clone(),
-            connections.clone(),
+        let session_cache = Arc::new(SessionCache::new(SESSION_CACHE_CAPACITY));
+        let connection_cache = Arc::new(ConnectionCache::new(CONNECTION_CACHE_CAPACITY));
+        let bus = Arc::new(Bus::new(
+            database.store.clone(),
+            session_cache.clone(),
+            connection_cache.clone(),
             database.postgres.is_none(),
         ));
-        let bus = Arc::new(Bus::new(database.store.clone(), hub.clone()));
-        let sessions = Arc::new(Sessions::new(database.store.clone(), cache, bus.clone()));
+        let sessions = Arc::new(Sessions::new(database.store.clone(), session_cache, bus.clone()));
 
         let mut tasks = Vec::new();
         if let Some(pool) = database.postgres {
             tasks.push(tokio::spawn(events::listen_postgres(
                 pool,
-                hub.clone(),
+                bus.clone(),
                 shutdown.clone(),
             )));
         }
         tasks.push(tokio::spawn(sessions::maintain(
             sessions.clone(),
-            hub,
+            bus.clone(),
             config.mcp.session_idle_timeout,
             shutdown.clone(),
         )));
 
-        let public_url = config.public_url();
-        let gate = Arc::new(Gate::new(
-            database.store.clone(),
-            forms.clone(),
-            connections,
-            vault,
+        let backing = Backing {
+            store: database.store.clone(),
+            bus: bus.clone(),
+            vault: vault.clone(),
+            public_url: public_url.clone(),
+        };
+        let elicitations = Arc::new(Elicitations::new(backing.clone(), config.elicitation.ttl));
+        let connections = Arc::new(Connections::new(
+            backing.clone(),
+            elicitations.clone(),
             providers,
             OAuthClient::new(client),
-            bus.clone(),
-            public_url.clone(),
-            config.elicitation.ttl,
+            connection_cache,
         ));
+        let form_values = Arc::new(FormValues::new(backing, elicitations.clone(), forms));
+        let gate = Arc::new(Gate::new(elicitations, connections, form_values));
         tasks.push(tokio::spawn(gate::sweep_periodically(gate.clone(), shutdown.clone())));
         let state = Self {
-            public_origin: public_url.origin().ascii_serialization(),
-            public_host: host_with_port(&public_url),
             config: Arc::new(config),
             store: database.store,
             sessions,
@@ -129,8 +133,9 @@ impl AppState {
             tools: Arc::new(tools),
             identity: Arc::new(identity),
             gate,
-            forms,
-            pages,
+            templates,
+            vault,
+            public_url,
             shutdown,
         };
         Ok((state, tasks))
@@ -140,15 +145,10 @@ impl AppState {
         self.config.server.bind.ip().is_loopback()
     }
 
-    /// The origin browsers see gatehouse's own pages at (`scheme://host:port`).
-    pub fn public_origin(&self) -> &str {
-        &self.public_origin
-    }
-
     /// The public origin, the configured extra origins, and on loopback the same port under
     /// another loopback name (`localhost` for `127.0.0.1`).
     pub fn origin_allowed(&self, origin: &str) -> bool {
-        if origin == self.public_origin || self.config.server.allowed_origins.iter().any(|o| o == origin) {
+        if origin == self.public_url.origin() || self.config.server.allowed_origins.iter().any(|o| o == origin) {
             return true;
         }
         self.bound_to_loopback()
@@ -161,7 +161,7 @@ impl AppState {
 
     /// A `Host` header naming this server: a loopback name, or the public host.
     pub fn host_allowed(&self, host: &str) -> bool {
-        if host.eq_ignore_ascii_case(&self.public_host) {
+        if host.eq_ignore_ascii_case(self.public_url.host()) {
             return true;
         }
         let name = match host.strip_prefix('[') {
@@ -181,14 +181,6 @@ fn is_loopback_name(host: &str) -> bool {
             .trim_end_matches(']')
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
-}
-
-fn host_with_port(url: &Url) -> String {
-    match (url.host_str(), url.port()) {
-        (Some(host), Some(port)) => format!("{host}:{port}"),
-        (Some(host), None) => host.to_owned(),
-        _ => String::new(),
-    }
 }
 
 /// The client for calls to third parties: no redirects (a redirect could carry a user's

@@ -1583,7 +1583,7 @@ async fn oversized_and_unreadable_posts_are_refused(backend: Backend) {
 /// The reason `Pages::load` refuses a directory holding `files`.
 fn template_refusal(files: &[(&str, &str)]) -> String {
     let dir = template_dir(files);
-    match gatehouse::web::pages::Pages::load(Some(dir.path())) {
+    match gatehouse::web::templates::Templates::load(Some(dir.path())) {
         Ok(_) => panic!("should be refused: {files:?}"),
         Err(error) => error.to_string(),
     }
@@ -1632,5 +1632,5 @@ async fn broken_operator_templates_are_configuration_errors() {
         ("base.html", BRANDED_BASE),
         ("form.html", OPERATOR_FORM),
     ]);
-    assert!(gatehouse::web::pages::Pages::load(Some(fine.path())).is_ok());
+    assert!(gatehouse::web::templates::Templates::load(Some(fine.path())).is_ok());
 }

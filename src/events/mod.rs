@@ -84,8 +84,9 @@ impl Notice {
 }
 
 /// Local fan-out: one watch channel per session that has a stream open on this replica, and the
-/// in-call elicitations waiting here for their client's answer.
-pub struct Hub {
+/// in-call elicitations waiting here for their client's answer. Private: callers say what they
+/// mean through `Bus`.
+struct Hub {
     wakers: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
     /// Two calls of one session may wait on the same (reused) elicitation: each gets the answer.
     answers: Mutex<HashMap<ElicitationId, Vec<mpsc::Sender<ClientAction>>>>,
@@ -96,7 +97,7 @@ pub struct Hub {
 }
 
 impl Hub {
-    pub fn new(cache: Arc<SessionCache>, connections: Arc<ConnectionCache>, in_process: bool) -> Self {
+    fn new(cache: Arc<SessionCache>, connections: Arc<ConnectionCache>, in_process: bool) -> Self {
         Self {
             wakers: Mutex::new(HashMap::new()),
             answers: Mutex::new(HashMap::new()),
@@ -106,8 +107,7 @@ impl Hub {
         }
     }
 
-    /// A receiver that changes whenever the session's log or record may have changed.
-    pub fn subscribe(&self, session: &SessionId) -> watch::Receiver<u64> {
+    fn subscribe(&self, session: &SessionId) -> watch::Receiver<u64> {
         let mut wakers = self.lock();
         wakers.retain(|_, sender| sender.receiver_count() > 0);
         wakers
@@ -116,7 +116,7 @@ impl Hub {
             .subscribe()
     }
 
-    pub fn notify(&self, notice: &Notice) {
+    fn notify(&self, notice: &Notice) {
         let session = match notice {
             Notice::Appended(session) => session,
             Notice::Changed(session) => {
@@ -141,9 +141,7 @@ impl Hub {
         }
     }
 
-    /// Waits here for the client's answer to the `elicitation/create` for `elicitation`, until
-    /// the returned receiver is dropped.
-    pub fn await_answer(self: &Arc<Self>, elicitation: ElicitationId) -> AnswerReceiver {
+    fn await_answer(self: &Arc<Self>, elicitation: ElicitationId) -> AnswerReceiver {
         let (sender, receiver) = mpsc::channel(4);
         self.answers
             .lock()
@@ -159,7 +157,7 @@ impl Hub {
     }
 
     /// After notices may have been missed: forget cached sessions and wake every stream.
-    pub fn resync(&self) {
+    fn resync(&self) {
         self.cache.clear();
         self.connections.clear();
         for sender in self.lock().values() {
@@ -167,17 +165,12 @@ impl Hub {
         }
     }
 
-    /// Sessions with a stream open here, which count as in use.
-    pub fn sessions_with_streams(&self) -> Vec<SessionId> {
+    fn sessions_with_streams(&self) -> Vec<SessionId> {
         self.lock()
             .iter()
             .filter(|(_, s)| s.receiver_count() > 0)
             .map(|(id, _)| id.clone())
             .collect()
-    }
-
-    pub fn is_connected(&self) -> bool {
-        self.connected.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<SessionId, watch::Sender<u64>>> {
@@ -212,29 +205,64 @@ impl Drop for AnswerReceiver {
     }
 }
 
-/// Appends events and announces session changes.
+/// What the rest of gatehouse says to the bus: append an event, announce a change, wait for a
+/// session's wake-ups or a client's answer.
 pub struct Bus {
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
 }
 
 impl Bus {
-    pub fn new(store: Arc<dyn Store>, hub: Arc<Hub>) -> Self {
-        Self { store, hub }
-    }
-
-    pub fn hub(&self) -> &Arc<Hub> {
-        &self.hub
+    /// `in_process`: SQLite, where this replica is the only one and needs no LISTEN connection.
+    pub fn new(
+        store: Arc<dyn Store>,
+        sessions: Arc<SessionCache>,
+        connections: Arc<ConnectionCache>,
+        in_process: bool,
+    ) -> Self {
+        Self {
+            store,
+            hub: Arc::new(Hub::new(sessions, connections, in_process)),
+        }
     }
 
     /// Persists `message` in the session's log and wakes its streams. `None`: the session is gone.
     pub async fn publish(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
         let seq = self.store.append_event(session, message).await?;
         if seq.is_some() {
-            // Local streams need not wait for the NOTIFY round trip; other replicas get the NOTIFY.
-            self.hub.notify(&Notice::Appended(session.clone()));
+            self.appended(session);
         }
         Ok(seq)
+    }
+
+    /// A store transaction appended an event to the session's log (an elicitation's completion
+    /// notification): wake the streams here at once; other replicas learn of it from the store's
+    /// NOTIFY.
+    pub fn appended(&self, session: &SessionId) {
+        self.hub.notify(&Notice::Appended(session.clone()));
+    }
+
+    /// The session changed or ended here: drop cached copies (the PostgreSQL store also NOTIFYs
+    /// the other replicas).
+    pub fn session_changed(&self, session: &SessionId) {
+        self.hub.notify(&Notice::Changed(session.clone()));
+    }
+
+    /// The principal's connections changed here: drop cached copies (other replicas learn of it
+    /// from the store's NOTIFY).
+    pub fn connections_changed(&self, principal: &Principal) {
+        self.hub.notify(&Notice::ConnectionsChanged(principal.clone()));
+    }
+
+    /// A receiver that changes whenever the session's log or record may have changed.
+    pub fn subscribe(&self, session: &SessionId) -> watch::Receiver<u64> {
+        self.hub.subscribe(session)
+    }
+
+    /// Waits here for the client's answer to the `elicitation/create` for `elicitation`, until
+    /// the returned receiver is dropped.
+    pub fn await_answer(&self, elicitation: ElicitationId) -> AnswerReceiver {
+        self.hub.await_answer(elicitation)
     }
 
     /// Routes a client's answer to the call waiting for it, on whichever replica that is. A
@@ -247,9 +275,14 @@ impl Bus {
         Ok(())
     }
 
-    /// Announces locally a change the store made (the PostgreSQL store also NOTIFYs replicas).
-    pub fn session_changed(&self, session: &SessionId) {
-        self.hub.notify(&Notice::Changed(session.clone()));
+    /// Sessions with a stream open here, which count as in use.
+    pub fn sessions_with_streams(&self) -> Vec<SessionId> {
+        self.hub.sessions_with_streams()
+    }
+
+    /// Whether this replica currently receives other replicas' notices (always true in process).
+    pub fn is_connected(&self) -> bool {
+        self.hub.connected.load(Ordering::Relaxed)
     }
 }
 
@@ -257,10 +290,11 @@ const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(5);
 
 /// Listens for other replicas' notices until `shutdown`, reconnecting with backoff.
-pub async fn listen_postgres(pool: sqlx::PgPool, hub: Arc<Hub>, shutdown: CancellationToken) {
+pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: CancellationToken) {
+    let hub = &bus.hub;
     let mut delay = RECONNECT_DELAY_MIN;
     loop {
-        match listen_once(&pool, &hub, &shutdown).await {
+        match listen_once(&pool, hub, &shutdown).await {
             Ok(()) => return,
             Err(error) => {
                 hub.connected.store(false, Ordering::Relaxed);

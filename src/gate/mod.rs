@@ -1,105 +1,131 @@
-//! The domain core: what a tool needs before it may run, the decision "run, or which
-//! elicitations are missing", and the browser side of satisfying them.
+//! The domain core: may this tool run for this principal, or what must the user do first in a
+//! browser? `Gate` is made of three rooms, each owning one job:
+//!
+//! - `elicitations`: the elicitation lifecycle: one per unmet requirement (reused while
+//!   pending), declines reported once, and the one place that finishes an elicitation and wakes
+//!   the streams waiting for it;
+//! - `connections`: third-party accounts: OAuth flows and their callback, tokens and their refresh
+//!   under a lease, a refused token breaking its connection, disconnect and revocation;
+//! - `form_values`: what users typed into hosted forms: sealed secrets, user-scoped values and
+//!   call-scoped answers.
+//!
+//! `decision` combines them into the answer for one tool call. Pages and the protocol call the
+//! gate; the gate calls the store, the vault, the providers and the bus, never back.
 
-mod service;
-
-use std::fmt;
-
-use crate::domain::is_identifier;
-
-pub use service::{
-    CALLBACK_PATH, CallSite, CallbackOutcome, CallbackRefusal, ConnectionSummary, Credentials, Decision, Gate,
-    GateError, StartedFlow, sweep_periodically,
-};
-
-/// One thing a tool needs: a connection at a provider (with scopes) or a submitted form.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Requirement {
-    Provider { provider: String, scopes: Vec<String> },
-    Form { form: String },
-}
-
-#[derive(Debug, thiserror::Error, PartialEq)]
-#[error("`{text}` is not a requirement: {reason} (expected \"provider\", \"provider:scope1 scope2\" or \"form:id\")")]
-pub struct InvalidRequirement {
-    text: String,
-    reason: &'static str,
-}
-
-impl Requirement {
-    pub fn parse(text: &str) -> Result<Self, InvalidRequirement> {
-        let error = |reason| InvalidRequirement {
-            text: text.to_owned(),
-            reason,
-        };
-        let (head, rest) = match text.split_once(':') {
-            Some((head, rest)) => (head.trim(), Some(rest)),
-            None => (text.trim(), None),
-        };
-        if head == "form" {
-            let form = rest.map(str::trim).unwrap_or("");
-            return if is_identifier(form) {
-                Ok(Requirement::Form { form: form.to_owned() })
-            } else {
-                Err(error("a form id is letters, digits, `-` and `_`"))
-            };
-        }
-        if !is_identifier(head) {
-            return Err(error("a provider id is letters, digits, `-` and `_`"));
-        }
-        let scopes: Vec<String> = rest.unwrap_or("").split_whitespace().map(str::to_owned).collect();
-        if rest.is_some() && scopes.is_empty() {
-            return Err(error("a `:` must be followed by scopes"));
-        }
-        Ok(Requirement::Provider {
-            provider: head.to_owned(),
-            scopes,
-        })
-    }
-}
-
-impl fmt::Display for Requirement {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Requirement::Provider { provider, scopes } if scopes.is_empty() => f.write_str(provider),
-            Requirement::Provider { provider, scopes } => write!(f, "{provider}:{}", scopes.join(" ")),
-            Requirement::Form { form } => write!(f, "form:{form}"),
-        }
-    }
-}
-
+mod connections;
+mod decision;
+mod elicitations;
+mod form_values;
+mod requirement;
 #[cfg(test)]
-mod tests {
-    use super::*;
+mod testing;
 
-    #[test]
-    fn parses_the_three_forms() {
-        assert_eq!(
-            Requirement::parse("github").expect("provider"),
-            Requirement::Provider {
-                provider: "github".into(),
-                scopes: vec![]
-            }
-        );
-        let scoped = Requirement::parse("google:openid  email").expect("scoped");
-        assert_eq!(
-            scoped,
-            Requirement::Provider {
-                provider: "google".into(),
-                scopes: vec!["openid".into(), "email".into()]
-            }
-        );
-        assert_eq!(scoped.to_string(), "google:openid email");
-        assert_eq!(
-            Requirement::parse("form:openai").expect("form"),
-            Requirement::Form { form: "openai".into() }
-        );
-    }
+use std::sync::Arc;
+use std::time::Duration;
 
-    #[test]
-    fn refuses_malformed_requirements() {
-        for bad in ["", "git hub", "github:", "form:", "form:a b", "ac/me"] {
-            assert!(Requirement::parse(bad).is_err(), "{bad:?} should be refused");
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+
+use crate::events::Bus;
+use crate::public_url::PublicUrl;
+use crate::store::{Store, StoreError};
+use crate::vault::{KeyRing, VaultError};
+
+pub use connections::{
+    CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ConnectionSummary, Connections, Disconnected,
+    StartedFlow,
+};
+pub use decision::{Credentials, Decision, ToolCall};
+pub use elicitations::{Ask, Elicitations};
+pub use form_values::{FormValues, StoredValues};
+pub use requirement::{InvalidRequirement, Requirement};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Vault(#[from] VaultError),
+    /// The provider could not be reached to refresh a token; the call may be retried.
+    #[error("{provider} could not be reached: {reason}")]
+    ProviderUnavailable { provider: String, reason: String },
+}
+
+/// What every room of the gate stands on.
+#[derive(Clone)]
+pub struct Backing {
+    pub store: Arc<dyn Store>,
+    pub bus: Arc<Bus>,
+    /// Seals tokens and form secrets at rest.
+    pub vault: Arc<KeyRing>,
+    pub public_url: Arc<PublicUrl>,
+}
+
+pub struct Gate {
+    elicitations: Arc<Elicitations>,
+    connections: Arc<Connections>,
+    form_values: Arc<FormValues>,
+}
+
+/// Flows and call answers are kept this long after they expire, so a late callback still gets a
+/// precise answer.
+const RETENTION: Duration = Duration::from_secs(3600);
+const SWEEP_INTERVAL: Duration = Duration::from_secs(15);
+
+impl Gate {
+    pub fn new(elicitations: Arc<Elicitations>, connections: Arc<Connections>, form_values: Arc<FormValues>) -> Self {
+        Self {
+            elicitations,
+            connections,
+            form_values,
         }
     }
+
+    pub fn elicitations(&self) -> &Elicitations {
+        &self.elicitations
+    }
+
+    pub fn connections(&self) -> &Connections {
+        &self.connections
+    }
+
+    pub fn form_values(&self) -> &FormValues {
+        &self.form_values
+    }
+
+    /// Marks overdue elicitations expired, forgets long-expired flows and untaken call answers.
+    pub async fn sweep(&self) -> Result<(), GateError> {
+        let now = Utc::now();
+        let retention = now - chrono::Duration::from_std(RETENTION).unwrap_or_default();
+        self.elicitations.expire_overdue(now).await?;
+        self.connections.forget_flows_before(retention).await?;
+        self.form_values.drop_untaken_answers(retention).await?;
+        Ok(())
+    }
+}
+
+/// Runs the sweeper until shutdown.
+pub async fn sweep_periodically(gate: Arc<Gate>, shutdown: tokio_util::sync::CancellationToken) {
+    let mut interval = tokio::time::interval(SWEEP_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = interval.tick() => {}
+        }
+        if let Err(error) = gate.sweep().await {
+            tracing::warn!(%error, "elicitation sweep failed");
+        }
+    }
+}
+
+fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
+    now + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::jsonrpc;
 use crate::events::{AnswerReceiver, ClientAction};
+use crate::jsonrpc;
 use crate::state::AppState;
 use crate::store::{ElicitationRecord, ElicitationStatus, SessionRecord};
 use crate::tools::ToolResult;
@@ -42,16 +42,17 @@ impl Outbox {
     }
 }
 
-/// How waiting ended when the call cannot go on.
-pub enum Stopped {
-    /// A result for the model (declined, cancelled, timed out, failed).
-    Result(ToolResult),
+/// How waiting for the user ended.
+pub enum Waited {
+    /// Every elicitation completed: decide again, the requirements should now be met.
+    Done,
+    /// The call cannot go on: a result for the model (declined, cancelled, timed out, failed).
+    Stopped(ToolResult),
     /// The client closed the stream: nobody is left to answer.
     Gone,
 }
 
-/// Asks the client to open each elicitation's URL and waits until all are completed. `Ok(())`:
-/// decide again, the requirements should now be met.
+/// Asks the client to open each elicitation's URL and waits until all are completed.
 pub async fn wait(
     state: &AppState,
     session: &SessionRecord,
@@ -59,12 +60,12 @@ pub async fn wait(
     outbox: &Outbox,
     progress_token: Option<&Value>,
     timeout: Duration,
-) -> Result<(), Stopped> {
+) -> Waited {
     // Listen before asking, so neither an answer nor a completion can slip in between.
-    let mut wake = state.bus.hub().subscribe(&session.id);
+    let mut wake = state.bus.subscribe(&session.id);
     let mut answers: Vec<(ElicitationRecord, AnswerReceiver)> = elicitations
         .iter()
-        .map(|e| (e.clone(), state.bus.hub().await_answer(e.id)))
+        .map(|e| (e.clone(), state.bus.await_answer(e.id)))
         .collect();
     for elicitation in elicitations {
         let request = jsonrpc::request(
@@ -78,7 +79,7 @@ pub async fn wait(
             }),
         );
         if !outbox.send(request).await {
-            return Err(Stopped::Gone);
+            return Waited::Gone;
         }
     }
     let deadline = Instant::now() + timeout;
@@ -89,25 +90,24 @@ pub async fn wait(
     let mut progress_count = 0u64;
     let mut accepted = false;
     loop {
-        let open = pending(state, &mut answers).await?;
-        if open == 0 {
-            return Ok(());
+        if let Some(ended) = drop_completed(state, &mut answers).await {
+            return ended;
         }
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => {
                 let waited = humantime::format_duration(timeout);
                 tracing::info!(session = ?session.id, %waited, "in-call elicitation timed out");
-                return Err(Stopped::Result(ToolResult::error(format!(
+                return Waited::Stopped(ToolResult::error(format!(
                     "The user did not finish in the browser within {waited}. The request stays open until it \
                      expires: call this tool again with the same arguments to keep waiting."
-                ))));
-            }
-            () = state.shutdown.cancelled() => {
-                return Err(Stopped::Result(ToolResult::error(
-                    "The server is restarting. Call this tool again with the same arguments in a moment.",
                 )));
             }
-            () = outbox.sender.closed() => return Err(Stopped::Gone),
+            () = state.shutdown.cancelled() => {
+                return Waited::Stopped(ToolResult::error(
+                    "The server is restarting. Call this tool again with the same arguments in a moment.",
+                ));
+            }
+            () = outbox.sender.closed() => return Waited::Gone,
             _ = wake.changed() => {}
             _ = poll.tick() => {}
             _ = progress.tick() => {
@@ -123,7 +123,7 @@ pub async fn wait(
                         json!({"progressToken": token, "progress": progress_count, "message": message}),
                     );
                     if !outbox.send(notification).await {
-                        return Err(Stopped::Gone);
+                        return Waited::Gone;
                     }
                 }
             }
@@ -133,17 +133,14 @@ pub async fn wait(
                     ClientAction::Accept => accepted = true,
                     ClientAction::Decline => {
                         finish_declined(state, &elicitation).await;
-                        return Err(Stopped::Result(ToolResult::error(format!(
-                            "The user declined: {} Do not call this tool again unless the user asks to.",
-                            elicitation.message
-                        ))));
+                        return Waited::Stopped(declined(&elicitation));
                     }
                     ClientAction::Cancel => {
-                        return Err(Stopped::Result(ToolResult::error(format!(
+                        return Waited::Stopped(ToolResult::error(format!(
                             "The user dismissed the request without answering ({}). Call this tool again only if \
                              the user wants to continue.",
                             elicitation.message
-                        ))));
+                        )));
                     }
                 }
             }
@@ -163,61 +160,68 @@ async fn next_answer(answers: &mut [(ElicitationRecord, AnswerReceiver)]) -> Opt
     futures::future::select_all(receivers).await.0
 }
 
-/// Re-reads the elicitations still waited for: drops the completed ones and returns how many are
-/// left, or the result for one that ended otherwise.
-async fn pending(state: &AppState, answers: &mut Vec<(ElicitationRecord, AnswerReceiver)>) -> Result<usize, Stopped> {
+fn declined(elicitation: &ElicitationRecord) -> ToolResult {
+    ToolResult::error(format!(
+        "The user declined: {} Do not call this tool again unless the user asks to.",
+        elicitation.message
+    ))
+}
+
+/// Re-reads the elicitations still waited for and drops the completed ones. `Some`: waiting is
+/// over, because all completed or one ended otherwise.
+async fn drop_completed(state: &AppState, answers: &mut Vec<(ElicitationRecord, AnswerReceiver)>) -> Option<Waited> {
+    let elicitations = state.gate.elicitations();
     let mut index = 0;
     while index < answers.len() {
-        let current = match state.gate.elicitation(&answers[index].0.id).await {
+        let current = match elicitations.get(&answers[index].0.id).await {
             Ok(Some(current)) => current,
             Ok(None) => {
-                return Err(Stopped::Result(ToolResult::error(
+                return Some(Waited::Stopped(ToolResult::error(
                     "The request to the user disappeared. Call this tool again.",
                 )));
             }
             Err(error) => {
                 tracing::error!(%error, "could not read an elicitation while waiting");
-                return Err(Stopped::Result(ToolResult::error(
+                return Some(Waited::Stopped(ToolResult::error(
                     "gatehouse could not check on the request to the user. Call this tool again in a moment.",
                 )));
             }
         };
-        match current.status {
-            ElicitationStatus::Pending => index += 1,
+        let ended = match current.status {
+            ElicitationStatus::Pending => {
+                index += 1;
+                continue;
+            }
             ElicitationStatus::Completed => {
                 answers.swap_remove(index);
+                continue;
             }
             ElicitationStatus::Declined => {
                 // Reported here, so the next call asks afresh instead of reporting it again.
-                if let Err(error) = state.gate.take_decline(&current).await {
+                if let Err(error) = elicitations.mark_decline_reported(&current).await {
                     tracing::warn!(%error, "could not mark a decline reported");
                 }
-                return Err(Stopped::Result(ToolResult::error(format!(
-                    "The user declined: {} Do not call this tool again unless the user asks to.",
-                    current.message
-                ))));
+                declined(&current)
             }
             ElicitationStatus::Expired => {
-                return Err(Stopped::Result(ToolResult::error(
-                    "The request to the user expired. Call this tool again if the user still wants it.",
-                )));
+                ToolResult::error("The request to the user expired. Call this tool again if the user still wants it.")
             }
-            ElicitationStatus::Failed => {
-                return Err(Stopped::Result(ToolResult::error(format!(
-                    "The step in the browser did not succeed ({}). Call this tool again to retry.",
-                    current.message
-                ))));
-            }
-        }
+            ElicitationStatus::Failed => ToolResult::error(format!(
+                "The step in the browser did not succeed ({}). Call this tool again to retry.",
+                current.message
+            )),
+        };
+        return Some(Waited::Stopped(ended));
     }
-    Ok(answers.len())
+    answers.is_empty().then_some(Waited::Done)
 }
 
 /// The client declined: the elicitation is over, and this call reports it.
 async fn finish_declined(state: &AppState, elicitation: &ElicitationRecord) {
+    let elicitations = state.gate.elicitations();
     let result = async {
-        state.gate.finish(elicitation, ElicitationStatus::Declined).await?;
-        state.gate.take_decline(elicitation).await
+        elicitations.finish(elicitation, ElicitationStatus::Declined).await?;
+        elicitations.mark_decline_reported(elicitation).await
     }
     .await;
     if let Err(error) = result {

@@ -8,12 +8,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 
-use super::incall::{self, Outbox, Stopped};
-use super::jsonrpc::{self, METHOD_NOT_FOUND, RpcError, URL_ELICITATION_REQUIRED};
+use super::incall::{self, Outbox, Waited};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::config::ElicitMode;
 use crate::domain::{LogLevel, Principal, SessionId};
-use crate::gate::{CallSite, Credentials, Decision, GateError};
+use crate::gate::{Credentials, Decision, GateError, ToolCall};
+use crate::jsonrpc::{self, METHOD_NOT_FOUND, RpcError, URL_ELICITATION_REQUIRED};
 use crate::state::AppState;
 use crate::store::{ElicitationRecord, SessionRecord};
 use crate::tools::{CallContext, ToolOutcome, ToolResult};
@@ -189,7 +189,7 @@ async fn call_tool(
     .await;
     let definition = tool.definition();
     let details = definition.form_details(&arguments);
-    let call = CallSite {
+    let call = ToolCall {
         tool: &name,
         requires: &definition.requires,
         arguments: &arguments,
@@ -207,7 +207,8 @@ async fn call_tool(
     for _ in 0..2 {
         let credentials = match gate_call(state, session, principal, &call, waiting.as_ref()).await? {
             Gated::Run(credentials) => credentials,
-            Gated::Answer(answer) => return answer,
+            Gated::Reply(result) => return Ok(result.to_json()),
+            Gated::Elicit(elicitations) => return elicit(session, &elicitations),
         };
         let context = CallContext {
             principal,
@@ -250,10 +251,12 @@ async fn call_tool(
     .to_json())
 }
 
+/// Where a call stands after the gate: run the tool, answer the model instead, or fail with the
+/// elicitations the user must finish (-32042, or a result with the links).
 enum Gated {
     Run(Credentials),
-    /// What the call answers instead of running: -32042, or a result for the model.
-    Answer(Result<Value, RpcError>),
+    Reply(ToolResult),
+    Elicit(Vec<ElicitationRecord>),
 }
 
 /// How a call waits for the user within itself (`elicit = "request"` on a stream).
@@ -271,18 +274,18 @@ async fn gate_call(
     state: &AppState,
     session: &SessionRecord,
     principal: &Principal,
-    call: &CallSite<'_>,
+    call: &ToolCall<'_>,
     waiting: Option<&Waiting<'_>>,
 ) -> Result<Gated, RpcError> {
     for _ in 0..MAX_IN_CALL_ROUNDS {
         let elicitations = match decide(state, session, principal, call).await? {
-            Decided::Gated(gated) => return Ok(gated),
-            Decided::Elicit(elicitations) => elicitations,
+            Gated::Elicit(elicitations) => elicitations,
+            settled => return Ok(settled),
         };
         let Some(waiting) = waiting else {
-            return Ok(Gated::Answer(elicit(session, &elicitations)));
+            return Ok(Gated::Elicit(elicitations));
         };
-        match incall::wait(
+        let waited = incall::wait(
             state,
             session,
             &elicitations,
@@ -290,27 +293,19 @@ async fn gate_call(
             waiting.progress_token,
             waiting.timeout,
         )
-        .await
-        {
-            Ok(()) => {}
-            Err(Stopped::Result(result)) => return Ok(Gated::Answer(Ok(result.to_json()))),
-            Err(Stopped::Gone) => {
+        .await;
+        match waited {
+            Waited::Done => {}
+            Waited::Stopped(result) => return Ok(Gated::Reply(result)),
+            Waited::Gone => {
                 tracing::info!(session = ?session.id, tool = call.tool, "client left while the call waited for the user");
-                return Ok(Gated::Answer(Ok(
-                    ToolResult::error("The client closed the request.").to_json()
-                )));
+                return Ok(Gated::Reply(ToolResult::error("The client closed the request.")));
             }
         }
     }
-    Ok(Gated::Answer(Ok(ToolResult::error(
+    Ok(Gated::Reply(ToolResult::error(
         "The user finished in the browser, but the tool still lacks what it needs. Call it again.",
-    )
-    .to_json())))
-}
-
-enum Decided {
-    Gated(Gated),
-    Elicit(Vec<ElicitationRecord>),
+    )))
 }
 
 fn internal(error: GateError) -> RpcError {
@@ -322,25 +317,20 @@ async fn decide(
     state: &AppState,
     session: &SessionRecord,
     principal: &Principal,
-    call: &CallSite<'_>,
-) -> Result<Decided, RpcError> {
-    let decision = match state.gate.decide(principal, session, call).await {
-        Ok(decision) => decision,
-        Err(GateError::ProviderUnavailable { provider, reason }) => {
-            let text = format!("{provider} cannot be reached right now ({reason}). Try again in a moment.");
-            return Ok(Decided::Gated(Gated::Answer(Ok(ToolResult::error(text).to_json()))));
-        }
-        Err(error) => return Err(internal(error)),
-    };
-    Ok(match decision {
-        Decision::Run(credentials) => Decided::Gated(Gated::Run(credentials)),
-        Decision::Declined(elicitation) => Decided::Gated(Gated::Answer(Ok(ToolResult::error(format!(
+    call: &ToolCall<'_>,
+) -> Result<Gated, RpcError> {
+    match state.gate.decide(principal, session, call).await {
+        Ok(Decision::Run(credentials)) => Ok(Gated::Run(credentials)),
+        Ok(Decision::Elicit(elicitations)) => Ok(Gated::Elicit(elicitations)),
+        Ok(Decision::Declined(elicitation)) => Ok(Gated::Reply(ToolResult::error(format!(
             "The user declined the request: {} Do not call this tool again unless the user asks to.",
             elicitation.message
-        ))
-        .to_json()))),
-        Decision::Elicit(elicitations) => Decided::Elicit(elicitations),
-    })
+        )))),
+        Err(GateError::ProviderUnavailable { provider, reason }) => Ok(Gated::Reply(ToolResult::error(format!(
+            "{provider} cannot be reached right now ({reason}). Try again in a moment."
+        )))),
+        Err(error) => Err(internal(error)),
+    }
 }
 
 /// Whether the client said it can open URLs for elicitations (`elicitation.url`).

@@ -2,7 +2,6 @@
 //! standalone SSE stream. Knows nothing of OAuth or forms.
 
 mod incall;
-pub mod jsonrpc;
 mod methods;
 pub mod sessions;
 mod stream;

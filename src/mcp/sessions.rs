@@ -10,7 +10,7 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{LogLevel, SessionId};
-use crate::events::{Bus, Hub, Notice};
+use crate::events::Bus;
 use crate::store::{SessionCache, SessionRecord, Store, StoreError};
 
 pub struct Sessions {
@@ -81,7 +81,7 @@ impl Sessions {
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Writes session use (requests and open streams count) and ends idle sessions, until shutdown.
-pub async fn maintain(sessions: Arc<Sessions>, hub: Arc<Hub>, idle_timeout: Duration, shutdown: CancellationToken) {
+pub async fn maintain(sessions: Arc<Sessions>, bus: Arc<Bus>, idle_timeout: Duration, shutdown: CancellationToken) {
     let mut interval = tokio::time::interval(MAINTENANCE_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -90,7 +90,7 @@ pub async fn maintain(sessions: Arc<Sessions>, hub: Arc<Hub>, idle_timeout: Dura
             _ = interval.tick() => {}
         }
         let mut used = sessions.take_used();
-        used.extend(hub.sessions_with_streams());
+        used.extend(bus.sessions_with_streams());
         used.sort_unstable();
         used.dedup();
         if !used.is_empty()
@@ -102,7 +102,7 @@ pub async fn maintain(sessions: Arc<Sessions>, hub: Arc<Hub>, idle_timeout: Dura
         match sessions.store.delete_idle_sessions(cutoff).await {
             Ok(ended) => {
                 for id in &ended {
-                    hub.notify(&Notice::Changed(id.clone()));
+                    bus.session_changed(id);
                 }
                 if !ended.is_empty() {
                     tracing::info!(sessions = ended.len(), "ended idle sessions");

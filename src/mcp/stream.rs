@@ -30,7 +30,7 @@ pub async fn open(
     resume_after: Option<i64>,
 ) -> Result<Response, StoreError> {
     // Subscribe before the first read, so an event appended in between still wakes the stream.
-    let wake = state.bus.hub().subscribe(&session.id);
+    let wake = state.bus.subscribe(&session.id);
     let delivered = state.store.delivered_seq(&session.id).await?.unwrap_or(0);
     let cursor = resume_after.unwrap_or(delivered);
     let mut pending = VecDeque::new();

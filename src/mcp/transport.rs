@@ -16,10 +16,10 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::incall::{self, Outbox};
-use super::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
 use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, stream};
 use crate::domain::{ElicitationId, Principal, SessionId};
 use crate::events::ClientAction;
+use crate::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
 use crate::state::AppState;
 use crate::store::SessionRecord;
 
@@ -315,7 +315,7 @@ async fn route_answer(state: &AppState, session: &SessionRecord, id: &RequestId,
             }
         },
     };
-    match state.gate.elicitation(&elicitation).await {
+    match state.gate.elicitations().get(&elicitation).await {
         Ok(Some(record)) if record.session_id == session.id => {}
         Ok(_) => {
             tracing::warn!(%elicitation, session = ?session.id, "an elicitation answer from another session was ignored");

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
 use crate::config::ElicitMode;
+use crate::gate::Disconnected;
 
 pub struct Disconnect {
     definition: ToolDefinition,
@@ -48,18 +49,18 @@ impl Tool for Disconnect {
 
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
         let provider = arguments.get("provider").and_then(Value::as_str).unwrap_or_default();
-        let result = match context.gate.disconnect(context.principal, provider).await {
-            Ok(None) => ToolResult::error(format!(
+        let result = match context.gate.connections().disconnect(context.principal, provider).await {
+            Ok(Disconnected::NothingConnected) => ToolResult::error(format!(
                 "There is no connection to `{provider}`; whoami lists the connections."
             )),
-            Ok(Some(None)) => ToolResult::text(format!(
+            Ok(Disconnected::NoRevocation) => ToolResult::text(format!(
                 "Disconnected from {provider}. The provider offers no revocation endpoint: the user can also remove \
                  gatehouse's access in their account settings there."
             )),
-            Ok(Some(Some(true))) => {
+            Ok(Disconnected::Revoked) => {
                 ToolResult::text(format!("Disconnected from {provider}, and access was revoked there."))
             }
-            Ok(Some(Some(false))) => ToolResult::text(format!(
+            Ok(Disconnected::RevocationFailed) => ToolResult::text(format!(
                 "Disconnected from {provider}. Revoking access there failed: the user can remove it in their account \
                  settings at the provider."
             )),

@@ -42,7 +42,7 @@ impl Tool for Whoami {
 
     async fn call(&self, context: &CallContext<'_>, _arguments: &Map<String, Value>) -> ToolOutcome {
         let session = context.session;
-        let connections = match context.gate.connections(context.principal).await {
+        let connections = match context.gate.connections().summaries(context.principal).await {
             Ok(connections) => connections,
             Err(error) => {
                 tracing::error!(%error, "listing connections failed");

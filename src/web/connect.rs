@@ -1,28 +1,28 @@
-//! The pages a user opens from an elicitation: `/connect/{id}` (what is asked, Continue or
-//! Decline) and the OAuth callback. Every page checks that the browser's principal is the one
-//! the elicitation was issued to, so a forwarded or edited link changes nothing.
+//! The pages a user opens from a sign-in elicitation: `/connect/{id}` (what is asked, Continue or
+//! Decline) and the OAuth callback. Both check that the browser's principal is the one the
+//! elicitation was issued to, so a forwarded or edited link changes nothing.
 
 use std::net::SocketAddr;
 
 use askama::Template;
-use axum::Form;
-use axum::Router;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{ConnectInfo, Path, RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Form, Router};
 use serde::{Deserialize, Serialize};
 
-use super::browser::{
-    browser_elicitation, browser_principal, csrf_token, declined, forged_post, genuine_post, notice, when,
-};
-use super::page;
-use super::pages::page as page_template;
-use crate::error::AppError;
-use crate::gate::{CALLBACK_PATH, CallbackOutcome, CallbackRefusal};
+use super::error::{NoticePage, PageError};
+use super::extract::{Browser, CsrfBinding, OwnedElicitation, when};
+use super::response::PageResponse;
+use super::templates::impl_page;
+use crate::gate::{CALLBACK_PATH, CallbackOutcome, CallbackParams};
 use crate::state::AppState;
+use crate::store::{ElicitationRecord, ElicitationStatus};
+
+const PURPOSE: &str = "connect";
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -43,41 +43,28 @@ struct ConnectPage {
     expires: String,
     csrf: String,
 }
-page_template!(ConnectPage, "connect.html");
+impl_page!(ConnectPage, "connect.html");
 
 async fn show(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, AppError> {
-    let (principal, elicitation) = match browser_elicitation(&state, &headers, peer, &id).await {
-        Ok(found) => found,
-        Err(page) => return Ok(*page),
-    };
-    let Some((provider, scopes)) = state.gate.provider_of(&elicitation) else {
-        return notice(
-            &state,
-            StatusCode::NOT_FOUND,
-            "Unknown request",
-            "This request names nothing gatehouse can do.",
-            None,
-        );
-    };
-    page(
-        &state,
-        &ConnectPage {
-            id: elicitation.id.to_string(),
-            provider: provider.name.clone(),
-            client_name: elicitation.client_name.clone(),
-            scopes,
-            destination: provider.authorize_url.host_str().unwrap_or_default().to_owned(),
-            principal: principal.to_string(),
-            created: when(elicitation.created_at),
-            expires: when(elicitation.expires_at),
-            csrf: csrf_token(&state, "connect", &principal, &elicitation.id.to_string()),
-        },
-    )
+    OwnedElicitation { principal, elicitation }: OwnedElicitation,
+) -> Result<PageResponse, PageError> {
+    let (provider, scopes) = state
+        .gate
+        .connections()
+        .provider_of(&elicitation)
+        .ok_or(PageError::UnknownRequest)?;
+    Ok(PageResponse::new(ConnectPage {
+        id: elicitation.id.to_string(),
+        provider: provider.name.clone(),
+        client_name: elicitation.client_name.clone(),
+        scopes,
+        destination: provider.authorize_url.host_str().unwrap_or_default().to_owned(),
+        principal: principal.to_string(),
+        created: when(elicitation.created_at),
+        expires: when(elicitation.expires_at),
+        csrf: CsrfBinding::new(PURPOSE, elicitation.id).token(&state, &principal),
+    }))
 }
 
 #[derive(Deserialize)]
@@ -88,59 +75,73 @@ struct ConnectForm {
 
 async fn act(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(id): Path<String>,
+    OwnedElicitation { principal, elicitation }: OwnedElicitation,
     headers: HeaderMap,
     form: Result<Form<ConnectForm>, FormRejection>,
-) -> Result<Response, AppError> {
-    let (principal, elicitation) = match browser_elicitation(&state, &headers, peer, &id).await {
-        Ok(found) => found,
-        Err(page) => return Ok(*page),
+) -> Result<Response, PageError> {
+    // An unreadable post cannot carry our token: it did not come from the page.
+    let Ok(Form(form)) = form else {
+        return Err(PageError::Forged);
     };
-    let subject = elicitation.id.to_string();
-    let Some(Form(form)) = form
-        .ok()
-        .filter(|f| genuine_post(&state, &headers, "connect", &principal, &subject, &f.csrf))
-    else {
-        return forged_post(&state);
-    };
+    CsrfBinding::new(PURPOSE, elicitation.id).check(&state, &headers, &principal, &form.csrf)?;
     match form.action.as_str() {
-        "decline" => declined(&state, &elicitation, "Declined", "declined").await,
+        "decline" => Ok(declined(&state, &elicitation, "Declined", "declined")
+            .await?
+            .into_response()),
         "continue" => {
-            let secure = state.config.public_url().scheme() == "https";
-            let Some(flow) = state.gate.start_flow(&elicitation, secure).await? else {
-                return notice(
-                    &state,
-                    StatusCode::NOT_FOUND,
-                    "Unknown request",
-                    "This request names nothing gatehouse can do.",
-                    None,
-                );
-            };
-            let mut cookie = format!(
-                "{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=600",
-                flow.cookie_name, flow.cookie_value
+            let flow = state
+                .gate
+                .connections()
+                .start_flow(&elicitation)
+                .await?
+                .ok_or(PageError::UnknownRequest)?;
+            let cookie = format!(
+                "{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=600{}",
+                flow.cookie_name,
+                flow.cookie_value,
+                secure_attribute(&state)
             );
-            if secure {
-                cookie.push_str("; Secure");
-            }
-            let mut response = StatusCode::SEE_OTHER.into_response();
-            response
-                .headers_mut()
-                .insert(LOCATION, HeaderValue::from_str(flow.authorize_url.as_str())?);
-            response
-                .headers_mut()
-                .insert(SET_COOKIE, HeaderValue::from_str(&cookie)?);
-            Ok(response)
+            Ok((
+                StatusCode::SEE_OTHER,
+                [
+                    (LOCATION, header_value(flow.authorize_url.as_str())?),
+                    (SET_COOKIE, header_value(&cookie)?),
+                ],
+            )
+                .into_response())
         }
-        _ => notice(
-            &state,
-            StatusCode::BAD_REQUEST,
-            "Unknown action",
-            "Choose Continue or Decline.",
-            None,
-        ),
+        _ => Err(PageError::UnknownAction("Choose Continue or Decline.")),
     }
+}
+
+/// The user said no on a page: the elicitation is declined and its client told.
+pub async fn declined(
+    state: &AppState,
+    elicitation: &ElicitationRecord,
+    heading: &str,
+    verb: &str,
+) -> Result<PageResponse, PageError> {
+    state
+        .gate
+        .elicitations()
+        .finish(elicitation, ElicitationStatus::Declined)
+        .await?;
+    Ok(PageResponse::new(NoticePage::new(
+        heading,
+        format!("You {verb}. {} has been told.", elicitation.client_name),
+        Some("You can close this window."),
+    )))
+}
+
+fn secure_attribute(state: &AppState) -> &'static str {
+    if state.public_url.is_https() { "; Secure" } else { "" }
+}
+
+fn header_value(text: &str) -> Result<HeaderValue, PageError> {
+    HeaderValue::from_str(text).map_err(|error| {
+        tracing::error!(%error, "a header value could not be built");
+        PageError::Internal
+    })
 }
 
 /// The value of cookie `name`, from any Cookie header.
@@ -160,85 +161,48 @@ async fn callback(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Result<Response, AppError> {
-    let params: Vec<(String, String)> = url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .into_owned()
-        .collect();
-    let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-    let refused = |refusal: CallbackRefusal| {
+) -> Result<Response, PageError> {
+    let refused = |refusal| {
         tracing::info!(%peer, reason = %refusal, "OAuth callback refused");
-        notice(
-            &state,
-            StatusCode::BAD_REQUEST,
-            "Sign-in not completed",
-            refusal.to_string(),
-            Some("Nothing was stored.".into()),
-        )
+        PageError::CallbackRefused(refusal)
     };
-    let Some(state_param) = param("state").filter(|s| !s.is_empty() && s.len() <= 512) else {
-        return refused(CallbackRefusal::UnknownState);
-    };
-    let principal = match browser_principal(&state, &headers, peer) {
-        Ok(principal) => principal,
-        Err(page) => return Ok(*page),
-    };
-    let secure = state.config.public_url().scheme() == "https";
-    let Some((flow, cookie_name)) = state.gate.flow_for_state(state_param, secure).await? else {
-        return refused(CallbackRefusal::UnknownState);
-    };
-    let elicitation = match state
-        .gate
-        .check_callback(&flow, cookie(&headers, &cookie_name), &principal, param("iss"))
-        .await
-    {
-        Ok(elicitation) => elicitation,
-        Err(refusal) => return refused(refusal),
-    };
-    let outcome = match state
-        .gate
-        .complete_callback(&flow, &elicitation, param("code"), param("error"))
+    let params = CallbackParams::from_query(query.as_deref().unwrap_or_default()).map_err(refused)?;
+    let Browser(principal) = Browser::from_parts(&state, &headers, peer)?;
+    let connections = state.gate.connections();
+    let cookie_name = connections.flow_cookie_name(&params);
+    let page = match connections
+        .callback(&principal, &params, cookie(&headers, &cookie_name))
         .await?
     {
-        Ok(outcome) => outcome,
-        Err(refusal) => return refused(refusal),
-    };
-    let mut response = match outcome {
+        CallbackOutcome::Refused(refusal) => return Err(refused(refusal)),
         CallbackOutcome::Connected {
             provider_name,
             account_label,
             client_name,
-        } => notice(
-            &state,
-            StatusCode::OK,
+        } => PageResponse::new(NoticePage::new(
             "Connected",
             match account_label {
                 Some(label) => format!("Your {provider_name} account {label} is connected."),
                 None => format!("Your {provider_name} account is connected."),
             },
-            Some(format!("You can close this window and return to {client_name}.")),
-        )?,
-        CallbackOutcome::Declined { provider_name } => notice(
-            &state,
-            StatusCode::OK,
+            Some(&format!("You can close this window and return to {client_name}.")),
+        )),
+        CallbackOutcome::Declined { provider_name } => PageResponse::new(NoticePage::new(
             "Declined",
             format!("You declined at {provider_name}. Your assistant has been told."),
-            Some("You can close this window.".into()),
-        )?,
-        CallbackOutcome::Failed { provider_name } => notice(
-            &state,
-            StatusCode::BAD_GATEWAY,
+            Some("You can close this window."),
+        )),
+        CallbackOutcome::Failed { provider_name } => PageResponse::new(NoticePage::new(
             "Sign-in failed",
             format!("{provider_name} did not complete the sign-in."),
-            Some("Ask your assistant to try again.".into()),
-        )?,
+            Some("Ask your assistant to try again."),
+        ))
+        .with_status(StatusCode::BAD_GATEWAY),
     };
     // The flow is used up: drop its cookie.
     let expired = format!(
         "{cookie_name}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
-        if secure { "; Secure" } else { "" }
+        secure_attribute(&state)
     );
-    response
-        .headers_mut()
-        .insert(SET_COOKIE, HeaderValue::from_str(&expired)?);
-    Ok(response)
+    Ok(([(SET_COOKIE, header_value(&expired)?)], page).into_response())
 }

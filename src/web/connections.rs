@@ -1,25 +1,23 @@
 //! `/connections`: what the signed-in user has given gatehouse (connected accounts and saved form
 //! answers), with the means to take it back. Secrets are never shown, only that they are stored.
 
-use std::net::SocketAddr;
-
 use askama::Template;
-use axum::Form;
-use axum::Router;
+use axum::extract::State;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{ConnectInfo, State};
 use axum::http::header::LOCATION;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Form, Router};
 use serde::{Deserialize, Serialize};
 
-use super::browser::{browser_principal, csrf_token, forged_post, genuine_post, notice, when};
-use super::page;
-use super::pages::page as page_template;
+use super::error::PageError;
+use super::extract::{Browser, CsrfBinding, when};
+use super::response::PageResponse;
+use super::templates::impl_page;
 use crate::domain::Principal;
-use crate::error::AppError;
 use crate::forms::FormScope;
+use crate::gate::Disconnected;
 use crate::state::AppState;
 
 pub const CONNECTIONS_PATH: &str = "/connections";
@@ -57,21 +55,22 @@ struct ConnectionsPage {
     forms: Vec<FormRow>,
     csrf: String,
 }
-page_template!(ConnectionsPage, "connections.html");
+impl_page!(ConnectionsPage, "connections.html");
 
 /// After a change: back to the list (303, so a reload does not post again).
-pub fn redirect_to_connections() -> Result<Response, AppError> {
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    response
-        .headers_mut()
-        .insert(LOCATION, HeaderValue::from_static(CONNECTIONS_PATH));
-    Ok(response)
+pub fn redirect_to_connections() -> Response {
+    (StatusCode::SEE_OTHER, [(LOCATION, CONNECTIONS_PATH)]).into_response()
 }
 
-async fn render(state: &AppState, principal: &Principal, status: Option<String>) -> Result<Response, AppError> {
+fn csrf() -> CsrfBinding {
+    CsrfBinding::new(PURPOSE, CONNECTIONS_PATH)
+}
+
+async fn render(state: &AppState, principal: &Principal, status: Option<String>) -> Result<PageResponse, PageError> {
     let connections = state
         .gate
-        .connections(principal)
+        .connections()
+        .summaries(principal)
         .await?
         .into_iter()
         .map(|c| ConnectionRow {
@@ -83,43 +82,33 @@ async fn render(state: &AppState, principal: &Principal, status: Option<String>)
             connected_at: when(c.connected_at),
         })
         .collect();
-    let stored = state.gate.stored_forms(principal).await?;
-    let forms = state
-        .gate
+    let values = state.gate.form_values();
+    let stored = values.all_stored(principal).await?;
+    let forms = values
         .forms()
         .iter()
         .filter(|f| f.scope == FormScope::User)
         .map(|form| {
-            let saved = stored.iter().find(|(f, _, _)| f.id == form.id);
+            let saved = stored.iter().find(|(f, _)| f.id == form.id).map(|(_, values)| values);
             FormRow {
                 id: form.id.clone(),
                 title: form.title.clone(),
                 stored: saved.is_some(),
-                lines: saved.map_or_else(Vec::new, |(_, values, secrets)| form.summary(values, secrets)),
+                lines: saved.map_or_else(Vec::new, |saved| form.summary(&saved.values, &saved.secret_names)),
             }
         })
         .collect();
-    page(
-        state,
-        &ConnectionsPage {
-            principal: principal.to_string(),
-            status,
-            connections,
-            forms,
-            csrf: csrf_token(state, PURPOSE, principal, CONNECTIONS_PATH),
-        },
-    )
+    Ok(PageResponse::new(ConnectionsPage {
+        principal: principal.to_string(),
+        status,
+        connections,
+        forms,
+        csrf: csrf().token(state, principal),
+    }))
 }
 
-async fn show(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Result<Response, AppError> {
-    match browser_principal(&state, &headers, peer) {
-        Ok(principal) => render(&state, &principal, None).await,
-        Err(page) => Ok(*page),
-    }
+async fn show(State(state): State<AppState>, Browser(principal): Browser) -> Result<PageResponse, PageError> {
+    render(&state, &principal, None).await
 }
 
 #[derive(Deserialize)]
@@ -132,50 +121,34 @@ struct Action {
 
 async fn act(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Browser(principal): Browser,
     headers: HeaderMap,
     body: Result<Form<Action>, FormRejection>,
-) -> Result<Response, AppError> {
-    let principal = match browser_principal(&state, &headers, peer) {
-        Ok(principal) => principal,
-        Err(page) => return Ok(*page),
+) -> Result<PageResponse, PageError> {
+    // An unreadable post cannot carry our token: it did not come from the page.
+    let Ok(Form(action)) = body else {
+        return Err(PageError::Forged);
     };
-    let Some(Form(action)) = body
-        .ok()
-        .filter(|f| genuine_post(&state, &headers, PURPOSE, &principal, CONNECTIONS_PATH, &f.csrf))
-    else {
-        return forged_post(&state);
-    };
+    csrf().check(&state, &headers, &principal, &action.csrf)?;
     let status = match (action.action.as_str(), action.provider, action.form) {
-        ("disconnect", Some(provider), _) => match state.gate.disconnect(&principal, &provider).await? {
-            None => format!("Nothing was connected at {provider}."),
-            Some(Some(false)) => format!(
+        ("disconnect", Some(provider), _) => match state.gate.connections().disconnect(&principal, &provider).await? {
+            Disconnected::NothingConnected => format!("Nothing was connected at {provider}."),
+            Disconnected::RevocationFailed => format!(
                 "Disconnected {provider}. The service did not confirm revoking access; you can also revoke it in \
                  your account settings there."
             ),
-            Some(_) => format!("Disconnected {provider}."),
+            Disconnected::Revoked | Disconnected::NoRevocation => format!("Disconnected {provider}."),
         },
         ("delete-form", _, Some(form)) => {
-            if state.gate.delete_form_values(&principal, &form).await? {
-                let title = state
-                    .gate
-                    .forms()
-                    .get(&form)
-                    .map_or(form.as_str(), |f| f.title.as_str());
+            let values = state.gate.form_values();
+            if values.delete(&principal, &form).await? {
+                let title = values.forms().get(&form).map_or(form.as_str(), |f| f.title.as_str());
                 format!("Deleted your answers to \"{title}\".")
             } else {
                 "There was nothing saved to delete.".to_owned()
             }
         }
-        _ => {
-            return notice(
-                &state,
-                StatusCode::BAD_REQUEST,
-                "Unknown action",
-                "Choose Disconnect or Delete.",
-                None,
-            );
-        }
+        _ => return Err(PageError::UnknownAction("Choose Disconnect or Delete.")),
     };
     render(&state, &principal, Some(status)).await
 }

@@ -4,27 +4,26 @@
 //! 422 with the page again, keeping what was typed except secrets.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 
 use askama::Template;
 use axum::Form as PostedForm;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
-use serde_json::{Map, Value};
 
-use super::browser::{
-    browser_elicitation, browser_principal, csrf_token, declined, forged_post, genuine_post, notice, refusal, when,
-};
-use super::page;
-use super::pages::page as page_template;
+use super::connect::declined;
+use super::connections::redirect_to_connections;
+use super::error::{NoticePage, PageError};
+use super::extract::{Browser, CsrfBinding, OwnedElicitation, posted, when};
+use super::response::PageResponse;
+use super::templates::impl_page;
 use crate::domain::Principal;
-use crate::error::AppError;
 use crate::forms::{FieldErrors, FieldView, Form, FormScope, Submission};
+use crate::gate::StoredValues;
 use crate::state::AppState;
 use crate::store::ElicitationRecord;
 
@@ -62,7 +61,7 @@ struct FormPage {
     principal: String,
     expires: Option<String>,
 }
-page_template!(FormPage, "form.html");
+impl_page!(FormPage, "form.html");
 
 /// What a form page is for: an elicitation, or replacing stored values.
 struct Target<'a> {
@@ -80,35 +79,31 @@ impl Target<'_> {
     }
 
     /// What the page's CSRF token is bound to: the elicitation, or the form being replaced.
-    fn csrf_binding(&self) -> (&'static str, String) {
+    fn csrf(&self) -> CsrfBinding {
         match self.elicitation {
-            Some(elicitation) => (ELICITATION_PURPOSE, elicitation.id.to_string()),
-            None => (REPLACE_PURPOSE, self.form.id.clone()),
+            Some(elicitation) => CsrfBinding::new(ELICITATION_PURPOSE, elicitation.id),
+            None => CsrfBinding::new(REPLACE_PURPOSE, &self.form.id),
         }
-    }
-
-    fn csrf(&self, state: &AppState) -> String {
-        let (purpose, subject) = self.csrf_binding();
-        csrf_token(state, purpose, self.principal, &subject)
-    }
-
-    fn genuine(&self, state: &AppState, headers: &HeaderMap, token: &str) -> bool {
-        let (purpose, subject) = self.csrf_binding();
-        genuine_post(state, headers, purpose, self.principal, &subject, token)
     }
 }
 
-/// The form page, with the user's input and messages after a refused post.
+/// The form page, with the user's input and messages after a refused post (then 422).
 fn render(
     state: &AppState,
     target: &Target<'_>,
     typed: Option<&[(String, String)]>,
-    stored: Option<&Map<String, Value>>,
-    stored_secrets: &BTreeSet<String>,
+    stored: Option<&StoredValues>,
     errors: &FieldErrors,
-) -> Result<Response, AppError> {
+) -> PageResponse {
     let form = target.form;
-    let fields = form.views(typed, stored, errors, stored_secrets);
+    let no_secrets = BTreeSet::new();
+    let secret_names = stored.map_or(&no_secrets, |s| &s.secret_names);
+    let values = if typed.is_some() {
+        None
+    } else {
+        stored.map(|s| &s.values)
+    };
+    let fields = form.views(typed, values, errors, secret_names);
     let error_links: Vec<ErrorLink> = fields
         .iter()
         .filter_map(|f| {
@@ -123,68 +118,59 @@ fn render(
         Some(elicitation) if form.scope == FormScope::Call => elicitation.detail.clone(),
         _ => form.description.clone(),
     };
-    let mut response = page(
-        state,
-        &FormPage {
-            title: form.title.clone(),
-            description,
-            client_name: target.elicitation.map(|e| e.client_name.clone()),
-            action: target.action(),
-            csrf: target.csrf(state),
-            fields,
-            has_errors: !error_links.is_empty(),
-            errors: error_links,
-            submit_label: form.submit_label.clone(),
-            principal: target.principal.to_string(),
-            expires: target.elicitation.map(|e| when(e.expires_at)),
-        },
-    )?;
-    if !errors.is_empty() {
-        *response.status_mut() = StatusCode::UNPROCESSABLE_ENTITY;
+    let page = PageResponse::new(FormPage {
+        title: form.title.clone(),
+        description,
+        client_name: target.elicitation.map(|e| e.client_name.clone()),
+        action: target.action(),
+        csrf: target.csrf().token(state, target.principal),
+        fields,
+        has_errors: !error_links.is_empty(),
+        errors: error_links,
+        submit_label: form.submit_label.clone(),
+        principal: target.principal.to_string(),
+        expires: target.elicitation.map(|e| when(e.expires_at)),
+    });
+    if errors.is_empty() {
+        page
+    } else {
+        page.with_status(StatusCode::UNPROCESSABLE_ENTITY)
     }
-    Ok(response)
 }
 
-/// The saved values of the target's form when it is user-scoped: the non-secret ones, and the
-/// names of the stored secrets (a blank secret then keeps the stored one).
-async fn stored(
-    state: &AppState,
-    target: &Target<'_>,
-) -> Result<(Option<Map<String, Value>>, BTreeSet<String>), AppError> {
+/// The saved values of the target's form when it is user-scoped (a blank secret then keeps the
+/// stored one).
+async fn stored(state: &AppState, target: &Target<'_>) -> Result<Option<StoredValues>, PageError> {
     if target.form.scope == FormScope::Call {
-        return Ok((None, BTreeSet::new()));
+        return Ok(None);
     }
-    let (values, secrets) = state.gate.stored_form(target.principal, &target.form.id).await?.unzip();
-    Ok((values, secrets.unwrap_or_default()))
+    Ok(state
+        .gate
+        .form_values()
+        .stored(target.principal, &target.form.id)
+        .await?)
 }
 
 /// The form as first shown: what is saved already, or the defaults.
-async fn fresh_page(state: &AppState, target: &Target<'_>) -> Result<Response, AppError> {
-    let (values, secrets) = stored(state, target).await?;
-    render(state, target, None, values.as_ref(), &secrets, &FieldErrors::none())
+async fn fresh_page(state: &AppState, target: &Target<'_>) -> Result<PageResponse, PageError> {
+    let stored = stored(state, target).await?;
+    Ok(render(state, target, None, stored.as_ref(), &FieldErrors::none()))
 }
 
-/// The posted values, checked; or the form again (422) with what was typed and the messages.
-async fn validated(
-    state: &AppState,
-    target: &Target<'_>,
-    posted: &Posted,
-) -> Result<Result<Submission, Response>, AppError> {
-    let (_, secrets) = stored(state, target).await?;
-    Ok(match target.form.validate(&posted.pairs, &secrets) {
-        Ok(submission) => Ok(submission),
-        Err(errors) => Err(render(state, target, Some(&posted.pairs), None, &secrets, &errors)?),
+/// What the user sent: checked values, or the form again with what was typed and the messages.
+enum Checked {
+    Valid(Submission),
+    Invalid(PageResponse),
+}
+
+async fn validated(state: &AppState, target: &Target<'_>, posted: &Posted) -> Result<Checked, PageError> {
+    let stored = stored(state, target).await?;
+    let no_secrets = BTreeSet::new();
+    let secret_names = stored.as_ref().map_or(&no_secrets, |s| &s.secret_names);
+    Ok(match target.form.validate(&posted.pairs, secret_names) {
+        Ok(submission) => Checked::Valid(submission),
+        Err(errors) => Checked::Invalid(render(state, target, Some(&posted.pairs), stored.as_ref(), &errors)),
     })
-}
-
-fn unknown_form(state: &AppState) -> Box<Response> {
-    refusal(
-        state,
-        StatusCode::NOT_FOUND,
-        "Unknown form",
-        "This link does not lead to any form.",
-        None,
-    )
 }
 
 /// The posted pairs and the button pressed.
@@ -193,39 +179,18 @@ struct Posted {
     action: String,
 }
 
-/// The post, if it came from our page; otherwise the page to answer with (nothing changed).
-fn posted(
+/// The post, if it came from our page.
+fn read_post(
     state: &AppState,
     headers: &HeaderMap,
     target: &Target<'_>,
-    form: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
-) -> Result<Posted, Box<Response>> {
-    let pairs = match form {
-        Ok(PostedForm(pairs)) => pairs,
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return Err(refusal(
-                state,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "Too much text",
-                "The form was larger than gatehouse accepts. Nothing was saved.",
-                Some("Go back and shorten what you entered.".into()),
-            ));
-        }
-        Err(rejection) => {
-            tracing::info!(reason = %rejection.body_text(), "unreadable form post");
-            return Err(refusal(
-                state,
-                StatusCode::BAD_REQUEST,
-                "Unreadable form",
-                "The form could not be read. Nothing was saved.",
-                Some("Open the link from your assistant again.".into()),
-            ));
-        }
-    };
+    body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
+) -> Result<Posted, PageError> {
+    let pairs = posted(body)?;
     let first = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    if !target.genuine(state, headers, &first("csrf").unwrap_or_default()) {
-        return Err(Box::new(forged_post(state).unwrap_or_else(IntoResponse::into_response)));
-    }
+    target
+        .csrf()
+        .check(state, headers, target.principal, &first("csrf").unwrap_or_default())?;
     Ok(Posted {
         action: first("action").unwrap_or_else(|| "submit".to_owned()),
         pairs,
@@ -234,14 +199,9 @@ fn posted(
 
 async fn show(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, AppError> {
-    let (principal, elicitation, form) = match open_elicitation(&state, &headers, peer, &id).await {
-        Ok(opened) => opened,
-        Err(page) => return Ok(*page),
-    };
+    OwnedElicitation { principal, elicitation }: OwnedElicitation,
+) -> Result<PageResponse, PageError> {
+    let form = form_of(&state, &elicitation)?;
     let target = Target {
         form,
         elicitation: Some(&elicitation),
@@ -252,117 +212,81 @@ async fn show(
 
 async fn submit(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(id): Path<String>,
+    OwnedElicitation { principal, elicitation }: OwnedElicitation,
     headers: HeaderMap,
     body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
-) -> Result<Response, AppError> {
-    let (principal, elicitation, form) = match open_elicitation(&state, &headers, peer, &id).await {
-        Ok(opened) => opened,
-        Err(page) => return Ok(*page),
-    };
+) -> Result<PageResponse, PageError> {
+    let form = form_of(&state, &elicitation)?;
     let target = Target {
         form,
         elicitation: Some(&elicitation),
         principal: &principal,
     };
-    let posted = match posted(&state, &headers, &target, body) {
-        Ok(posted) => posted,
-        Err(page) => return Ok(*page),
-    };
+    let posted = read_post(&state, &headers, &target, body)?;
     match posted.action.as_str() {
         "cancel" => declined(&state, &elicitation, "Cancelled", "cancelled").await,
         "submit" => {
             let submission = match validated(&state, &target, &posted).await? {
-                Ok(submission) => submission,
-                Err(page) => return Ok(page),
+                Checked::Valid(submission) => submission,
+                Checked::Invalid(page) => return Ok(page),
             };
+            let values = state.gate.form_values();
             let completed = match form.scope {
                 FormScope::User => {
-                    state
-                        .gate
-                        .save_user_form(&principal, form, submission, Some(&elicitation))
+                    values
+                        .save_user(&principal, form, submission, Some(&elicitation))
                         .await?
                 }
-                FormScope::Call => state.gate.answer_call_form(&elicitation, submission).await?,
+                FormScope::Call => values.answer_call(&elicitation, submission).await?,
             };
             if !completed {
-                return notice(
-                    &state,
-                    StatusCode::GONE,
-                    "Request closed",
-                    "This request ended while you were filling in the form.",
-                    Some("Ask your assistant to try again if you still need it.".into()),
-                );
+                return Err(PageError::EndedMeanwhile);
             }
-            done(&state, form, &elicitation.client_name)
+            Ok(done(form, &elicitation.client_name))
         }
-        _ => notice(
-            &state,
-            StatusCode::BAD_REQUEST,
-            "Unknown action",
-            "Choose Submit or Cancel.",
-            None,
-        ),
+        _ => Err(PageError::UnknownAction("Choose Submit or Cancel.")),
     }
 }
 
-fn done(state: &AppState, form: &Form, client_name: &str) -> Result<Response, AppError> {
+fn done(form: &Form, client_name: &str) -> PageResponse {
     let message = match form.scope {
         FormScope::User => format!("Your answers to \"{}\" are saved.", form.title),
         FormScope::Call => format!("Your answer to \"{}\" was sent.", form.title),
     };
-    notice(
-        state,
-        StatusCode::OK,
+    PageResponse::new(NoticePage::new(
         "Saved",
         message,
-        Some(format!("You can close this window and return to {client_name}.")),
-    )
+        Some(&format!("You can close this window and return to {client_name}.")),
+    ))
 }
 
-/// The browser's principal, the elicitation behind the link (theirs and pending) and the form it
-/// asks for; or the page to show instead.
-async fn open_elicitation<'s>(
-    state: &'s AppState,
-    headers: &HeaderMap,
-    peer: SocketAddr,
-    id: &str,
-) -> Result<(Principal, ElicitationRecord, &'s Form), Box<Response>> {
-    let (principal, elicitation) = browser_elicitation(state, headers, peer, id).await?;
-    match state.gate.form_of(&elicitation) {
-        Some(form) => Ok((principal, elicitation, form)),
-        None => Err(unknown_form(state)),
-    }
+/// The form an elicitation asks for.
+fn form_of<'s>(state: &'s AppState, elicitation: &ElicitationRecord) -> Result<&'s Form, PageError> {
+    state
+        .gate
+        .form_values()
+        .form_of(elicitation)
+        .ok_or(PageError::UnknownForm)
 }
 
-/// The browser's principal and a user-scoped form they may fill in from /connections; or the
-/// page to show instead.
-fn open_stored<'s>(
-    state: &'s AppState,
-    headers: &HeaderMap,
-    peer: SocketAddr,
-    form: &str,
-) -> Result<(Principal, &'s Form), Box<Response>> {
-    let principal = browser_principal(state, headers, peer)?;
-    match state.gate.forms().get(form).filter(|f| f.scope == FormScope::User) {
-        Some(form) => Ok((principal, form)),
-        None => Err(unknown_form(state)),
-    }
+/// A user-scoped form the browser's user may fill in from /connections.
+fn user_form<'s>(state: &'s AppState, form: &str) -> Result<&'s Form, PageError> {
+    state
+        .gate
+        .form_values()
+        .forms()
+        .get(form)
+        .filter(|f| f.scope == FormScope::User)
+        .ok_or(PageError::UnknownForm)
 }
 
 async fn show_stored(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Browser(principal): Browser,
     Path(form): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, AppError> {
-    let (principal, form) = match open_stored(&state, &headers, peer, &form) {
-        Ok(opened) => opened,
-        Err(page) => return Ok(*page),
-    };
+) -> Result<PageResponse, PageError> {
     let target = Target {
-        form,
+        form: user_form(&state, &form)?,
         elicitation: None,
         principal: &principal,
     };
@@ -371,31 +295,29 @@ async fn show_stored(
 
 async fn replace(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Browser(principal): Browser,
     Path(form): Path<String>,
     headers: HeaderMap,
     body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
-) -> Result<Response, AppError> {
-    let (principal, form) = match open_stored(&state, &headers, peer, &form) {
-        Ok(opened) => opened,
-        Err(page) => return Ok(*page),
-    };
+) -> Result<Response, PageError> {
+    let form = user_form(&state, &form)?;
     let target = Target {
         form,
         elicitation: None,
         principal: &principal,
     };
-    let posted = match posted(&state, &headers, &target, body) {
-        Ok(posted) => posted,
-        Err(page) => return Ok(*page),
-    };
+    let posted = read_post(&state, &headers, &target, body)?;
     if posted.action == "cancel" {
-        return super::connections::redirect_to_connections();
+        return Ok(redirect_to_connections());
     }
     let submission = match validated(&state, &target, &posted).await? {
-        Ok(submission) => submission,
-        Err(page) => return Ok(page),
+        Checked::Valid(submission) => submission,
+        Checked::Invalid(page) => return Ok(page.into_response()),
     };
-    state.gate.save_user_form(&principal, form, submission, None).await?;
-    super::connections::redirect_to_connections()
+    state
+        .gate
+        .form_values()
+        .save_user(&principal, form, submission, None)
+        .await?;
+    Ok(redirect_to_connections())
 }

@@ -1,31 +1,30 @@
 //! Browser- and operator-facing routes: the landing page, health checks, and the pages users
-//! open from elicitations.
+//! open from elicitations. Pages are responses rendered by one layer (with the operator's
+//! templates); every response here carries the page security headers.
 
-mod browser;
 mod connect;
 mod connections;
+mod error;
+mod extract;
 mod forms;
-pub mod pages;
+mod response;
+pub mod templates;
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
-};
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Json, Router, middleware};
 use serde::Serialize;
 use serde_json::json;
 
-use pages::{Page, page as page_template};
-
-use crate::error::AppError;
 use crate::mcp::MCP_PATH;
 use crate::state::AppState;
+use response::PageResponse;
+use templates::impl_page;
 
-pub fn router() -> Router<AppState> {
+pub fn router(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/", get(index))
         .route("/healthz", get(healthz))
@@ -33,6 +32,8 @@ pub fn router() -> Router<AppState> {
         .merge(connect::router())
         .merge(forms::router())
         .merge(connections::router())
+        .layer(middleware::from_fn_with_state(state.clone(), response::render_pages))
+        .layer(middleware::map_response(response::security_headers))
 }
 
 #[derive(Template, Serialize)]
@@ -42,42 +43,15 @@ struct IndexPage {
     version: &'static str,
     tools: Vec<String>,
 }
-page_template!(IndexPage, "index.html");
+impl_page!(IndexPage, "index.html");
 
-/// Renders a page (the operator's version when there is one) with the headers every gatehouse
-/// page sends.
-pub fn page(state: &AppState, template: &impl Page) -> Result<Response, AppError> {
-    let mut response = Html(state.pages.render(template)?).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
-    );
-    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    // Not `no-referrer`: under it browsers send `Origin: null` with the page's own form posts,
-    // which the origin check must refuse. `same-origin` still tells other sites nothing.
-    headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));
-    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    Ok(response)
-}
-
-async fn index(State(state): State<AppState>) -> Result<Response, AppError> {
-    let mcp_url = state
-        .config
-        .public_url()
-        .join(MCP_PATH)
-        .map(|u| u.to_string())
-        .unwrap_or_default();
+async fn index(State(state): State<AppState>) -> PageResponse {
     let (tools, _) = state.tools.page(0, usize::MAX);
-    page(
-        &state,
-        &IndexPage {
-            mcp_url,
-            version: env!("CARGO_PKG_VERSION"),
-            tools: tools.iter().map(|t| t.definition().name.clone()).collect(),
-        },
-    )
+    PageResponse::new(IndexPage {
+        mcp_url: state.public_url.at(MCP_PATH),
+        version: env!("CARGO_PKG_VERSION"),
+        tools: tools.iter().map(|t| t.definition().name.clone()).collect(),
+    })
 }
 
 /// The process is up.
@@ -88,7 +62,7 @@ async fn healthz() -> &'static str {
 /// The database answers, its migrations are applied and (on PostgreSQL) the bus is listening.
 async fn readyz(State(state): State<AppState>) -> Response {
     let database = state.store.check_ready().await;
-    let bus = state.bus.hub().is_connected();
+    let bus = state.bus.is_connected();
     match (&database, bus) {
         (Ok(()), true) => Json(json!({"status": "ready"})).into_response(),
         _ => {

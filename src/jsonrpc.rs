@@ -1,4 +1,5 @@
-//! JSON-RPC 2.0 as MCP uses it: classifying incoming messages and shaping responses.
+//! JSON-RPC 2.0 as MCP uses it: classifying incoming messages and shaping responses. A leaf: it
+//! imports nothing of gatehouse, so every layer may use it.
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};

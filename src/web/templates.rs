@@ -1,4 +1,4 @@
-//! Page rendering. The built-in pages are askama templates, checked at compile time. An operator
+//! Page templates. The built-in pages are askama templates, checked at compile time. An operator
 //! can replace any of them from `server.template_dir`: a `base.html` there wraps every built-in
 //! page (branding), and a page file there (`form.html`, ...) replaces that page. Replacements are
 //! Jinja templates (minijinja) rendered with the same variables, loaded and checked at start so a
@@ -10,7 +10,6 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::config::ConfigError;
-use crate::error::AppError;
 
 /// Every page file name, for checking what an operator's directory holds.
 pub const PAGE_NAMES: &[&str] = &[
@@ -38,9 +37,9 @@ pub trait Page: askama::Template + Serialize {
 }
 
 /// Implements `Page` for a template struct declared with `blocks = ["title", "content"]`.
-macro_rules! page {
+macro_rules! impl_page {
     ($page:ty, $name:literal) => {
-        impl $crate::web::pages::Page for $page {
+        impl $crate::web::templates::Page for $page {
             const NAME: &'static str = $name;
 
             fn blocks(&self) -> askama::Result<(String, String)> {
@@ -50,16 +49,26 @@ macro_rules! page {
         }
     };
 }
-pub(crate) use page;
+pub(crate) use impl_page;
 
-pub struct Pages {
+/// A page could not be rendered (a bug, or an operator template failing on real data).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("template: {0}")]
+    BuiltIn(#[from] askama::Error),
+    #[error("operator template: {0}")]
+    Operator(#[from] minijinja::Error),
+}
+
+/// The built-in templates and the operator's replacements, loaded once at start.
+pub struct Templates {
     /// The operator's templates, when a directory is configured.
     overrides: Option<minijinja::Environment<'static>>,
     /// Page names the operator replaced.
     replaced: BTreeSet<String>,
 }
 
-impl Pages {
+impl Templates {
     pub fn built_in() -> Self {
         Self {
             overrides: None,
@@ -131,7 +140,7 @@ impl Pages {
         })
     }
 
-    pub fn render<P: Page>(&self, page: &P) -> Result<String, AppError> {
+    pub fn render<P: Page>(&self, page: &P) -> Result<String, RenderError> {
         let Some(environment) = &self.overrides else {
             return Ok(page.render()?);
         };

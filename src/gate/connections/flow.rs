@@ -1,0 +1,322 @@
+//! The OAuth authorization code flow for a pending elicitation: starting it (256-bit `state`
+//! stored as a hash, PKCE verifier sealed, a cookie binding the browser) and its callback, which
+//! refuses anything that does not match the flow (nothing is stored then) and otherwise exchanges
+//! the code, saves the connection and completes the elicitation in one transaction.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use rand::RngCore;
+
+use super::{Connections, access_context, refresh_context};
+use crate::domain::Principal;
+use crate::gate::{GateError, after, sha256_hex};
+use crate::providers::{Provider, pkce_challenge};
+use crate::store::{ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord};
+
+/// The one redirect URI of a deployment.
+pub const CALLBACK_PATH: &str = "/oauth/callback";
+/// An OAuth flow (state, PKCE verifier, browser cookie) lives this long.
+const FLOW_TTL: Duration = Duration::from_secs(600);
+/// Longest `state` read from a callback; ours are 43 characters.
+const MAX_STATE_LEN: usize = 512;
+
+/// A started flow: where to send the browser and the cookie that binds it.
+pub struct StartedFlow {
+    pub authorize_url: url::Url,
+    pub cookie_name: String,
+    pub cookie_value: String,
+}
+
+/// Why a callback was refused: nothing was stored.
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
+pub enum CallbackRefusal {
+    #[error("This sign-in link is not valid.")]
+    UnknownState,
+    #[error("This sign-in link was already used.")]
+    AlreadyUsed,
+    #[error("This sign-in took too long and has expired. Ask your assistant to try again.")]
+    Expired,
+    #[error("This sign-in was started in another browser. Finish it in the browser where it began.")]
+    OtherBrowser,
+    #[error("This sign-in belongs to another user.")]
+    OtherUser,
+    #[error("The answer did not come from the expected provider.")]
+    WrongIssuer,
+    #[error("The provider sent no authorization code.")]
+    NoCode,
+}
+
+/// How a callback ended for the user.
+#[derive(Debug, PartialEq)]
+pub enum CallbackOutcome {
+    Connected {
+        provider_name: String,
+        account_label: Option<String>,
+        client_name: String,
+    },
+    Declined {
+        provider_name: String,
+    },
+    Failed {
+        provider_name: String,
+    },
+    Refused(CallbackRefusal),
+}
+
+/// What the provider sent the browser back with (the callback's query string).
+#[derive(Debug, Clone)]
+pub struct CallbackParams {
+    state: String,
+    code: Option<String>,
+    error: Option<String>,
+    iss: Option<String>,
+}
+
+impl CallbackParams {
+    /// Parses the query; without a plausible `state` there is no flow to talk about.
+    pub fn from_query(query: &str) -> Result<Self, CallbackRefusal> {
+        let mut params = Self {
+            state: String::new(),
+            code: None,
+            error: None,
+            iss: None,
+        };
+        // The first value of each parameter counts, as with any form decoding.
+        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            let slot = match name.as_ref() {
+                "code" => &mut params.code,
+                "error" => &mut params.error,
+                "iss" => &mut params.iss,
+                "state" if params.state.is_empty() => {
+                    params.state = value.into_owned();
+                    continue;
+                }
+                _ => continue,
+            };
+            slot.get_or_insert_with(|| value.into_owned());
+        }
+        if params.state.is_empty() || params.state.len() > MAX_STATE_LEN {
+            return Err(CallbackRefusal::UnknownState);
+        }
+        Ok(params)
+    }
+
+    fn state_hash(&self) -> String {
+        sha256_hex(&self.state)
+    }
+}
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn verifier_context(state_hash: &str) -> String {
+    format!("flow:{state_hash}:verifier")
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Connections {
+    fn redirect_uri(&self) -> String {
+        self.backing.public_url.at(CALLBACK_PATH)
+    }
+
+    /// `__Host-` cookies (Secure, Path=/, no Domain) over HTTPS; a plain name on http://localhost,
+    /// where browsers refuse `Secure` cookies. One cookie per flow, so parallel sign-ins do not
+    /// overwrite each other.
+    fn cookie_name(&self, state_hash: &str) -> String {
+        let id = &state_hash[..16.min(state_hash.len())];
+        if self.backing.public_url.is_https() {
+            format!("__Host-gatehouse-flow-{id}")
+        } else {
+            format!("gatehouse-flow-{id}")
+        }
+    }
+
+    /// The name of the cookie that must come with this callback.
+    pub fn flow_cookie_name(&self, params: &CallbackParams) -> String {
+        self.cookie_name(&params.state_hash())
+    }
+
+    /// Starts an OAuth flow for a pending elicitation: stores the hashed state, the sealed PKCE
+    /// verifier and the hashed browser cookie. `None`: the elicitation asks for no provider.
+    pub async fn start_flow(&self, elicitation: &ElicitationRecord) -> Result<Option<StartedFlow>, GateError> {
+        let Some((provider, scopes)) = self.provider_of(elicitation) else {
+            return Ok(None);
+        };
+        let (state, verifier, cookie_value) = (random_token(), random_token(), random_token());
+        let state_hash = sha256_hex(&state);
+        let now = Utc::now();
+        let flow = OAuthFlowRecord {
+            state_hash: state_hash.clone(),
+            elicitation_id: elicitation.id,
+            principal: elicitation.principal.clone(),
+            provider: provider.id.clone(),
+            scopes: scopes.clone(),
+            pkce_verifier: self
+                .backing
+                .vault
+                .encrypt_str(&verifier, &verifier_context(&state_hash)),
+            browser_hash: sha256_hex(&cookie_value),
+            created_at: now,
+            expires_at: after(now, FLOW_TTL),
+            used_at: None,
+        };
+        self.backing.store.insert_flow(&flow).await?;
+        let authorize_url = provider.authorize_url(&state, &pkce_challenge(&verifier), &scopes, &self.redirect_uri());
+        Ok(Some(StartedFlow {
+            authorize_url,
+            cookie_name: self.cookie_name(&state_hash),
+            cookie_value,
+        }))
+    }
+
+    /// The callback from the provider, in `principal`'s browser carrying `cookie` (the value of
+    /// the cookie named by `flow_cookie_name`). A refusal changes nothing; otherwise the flow is
+    /// used up and the elicitation ends, completed, declined or failed.
+    pub async fn callback(
+        &self,
+        principal: &Principal,
+        params: &CallbackParams,
+        cookie: Option<&str>,
+    ) -> Result<CallbackOutcome, GateError> {
+        let state_hash = params.state_hash();
+        let Some(flow) = self.backing.store.flow(&state_hash).await? else {
+            return Ok(CallbackOutcome::Refused(CallbackRefusal::UnknownState));
+        };
+        let (provider, elicitation) = match self.check(&flow, principal, params, cookie).await? {
+            Ok(checked) => checked,
+            Err(refusal) => return Ok(CallbackOutcome::Refused(refusal)),
+        };
+        if !self.backing.store.consume_flow(&state_hash, Utc::now()).await? {
+            return Ok(CallbackOutcome::Refused(CallbackRefusal::AlreadyUsed));
+        }
+        let provider_name = provider.name.clone();
+        if let Some(error) = &params.error {
+            tracing::info!(elicitation = %elicitation.id, provider = %provider.id, error, "provider answered with an error");
+            return Ok(if error == "access_denied" {
+                self.elicitations
+                    .finish(&elicitation, ElicitationStatus::Declined)
+                    .await?;
+                CallbackOutcome::Declined { provider_name }
+            } else {
+                self.elicitations
+                    .finish(&elicitation, ElicitationStatus::Failed)
+                    .await?;
+                CallbackOutcome::Failed { provider_name }
+            });
+        }
+        let Some(code) = params.code.as_deref().filter(|c| !c.is_empty()) else {
+            self.elicitations
+                .finish(&elicitation, ElicitationStatus::Failed)
+                .await?;
+            return Ok(CallbackOutcome::Refused(CallbackRefusal::NoCode));
+        };
+        let verifier = self
+            .backing
+            .vault
+            .decrypt_str(&flow.pkce_verifier, &verifier_context(&state_hash))?;
+        let tokens = match self
+            .oauth
+            .exchange_code(provider, code, verifier.expose(), &self.redirect_uri())
+            .await
+        {
+            Ok(tokens) => tokens,
+            Err(error) => {
+                tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, %error, "code exchange failed");
+                self.elicitations
+                    .finish(&elicitation, ElicitationStatus::Failed)
+                    .await?;
+                return Ok(CallbackOutcome::Failed { provider_name });
+            }
+        };
+        let account_label = self.oauth.account_label(provider, tokens.access_token.expose()).await;
+        let vault = &self.backing.vault;
+        let now = Utc::now();
+        let connection = ConnectionRecord {
+            principal: flow.principal.clone(),
+            provider: provider.id.clone(),
+            access_token: vault.encrypt_str(tokens.access_token.expose(), &access_context(principal, &provider.id)),
+            refresh_token: tokens
+                .refresh_token
+                .as_ref()
+                .map(|t| vault.encrypt_str(t.expose(), &refresh_context(principal, &provider.id))),
+            expires_at: tokens.expires_in.map(|s| after(now, Duration::from_secs(s))),
+            // Providers that do not say what they granted granted what was asked.
+            scopes: tokens
+                .scope
+                .as_deref()
+                .map_or_else(|| flow.scopes.clone(), |s| provider.split_scopes(s)),
+            account_label: account_label.clone(),
+            status: ConnectionStatus::Active,
+            created_at: now,
+            updated_at: now,
+        };
+        let (store, connection, id) = (&self.backing.store, &connection, &elicitation.id);
+        self.elicitations
+            .finish_with(&elicitation, |notification| async move {
+                store.save_connection(connection, id, &notification).await
+            })
+            .await?;
+        self.changed(principal);
+        tracing::info!(elicitation = %elicitation.id, principal = %principal, provider = %provider.id, "connected");
+        Ok(CallbackOutcome::Connected {
+            provider_name,
+            account_label,
+            client_name: elicitation.client_name.clone(),
+        })
+    }
+
+    /// Checks a callback against its flow, in the order that tells the user the most; nothing is
+    /// changed by a refusal.
+    async fn check(
+        &self,
+        flow: &OAuthFlowRecord,
+        principal: &Principal,
+        params: &CallbackParams,
+        cookie: Option<&str>,
+    ) -> Result<Result<(&Provider, ElicitationRecord), CallbackRefusal>, GateError> {
+        let now = Utc::now();
+        if flow.used_at.is_some() {
+            return Ok(Err(CallbackRefusal::AlreadyUsed));
+        }
+        if flow.expires_at <= now {
+            return Ok(Err(CallbackRefusal::Expired));
+        }
+        let cookie_matches =
+            cookie.is_some_and(|c| constant_time_eq(sha256_hex(c).as_bytes(), flow.browser_hash.as_bytes()));
+        if !cookie_matches {
+            return Ok(Err(CallbackRefusal::OtherBrowser));
+        }
+        if &flow.principal != principal {
+            return Ok(Err(CallbackRefusal::OtherUser));
+        }
+        let Some(provider) = self.providers.get(&flow.provider) else {
+            return Ok(Err(CallbackRefusal::UnknownState));
+        };
+        if let (Some(expected), Some(iss)) = (&provider.issuer, &params.iss)
+            && expected != iss
+        {
+            return Ok(Err(CallbackRefusal::WrongIssuer));
+        }
+        let Some(elicitation) = self.elicitations.get(&flow.elicitation_id).await? else {
+            return Ok(Err(CallbackRefusal::UnknownState));
+        };
+        if elicitation.status != ElicitationStatus::Pending || elicitation.expires_at <= now {
+            return Ok(Err(CallbackRefusal::Expired));
+        }
+        Ok(Ok((provider, elicitation)))
+    }
+
+    /// Forgets flows that expired before `cutoff`.
+    pub async fn forget_flows_before(&self, cutoff: DateTime<Utc>) -> Result<u64, GateError> {
+        Ok(self.backing.store.delete_stale_flows(cutoff).await?)
+    }
+}

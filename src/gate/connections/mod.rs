@@ -1,0 +1,220 @@
+//! Connections to third parties: a principal's grant at a provider (tokens sealed by the key
+//! ring, granted scopes, account label). This room owns the OAuth flow and its callback
+//! (`flow`), usable tokens and their refresh under a lease (`tokens`), a refused token breaking
+//! its connection, the per-replica cache of each principal's connections, and disconnecting with
+//! revocation at the provider.
+
+mod flow;
+mod tokens;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::{Backing, Elicitations, GateError};
+use crate::domain::Principal;
+use crate::providers::{OAuthClient, Provider, Providers};
+use crate::secret::Secret;
+use crate::store::{ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord};
+
+pub use flow::{CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, StartedFlow};
+
+/// What a connection looks like to the user (never a token).
+pub struct ConnectionSummary {
+    pub provider: String,
+    pub provider_name: String,
+    pub account_label: Option<String>,
+    pub scopes: Vec<String>,
+    pub active: bool,
+    pub connected_at: DateTime<Utc>,
+}
+
+/// How disconnecting went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disconnected {
+    /// There was no connection to remove.
+    NothingConnected,
+    /// Removed; the provider has no revocation endpoint, so access lives on there.
+    NoRevocation,
+    /// Removed and revoked at the provider.
+    Revoked,
+    /// Removed here, but the provider did not confirm revoking it.
+    RevocationFailed,
+}
+
+/// Whether a call can use a principal's connection to a provider.
+pub enum Grant {
+    /// An access token, with the connection version it came from (a later 401 breaks only that
+    /// version, not one refreshed meanwhile).
+    Usable {
+        token: Secret<String>,
+        version: DateTime<Utc>,
+    },
+    /// The user must sign in (again), granting these scopes.
+    SignIn { scopes: Vec<String> },
+}
+
+pub struct Connections {
+    backing: Backing,
+    elicitations: Arc<Elicitations>,
+    providers: Arc<Providers>,
+    oauth: OAuthClient,
+    /// Each principal's connections, invalidated through the bus when they change.
+    cache: Arc<ConnectionCache>,
+}
+
+pub(in crate::gate) fn access_context(principal: &Principal, provider: &str) -> String {
+    format!("connection:{principal}:{provider}:access")
+}
+
+fn refresh_context(principal: &Principal, provider: &str) -> String {
+    format!("connection:{principal}:{provider}:refresh")
+}
+
+impl Connections {
+    pub fn new(
+        backing: Backing,
+        elicitations: Arc<Elicitations>,
+        providers: Arc<Providers>,
+        oauth: OAuthClient,
+        cache: Arc<ConnectionCache>,
+    ) -> Self {
+        Self {
+            backing,
+            elicitations,
+            providers,
+            oauth,
+            cache,
+        }
+    }
+
+    pub fn provider(&self, id: &str) -> Option<&Provider> {
+        self.providers.get(id)
+    }
+
+    /// The provider an elicitation asks for, with the scopes to request.
+    pub fn provider_of(&self, elicitation: &ElicitationRecord) -> Option<(&Provider, Vec<String>)> {
+        match super::Requirement::parse(&elicitation.requirement).ok()? {
+            super::Requirement::Provider { provider, scopes } => self.providers.get(&provider).map(|p| (p, scopes)),
+            super::Requirement::Form { .. } => None,
+        }
+    }
+
+    /// Whether the principal's connection to `provider` can serve a call needing `scopes` (beyond
+    /// the provider's configured ones), refreshing its token first when it is about to expire.
+    pub async fn grant(
+        &self,
+        principal: &Principal,
+        provider: &Provider,
+        scopes: &[String],
+    ) -> Result<Grant, GateError> {
+        let needed = provider.scopes_with(scopes);
+        let connection = self
+            .of(principal)
+            .await?
+            .iter()
+            .find(|c| c.provider == provider.id)
+            .cloned();
+        Ok(match connection {
+            Some(c) if c.status == ConnectionStatus::Active && needed.iter().all(|s| c.scopes.contains(s)) => {
+                match self.usable_token(provider, c).await? {
+                    Some((token, version)) => Grant::Usable { token, version },
+                    None => Grant::SignIn { scopes: needed },
+                }
+            }
+            // Step-up: sign in again for everything granted so far plus what is missing.
+            Some(c) if c.status == ConnectionStatus::Active => Grant::SignIn {
+                scopes: provider.scopes_with(&[c.scopes, needed].concat()),
+            },
+            _ => Grant::SignIn { scopes: needed },
+        })
+    }
+
+    /// The principal's connections, from the cache when it has them.
+    async fn of(&self, principal: &Principal) -> Result<Arc<Vec<ConnectionRecord>>, GateError> {
+        if let Some(cached) = self.cache.get(principal) {
+            return Ok(cached);
+        }
+        let epoch = self.cache.epoch();
+        let loaded = Arc::new(self.backing.store.connections(principal).await?);
+        self.cache.insert_loaded(epoch, principal.clone(), loaded.clone());
+        Ok(loaded)
+    }
+
+    /// After a change made here; other replicas learn of it from the store's notice.
+    fn changed(&self, principal: &Principal) {
+        self.backing.bus.connections_changed(principal);
+    }
+
+    /// The principal's connections as the user may see them.
+    pub async fn summaries(&self, principal: &Principal) -> Result<Vec<ConnectionSummary>, GateError> {
+        Ok(self
+            .of(principal)
+            .await?
+            .iter()
+            .cloned()
+            .map(|c| ConnectionSummary {
+                provider_name: self
+                    .providers
+                    .get(&c.provider)
+                    .map_or_else(|| c.provider.clone(), |p| p.name.clone()),
+                provider: c.provider,
+                account_label: c.account_label,
+                scopes: c.scopes,
+                active: c.status == ConnectionStatus::Active,
+                connected_at: c.created_at,
+            })
+            .collect())
+    }
+
+    /// The provider refused a token during a call: the connection is broken (unless it was
+    /// refreshed since `version`) and the next decision elicits a new sign-in.
+    pub async fn token_rejected(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        version: DateTime<Utc>,
+    ) -> Result<(), GateError> {
+        if self
+            .backing
+            .store
+            .mark_connection_broken(principal, provider, version)
+            .await?
+        {
+            self.changed(principal);
+            tracing::info!(principal = %principal, provider, "the provider refused the token; connection broken");
+        }
+        Ok(())
+    }
+
+    /// Removes a connection and revokes its tokens where the provider supports it.
+    pub async fn disconnect(&self, principal: &Principal, provider_id: &str) -> Result<Disconnected, GateError> {
+        let Some(connection) = self.backing.store.delete_connection(principal, provider_id).await? else {
+            return Ok(Disconnected::NothingConnected);
+        };
+        self.changed(principal);
+        let Some(provider) = self.providers.get(provider_id).filter(|p| p.revocation_url.is_some()) else {
+            return Ok(Disconnected::NoRevocation);
+        };
+        // Revoking the refresh token ends the whole grant at most providers (RFC 7009 2.1).
+        let (sealed, context, hint) = match &connection.refresh_token {
+            Some(refresh) => (refresh, refresh_context(principal, provider_id), "refresh_token"),
+            None => (
+                &connection.access_token,
+                access_context(principal, provider_id),
+                "access_token",
+            ),
+        };
+        let token = self.backing.vault.decrypt_str(sealed, &context)?;
+        Ok(match self.oauth.revoke(provider, token.expose(), hint).await {
+            Ok(()) => Disconnected::Revoked,
+            Err(error) => {
+                tracing::warn!(principal = %principal, provider = provider_id, %error, "revocation failed");
+                Disconnected::RevocationFailed
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

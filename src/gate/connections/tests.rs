@@ -1,0 +1,241 @@
+//! Unit tests of the connections room on an in-memory store. Nothing listens at the test
+//! provider's URLs: the paths that reach a provider (code exchange, refresh, revocation) are
+//! covered by the integration tests against the fake provider in tests/common/fake_oauth.rs.
+
+use chrono::Utc;
+
+use super::*;
+use crate::gate::Gate;
+use crate::gate::testing::{Fixture, principal};
+use crate::store::ElicitationStatus;
+
+const CONFIG: &str = include_str!("../testdata/gate.toml");
+
+fn scopes(grant: &Grant) -> Vec<String> {
+    match grant {
+        Grant::SignIn { scopes } => scopes.clone(),
+        Grant::Usable { .. } => panic!("expected a sign-in"),
+    }
+}
+
+#[tokio::test]
+async fn grants_follow_the_stored_connection() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let connections = gate.connections();
+    let session = fixture.session("alice").await;
+    let acme = connections.provider("acme").expect("provider");
+    let alice = &session.principal;
+
+    let none = connections.grant(alice, acme, &[]).await.expect("grant");
+    assert_eq!(
+        scopes(&none),
+        ["read"],
+        "no connection: sign in with the configured scopes"
+    );
+
+    let stored = fixture.connect(&gate, &session, &["read"], None).await;
+    match connections.grant(alice, acme, &[]).await.expect("grant") {
+        Grant::Usable { token, version } => {
+            assert_eq!(token.expose(), "access-token-1");
+            assert_eq!(version, stored.updated_at);
+        }
+        Grant::SignIn { .. } => panic!("a fresh connection is usable"),
+    }
+    let step_up = connections.grant(alice, acme, &["write".into()]).await.expect("grant");
+    assert_eq!(scopes(&step_up), ["read", "write"], "step-up asks for the union");
+
+    connections
+        .token_rejected(alice, "acme", stored.updated_at - chrono::Duration::seconds(5))
+        .await
+        .expect("stale version");
+    assert!(
+        matches!(
+            connections.grant(alice, acme, &[]).await.expect("grant"),
+            Grant::Usable { .. }
+        ),
+        "a refusal of an older version breaks nothing"
+    );
+    connections
+        .token_rejected(alice, "acme", stored.updated_at)
+        .await
+        .expect("reject");
+    let broken = connections.grant(alice, acme, &[]).await.expect("grant");
+    assert_eq!(scopes(&broken), ["read"], "a broken connection asks for a new sign-in");
+    let summaries = connections.summaries(alice).await.expect("summaries");
+    assert_eq!(summaries.len(), 1);
+    assert!(!summaries[0].active);
+    assert_eq!(summaries[0].provider_name, "ACME");
+}
+
+#[tokio::test]
+async fn an_expiring_token_without_a_refresh_token_needs_a_new_sign_in() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    fixture.connect(&gate, &session, &["read"], Some(Utc::now())).await;
+    let acme = gate.connections().provider("acme").expect("provider");
+    let grant = gate
+        .connections()
+        .grant(&session.principal, acme, &[])
+        .await
+        .expect("grant");
+    assert_eq!(scopes(&grant), ["read"]);
+}
+
+#[tokio::test]
+async fn disconnecting_without_a_revocation_endpoint() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    let connections = gate.connections();
+    assert_eq!(
+        connections
+            .disconnect(&session.principal, "acme")
+            .await
+            .expect("disconnect"),
+        Disconnected::NothingConnected
+    );
+    fixture.connect(&gate, &session, &["read"], None).await;
+    assert_eq!(
+        connections
+            .disconnect(&session.principal, "acme")
+            .await
+            .expect("disconnect"),
+        Disconnected::NoRevocation
+    );
+    assert!(
+        connections
+            .summaries(&session.principal)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+}
+
+/// Starts a flow and returns the callback query for it and the browser's cookie.
+async fn started(gate: &Gate, elicitation: &ElicitationRecord, extra: &str) -> (CallbackParams, String) {
+    let flow = gate
+        .connections()
+        .start_flow(elicitation)
+        .await
+        .expect("start")
+        .expect("a provider elicitation");
+    let query: std::collections::HashMap<String, String> = flow.authorize_url.query_pairs().into_owned().collect();
+    assert_eq!(query["redirect_uri"], "http://127.0.0.1:8080/oauth/callback");
+    assert_eq!(query["code_challenge_method"], "S256");
+    assert!(
+        flow.cookie_name.starts_with("gatehouse-flow-"),
+        "no __Host- prefix over http"
+    );
+    let params = CallbackParams::from_query(&format!("state={}{extra}", query["state"])).expect("params");
+    assert_eq!(gate.connections().flow_cookie_name(&params), flow.cookie_name);
+    (params, flow.cookie_value)
+}
+
+#[tokio::test]
+async fn callbacks_that_do_not_match_their_flow_are_refused_and_change_nothing() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    let asked = fixture.ask(&gate, &session, "acme").await;
+    let connections = gate.connections();
+    let alice = &session.principal;
+    assert_eq!(
+        CallbackParams::from_query("code=x").err(),
+        Some(CallbackRefusal::UnknownState)
+    );
+    let (params, cookie) = started(&gate, &asked, "&code=abc").await;
+    let refused = |refusal| CallbackOutcome::Refused(refusal);
+
+    let unknown = CallbackParams::from_query("state=forged&code=abc").expect("params");
+    let outcome = connections
+        .callback(alice, &unknown, Some(&cookie))
+        .await
+        .expect("callback");
+    assert_eq!(outcome, refused(CallbackRefusal::UnknownState));
+    let outcome = connections
+        .callback(alice, &params, Some("other"))
+        .await
+        .expect("callback");
+    assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser));
+    let outcome = connections.callback(alice, &params, None).await.expect("callback");
+    assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser));
+    let outcome = connections
+        .callback(&principal("mallory"), &params, Some(&cookie))
+        .await
+        .expect("callback");
+    assert_eq!(outcome, refused(CallbackRefusal::OtherUser));
+    let (wrong_iss, cookie2) = started(&gate, &asked, "&code=abc&iss=https%3A%2F%2Fevil.example").await;
+    let outcome = connections
+        .callback(alice, &wrong_iss, Some(&cookie2))
+        .await
+        .expect("callback");
+    assert_eq!(outcome, refused(CallbackRefusal::WrongIssuer));
+
+    let still = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
+    assert_eq!(still.status, ElicitationStatus::Pending, "refusals change nothing");
+}
+
+#[tokio::test]
+async fn a_provider_refusal_declines_and_uses_up_the_flow() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    let asked = fixture.ask(&gate, &session, "acme").await;
+    let (params, cookie) = started(&gate, &asked, "&error=access_denied").await;
+    let connections = gate.connections();
+    let outcome = connections
+        .callback(&session.principal, &params, Some(&cookie))
+        .await
+        .expect("callback");
+    assert_eq!(
+        outcome,
+        CallbackOutcome::Declined {
+            provider_name: "ACME".into()
+        }
+    );
+    let declined = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
+    assert_eq!(declined.status, ElicitationStatus::Declined);
+    let replay = connections
+        .callback(&session.principal, &params, Some(&cookie))
+        .await
+        .expect("callback");
+    assert_eq!(replay, CallbackOutcome::Refused(CallbackRefusal::AlreadyUsed));
+}
+
+#[tokio::test]
+async fn a_callback_without_a_code_fails_the_elicitation() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    let asked = fixture.ask(&gate, &session, "acme").await;
+    let (params, cookie) = started(&gate, &asked, "").await;
+    let outcome = gate
+        .connections()
+        .callback(&session.principal, &params, Some(&cookie))
+        .await
+        .expect("callback");
+    assert_eq!(outcome, CallbackOutcome::Refused(CallbackRefusal::NoCode));
+    let failed = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
+    assert_eq!(failed.status, ElicitationStatus::Failed);
+}
+
+#[tokio::test]
+async fn a_flow_for_an_elicitation_that_ended_is_refused_as_expired() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    let asked = fixture.ask(&gate, &session, "acme").await;
+    let (params, cookie) = started(&gate, &asked, "&code=abc").await;
+    gate.elicitations()
+        .finish(&asked, ElicitationStatus::Declined)
+        .await
+        .expect("finish");
+    let outcome = gate
+        .connections()
+        .callback(&session.principal, &params, Some(&cookie))
+        .await
+        .expect("callback");
+    assert_eq!(outcome, CallbackOutcome::Refused(CallbackRefusal::Expired));
+}

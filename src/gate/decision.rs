@@ -1,0 +1,198 @@
+//! The decision for one tool call: run it with these credentials, or which elicitations the user
+//! must finish first, or report the user's decline once.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use super::connections::Grant;
+use super::form_values::call_key;
+use super::{Ask, Gate, GateError, Requirement};
+use crate::domain::Principal;
+use crate::forms::{Form, FormScope, Submission};
+use crate::providers::Provider;
+use crate::secret::Secret;
+use crate::store::{ElicitationRecord, SessionRecord};
+
+/// One tool call, as the gate sees it.
+pub struct ToolCall<'a> {
+    pub tool: &'a str,
+    pub requires: &'a [Requirement],
+    pub arguments: &'a Map<String, Value>,
+    /// The call-scoped forms' descriptions with this call's arguments, by form id.
+    pub details: &'a HashMap<String, String>,
+}
+
+/// What one call may use: access tokens by provider (with the connection version they came from)
+/// and submitted form values by form.
+#[derive(Default)]
+pub struct Credentials {
+    tokens: HashMap<String, (Secret<String>, DateTime<Utc>)>,
+    forms: HashMap<String, Submission>,
+}
+
+impl Credentials {
+    pub fn token(&self, provider: &str) -> Option<&Secret<String>> {
+        self.tokens.get(provider).map(|(token, _)| token)
+    }
+
+    pub fn forms(&self) -> &HashMap<String, Submission> {
+        &self.forms
+    }
+
+    /// Every secret this call holds, so results can be scrubbed of any an upstream echoes back.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.tokens.values().map(|(token, _)| token.expose().as_str()).chain(
+            self.forms
+                .values()
+                .flat_map(|f| f.secrets.values().map(|s| s.expose().as_str())),
+        )
+    }
+}
+
+#[derive(Debug)]
+pub enum Decision {
+    Run(Credentials),
+    /// The user must act in a browser: one elicitation per unmet requirement.
+    Elicit(Vec<ElicitationRecord>),
+    /// The user declined this requirement; reported once, then the next call elicits afresh.
+    Declined(ElicitationRecord),
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
+            .field("forms", &self.forms.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn sign_in(provider: &Provider, scopes: Vec<String>) -> Ask {
+    let message = if scopes.is_empty() {
+        format!("Authorization is required to access your {} account.", provider.name)
+    } else {
+        format!(
+            "Authorization is required to access your {} account ({}).",
+            provider.name,
+            scopes.join(", ")
+        )
+    };
+    Ask {
+        requirement: Requirement::Provider {
+            provider: provider.id.clone(),
+            scopes,
+        },
+        message,
+        call_key: None,
+        detail: None,
+    }
+}
+
+fn fill_in(form: &Form, call_key: Option<String>, detail: Option<String>) -> Ask {
+    let message = match form.scope {
+        FormScope::Call => format!("Please confirm in your browser: {}.", form.title),
+        FormScope::User => format!("Please fill in \"{}\" in your browser.", form.title),
+    };
+    Ask {
+        requirement: Requirement::Form { form: form.id.clone() },
+        message,
+        call_key,
+        detail,
+    }
+}
+
+impl Gate {
+    /// Run, or what the user must do first.
+    pub async fn decide(
+        &self,
+        principal: &Principal,
+        session: &SessionRecord,
+        call: &ToolCall<'_>,
+    ) -> Result<Decision, GateError> {
+        let mut credentials = Credentials::default();
+        let mut missing = Vec::new();
+        let mut call_forms = Vec::new();
+        for requirement in call.requires {
+            match requirement {
+                Requirement::Provider { provider, scopes } => {
+                    let Some(provider) = self.connections.provider(provider) else {
+                        continue;
+                    };
+                    match self.connections.grant(principal, provider, scopes).await? {
+                        Grant::Usable { token, version } => {
+                            credentials.tokens.insert(provider.id.clone(), (token, version));
+                        }
+                        Grant::SignIn { scopes } => missing.push(sign_in(provider, scopes)),
+                    }
+                }
+                Requirement::Form { form } => {
+                    let Some(form) = self.form_values.forms().get(form) else {
+                        continue;
+                    };
+                    if form.scope == FormScope::Call {
+                        call_forms.push(form);
+                        continue;
+                    }
+                    match self.form_values.user_values(principal, &form.id).await? {
+                        Some(values) => {
+                            credentials.forms.insert(form.id.clone(), values);
+                        }
+                        None => missing.push(fill_in(form, None, None)),
+                    }
+                }
+            }
+        }
+        // A call-scoped answer is used up when taken, so it is taken only once nothing else is
+        // missing; until then the other requirements are asked for first.
+        if missing.is_empty() {
+            let key = call_key(call.tool, call.arguments);
+            for form in call_forms {
+                match self
+                    .form_values
+                    .take_call_answer(principal, &session.id, &form.id, &key)
+                    .await?
+                {
+                    Some(answer) => {
+                        credentials.forms.insert(form.id.clone(), answer);
+                    }
+                    None => missing.push(fill_in(form, Some(key.clone()), call.details.get(&form.id).cloned())),
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(Decision::Run(credentials));
+        }
+        let mut elicitations = Vec::new();
+        for ask in &missing {
+            if let Some(declined) = self
+                .elicitations
+                .take_unreported_decline(principal, session, ask)
+                .await?
+            {
+                return Ok(Decision::Declined(declined));
+            }
+            elicitations.push(self.elicitations.ask(principal, session, ask).await?);
+        }
+        Ok(Decision::Elicit(elicitations))
+    }
+
+    /// The provider refused the token a call used: its connection is broken (unless it was
+    /// refreshed meanwhile) and the next decision elicits a new sign-in.
+    pub async fn credential_rejected(
+        &self,
+        principal: &Principal,
+        provider: &str,
+        credentials: &Credentials,
+    ) -> Result<(), GateError> {
+        match credentials.tokens.get(provider) {
+            Some((_, version)) => self.connections.token_rejected(principal, provider, *version).await,
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "decision_tests.rs"]
+mod tests;

@@ -1,0 +1,325 @@
+//! The elicitation lifecycle: one pending elicitation per unmet requirement of a session (reused
+//! while it is pending), the page that satisfies it, declines reported once, expiry, and the one
+//! place that finishes an elicitation: it writes the `notifications/elicitation/complete` event in
+//! the same store transaction as whatever finished it, then wakes the session's streams here.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::{Backing, GateError, Requirement, after};
+use crate::domain::{ElicitationId, Principal};
+use crate::jsonrpc;
+use crate::store::{ElicitationRecord, ElicitationStatus, SessionRecord, StoreError};
+
+/// What the user is asked for: one unmet requirement, in words.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub requirement: Requirement,
+    /// Shown to the user by the client, and in the page's fallback text.
+    pub message: String,
+    /// Only for call-scoped forms: which call is asked (a hash of tool and arguments).
+    pub call_key: Option<String>,
+    /// Only for call-scoped forms: the form's description with the call's arguments.
+    pub detail: Option<String>,
+}
+
+pub struct Elicitations {
+    backing: Backing,
+    ttl: Duration,
+}
+
+/// Longest client name kept from `clientInfo` (it is shown on pages).
+const MAX_CLIENT_NAME: usize = 100;
+
+impl Elicitations {
+    pub fn new(backing: Backing, ttl: Duration) -> Self {
+        Self { backing, ttl }
+    }
+
+    pub async fn get(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, GateError> {
+        Ok(self.backing.store.elicitation(id).await?)
+    }
+
+    /// The session's pending elicitation for this ask, or a new one.
+    pub async fn ask(
+        &self,
+        principal: &Principal,
+        session: &SessionRecord,
+        ask: &Ask,
+    ) -> Result<ElicitationRecord, GateError> {
+        let now = Utc::now();
+        let text = ask.requirement.to_string();
+        let store = &self.backing.store;
+        if let Some(pending) = store
+            .pending_elicitation(principal, &session.id, &text, ask.call_key.as_deref(), now)
+            .await?
+        {
+            return Ok(pending);
+        }
+        let id = ElicitationId::generate();
+        let record = ElicitationRecord {
+            id,
+            principal: principal.clone(),
+            session_id: session.id.clone(),
+            requirement: text,
+            status: ElicitationStatus::Pending,
+            message: ask.message.clone(),
+            url: self.page_url(&ask.requirement, &id),
+            client_name: client_name(session),
+            created_at: now,
+            expires_at: after(now, self.ttl),
+            completed_at: None,
+            call_key: ask.call_key.clone(),
+            detail: ask.detail.clone(),
+        };
+        // Two concurrent calls may both get here: the store keeps the first and returns it.
+        let stored = store.insert_elicitation(&record).await?;
+        if stored.id == id {
+            tracing::info!(elicitation = %id, principal = %principal, requirement = %stored.requirement, "elicitation created");
+        }
+        Ok(stored)
+    }
+
+    /// The page that satisfies a requirement: a provider's connect page or a form.
+    fn page_url(&self, requirement: &Requirement, id: &ElicitationId) -> String {
+        let path = match requirement {
+            Requirement::Provider { .. } => format!("/connect/{id}"),
+            Requirement::Form { .. } => format!("/forms/{id}"),
+        };
+        self.backing.public_url.at(&path)
+    }
+
+    /// The user's decline of this ask in this session, if no call has reported it yet; taking it
+    /// marks it reported, so the next call asks afresh.
+    pub async fn take_unreported_decline(
+        &self,
+        principal: &Principal,
+        session: &SessionRecord,
+        ask: &Ask,
+    ) -> Result<Option<ElicitationRecord>, GateError> {
+        Ok(self
+            .backing
+            .store
+            .take_unreported_decline(
+                principal,
+                &session.id,
+                &ask.requirement.to_string(),
+                ask.call_key.as_deref(),
+            )
+            .await?)
+    }
+
+    /// Marks the elicitation's decline as reported (a waiting call told the model already).
+    pub async fn mark_decline_reported(&self, elicitation: &ElicitationRecord) -> Result<(), GateError> {
+        self.backing
+            .store
+            .take_unreported_decline(
+                &elicitation.principal,
+                &elicitation.session_id,
+                &elicitation.requirement,
+                elicitation.call_key.as_deref(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Ends a pending elicitation without what it asked for (declined, failed) and tells its
+    /// session. False when it was no longer pending.
+    pub async fn finish(&self, elicitation: &ElicitationRecord, status: ElicitationStatus) -> Result<bool, GateError> {
+        let store = &self.backing.store;
+        let finished = self
+            .finish_with(elicitation, |notification| async move {
+                store
+                    .finish_elicitation(&elicitation.id, status, &notification, Utc::now())
+                    .await
+            })
+            .await?;
+        if finished {
+            tracing::info!(elicitation = %elicitation.id, status = status.as_str(), "elicitation finished");
+        }
+        Ok(finished)
+    }
+
+    /// Finishes an elicitation through `write`, a store operation that must, in one transaction,
+    /// move it out of pending and append the completion `notification` it is given to the
+    /// session's event log; it returns whether it did. Then the session's streams here are woken
+    /// (other replicas learn of it from the store). The one way an elicitation ends.
+    pub(super) async fn finish_with<F, Fut>(&self, elicitation: &ElicitationRecord, write: F) -> Result<bool, GateError>
+    where
+        F: FnOnce(Value) -> Fut,
+        Fut: Future<Output = Result<bool, StoreError>>,
+    {
+        let notification = jsonrpc::notification(
+            "notifications/elicitation/complete",
+            json!({ "elicitationId": elicitation.id.to_string() }),
+        );
+        let finished = write(notification).await?;
+        if finished {
+            self.backing.bus.appended(&elicitation.session_id);
+        }
+        Ok(finished)
+    }
+
+    /// Marks every pending elicitation past its expiry expired.
+    pub async fn expire_overdue(&self, now: DateTime<Utc>) -> Result<u64, GateError> {
+        let expired = self.backing.store.expire_elicitations(now).await?;
+        if expired > 0 {
+            tracing::info!(expired, "elicitations expired");
+        }
+        Ok(expired)
+    }
+}
+
+/// The client's name as it introduced itself, for pages ("GitHub wants ... for Claude").
+fn client_name(session: &SessionRecord) -> String {
+    session
+        .client_info
+        .get("title")
+        .or_else(|| session.client_info.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("your MCP client")
+        .chars()
+        .take(MAX_CLIENT_NAME)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::testing::{Fixture, principal};
+
+    fn ask(requirement: &str) -> Ask {
+        Ask {
+            requirement: Requirement::parse(requirement).expect("requirement"),
+            message: "Please sign in.".into(),
+            call_key: None,
+            detail: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pending_elicitation_is_reused_until_it_ends() {
+        let fixture = Fixture::new().await;
+        let session = fixture.session("alice").await;
+        let elicitations = fixture.elicitations();
+        let first = elicitations
+            .ask(&principal("alice"), &session, &ask("acme"))
+            .await
+            .expect("ask");
+        assert_eq!(first.status, ElicitationStatus::Pending);
+        assert_eq!(first.url, format!("http://127.0.0.1:8080/connect/{}", first.id));
+        assert_eq!(first.client_name, "Test Client");
+        let again = elicitations
+            .ask(&principal("alice"), &session, &ask("acme"))
+            .await
+            .expect("ask");
+        assert_eq!(again.id, first.id, "reused while pending");
+        let form = elicitations
+            .ask(&principal("alice"), &session, &ask("form:key"))
+            .await
+            .expect("ask");
+        assert_ne!(form.id, first.id);
+        assert!(form.url.ends_with(&format!("/forms/{}", form.id)));
+
+        assert!(
+            elicitations
+                .finish(&first, ElicitationStatus::Failed)
+                .await
+                .expect("finish")
+        );
+        assert!(
+            !elicitations
+                .finish(&first, ElicitationStatus::Declined)
+                .await
+                .expect("finish"),
+            "finishing twice changes nothing"
+        );
+        let next = elicitations
+            .ask(&principal("alice"), &session, &ask("acme"))
+            .await
+            .expect("ask");
+        assert_ne!(next.id, first.id, "a new one once the old one ended");
+    }
+
+    #[tokio::test]
+    async fn finishing_appends_the_completion_and_wakes_the_session() {
+        let fixture = Fixture::new().await;
+        let session = fixture.session("alice").await;
+        let elicitations = fixture.elicitations();
+        let elicitation = elicitations
+            .ask(&principal("alice"), &session, &ask("acme"))
+            .await
+            .expect("ask");
+        let mut wake = fixture.backing.bus.subscribe(&session.id);
+        assert!(
+            elicitations
+                .finish(&elicitation, ElicitationStatus::Declined)
+                .await
+                .expect("finish")
+        );
+        assert!(wake.has_changed().expect("open"), "the session's streams were woken");
+        wake.borrow_and_update();
+        let events = fixture
+            .backing
+            .store
+            .events_after(&session.id, 0, 10)
+            .await
+            .expect("events");
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].message["method"], "notifications/elicitation/complete");
+        assert_eq!(events[0].message["params"]["elicitationId"], elicitation.id.to_string());
+        assert!(
+            !elicitations
+                .finish(&elicitation, ElicitationStatus::Declined)
+                .await
+                .expect("finish")
+        );
+        assert!(!wake.has_changed().expect("open"), "a second finish wakes nobody");
+    }
+
+    #[tokio::test]
+    async fn a_decline_is_reported_once() {
+        let fixture = Fixture::new().await;
+        let session = fixture.session("alice").await;
+        let elicitations = fixture.elicitations();
+        let asked = ask("acme");
+        let elicitation = elicitations
+            .ask(&principal("alice"), &session, &asked)
+            .await
+            .expect("ask");
+        elicitations
+            .finish(&elicitation, ElicitationStatus::Declined)
+            .await
+            .expect("finish");
+        let declined = elicitations
+            .take_unreported_decline(&principal("alice"), &session, &asked)
+            .await
+            .expect("take");
+        assert_eq!(declined.map(|e| e.id), Some(elicitation.id));
+        assert!(
+            elicitations
+                .take_unreported_decline(&principal("alice"), &session, &asked)
+                .await
+                .expect("take")
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn overdue_elicitations_expire() {
+        let fixture = Fixture::new().await;
+        let session = fixture.session("alice").await;
+        let elicitations = fixture.elicitations();
+        let elicitation = elicitations
+            .ask(&principal("alice"), &session, &ask("acme"))
+            .await
+            .expect("ask");
+        let later = Utc::now() + chrono::Duration::hours(1);
+        assert_eq!(elicitations.expire_overdue(later).await.expect("sweep"), 1);
+        let stored = elicitations.get(&elicitation.id).await.expect("get").expect("stored");
+        assert_eq!(stored.status, ElicitationStatus::Expired);
+    }
+}

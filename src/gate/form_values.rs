@@ -1,0 +1,430 @@
+//! What users typed into hosted forms. User-scoped values are kept per principal and form and
+//! reused by later calls; a call-scoped answer belongs to the one call that asked (same tool, same
+//! arguments) and is taken once. Non-secret values are stored as JSON; secret fields are one
+//! ciphertext, sealed by the key ring and bound to the principal and form (or the elicitation).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+
+use super::{Backing, Elicitations, GateError, Requirement, sha256_hex};
+use crate::domain::{ElicitationId, Principal, SessionId};
+use crate::forms::{Form, Forms, Submission};
+use crate::secret::Secret;
+use crate::store::{ElicitationRecord, FormAnswerRecord, FormValuesRecord, StoreError};
+
+/// A user's saved values as pages may show them: the non-secret values and the names of the
+/// stored secrets (never their values).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoredValues {
+    pub values: Map<String, Value>,
+    pub secret_names: BTreeSet<String>,
+}
+
+impl From<Submission> for StoredValues {
+    fn from(submission: Submission) -> Self {
+        Self {
+            values: submission.values,
+            secret_names: submission.secrets.into_keys().collect(),
+        }
+    }
+}
+
+pub struct FormValues {
+    backing: Backing,
+    elicitations: Arc<Elicitations>,
+    forms: Arc<Forms>,
+}
+
+/// What a user-scoped form's sealed secrets are bound to.
+fn user_form_context(principal: &Principal, form: &str) -> String {
+    format!("form:{principal}:{form}:secrets")
+}
+
+/// What a call-scoped answer's sealed secrets are bound to.
+fn answer_context(elicitation: &ElicitationId) -> String {
+    format!("answer:{elicitation}:secrets")
+}
+
+/// Identifies one call: the tool and its arguments (serde_json maps are sorted, so equal
+/// arguments give equal keys).
+pub fn call_key(tool: &str, arguments: &Map<String, Value>) -> String {
+    sha256_hex(&json!({ "tool": tool, "arguments": arguments }).to_string())
+}
+
+impl FormValues {
+    pub fn new(backing: Backing, elicitations: Arc<Elicitations>, forms: Arc<Forms>) -> Self {
+        Self {
+            backing,
+            elicitations,
+            forms,
+        }
+    }
+
+    pub fn forms(&self) -> &Forms {
+        &self.forms
+    }
+
+    /// The form an elicitation asks for.
+    pub fn form_of(&self, elicitation: &ElicitationRecord) -> Option<&Form> {
+        match Requirement::parse(&elicitation.requirement).ok()? {
+            Requirement::Form { form } => self.forms.get(&form),
+            Requirement::Provider { .. } => None,
+        }
+    }
+
+    /// The principal's values for a user-scoped form, secrets unsealed, for a call to use.
+    pub async fn user_values(&self, principal: &Principal, form: &str) -> Result<Option<Submission>, GateError> {
+        let Some(record) = self.backing.store.form_values(principal, form).await? else {
+            return Ok(None);
+        };
+        self.unseal(
+            &record.fields,
+            record.secrets.as_deref(),
+            &user_form_context(principal, form),
+        )
+        .map(Some)
+    }
+
+    /// The answer to a call-scoped form given for exactly this call, taken (it is used once).
+    pub async fn take_call_answer(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        form: &str,
+        call_key: &str,
+    ) -> Result<Option<Submission>, GateError> {
+        let requirement = Requirement::Form { form: form.to_owned() }.to_string();
+        let Some(answer) = self
+            .backing
+            .store
+            .take_form_answer(principal, session, &requirement, call_key)
+            .await?
+        else {
+            return Ok(None);
+        };
+        self.unseal(
+            &answer.fields,
+            answer.secrets.as_deref(),
+            &answer_context(&answer.elicitation_id),
+        )
+        .map(Some)
+    }
+
+    /// The principal's saved values for a user-scoped form, as pages may show them.
+    pub async fn stored(&self, principal: &Principal, form: &str) -> Result<Option<StoredValues>, GateError> {
+        Ok(self.user_values(principal, form).await?.map(StoredValues::from))
+    }
+
+    /// Every configured form the principal has saved values for.
+    pub async fn all_stored(&self, principal: &Principal) -> Result<Vec<(&Form, StoredValues)>, GateError> {
+        let mut stored = Vec::new();
+        for record in self.backing.store.all_form_values(principal).await? {
+            // Values of a form no longer configured stay stored, but nothing can show them.
+            let Some(form) = self.forms.get(&record.form) else {
+                continue;
+            };
+            let context = user_form_context(principal, &form.id);
+            let submission = self.unseal(&record.fields, record.secrets.as_deref(), &context)?;
+            stored.push((form, submission.into()));
+        }
+        Ok(stored)
+    }
+
+    /// Saves a user-scoped form's values; secrets left blank keep their stored value. With an
+    /// elicitation, completes it in the same transaction. Returns whether it was completed (false
+    /// without one, or when it was no longer pending); the values are saved either way.
+    pub async fn save_user(
+        &self,
+        principal: &Principal,
+        form: &Form,
+        mut submission: Submission,
+        elicitation: Option<&ElicitationRecord>,
+    ) -> Result<bool, GateError> {
+        let context = user_form_context(principal, &form.id);
+        let store = &self.backing.store;
+        let now = Utc::now();
+        let existing = store.form_values(principal, &form.id).await?;
+        if let Some(existing) = &existing {
+            let stored = self.unseal(&existing.fields, existing.secrets.as_deref(), &context)?;
+            for (name, value) in stored.secrets {
+                submission.secrets.entry(name).or_insert(value);
+            }
+        }
+        let record = FormValuesRecord {
+            principal: principal.clone(),
+            form: form.id.clone(),
+            fields: Value::Object(submission.values),
+            secrets: self.seal(&submission.secrets, &context)?,
+            created_at: existing.map_or(now, |e| e.created_at),
+            updated_at: now,
+        };
+        let record = &record;
+        let completed = match elicitation {
+            Some(elicitation) => {
+                self.elicitations
+                    .finish_with(elicitation, |notification| async move {
+                        store
+                            .save_form_values(record, Some(&elicitation.id), &notification, now)
+                            .await
+                    })
+                    .await?
+            }
+            None => store.save_form_values(record, None, &Value::Null, now).await?,
+        };
+        tracing::info!(principal = %principal, form = %form.id, "form values saved");
+        Ok(completed)
+    }
+
+    /// Stores the answer to a call-scoped form for the call that asked, completing its
+    /// elicitation. False (nothing stored) when the elicitation was no longer pending.
+    pub async fn answer_call(
+        &self,
+        elicitation: &ElicitationRecord,
+        submission: Submission,
+    ) -> Result<bool, GateError> {
+        let answer = FormAnswerRecord {
+            elicitation_id: elicitation.id,
+            fields: Value::Object(submission.values),
+            secrets: self.seal(&submission.secrets, &answer_context(&elicitation.id))?,
+            created_at: Utc::now(),
+        };
+        let (store, answer) = (&self.backing.store, &answer);
+        let completed = self
+            .elicitations
+            .finish_with(elicitation, |notification| async move {
+                store.save_form_answer(answer, &notification, Utc::now()).await
+            })
+            .await?;
+        if completed {
+            tracing::info!(elicitation = %elicitation.id, "call form answered");
+        }
+        Ok(completed)
+    }
+
+    /// Deletes the principal's values for a form; false when there were none.
+    pub async fn delete(&self, principal: &Principal, form: &str) -> Result<bool, GateError> {
+        let deleted = self.backing.store.delete_form_values(principal, form).await?;
+        if deleted {
+            tracing::info!(principal = %principal, form, "form values deleted");
+        }
+        Ok(deleted)
+    }
+
+    /// Forgets call answers that no call took before `cutoff`.
+    pub async fn drop_untaken_answers(&self, cutoff: DateTime<Utc>) -> Result<u64, GateError> {
+        let dropped = self.backing.store.delete_untaken_answers(cutoff).await?;
+        if dropped > 0 {
+            tracing::info!(dropped, "call answers nobody took were dropped");
+        }
+        Ok(dropped)
+    }
+
+    /// Submitted values from their stored form: the non-secret JSON and the sealed secrets.
+    fn unseal(&self, fields: &Value, sealed: Option<&[u8]>, context: &str) -> Result<Submission, GateError> {
+        let Value::Object(values) = fields else {
+            return Err(StoreError::Corrupt("form values are not a JSON object".into()).into());
+        };
+        let secrets = match sealed {
+            None => BTreeMap::new(),
+            Some(sealed) => {
+                let opened = Secret::new(self.backing.vault.decrypt(sealed, context)?);
+                serde_json::from_slice::<BTreeMap<String, String>>(opened.expose())
+                    .map_err(|e| StoreError::Corrupt(format!("sealed form secrets: {e}")))?
+                    .into_iter()
+                    .map(|(name, value)| (name, Secret::new(value)))
+                    .collect()
+            }
+        };
+        Ok(Submission {
+            values: values.clone(),
+            secrets,
+        })
+    }
+
+    /// Seals a submission's secrets as one ciphertext (None when it has none).
+    fn seal(&self, secrets: &BTreeMap<String, Secret<String>>, context: &str) -> Result<Option<Vec<u8>>, GateError> {
+        if secrets.is_empty() {
+            return Ok(None);
+        }
+        let plain: BTreeMap<&str, &str> = secrets
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.expose().as_str()))
+            .collect();
+        let json = Secret::new(
+            serde_json::to_vec(&plain).map_err(|e| StoreError::Corrupt(format!("sealing form secrets: {e}")))?,
+        );
+        Ok(Some(self.backing.vault.encrypt(json.expose(), context)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::testing::{Fixture, principal};
+    use crate::gate::{Ask, Gate};
+    use crate::store::ElicitationStatus;
+
+    const CONFIG: &str = include_str!("testdata/gate.toml");
+
+    fn submission(values: Value, secrets: &[(&str, &str)]) -> Submission {
+        let Value::Object(values) = values else {
+            panic!("values must be an object")
+        };
+        Submission {
+            values,
+            secrets: secrets
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Secret::new((*v).to_owned())))
+                .collect(),
+        }
+    }
+
+    fn form<'g>(gate: &'g Gate, id: &str) -> &'g Form {
+        gate.form_values().forms().get(id).expect("configured form")
+    }
+
+    #[tokio::test]
+    async fn user_values_are_sealed_kept_and_blank_secrets_keep_the_stored_one() {
+        let fixture = Fixture::new().await;
+        let gate = fixture.gate(CONFIG);
+        let values = gate.form_values();
+        let alice = principal("alice");
+        let key = form(&gate, "key");
+        let first = submission(json!({"org": "acme"}), &[("api_key", "sk-first-secret-value")]);
+        assert!(!values.save_user(&alice, key, first, None).await.expect("save"));
+        let stored = fixture
+            .backing
+            .store
+            .form_values(&alice, "key")
+            .await
+            .expect("row")
+            .expect("saved");
+        let sealed = stored.secrets.expect("sealed secrets");
+        assert!(
+            !String::from_utf8_lossy(&sealed).contains("sk-first"),
+            "the secret is not stored in clear"
+        );
+        assert!(!stored.fields.to_string().contains("sk-first"));
+
+        values
+            .save_user(&alice, key, submission(json!({"org": "personal"}), &[]), None)
+            .await
+            .expect("replace");
+        let used = values.user_values(&alice, "key").await.expect("values").expect("saved");
+        assert_eq!(used.values["org"], "personal");
+        assert_eq!(used.secrets["api_key"].expose(), "sk-first-secret-value");
+        let shown = values.stored(&alice, "key").await.expect("stored").expect("saved");
+        assert_eq!(shown.secret_names, BTreeSet::from(["api_key".to_owned()]));
+        assert_eq!(values.all_stored(&alice).await.expect("all").len(), 1);
+        assert!(values.stored(&principal("bob"), "key").await.expect("stored").is_none());
+
+        assert!(values.delete(&alice, "key").await.expect("delete"));
+        assert!(!values.delete(&alice, "key").await.expect("delete"));
+        assert!(values.user_values(&alice, "key").await.expect("values").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_call_answer_is_taken_once_by_the_call_that_asked() {
+        let fixture = Fixture::new().await;
+        let gate = fixture.gate(CONFIG);
+        let session = fixture.session("alice").await;
+        let alice = principal("alice");
+        let key = call_key("pay", json!({"amount": 12}).as_object().expect("object"));
+        let ask = Ask {
+            requirement: Requirement::parse("form:confirm").expect("requirement"),
+            message: "Confirm".into(),
+            call_key: Some(key.clone()),
+            detail: None,
+        };
+        let elicitation = gate.elicitations().ask(&alice, &session, &ask).await.expect("ask");
+        let answer = submission(json!({"note": "ok"}), &[("pin", "1234")]);
+        assert!(
+            gate.form_values()
+                .answer_call(&elicitation, answer)
+                .await
+                .expect("answer")
+        );
+        let other = call_key("pay", json!({"amount": 13}).as_object().expect("object"));
+        let values = gate.form_values();
+        assert!(
+            values
+                .take_call_answer(&alice, &session.id, "confirm", &other)
+                .await
+                .expect("take")
+                .is_none(),
+            "another call's arguments find nothing"
+        );
+        let taken = values
+            .take_call_answer(&alice, &session.id, "confirm", &key)
+            .await
+            .expect("take")
+            .expect("the answer");
+        assert_eq!(taken.values["note"], "ok");
+        assert_eq!(taken.secrets["pin"].expose(), "1234");
+        assert!(
+            values
+                .take_call_answer(&alice, &session.id, "confirm", &key)
+                .await
+                .expect("take")
+                .is_none(),
+            "taken once"
+        );
+        let done = gate
+            .elicitations()
+            .get(&elicitation.id)
+            .await
+            .expect("get")
+            .expect("stored");
+        assert_eq!(done.status, ElicitationStatus::Completed);
+        let late = submission(json!({"note": "again"}), &[]);
+        assert!(
+            !gate.form_values().answer_call(&done, late).await.expect("answer"),
+            "a finished elicitation takes no second answer"
+        );
+    }
+
+    #[tokio::test]
+    async fn saving_for_an_elicitation_completes_it_once() {
+        let fixture = Fixture::new().await;
+        let gate = fixture.gate(CONFIG);
+        let session = fixture.session("alice").await;
+        let alice = principal("alice");
+        let ask = Ask {
+            requirement: Requirement::parse("form:key").expect("requirement"),
+            message: "Fill in".into(),
+            call_key: None,
+            detail: None,
+        };
+        let elicitation = gate.elicitations().ask(&alice, &session, &ask).await.expect("ask");
+        assert_eq!(
+            gate.form_values().form_of(&elicitation).map(|f| f.id.as_str()),
+            Some("key")
+        );
+        let key = form(&gate, "key");
+        let values = submission(json!({"org": "acme"}), &[("api_key", "sk-0123456789abcdef0123")]);
+        assert!(
+            gate.form_values()
+                .save_user(&alice, key, values.clone(), Some(&elicitation))
+                .await
+                .expect("save")
+        );
+        assert!(
+            !gate
+                .form_values()
+                .save_user(&alice, key, values, Some(&elicitation))
+                .await
+                .expect("save"),
+            "the elicitation is no longer pending"
+        );
+        let events = fixture
+            .backing
+            .store
+            .events_after(&session.id, 0, 10)
+            .await
+            .expect("events");
+        assert_eq!(events.len(), 1, "one completion notification");
+    }
+}

@@ -1,0 +1,154 @@
+//! The ground the gate's unit tests stand on: an in-memory SQLite store (migrated), an in-process
+//! bus, a key ring, the loopback public URL, and a gate built from a configuration snippet.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use url::Url;
+
+use super::connections::access_context;
+use super::{Ask, Backing, Connections, Elicitations, FormValues, Gate, Requirement};
+use crate::config::Config;
+use crate::domain::{Principal, SessionId};
+use crate::events::Bus;
+use crate::forms::Forms;
+use crate::providers::{OAuthClient, Providers};
+use crate::public_url::PublicUrl;
+use crate::secret::Secret;
+use crate::store::{
+    ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord, SessionCache, SessionRecord, SqliteStore,
+    Store,
+};
+use crate::vault::KeyRing;
+
+const KEY: &str = "dW5pdC10ZXN0LWtleS1mb3ItdGhlLWdhdGUtMzJieXQ=";
+
+pub fn principal(name: &str) -> Principal {
+    Principal::parse(name).expect("principal")
+}
+
+pub struct Fixture {
+    pub backing: Backing,
+    pub cache: Arc<ConnectionCache>,
+}
+
+impl Fixture {
+    pub async fn new() -> Self {
+        // One connection: every connection to `:memory:` is a database of its own.
+        let store = SqliteStore::connect("sqlite::memory:", 1)
+            .await
+            .expect("in-memory SQLite");
+        store.migrate().await.expect("migrations");
+        let store: Arc<dyn Store> = Arc::new(store);
+        let cache = Arc::new(ConnectionCache::new(16));
+        let bus = Arc::new(Bus::new(
+            store.clone(),
+            Arc::new(SessionCache::new(16)),
+            cache.clone(),
+            true,
+        ));
+        let vault = KeyRing::from_keys(&[Secret::new(KEY.to_owned())]).expect("key ring");
+        let public_url = PublicUrl::new(&Url::parse("http://127.0.0.1:8080").expect("url"));
+        Self {
+            backing: Backing {
+                store,
+                bus,
+                vault: Arc::new(vault),
+                public_url: Arc::new(public_url),
+            },
+            cache,
+        }
+    }
+
+    pub fn elicitations(&self) -> Elicitations {
+        Elicitations::new(self.backing.clone(), Duration::from_secs(600))
+    }
+
+    /// A session of `principal`'s, stored.
+    pub async fn session(&self, principal_name: &str) -> SessionRecord {
+        let session = SessionRecord {
+            id: SessionId::generate(),
+            principal: principal(principal_name),
+            protocol_version: "2025-11-25".into(),
+            client_info: json!({"name": "test-client", "title": "Test Client"}),
+            client_capabilities: json!({"elicitation": {"url": {}}}),
+            log_level: None,
+            created_at: Utc::now(),
+        };
+        self.backing.store.create_session(&session).await.expect("session");
+        session
+    }
+
+    /// The gate for a configuration snippet (`[[providers]]`, `[[forms]]`).
+    pub fn gate(&self, config: &str) -> Gate {
+        let config: Config = toml::from_str(config).expect("test configuration");
+        let providers = Arc::new(Providers::from_config(&config).expect("providers"));
+        let forms = Arc::new(Forms::from_config(&config.forms).expect("forms"));
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("HTTP client");
+        let elicitations = Arc::new(self.elicitations());
+        let connections = Arc::new(Connections::new(
+            self.backing.clone(),
+            elicitations.clone(),
+            providers,
+            OAuthClient::new(client),
+            self.cache.clone(),
+        ));
+        let form_values = Arc::new(FormValues::new(self.backing.clone(), elicitations.clone(), forms));
+        Gate::new(elicitations, connections, form_values)
+    }
+
+    /// The elicitation of the session's principal for `requirement`.
+    pub async fn ask(&self, gate: &Gate, session: &SessionRecord, requirement: &str) -> ElicitationRecord {
+        let ask = Ask {
+            requirement: Requirement::parse(requirement).expect("requirement"),
+            message: "Sign in".into(),
+            call_key: None,
+            detail: None,
+        };
+        gate.elicitations()
+            .ask(&session.principal, session, &ask)
+            .await
+            .expect("elicitation")
+    }
+
+    /// Stores a connection of the session's principal to `acme` with these scopes, as a completed
+    /// sign-in would, and returns it as stored.
+    pub async fn connect(
+        &self,
+        gate: &Gate,
+        session: &SessionRecord,
+        scopes: &[&str],
+        expires_at: Option<DateTime<Utc>>,
+    ) -> ConnectionRecord {
+        let principal = &session.principal;
+        let now = Utc::now();
+        let connection = ConnectionRecord {
+            principal: principal.clone(),
+            provider: "acme".into(),
+            access_token: self
+                .backing
+                .vault
+                .encrypt_str("access-token-1", &access_context(principal, "acme")),
+            refresh_token: None,
+            expires_at,
+            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+            account_label: Some("alice@acme".into()),
+            status: ConnectionStatus::Active,
+            created_at: now,
+            updated_at: now,
+        };
+        let asked = self.ask(gate, session, "acme").await;
+        let store = &self.backing.store;
+        store
+            .save_connection(&connection, &asked.id, &json!({}))
+            .await
+            .expect("save");
+        self.backing.bus.connections_changed(principal);
+        store.connection(principal, "acme").await.expect("load").expect("saved")
+    }
+}

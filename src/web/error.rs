@@ -1,0 +1,175 @@
+//! The error of the browser-facing routes, in the manner of docs.rs' `AxumNope`: every way a page
+//! request can be refused, each with its status and a notice page that says what happened and
+//! what to do. Internal causes are logged with context when they are converted, and shown as a
+//! generic message.
+
+use askama::Template;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::response::PageResponse;
+use super::templates::impl_page;
+use crate::gate::{CallbackRefusal, GateError};
+use crate::store::ElicitationStatus;
+
+/// A page with a heading, a message and an optional next step.
+#[derive(Template, Serialize)]
+#[template(path = "notice.html", blocks = ["title", "content"])]
+pub struct NoticePage {
+    heading: String,
+    message: String,
+    next_step: Option<String>,
+}
+impl_page!(NoticePage, "notice.html");
+
+impl NoticePage {
+    pub fn new(heading: &str, message: impl Into<String>, next_step: Option<&str>) -> Self {
+        Self {
+            heading: heading.to_owned(),
+            message: message.into(),
+            next_step: next_step.map(str::to_owned),
+        }
+    }
+}
+
+const ASK_AGAIN: &str = "Ask your assistant to try again if you still need it.";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error("the browser's user could not be identified")]
+    SignInRequired,
+    #[error("no such request")]
+    UnknownLink,
+    #[error("the request belongs to another user")]
+    NotYours,
+    #[error("the request is {}", .0.as_str())]
+    Closed(ElicitationStatus),
+    #[error("the request names nothing gatehouse can do")]
+    UnknownRequest,
+    #[error("no such form")]
+    UnknownForm,
+    /// A button that is not on the page; the text names the ones that are.
+    #[error("unknown action")]
+    UnknownAction(&'static str),
+    #[error("the post did not come from our page")]
+    Forged,
+    #[error("the post is too large")]
+    TooLarge,
+    #[error("the post could not be read")]
+    Unreadable,
+    #[error("the OAuth callback was refused: {0}")]
+    CallbackRefused(CallbackRefusal),
+    #[error("the request ended while the form was being filled in")]
+    EndedMeanwhile,
+    #[error("a provider could not be reached")]
+    ProviderUnavailable,
+    /// Logged when it was converted; the user sees a generic message.
+    #[error("internal error")]
+    Internal,
+}
+
+impl From<GateError> for PageError {
+    fn from(error: GateError) -> Self {
+        match error {
+            GateError::ProviderUnavailable { provider, reason } => {
+                tracing::warn!(%provider, %reason, "a page could not reach a provider");
+                PageError::ProviderUnavailable
+            }
+            other => {
+                tracing::error!(error = %other, "a page request failed");
+                PageError::Internal
+            }
+        }
+    }
+}
+
+impl PageError {
+    fn status(&self) -> StatusCode {
+        match self {
+            PageError::SignInRequired => StatusCode::UNAUTHORIZED,
+            PageError::UnknownLink | PageError::UnknownRequest | PageError::UnknownForm => StatusCode::NOT_FOUND,
+            PageError::NotYours | PageError::Forged => StatusCode::FORBIDDEN,
+            PageError::Closed(_) | PageError::EndedMeanwhile => StatusCode::GONE,
+            PageError::UnknownAction(_) | PageError::Unreadable | PageError::CallbackRefused(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            PageError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            PageError::ProviderUnavailable => StatusCode::BAD_GATEWAY,
+            PageError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn notice(&self) -> NoticePage {
+        match self {
+            PageError::SignInRequired => {
+                NoticePage::new("Sign-in required", "gatehouse could not tell who you are.", None)
+            }
+            PageError::UnknownLink => NoticePage::new("Unknown link", "This link does not lead to any request.", None),
+            PageError::NotYours => NoticePage::new(
+                "Not your request",
+                "This link was issued to another user. Nothing was changed.",
+                Some("Ask your own assistant to start the request again."),
+            ),
+            PageError::Closed(status) => {
+                let (heading, message) = match status {
+                    ElicitationStatus::Completed => ("Already done", "This request is already complete."),
+                    ElicitationStatus::Declined => ("Declined", "This request was declined."),
+                    ElicitationStatus::Failed => ("Request failed", "This request did not succeed."),
+                    ElicitationStatus::Pending | ElicitationStatus::Expired => {
+                        ("Link expired", "This request has expired.")
+                    }
+                };
+                NoticePage::new(heading, message, Some(ASK_AGAIN))
+            }
+            PageError::UnknownRequest => {
+                NoticePage::new("Unknown request", "This request names nothing gatehouse can do.", None)
+            }
+            PageError::UnknownForm => NoticePage::new("Unknown form", "This link does not lead to any form.", None),
+            PageError::UnknownAction(choices) => NoticePage::new("Unknown action", *choices, None),
+            PageError::Forged => NoticePage::new(
+                "Request refused",
+                "This form was not submitted from this page. Nothing was changed.",
+                Some("Open the link from your assistant again."),
+            ),
+            PageError::TooLarge => NoticePage::new(
+                "Too much text",
+                "The form was larger than gatehouse accepts. Nothing was saved.",
+                Some("Go back and shorten what you entered."),
+            ),
+            PageError::Unreadable => NoticePage::new(
+                "Unreadable form",
+                "The form could not be read. Nothing was saved.",
+                Some("Open the link from your assistant again."),
+            ),
+            PageError::CallbackRefused(refusal) => NoticePage::new(
+                "Sign-in not completed",
+                refusal.to_string(),
+                Some("Nothing was stored."),
+            ),
+            PageError::EndedMeanwhile => NoticePage::new(
+                "Request closed",
+                "This request ended while you were filling in the form.",
+                Some(ASK_AGAIN),
+            ),
+            PageError::ProviderUnavailable => NoticePage::new(
+                "Service unavailable",
+                "A service gatehouse needs could not be reached. Nothing was changed.",
+                Some("Try again in a moment."),
+            ),
+            PageError::Internal => NoticePage::new(
+                "Something went wrong",
+                "Something went wrong on our side. Nothing was changed; try again in a moment.",
+                None,
+            ),
+        }
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        PageResponse::new(self.notice())
+            .with_status(self.status())
+            .into_response()
+    }
+}

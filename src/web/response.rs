@@ -1,0 +1,109 @@
+//! Pages as responses. A handler returns a `PageResponse` (a page and its status); the
+//! `render_pages` layer renders it with the operator's templates, which a plain `IntoResponse`
+//! cannot reach. `security_headers` puts the page headers on every response of the
+//! browser-facing routes, errors and redirects included.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::templates::{Page, RenderError, Templates};
+use crate::state::AppState;
+
+/// A page, type-erased so a response can carry it to the rendering layer.
+trait Renderable: Send + Sync {
+    fn render(&self, templates: &Templates) -> Result<String, RenderError>;
+}
+
+impl<P: Page + Send + Sync> Renderable for P {
+    fn render(&self, templates: &Templates) -> Result<String, RenderError> {
+        templates.render(self)
+    }
+}
+
+/// The page a response still has to render (a response extension).
+#[derive(Clone)]
+struct Deferred(Arc<dyn Renderable>);
+
+/// A page with the status it is sent with.
+pub struct PageResponse {
+    status: StatusCode,
+    page: Arc<dyn Renderable>,
+}
+
+impl PageResponse {
+    pub fn new(page: impl Page + Send + Sync + 'static) -> Self {
+        Self {
+            status: StatusCode::OK,
+            page: Arc::new(page),
+        }
+    }
+
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+}
+
+impl IntoResponse for PageResponse {
+    fn into_response(self) -> Response {
+        let mut response = self.status.into_response();
+        response.extensions_mut().insert(Deferred(self.page));
+        response
+    }
+}
+
+/// Shown when a page cannot be rendered, or something failed behind it.
+pub const GENERIC_ERROR: &str = "<!doctype html><title>Error</title><p>Something went wrong on our side. Nothing was \
+changed; try again in a moment.</p>";
+
+/// Renders the page a handler answered with.
+pub async fn render_pages(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let Some(Deferred(page)) = response.extensions_mut().remove::<Deferred>() else {
+        return response;
+    };
+    match page.render(&state.templates) {
+        Ok(html) => {
+            *response.body_mut() = Body::from(html);
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+            response
+        }
+        Err(error) => {
+            tracing::error!(%error, "a page could not be rendered");
+            let mut failed = (StatusCode::INTERNAL_SERVER_ERROR, GENERIC_ERROR).into_response();
+            failed
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+            failed
+        }
+    }
+}
+
+/// The headers every browser-facing response carries.
+pub async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Not `no-referrer`: under it browsers send `Origin: null` with the page's own form posts,
+    // which the origin check must refuse. `same-origin` still tells other sites nothing.
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
