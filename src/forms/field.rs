@@ -8,8 +8,7 @@ use std::fmt;
 use chrono::NaiveDate;
 use regex::{Regex, RegexBuilder};
 
-use super::{FieldConfig, OptionConfig};
-use crate::config::ConfigError;
+use crate::config::{ConfigError, FieldConfig, OptionConfig};
 use crate::domain::is_identifier;
 
 /// Bounds every single-line value, so a post cannot make us store (or scan twice) megabytes.

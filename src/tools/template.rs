@@ -188,7 +188,8 @@ fn value_text(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forms::{FormConfig, Forms};
+    use crate::config::FormConfig;
+    use crate::forms::Forms;
     use crate::secret::Secret;
     use serde_json::json;
 
