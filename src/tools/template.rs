@@ -188,31 +188,14 @@ fn value_text(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forms::{FormConfig, Forms};
+    use crate::forms::Forms;
+    use crate::forms::testing::{EXAMPLE, compile};
     use crate::secret::Secret;
     use serde_json::json;
 
+    /// `openai` (a secret `api_key`, a plain `org`) and `pay`, both required by the tool.
     fn forms() -> Forms {
-        let config: Vec<FormConfig> = toml::from_str::<toml::Table>(
-            r#"
-            [[forms]]
-            id = "openai"
-            title = "OpenAI"
-            [[forms.fields]]
-            name = "api_key"
-            label = "API key"
-            type = "secret"
-            [[forms.fields]]
-            name = "org"
-            label = "Organization"
-            type = "text"
-            "#,
-        )
-        .expect("toml")["forms"]
-            .clone()
-            .try_into()
-            .expect("forms");
-        Forms::from_config(&config).expect("forms")
+        compile(EXAMPLE).expect("forms")
     }
 
     fn parse(text: &str, arguments: &[&str]) -> Result<Template, ConfigError> {

@@ -1,0 +1,113 @@
+//! Typed configuration: one TOML file, every key overridable from the environment, validated once
+//! at start. Errors name the offending key so an operator can fix the file without reading code.
+//!
+//! This module owns loading (file, environment layer, typing, validation) and the error type; the
+//! submodules own one part each: `sections` the server's own sections, `providers`, `forms` and
+//! `tools` the configured lists, `env` the environment layer, `duration` durations in the file, and
+//! `validate` the checks across keys. It imports only leaf modules (`secret`), so every other
+//! module may build on it.
+
+mod duration;
+mod env;
+mod forms;
+mod providers;
+mod sections;
+mod tools;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use url::Url;
+
+pub use env::ENV_PREFIX;
+pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
+pub use providers::{ClientAuth, ProviderConfig};
+pub use sections::{
+    DatabaseConfig, ElicitationConfig, IdentityConfig, IdentityMode, LogConfig, LogFormat, McpConfig, SecretsConfig,
+    ServerConfig,
+};
+pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("config key `{key}`: {message}")]
+    Key { key: String, message: String },
+}
+
+impl ConfigError {
+    pub fn key(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Key {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub identity: IdentityConfig,
+    pub mcp: McpConfig,
+    pub log: LogConfig,
+    pub secrets: SecretsConfig,
+    pub elicitation: ElicitationConfig,
+    pub providers: Vec<ProviderConfig>,
+    pub forms: Vec<FormConfig>,
+    pub tools: Vec<ToolConfig>,
+}
+
+/// Where the configuration comes from: an optional file plus the process environment.
+pub struct ConfigSource<'a> {
+    pub file: Option<&'a Path>,
+    pub env: &'a BTreeMap<String, String>,
+}
+
+impl Config {
+    /// Reads, overlays, resolves `env:` references, deserializes and validates.
+    pub fn load(source: ConfigSource<'_>) -> Result<Self, ConfigError> {
+        let mut tree = match source.file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                text.parse::<toml::Table>().map_err(|e| ConfigError::Syntax {
+                    path: path.to_owned(),
+                    message: e.to_string(),
+                })?
+            }
+            None => toml::Table::new(),
+        };
+        env::apply_env_overrides(&mut tree, source.env)?;
+        let mut value = toml::Value::Table(tree);
+        env::resolve_env_references(&mut value, "", source.env)?;
+        let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
+            let key = e.path().to_string();
+            ConfigError::Key {
+                key,
+                message: e.into_inner().to_string(),
+            }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The origin browsers and clients use, without a trailing slash.
+    pub fn public_url(&self) -> Url {
+        match &self.server.public_url {
+            Some(url) => url.clone(),
+            None => Url::parse(&format!("http://{}", self.server.bind)).expect("a socket address is a valid URL host"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+//! The server and its sections: `[server]`, `[database]`, `[identity]`, `[mcp]`, `[log]`,
+//! `[secrets]` and `[elicitation]`, each with the defaults an empty file gets.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use url::Url;
+
+use super::duration::duration;
+use crate::secret::Secret;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecretsConfig {
+    /// Base64 32-byte keys, newest first: the first encrypts, every one decrypts (rotation).
+    pub keys: Vec<Secret<String>>,
+    /// Used on SQLite when `keys` is empty: created (mode 0600) with a random key if missing.
+    pub dev_key_file: PathBuf,
+}
+
+impl Default for SecretsConfig {
+    fn default() -> Self {
+        Self {
+            keys: Vec::new(),
+            dev_key_file: PathBuf::from("gatehouse.key"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ElicitationConfig {
+    /// How long a user has to finish in the browser before the elicitation expires.
+    #[serde(deserialize_with = "duration")]
+    pub ttl: Duration,
+    /// How long a tool with `elicit = "request"` waits for the user before giving up (at most `ttl`).
+    #[serde(deserialize_with = "duration")]
+    pub wait: Duration,
+    /// While such a tool waits, a progress notification goes out this often (when the client sent
+    /// a progressToken), which also keeps clients from timing the request out.
+    #[serde(deserialize_with = "duration")]
+    pub progress_interval: Duration,
+}
+
+impl Default for ElicitationConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(600),
+            wait: Duration::from_secs(300),
+            progress_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    /// What browsers and clients see. Defaults to `http://{bind}` on loopback; required elsewhere.
+    pub public_url: Option<Url>,
+    /// Origins besides the public one that may call `/mcp` from a browser.
+    pub allowed_origins: Vec<String>,
+    /// CIDRs of reverse proxies whose identity and forwarding headers are believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Largest accepted JSON-RPC body.
+    pub max_request_bytes: usize,
+    /// Interval of SSE keep-alive comments, so proxies do not close idle streams.
+    #[serde(deserialize_with = "duration")]
+    pub sse_keep_alive: Duration,
+    /// How long a client waits before reconnecting after the server closes a stream.
+    #[serde(deserialize_with = "duration")]
+    pub sse_retry: Duration,
+    /// A directory of page templates (same names as the built-in ones) that replace them.
+    pub template_dir: Option<PathBuf>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            public_url: None,
+            allowed_origins: Vec::new(),
+            trusted_proxies: Vec::new(),
+            max_request_bytes: 1024 * 1024,
+            sse_keep_alive: Duration::from_secs(15),
+            sse_retry: Duration::from_secs(1),
+            template_dir: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `sqlite://path` (embedded default) or `postgres://...`; may carry a password, so redacted.
+    pub url: Secret<String>,
+    pub max_connections: u32,
+    /// Apply pending migrations when `serve` starts (`gatehouse migrate` always does).
+    pub migrate_on_start: bool,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: Secret::new("sqlite://gatehouse.db".to_owned()),
+            max_connections: 16,
+            migrate_on_start: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdentityMode {
+    /// One user: the person at this machine. Only allowed when bound to loopback.
+    Local,
+    /// The principal is a header set by a trusted reverse proxy.
+    Header,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdentityConfig {
+    pub mode: IdentityMode,
+    /// The header carrying the principal in `header` mode.
+    pub header: String,
+    /// The principal's name in `local` mode.
+    pub local_principal: String,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        Self {
+            mode: IdentityMode::Local,
+            header: "X-Forwarded-User".to_owned(),
+            local_principal: "local".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// Tools per `tools/list` page.
+    pub page_size: usize,
+    /// Sessions unused for this long are ended and their events dropped.
+    #[serde(deserialize_with = "duration")]
+    pub session_idle_timeout: Duration,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            page_size: 50,
+            session_idle_timeout: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+}
+
+impl fmt::Display for IdentityMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IdentityMode::Local => "local",
+            IdentityMode::Header => "header",
+        })
+    }
+}

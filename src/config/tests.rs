@@ -1,0 +1,139 @@
+//! Unit tests of loading: defaults, the environment layer, `env:` references, and refusals that
+//! name their key.
+
+use super::*;
+
+fn load(file: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("gatehouse.toml");
+    std::fs::write(&path, file).expect("write config");
+    let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    Config::load(ConfigSource {
+        file: Some(&path),
+        env: &env,
+    })
+}
+
+fn key_of(error: ConfigError) -> String {
+    match error {
+        ConfigError::Key { key, .. } => key,
+        other => panic!("expected a key error, got {other}"),
+    }
+}
+
+#[test]
+fn no_file_gives_the_embedded_default() {
+    let config = Config::load(ConfigSource {
+        file: None,
+        env: &BTreeMap::new(),
+    })
+    .expect("default config");
+    assert_eq!(config.server.bind.to_string(), "127.0.0.1:8080");
+    assert_eq!(config.database.url.expose(), "sqlite://gatehouse.db");
+    assert_eq!(config.identity.mode, IdentityMode::Local);
+    assert_eq!(config.public_url().as_str(), "http://127.0.0.1:8080/");
+}
+
+#[test]
+fn environment_overrides_file_and_types_follow_the_key() {
+    let config = load(
+        "[server]\nbind = \"127.0.0.1:9000\"\n[database]\nmax_connections = 3\n",
+        &[
+            ("GATEHOUSE_SERVER__BIND", "127.0.0.1:9100"),
+            ("GATEHOUSE_DATABASE__MAX_CONNECTIONS", "7"),
+            (
+                "GATEHOUSE_SERVER__ALLOWED_ORIGINS",
+                "https://a.example, https://b.example",
+            ),
+            ("GATEHOUSE_DATABASE__URL", "postgres://u:p@db/gatehouse"),
+            (
+                "GATEHOUSE_SECRETS__KEYS",
+                "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleS0=",
+            ),
+        ],
+    )
+    .expect("config");
+    assert_eq!(config.server.bind.port(), 9100);
+    assert_eq!(config.database.max_connections, 7);
+    assert_eq!(
+        config.server.allowed_origins,
+        vec!["https://a.example", "https://b.example"]
+    );
+    assert_eq!(config.database.url.expose(), "postgres://u:p@db/gatehouse");
+    assert_eq!(
+        config.secrets.keys.len(),
+        1,
+        "a list key takes one value from the environment"
+    );
+}
+
+#[test]
+fn postgres_needs_configured_keys() {
+    let error = load("[database]\nurl = \"postgres://db/gatehouse\"\n", &[]).unwrap_err();
+    assert_eq!(key_of(error), "secrets.keys");
+}
+
+#[test]
+fn env_references_are_resolved_and_missing_ones_name_the_key() {
+    let file = "[database]\nurl = \"env:GH_TEST_DB\"\n";
+    let config = load(file, &[("GH_TEST_DB", "sqlite://x.db")]).expect("config");
+    assert_eq!(config.database.url.expose(), "sqlite://x.db");
+    let error = load(file, &[]).expect_err("missing variable");
+    assert!(error.to_string().contains("GH_TEST_DB"), "{error}");
+    assert_eq!(key_of(error), "database.url");
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    for (file, key) in [
+        ("[server]\nbind = \"nowhere\"\n", "server.bind"),
+        ("[server]\nsse_keep_alive = \"soon\"\n", "server.sse_keep_alive"),
+        ("[server]\nbnid = \"x\"\n", "server.bnid"),
+        ("[database]\nurl = \"mysql://x\"\n", "database.url"),
+        (
+            "[server]\nallowed_origins = [\"https://ok.example\", \"not a url\"]\n",
+            "server.allowed_origins[1]",
+        ),
+        (
+            "[[tools]]\nname = \"t\"\n[tools.http]\nurl = \"http://x\"\ntimeout = 5\n",
+            "tools[0].http.timeout",
+        ),
+    ] {
+        assert_eq!(key_of(load(file, &[]).unwrap_err()), key, "{file}");
+    }
+}
+
+#[test]
+fn local_identity_is_refused_off_loopback() {
+    let error = load(
+        "[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n",
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(key_of(error), "identity.mode");
+    let error = load("[server]\nbind = \"0.0.0.0:8080\"\n", &[]).unwrap_err();
+    assert_eq!(key_of(error), "server.public_url");
+}
+
+#[test]
+fn header_identity_needs_trusted_proxies() {
+    let base =
+        "[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n[identity]\nmode = \"header\"\n";
+    assert_eq!(key_of(load(base, &[]).unwrap_err()), "server.trusted_proxies");
+    let config = load(
+        base,
+        &[("GATEHOUSE_SERVER__TRUSTED_PROXIES", "10.0.0.0/8,127.0.0.1/32")],
+    )
+    .expect("config");
+    assert_eq!(config.server.trusted_proxies.len(), 2);
+}
+
+#[test]
+fn unreadable_and_malformed_files_say_so() {
+    let missing = Config::load(ConfigSource {
+        file: Some(Path::new("/nonexistent/g.toml")),
+        env: &BTreeMap::new(),
+    });
+    assert!(matches!(missing, Err(ConfigError::Read { .. })));
+    assert!(matches!(load("[server\n", &[]), Err(ConfigError::Syntax { .. })));
+}

@@ -1,0 +1,136 @@
+//! Checks across keys that serde cannot express (loopback-only modes, limits, keys PostgreSQL
+//! needs), each refusal naming the key to fix.
+
+use std::time::Duration;
+
+use url::Url;
+
+use super::{Config, ConfigError, IdentityMode};
+
+impl Config {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let loopback = self.server.bind.ip().is_loopback();
+        match &self.server.public_url {
+            None if !loopback => {
+                return Err(ConfigError::key(
+                    "server.public_url",
+                    "is required when server.bind is not a loopback address (browsers and clients must reach it)",
+                ));
+            }
+            Some(url) => {
+                if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                    return Err(ConfigError::key(
+                        "server.public_url",
+                        "must be an http or https URL with a host",
+                    ));
+                }
+                if url.path() != "/" || url.query().is_some() {
+                    return Err(ConfigError::key(
+                        "server.public_url",
+                        "must be an origin without a path or query (gatehouse serves from the root)",
+                    ));
+                }
+            }
+            None => {}
+        }
+        for (i, origin) in self.server.allowed_origins.iter().enumerate() {
+            let parsed = Url::parse(origin)
+                .ok()
+                .filter(|u| u.host_str().is_some() && u.path() == "/");
+            if parsed.is_none() || origin.ends_with('/') {
+                return Err(ConfigError::key(
+                    format!("server.allowed_origins[{i}]"),
+                    format!("`{origin}` is not an origin like \"https://app.example.com\""),
+                ));
+            }
+        }
+        if self.server.max_request_bytes < 1024 {
+            return Err(ConfigError::key("server.max_request_bytes", "must be at least 1024"));
+        }
+        if self.server.sse_keep_alive.is_zero() {
+            return Err(ConfigError::key("server.sse_keep_alive", "must be longer than zero"));
+        }
+        let url = self.database.url.expose();
+        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(ConfigError::key(
+                "database.url",
+                "must start with sqlite:, postgres:// or postgresql://",
+            ));
+        }
+        if self.database.max_connections == 0 {
+            return Err(ConfigError::key("database.max_connections", "must be at least 1"));
+        }
+        match self.identity.mode {
+            IdentityMode::Local if !loopback => {
+                return Err(ConfigError::key(
+                    "identity.mode",
+                    "`local` trusts whoever can reach the port, so it needs server.bind on a loopback address; \
+                     use `header` behind a reverse proxy",
+                ));
+            }
+            IdentityMode::Local if self.identity.local_principal.trim().is_empty() => {
+                return Err(ConfigError::key("identity.local_principal", "must not be empty"));
+            }
+            IdentityMode::Header => {
+                if axum::http::HeaderName::try_from(self.identity.header.as_str()).is_err() {
+                    return Err(ConfigError::key("identity.header", "is not a valid header name"));
+                }
+                if self.server.trusted_proxies.is_empty() {
+                    return Err(ConfigError::key(
+                        "server.trusted_proxies",
+                        "must list the reverse proxy's addresses in `header` identity mode, \
+                         otherwise anyone could claim to be anyone",
+                    ));
+                }
+            }
+            IdentityMode::Local => {}
+        }
+        if self.mcp.page_size == 0 {
+            return Err(ConfigError::key("mcp.page_size", "must be at least 1"));
+        }
+        if self.elicitation.ttl < Duration::from_secs(30) {
+            return Err(ConfigError::key(
+                "elicitation.ttl",
+                "must be at least 30s: people need time to sign in",
+            ));
+        }
+        if self.elicitation.wait.is_zero() || self.elicitation.wait > self.elicitation.ttl {
+            return Err(ConfigError::key(
+                "elicitation.wait",
+                "must be longer than zero and at most elicitation.ttl (an elicitation cannot outlive its page)",
+            ));
+        }
+        if self.elicitation.progress_interval < Duration::from_millis(100) {
+            return Err(ConfigError::key(
+                "elicitation.progress_interval",
+                "must be at least 100ms",
+            ));
+        }
+        for (i, tool) in self.tools.iter().enumerate() {
+            if let Some(timeout) = tool.elicit_timeout
+                && (timeout.is_zero() || timeout > self.elicitation.ttl)
+            {
+                return Err(ConfigError::key(
+                    format!("tools[{i}].elicit_timeout"),
+                    "must be longer than zero and at most elicitation.ttl",
+                ));
+            }
+        }
+        if let Some(dir) = &self.server.template_dir
+            && !dir.is_dir()
+        {
+            return Err(ConfigError::key(
+                "server.template_dir",
+                format!("{} is not a directory", dir.display()),
+            ));
+        }
+        if self.secrets.keys.is_empty() && !self.database.url.expose().starts_with("sqlite:") {
+            return Err(ConfigError::key(
+                "secrets.keys",
+                "must list at least one key on PostgreSQL (replicas must share it); \
+                 make one with `gatehouse generate-key`",
+            ));
+        }
+        Ok(())
+    }
+}
