@@ -1,3 +1,6 @@
+//! The `gatehouse` binary: parses the command line and configuration, sets up logging, then
+//! serves, migrates, checks the configuration or makes a key. Everything else is in the library.
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -80,7 +80,7 @@ impl FormValues {
         let Some(record) = self.backing.store.form_values(principal, form).await? else {
             return Ok(None);
         };
-        self.unseal(
+        self.unseal_submission(
             &record.fields,
             record.secrets.as_deref(),
             &user_form_context(principal, form),
@@ -105,7 +105,7 @@ impl FormValues {
         else {
             return Ok(None);
         };
-        self.unseal(
+        self.unseal_submission(
             &answer.fields,
             answer.secrets.as_deref(),
             &answer_context(&answer.elicitation_id),
@@ -127,7 +127,7 @@ impl FormValues {
                 continue;
             };
             let context = user_form_context(principal, &form.id);
-            let submission = self.unseal(&record.fields, record.secrets.as_deref(), &context)?;
+            let submission = self.unseal_submission(&record.fields, record.secrets.as_deref(), &context)?;
             stored.push((form, submission.into()));
         }
         Ok(stored)
@@ -148,7 +148,7 @@ impl FormValues {
         let now = Utc::now();
         let existing = store.form_values(principal, &form.id).await?;
         if let Some(existing) = &existing {
-            let stored = self.unseal(&existing.fields, existing.secrets.as_deref(), &context)?;
+            let stored = self.unseal_submission(&existing.fields, existing.secrets.as_deref(), &context)?;
             for (name, value) in stored.secrets {
                 submission.secrets.entry(name).or_insert(value);
             }
@@ -157,7 +157,7 @@ impl FormValues {
             principal: principal.clone(),
             form: form.id.clone(),
             fields: Value::Object(submission.values),
-            secrets: self.seal(&submission.secrets, &context)?,
+            secrets: self.seal_secrets(&submission.secrets, &context)?,
             created_at: existing.map_or(now, |e| e.created_at),
             updated_at: now,
         };
@@ -188,7 +188,7 @@ impl FormValues {
         let answer = FormAnswerRecord {
             elicitation_id: elicitation.id,
             fields: Value::Object(submission.values),
-            secrets: self.seal(&submission.secrets, &answer_context(&elicitation.id))?,
+            secrets: self.seal_secrets(&submission.secrets, &answer_context(&elicitation.id))?,
             created_at: Utc::now(),
         };
         let (store, answer) = (&self.backing.store, &answer);
@@ -223,7 +223,7 @@ impl FormValues {
     }
 
     /// Submitted values from their stored form: the non-secret JSON and the sealed secrets.
-    fn unseal(&self, fields: &Value, sealed: Option<&[u8]>, context: &str) -> Result<Submission, GateError> {
+    fn unseal_submission(&self, fields: &Value, sealed: Option<&[u8]>, context: &str) -> Result<Submission, GateError> {
         let Value::Object(values) = fields else {
             return Err(StoreError::Corrupt("form values are not a JSON object".into()).into());
         };
@@ -245,7 +245,11 @@ impl FormValues {
     }
 
     /// Seals a submission's secrets as one ciphertext (None when it has none).
-    fn seal(&self, secrets: &BTreeMap<String, Secret<String>>, context: &str) -> Result<Option<Vec<u8>>, GateError> {
+    fn seal_secrets(
+        &self,
+        secrets: &BTreeMap<String, Secret<String>>,
+        context: &str,
+    ) -> Result<Option<Vec<u8>>, GateError> {
         if secrets.is_empty() {
             return Ok(None);
         }

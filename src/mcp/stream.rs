@@ -68,9 +68,13 @@ struct Reader {
     closing: bool,
 }
 
-enum Fill {
-    Some,
-    Nothing,
+/// What one read of the session's log found.
+enum Read {
+    /// The log moved (events queued, or the cursor advanced): read again before waiting.
+    Progress,
+    /// Nothing new: wait for a wake-up.
+    UpToDate,
+    /// The session ended: close the stream.
     SessionGone,
 }
 
@@ -84,10 +88,10 @@ impl Reader {
                 return None;
             }
             self.wake.borrow_and_update();
-            match self.fill().await {
-                Ok(Fill::Some) => continue,
-                Ok(Fill::Nothing) => {}
-                Ok(Fill::SessionGone) => return None,
+            match self.read_log().await {
+                Ok(Read::Progress) => continue,
+                Ok(Read::UpToDate) => {}
+                Ok(Read::SessionGone) => return None,
                 Err(error) => {
                     // The client reconnects with Last-Event-ID and misses nothing.
                     tracing::warn!(%error, session = ?self.session, "event stream closed after a database error");
@@ -107,7 +111,7 @@ impl Reader {
         self.closing = true;
     }
 
-    async fn fill(&mut self) -> Result<Fill, StoreError> {
+    async fn read_log(&mut self) -> Result<Read, StoreError> {
         if self.cursor < self.replay_until {
             let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
             let more = events.len() as i64 == BATCH;
@@ -118,23 +122,23 @@ impl Reader {
             if !more {
                 self.cursor = self.cursor.max(self.replay_until);
             }
-            return Ok(Fill::Some);
+            return Ok(Read::Progress);
         }
         let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
         let Some(last) = events.last().map(|e| e.seq) else {
             // Nothing new: woken because the session changed, perhaps because it ended.
             let exists = self.store.delivered_seq(&self.session).await?.is_some();
-            return Ok(if exists { Fill::Nothing } else { Fill::SessionGone });
+            return Ok(if exists { Read::UpToDate } else { Read::SessionGone });
         };
         // Usually this stream's cursor is the delivered mark, and one claim settles it.
         if self.store.claim_delivery(&self.session, self.cursor, last).await? {
             for event in events {
                 self.push(event.seq, &event.message);
             }
-            return Ok(Fill::Some);
+            return Ok(Read::Progress);
         }
         let Some(delivered) = self.store.delivered_seq(&self.session).await? else {
-            return Ok(Fill::SessionGone);
+            return Ok(Read::SessionGone);
         };
         if delivered < self.cursor {
             // The client resumed past the mark: claim from the mark, write what it has not seen.
@@ -147,7 +151,7 @@ impl Reader {
             // Another stream claimed events up to the mark: they are that stream's to write.
             self.cursor = delivered;
         }
-        Ok(Fill::Some)
+        Ok(Read::Progress)
     }
 
     fn push(&mut self, seq: i64, message: &serde_json::Value) {
