@@ -165,11 +165,7 @@ impl Elicitations {
 
     /// Marks every pending elicitation past its expiry expired.
     pub async fn expire_overdue(&self, now: DateTime<Utc>) -> Result<u64, GateError> {
-        let expired = self.backing.store.expire_elicitations(now).await?;
-        if expired > 0 {
-            tracing::info!(expired, "elicitations expired");
-        }
-        Ok(expired)
+        Ok(self.backing.store.expire_elicitations(now).await?)
     }
 }
 
@@ -189,38 +185,20 @@ fn client_name(session: &SessionRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::testing::{Fixture, principal};
-
-    fn ask(requirement: &str) -> Ask {
-        Ask {
-            requirement: Requirement::parse(requirement).expect("requirement"),
-            message: "Please sign in.".into(),
-            call_key: None,
-            detail: None,
-        }
-    }
+    use crate::gate::testing::{Fixture, ask, principal};
 
     #[tokio::test]
     async fn a_pending_elicitation_is_reused_until_it_ends() {
         let fixture = Fixture::new().await;
         let session = fixture.session("alice").await;
         let elicitations = fixture.elicitations();
-        let first = elicitations
-            .ask(&principal("alice"), &session, &ask("acme"))
-            .await
-            .expect("ask");
+        let first = fixture.ask(&elicitations, &session, "acme").await;
         assert_eq!(first.status, ElicitationStatus::Pending);
         assert_eq!(first.url, format!("http://127.0.0.1:8080/connect/{}", first.id));
         assert_eq!(first.client_name, "Test Client");
-        let again = elicitations
-            .ask(&principal("alice"), &session, &ask("acme"))
-            .await
-            .expect("ask");
+        let again = fixture.ask(&elicitations, &session, "acme").await;
         assert_eq!(again.id, first.id, "reused while pending");
-        let form = elicitations
-            .ask(&principal("alice"), &session, &ask("form:key"))
-            .await
-            .expect("ask");
+        let form = fixture.ask(&elicitations, &session, "form:key").await;
         assert_ne!(form.id, first.id);
         assert!(form.url.ends_with(&format!("/forms/{}", form.id)));
 
@@ -237,10 +215,7 @@ mod tests {
                 .expect("finish"),
             "finishing twice changes nothing"
         );
-        let next = elicitations
-            .ask(&principal("alice"), &session, &ask("acme"))
-            .await
-            .expect("ask");
+        let next = fixture.ask(&elicitations, &session, "acme").await;
         assert_ne!(next.id, first.id, "a new one once the old one ended");
     }
 
@@ -249,10 +224,7 @@ mod tests {
         let fixture = Fixture::new().await;
         let session = fixture.session("alice").await;
         let elicitations = fixture.elicitations();
-        let elicitation = elicitations
-            .ask(&principal("alice"), &session, &ask("acme"))
-            .await
-            .expect("ask");
+        let elicitation = fixture.ask(&elicitations, &session, "acme").await;
         let mut wake = fixture.backing.bus.subscribe(&session.id);
         assert!(
             elicitations
@@ -313,10 +285,7 @@ mod tests {
         let fixture = Fixture::new().await;
         let session = fixture.session("alice").await;
         let elicitations = fixture.elicitations();
-        let elicitation = elicitations
-            .ask(&principal("alice"), &session, &ask("acme"))
-            .await
-            .expect("ask");
+        let elicitation = fixture.ask(&elicitations, &session, "acme").await;
         let later = Utc::now() + chrono::Duration::hours(1);
         assert_eq!(elicitations.expire_overdue(later).await.expect("sweep"), 1);
         let stored = elicitations.get(&elicitation.id).await.expect("get").expect("stored");

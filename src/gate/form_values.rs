@@ -215,11 +215,7 @@ impl FormValues {
 
     /// Forgets call answers that no call took before `cutoff`.
     pub async fn drop_untaken_answers(&self, cutoff: DateTime<Utc>) -> Result<u64, GateError> {
-        let dropped = self.backing.store.delete_untaken_answers(cutoff).await?;
-        if dropped > 0 {
-            tracing::info!(dropped, "call answers nobody took were dropped");
-        }
-        Ok(dropped)
+        Ok(self.backing.store.delete_untaken_answers(cutoff).await?)
     }
 
     /// Submitted values from their stored form: the non-secret JSON and the sealed secrets.

@@ -97,9 +97,17 @@ impl Gate {
     pub async fn sweep(&self) -> Result<(), GateError> {
         let now = Utc::now();
         let retention = now - chrono::Duration::from_std(RETENTION).unwrap_or_default();
-        self.elicitations.expire_overdue(now).await?;
-        self.connections.forget_flows_before(retention).await?;
-        self.form_values.drop_untaken_answers(retention).await?;
+        let expired = self.elicitations.expire_overdue(now).await?;
+        let flows = self.connections.forget_flows_before(retention).await?;
+        let answers = self.form_values.drop_untaken_answers(retention).await?;
+        if expired + flows + answers > 0 {
+            tracing::info!(
+                expired,
+                flows,
+                answers,
+                "swept expired elicitations, old flows and untaken call answers"
+            );
+        }
         Ok(())
     }
 }

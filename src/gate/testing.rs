@@ -25,6 +25,16 @@ use crate::vault::KeyRing;
 
 const KEY: &str = "dW5pdC10ZXN0LWtleS1mb3ItdGhlLWdhdGUtMzJieXQ=";
 
+/// What a user is asked for `requirement`.
+pub fn ask(requirement: &str) -> Ask {
+    Ask {
+        requirement: Requirement::parse(requirement).expect("requirement"),
+        message: "Please sign in.".into(),
+        call_key: None,
+        detail: None,
+    }
+}
+
 pub fn principal(name: &str) -> Principal {
     Principal::parse(name).expect("principal")
 }
@@ -103,15 +113,14 @@ impl Fixture {
     }
 
     /// The elicitation of the session's principal for `requirement`.
-    pub async fn ask(&self, gate: &Gate, session: &SessionRecord, requirement: &str) -> ElicitationRecord {
-        let ask = Ask {
-            requirement: Requirement::parse(requirement).expect("requirement"),
-            message: "Sign in".into(),
-            call_key: None,
-            detail: None,
-        };
-        gate.elicitations()
-            .ask(&session.principal, session, &ask)
+    pub async fn ask(
+        &self,
+        elicitations: &Elicitations,
+        session: &SessionRecord,
+        requirement: &str,
+    ) -> ElicitationRecord {
+        elicitations
+            .ask(&session.principal, session, &ask(requirement))
             .await
             .expect("elicitation")
     }
@@ -142,7 +151,7 @@ impl Fixture {
             created_at: now,
             updated_at: now,
         };
-        let asked = self.ask(gate, session, "acme").await;
+        let asked = self.ask(gate.elicitations(), session, "acme").await;
         let store = &self.backing.store;
         store
             .save_connection(&connection, &asked.id, &json!({}))

@@ -70,7 +70,21 @@ struct Target<'a> {
     principal: &'a Principal,
 }
 
-impl Target<'_> {
+impl<'a> Target<'a> {
+    /// The form an elicitation the browser owns asks for.
+    fn answering(state: &'a AppState, owned: &'a OwnedElicitation) -> Result<Self, PageError> {
+        let form = state
+            .gate
+            .form_values()
+            .form_of(&owned.elicitation)
+            .ok_or(PageError::UnknownForm)?;
+        Ok(Self {
+            form,
+            elicitation: Some(&owned.elicitation),
+            principal: &owned.principal,
+        })
+    }
+
     fn action(&self) -> String {
         match self.elicitation {
             Some(elicitation) => format!("/forms/{}", elicitation.id),
@@ -197,34 +211,21 @@ fn read_post(
     })
 }
 
-async fn show(
-    State(state): State<AppState>,
-    OwnedElicitation { principal, elicitation }: OwnedElicitation,
-) -> Result<PageResponse, PageError> {
-    let form = form_of(&state, &elicitation)?;
-    let target = Target {
-        form,
-        elicitation: Some(&elicitation),
-        principal: &principal,
-    };
-    fresh_page(&state, &target).await
+async fn show(State(state): State<AppState>, owned: OwnedElicitation) -> Result<PageResponse, PageError> {
+    fresh_page(&state, &Target::answering(&state, &owned)?).await
 }
 
 async fn submit(
     State(state): State<AppState>,
-    OwnedElicitation { principal, elicitation }: OwnedElicitation,
+    owned: OwnedElicitation,
     headers: HeaderMap,
     body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
 ) -> Result<PageResponse, PageError> {
-    let form = form_of(&state, &elicitation)?;
-    let target = Target {
-        form,
-        elicitation: Some(&elicitation),
-        principal: &principal,
-    };
+    let target = Target::answering(&state, &owned)?;
+    let (form, elicitation, principal) = (target.form, &owned.elicitation, &owned.principal);
     let posted = read_post(&state, &headers, &target, body)?;
     match posted.action.as_str() {
-        "cancel" => declined(&state, &elicitation, "Cancelled", "cancelled").await,
+        "cancel" => declined(&state, elicitation, "Cancelled", "cancelled").await,
         "submit" => {
             let submission = match validated(&state, &target, &posted).await? {
                 Checked::Valid(submission) => submission,
@@ -234,10 +235,10 @@ async fn submit(
             let completed = match form.scope {
                 FormScope::User => {
                     values
-                        .save_user(&principal, form, submission, Some(&elicitation))
+                        .save_user(principal, form, submission, Some(elicitation))
                         .await?
                 }
-                FormScope::Call => values.answer_call(&elicitation, submission).await?,
+                FormScope::Call => values.answer_call(elicitation, submission).await?,
             };
             if !completed {
                 return Err(PageError::EndedMeanwhile);
@@ -258,15 +259,6 @@ fn done(form: &Form, client_name: &str) -> PageResponse {
         message,
         Some(&format!("You can close this window and return to {client_name}.")),
     ))
-}
-
-/// The form an elicitation asks for.
-fn form_of<'s>(state: &'s AppState, elicitation: &ElicitationRecord) -> Result<&'s Form, PageError> {
-    state
-        .gate
-        .form_values()
-        .form_of(elicitation)
-        .ok_or(PageError::UnknownForm)
 }
 
 /// A user-scoped form the browser's user may fill in from /connections.

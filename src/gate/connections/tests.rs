@@ -138,7 +138,7 @@ async fn callbacks_that_do_not_match_their_flow_are_refused_and_change_nothing()
     let fixture = Fixture::new().await;
     let gate = fixture.gate(CONFIG);
     let session = fixture.session("alice").await;
-    let asked = fixture.ask(&gate, &session, "acme").await;
+    let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
     let connections = gate.connections();
     let alice = &session.principal;
     assert_eq!(
@@ -182,7 +182,7 @@ async fn a_provider_refusal_declines_and_uses_up_the_flow() {
     let fixture = Fixture::new().await;
     let gate = fixture.gate(CONFIG);
     let session = fixture.session("alice").await;
-    let asked = fixture.ask(&gate, &session, "acme").await;
+    let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
     let (params, cookie) = started(&gate, &asked, "&error=access_denied").await;
     let connections = gate.connections();
     let outcome = connections
@@ -209,7 +209,7 @@ async fn a_callback_without_a_code_fails_the_elicitation() {
     let fixture = Fixture::new().await;
     let gate = fixture.gate(CONFIG);
     let session = fixture.session("alice").await;
-    let asked = fixture.ask(&gate, &session, "acme").await;
+    let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
     let (params, cookie) = started(&gate, &asked, "").await;
     let outcome = gate
         .connections()
@@ -226,7 +226,7 @@ async fn a_flow_for_an_elicitation_that_ended_is_refused_as_expired() {
     let fixture = Fixture::new().await;
     let gate = fixture.gate(CONFIG);
     let session = fixture.session("alice").await;
-    let asked = fixture.ask(&gate, &session, "acme").await;
+    let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
     let (params, cookie) = started(&gate, &asked, "&code=abc").await;
     gate.elicitations()
         .finish(&asked, ElicitationStatus::Declined)
