@@ -1,5 +1,8 @@
-//! The MCP protocol over Streamable HTTP: JSON-RPC messages, sessions, method dispatch and the
-//! standalone SSE stream. Knows nothing of OAuth or forms.
+//! The MCP protocol over Streamable HTTP: the transport (headers, bodies, batches), sessions,
+//! method dispatch, the standalone SSE stream and in-call elicitation. A tool call asks the gate
+//! whether it may run and turns the answer into MCP: the tool's result, error -32042, a result
+//! with the links, or `elicitation/create` within the call. What a requirement is (a sign-in, a
+//! form) is the gate's business.
 
 mod incall;
 mod methods;
