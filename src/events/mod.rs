@@ -17,71 +17,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ElicitationId, Principal, SessionId};
+pub use crate::store::{ClientAction, Notice};
 use crate::store::{ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
-
-/// What a replica learns from the bus.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Notice {
-    /// An event was appended to the session's log.
-    Appended(SessionId),
-    /// The session changed or ended: cached copies are stale.
-    Changed(SessionId),
-    /// The principal's connections changed: cached copies are stale.
-    ConnectionsChanged(Principal),
-    /// A client answered an in-call `elicitation/create`; the replica whose call waits for it
-    /// takes it from here.
-    Answered(ElicitationId, ClientAction),
-}
-
-/// A client's answer to `elicitation/create` in URL mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientAction {
-    /// The user agreed to open the URL (the interaction is not finished yet).
-    Accept,
-    Decline,
-    Cancel,
-}
-
-impl ClientAction {
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "accept" => Some(ClientAction::Accept),
-            "decline" => Some(ClientAction::Decline),
-            "cancel" => Some(ClientAction::Cancel),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClientAction::Accept => "accept",
-            ClientAction::Decline => "decline",
-            ClientAction::Cancel => "cancel",
-        }
-    }
-}
-
-impl Notice {
-    /// Parses a NOTIFY payload (`e <session> <seq>`, `s <session>`, `c <principal>` or
-    /// `a <elicitation> <action>`).
-    pub fn parse(payload: &str) -> Option<Self> {
-        if let Some(principal) = payload.strip_prefix("c ") {
-            return Principal::parse(principal).ok().map(Notice::ConnectionsChanged);
-        }
-        if let Some(answer) = payload.strip_prefix("a ") {
-            let (id, action) = answer.split_once(' ')?;
-            return Some(Notice::Answered(id.parse().ok()?, ClientAction::parse(action)?));
-        }
-        let mut parts = payload.split(' ');
-        let kind = parts.next()?;
-        let session = parts.next()?.parse().ok()?;
-        match kind {
-            "e" => Some(Notice::Appended(session)),
-            "s" => Some(Notice::Changed(session)),
-            _ => None,
-        }
-    }
-}
 
 /// Local fan-out: one watch channel per session that has a stream open on this replica, and the
 /// in-call elicitations waiting here for their client's answer. Private: callers say what they
@@ -268,10 +205,9 @@ impl Bus {
     /// Routes a client's answer to the call waiting for it, on whichever replica that is. A
     /// waiter here may also get it again through the NOTIFY; a repeated answer changes nothing.
     pub async fn answer(&self, elicitation: ElicitationId, action: ClientAction) -> Result<(), StoreError> {
-        self.store
-            .broadcast(&format!("a {elicitation} {}", action.as_str()))
-            .await?;
-        self.hub.notify(&Notice::Answered(elicitation, action));
+        let notice = Notice::Answered(elicitation, action);
+        self.store.broadcast(&notice.encode()).await?;
+        self.hub.notify(&notice);
         Ok(())
     }
 
@@ -363,35 +299,6 @@ mod tests {
         );
         drop(second);
         assert!(hub.answers.lock().expect("lock").is_empty(), "nothing left behind");
-    }
-
-    #[test]
-    fn notices_parse() {
-        let id = SessionId::generate();
-        assert_eq!(Notice::parse(&format!("e {id} 4")), Some(Notice::Appended(id.clone())));
-        assert_eq!(Notice::parse(&format!("s {id}")), Some(Notice::Changed(id)));
-        assert_eq!(
-            Notice::parse("c alice@example.com"),
-            Some(Notice::ConnectionsChanged(
-                Principal::parse("alice@example.com").expect("principal")
-            ))
-        );
-        assert_eq!(
-            Notice::parse("c Ada Lovelace"),
-            Some(Notice::ConnectionsChanged(
-                Principal::parse("Ada Lovelace").expect("principal")
-            ))
-        );
-        let elicitation = ElicitationId::generate();
-        assert_eq!(
-            Notice::parse(&format!("a {elicitation} decline")),
-            Some(Notice::Answered(elicitation, ClientAction::Decline))
-        );
-        assert_eq!(Notice::parse(&format!("a {elicitation} maybe")), None);
-        assert_eq!(Notice::parse("a not-an-id accept"), None);
-        assert_eq!(Notice::parse("x y"), None);
-        assert_eq!(Notice::parse("e not-an-id 1"), None);
-        assert_eq!(Notice::parse(""), None);
     }
 
     #[tokio::test]

@@ -1,7 +1,8 @@
 //! Persistence: one `Store` trait with a PostgreSQL and a SQLite implementation, each with its own
-//! migrations and native types. The backend is chosen by the database URL's scheme.
+//! migrations, SQL and native types. The backend is chosen by the database URL's scheme. Both read
+//! rows back the same way (`rows`); the payloads of the PostgreSQL bus are defined in `notice`.
 
-/// SQL text assembled from constant column lists: no outside input reaches it.
+/// SQL text assembled from constant column lists and notice expressions: no outside input reaches it.
 macro_rules! sql {
     ($($arg:tt)*) => {
         sqlx::AssertSqlSafe(format!($($arg)*))
@@ -9,7 +10,9 @@ macro_rules! sql {
 }
 
 mod cache;
+mod notice;
 mod postgres;
+mod rows;
 mod sqlite;
 
 use std::sync::Arc;
@@ -21,7 +24,8 @@ use serde_json::Value;
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
 pub use cache::{Cache, ConnectionCache, SessionCache};
-pub use postgres::{NOTIFY_CHANNEL, PostgresStore};
+pub use notice::{ClientAction, NOTIFY_CHANNEL, Notice};
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -372,8 +376,8 @@ pub trait Store: Send + Sync + 'static {
     /// how each new event is written to only one of a session's streams, across replicas.
     async fn claim_delivery(&self, session: &SessionId, from: i64, to: i64) -> Result<bool, StoreError>;
 
-    /// Sends a notice to every replica's bus (PostgreSQL NOTIFY). On SQLite there is one process
-    /// and the bus delivers in process, so this does nothing.
+    /// Sends a notice (a [`Notice::encode`] payload) to every replica's bus (PostgreSQL NOTIFY). On
+    /// SQLite there is one process and the bus delivers in process, so this does nothing.
     async fn broadcast(&self, payload: &str) -> Result<(), StoreError>;
 }
 
@@ -401,42 +405,11 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Database, StoreE
     }
 }
 
-fn parse_log_level(text: Option<String>) -> Result<Option<LogLevel>, StoreError> {
-    text.map(|t| t.parse::<LogLevel>().map_err(StoreError::Corrupt))
-        .transpose()
-}
-
-fn parse_elicitation_id(text: &str) -> Result<ElicitationId, StoreError> {
-    text.parse()
-        .map_err(|_| StoreError::Corrupt(format!("elicitation id {text:?} is malformed")))
-}
-
-fn parse_connection_status(text: &str) -> Result<ConnectionStatus, StoreError> {
-    match text {
-        "active" => Ok(ConnectionStatus::Active),
-        "broken" => Ok(ConnectionStatus::Broken),
-        other => Err(StoreError::Corrupt(format!("connection status {other:?}"))),
-    }
-}
-
 fn connection_status_str(status: ConnectionStatus) -> &'static str {
     match status {
         ConnectionStatus::Active => "active",
         ConnectionStatus::Broken => "broken",
     }
-}
-
-fn split_scopes(text: &str) -> Vec<String> {
-    text.split_whitespace().map(str::to_owned).collect()
-}
-
-fn parse_session_id(text: &str) -> Result<SessionId, StoreError> {
-    text.parse()
-        .map_err(|_| StoreError::Corrupt(format!("session id {text:?} is malformed")))
-}
-
-fn parse_principal(text: &str) -> Result<Principal, StoreError> {
-    Principal::parse(text).map_err(|e| StoreError::Corrupt(format!("principal: {e}")))
 }
 
 /// Checks that every embedded migration is recorded as applied, successfully.

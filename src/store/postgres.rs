@@ -7,38 +7,43 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Row};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{FromRow, PgPool, Postgres};
 
+use super::rows::{
+    CONNECTION_COLUMNS, ELICITATION_COLUMNS, FLOW_COLUMNS, FORM_ANSWER_COLUMNS, FORM_VALUES_COLUMNS, Native,
+    SESSION_COLUMNS, Stored, parse_session_id,
+};
 use super::{
     Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord,
-    OAuthFlowRecord, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
+    NOTIFY_CHANNEL, Notice, OAuthFlowRecord, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
+type Tx<'a> = sqlx::Transaction<'a, Postgres>;
+type QueryAs<'q, R> = sqlx::query::QueryAs<'q, Postgres, R, PgArguments>;
 
 /// Appends to a session's log inside `tx` and announces it at commit. `None`: no such session.
-async fn append_in(tx: &mut Tx<'_>, session: &str, message: &Value) -> Result<Option<i64>, StoreError> {
+async fn append_in(tx: &mut Tx<'_>, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
     // The row lock taken by this UPDATE orders concurrent appends to one session.
     let seq: Option<(i64,)> = sqlx::query_as(
         "UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq",
     )
-    .bind(session)
+    .bind(session.as_str())
     .fetch_optional(&mut **tx)
     .await?;
     let Some((seq,)) = seq else {
         return Ok(None);
     };
     sqlx::query("INSERT INTO session_events (session_id, seq, message) VALUES ($1, $2, $3)")
-        .bind(session)
+        .bind(session.as_str())
         .bind(seq)
         .bind(message)
         .execute(&mut **tx)
         .await?;
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(NOTIFY_CHANNEL)
-        .bind(format!("e {session} {seq}"))
+        .bind(Notice::Appended(session.clone()).encode())
         .execute(&mut **tx)
         .await?;
     Ok(Some(seq))
@@ -65,7 +70,7 @@ async fn finish_in(
     let Some((session,)) = session else {
         return Ok(false);
     };
-    append_in(tx, &session, notification).await?;
+    append_in(tx, &parse_session_id(&session)?, notification).await?;
     Ok(true)
 }
 
@@ -83,88 +88,11 @@ fn append_to_completed(message: u8) -> String {
 
 /// Announces the event `append_to_completed` stored, if any; the channel is bound at `$channel`.
 fn announce_stored(channel: u8) -> String {
-    format!("(SELECT pg_notify(${channel}, 'e ' || session_id || ' ' || seq) FROM stored) IS NULL")
+    format!(
+        "(SELECT pg_notify(${channel}, {}) FROM stored) IS NULL",
+        Notice::appended_sql("session_id")
+    )
 }
-
-const ELICITATION_COLUMNS: &str = "id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at, completed_at, call_key, detail";
-
-fn elicitation_from_row(row: &sqlx::postgres::PgRow) -> Result<ElicitationRecord, StoreError> {
-    Ok(ElicitationRecord {
-        id: super::parse_elicitation_id(row.try_get("id")?)?,
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        session_id: super::parse_session_id(row.try_get("session_id")?)?,
-        requirement: row.try_get("requirement")?,
-        status: ElicitationStatus::parse(row.try_get("status")?)?,
-        message: row.try_get("message")?,
-        url: row.try_get("url")?,
-        client_name: row.try_get("client_name")?,
-        created_at: row.try_get("created_at")?,
-        expires_at: row.try_get("expires_at")?,
-        completed_at: row.try_get("completed_at")?,
-        call_key: row.try_get("call_key")?,
-        detail: row.try_get("detail")?,
-    })
-}
-
-const FORM_VALUES_COLUMNS: &str = "principal, form, fields, secrets, created_at, updated_at";
-
-fn form_values_from_row(row: &sqlx::postgres::PgRow) -> Result<FormValuesRecord, StoreError> {
-    Ok(FormValuesRecord {
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        form: row.try_get("form")?,
-        fields: row.try_get("fields")?,
-        secrets: row.try_get("secrets")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-const FORM_ANSWER_COLUMNS: &str = "elicitation_id, fields, secrets, created_at";
-
-fn form_answer_from_row(row: &sqlx::postgres::PgRow) -> Result<FormAnswerRecord, StoreError> {
-    Ok(FormAnswerRecord {
-        elicitation_id: super::parse_elicitation_id(row.try_get("elicitation_id")?)?,
-        fields: row.try_get("fields")?,
-        secrets: row.try_get("secrets")?,
-        created_at: row.try_get("created_at")?,
-    })
-}
-
-const CONNECTION_COLUMNS: &str = "principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at";
-
-fn connection_from_row(row: &sqlx::postgres::PgRow) -> Result<ConnectionRecord, StoreError> {
-    Ok(ConnectionRecord {
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        provider: row.try_get("provider")?,
-        access_token: row.try_get("access_token")?,
-        refresh_token: row.try_get("refresh_token")?,
-        expires_at: row.try_get("expires_at")?,
-        scopes: super::split_scopes(row.try_get("scopes")?),
-        account_label: row.try_get("account_label")?,
-        status: super::parse_connection_status(row.try_get("status")?)?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn flow_from_row(row: &sqlx::postgres::PgRow) -> Result<OAuthFlowRecord, StoreError> {
-    Ok(OAuthFlowRecord {
-        state_hash: row.try_get("state_hash")?,
-        elicitation_id: super::parse_elicitation_id(row.try_get("elicitation_id")?)?,
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        provider: row.try_get("provider")?,
-        scopes: super::split_scopes(row.try_get("scopes")?),
-        pkce_verifier: row.try_get("pkce_verifier")?,
-        browser_hash: row.try_get("browser_hash")?,
-        created_at: row.try_get("created_at")?,
-        expires_at: row.try_get("expires_at")?,
-        used_at: row.try_get("used_at")?,
-    })
-}
-
-/// The channel every replica LISTENs on. Payloads: `e <session> <seq>` (event appended) and
-/// `s <session>` (session changed or ended).
-pub const NOTIFY_CHANNEL: &str = "gatehouse";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -186,18 +114,40 @@ impl PostgresStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// The record in the row `query` returns, if any.
+    async fn record<T: Stored>(&self, query: QueryAs<'_, T::Row<Self>>) -> Result<Option<T>, StoreError>
+    where
+        T::Row<Self>: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+    {
+        query.fetch_optional(&self.pool).await?.map(T::read::<Self>).transpose()
+    }
+
+    /// The records in the rows `query` returns.
+    async fn records<T: Stored>(&self, query: QueryAs<'_, T::Row<Self>>) -> Result<Vec<T>, StoreError>
+    where
+        T::Row<Self>: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+    {
+        query
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(T::read::<Self>)
+            .collect()
+    }
 }
 
-fn session_from_row(row: &sqlx::postgres::PgRow) -> Result<SessionRecord, StoreError> {
-    Ok(SessionRecord {
-        id: super::parse_session_id(row.try_get("id")?)?,
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        protocol_version: row.try_get("protocol_version")?,
-        client_info: row.try_get("client_info")?,
-        client_capabilities: row.try_get("client_capabilities")?,
-        log_level: super::parse_log_level(row.try_get("log_level")?)?,
-        created_at: row.try_get("created_at")?,
-    })
+impl Native for PostgresStore {
+    type Time = DateTime<Utc>;
+    type Json = Value;
+
+    fn time(stored: DateTime<Utc>) -> Result<DateTime<Utc>, StoreError> {
+        Ok(stored)
+    }
+
+    fn json(stored: Value, _what: &str) -> Result<Value, StoreError> {
+        Ok(stored)
+    }
 }
 
 #[async_trait]
@@ -224,10 +174,9 @@ impl Store for PostgresStore {
     }
 
     async fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO sessions (id, principal, protocol_version, client_info, client_capabilities, log_level, created_at, last_seen_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
-        )
+        sqlx::query(sql!(
+            "INSERT INTO sessions ({SESSION_COLUMNS}, last_seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)"
+        ))
         .bind(session.id.as_str())
         .bind(session.principal.as_str())
         .bind(&session.protocol_version)
@@ -241,23 +190,17 @@ impl Store for PostgresStore {
     }
 
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, principal, protocol_version, client_info, client_capabilities, log_level, created_at
-             FROM sessions WHERE id = $1",
-        )
-        .bind(id.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(session_from_row).transpose()
+        let query = sqlx::query_as(sql!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1")).bind(id.as_str());
+        self.record(query).await
     }
 
     async fn delete_session(&self, id: &SessionId) -> Result<bool, StoreError> {
         let deleted = sqlx::query(
-            "WITH gone AS (DELETE FROM sessions WHERE id = $1 RETURNING id)
-             SELECT pg_notify($2, 's ' || id) FROM gone",
+            "WITH gone AS (DELETE FROM sessions WHERE id = $1 RETURNING id) SELECT pg_notify($2, $3) FROM gone",
         )
         .bind(id.as_str())
         .bind(NOTIFY_CHANNEL)
+        .bind(Notice::Changed(id.clone()).encode())
         .fetch_optional(&self.pool)
         .await?;
         Ok(deleted.is_some())
@@ -266,11 +209,12 @@ impl Store for PostgresStore {
     async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, StoreError> {
         let updated = sqlx::query(
             "WITH changed AS (UPDATE sessions SET log_level = $2 WHERE id = $1 RETURNING id)
-             SELECT pg_notify($3, 's ' || id) FROM changed",
+             SELECT pg_notify($3, $4) FROM changed",
         )
         .bind(id.as_str())
         .bind(level.as_str())
         .bind(NOTIFY_CHANNEL)
+        .bind(Notice::Changed(id.clone()).encode())
         .fetch_optional(&self.pool)
         .await?;
         Ok(updated.is_some())
@@ -287,15 +231,16 @@ impl Store for PostgresStore {
     }
 
     async fn delete_idle_sessions(&self, cutoff: DateTime<Utc>) -> Result<Vec<SessionId>, StoreError> {
-        let rows: Vec<(String,)> = sqlx::query_as(
+        let rows: Vec<(String,)> = sqlx::query_as(sql!(
             "WITH gone AS (DELETE FROM sessions WHERE last_seen_at < $1 RETURNING id)
-             SELECT id FROM gone, LATERAL (SELECT pg_notify($2, 's ' || id)) AS notified",
-        )
+             SELECT id FROM gone, LATERAL (SELECT pg_notify($2, {})) AS notified",
+            Notice::changed_sql("id"),
+        ))
         .bind(cutoff)
         .bind(NOTIFY_CHANNEL)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(|(id,)| super::parse_session_id(id)).collect()
+        rows.iter().map(|(id,)| parse_session_id(id)).collect()
     }
 
     async fn append_event(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
@@ -305,12 +250,13 @@ impl Store for PostgresStore {
             "WITH numbered AS (UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1
                  RETURNING id, last_event_seq),
              stored AS (INSERT INTO session_events (session_id, seq, message)
-                 SELECT id, last_event_seq, $2 FROM numbered RETURNING session_id, seq)
-             SELECT seq FROM stored, LATERAL (SELECT pg_notify($3, 'e ' || session_id || ' ' || seq)) AS announced",
+                 SELECT id, last_event_seq, $2 FROM numbered RETURNING seq)
+             SELECT seq, pg_notify($3, $4) FROM stored",
         )
         .bind(session.as_str())
         .bind(message)
         .bind(NOTIFY_CHANNEL)
+        .bind(Notice::Appended(session.clone()).encode())
         .fetch_optional(&self.pool)
         .await?;
         Ok(seq.map(|(seq,)| seq))
@@ -340,7 +286,7 @@ impl Store for PostgresStore {
     }
 
     async fn insert_elicitation(&self, e: &ElicitationRecord) -> Result<ElicitationRecord, StoreError> {
-        let inserted = sqlx::query(sql!(
+        let insert = sqlx::query_as(sql!(
             "INSERT INTO elicitations ({ELICITATION_COLUMNS})
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
              ON CONFLICT (principal, session_id, requirement, (COALESCE(call_key, ''))) WHERE status = 'pending'
@@ -358,26 +304,22 @@ impl Store for PostgresStore {
         .bind(e.expires_at)
         .bind(e.completed_at)
         .bind(&e.call_key)
-        .bind(&e.detail)
-        .fetch_optional(&self.pool)
-        .await?;
-        match inserted {
-            Some(row) => elicitation_from_row(&row),
-            None => {
-                let row = sqlx::query(sql!(
-                    "SELECT {ELICITATION_COLUMNS} FROM elicitations
-                     WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
-                         AND status = 'pending'"
-                ))
-                .bind(e.principal.as_str())
-                .bind(e.session_id.as_str())
-                .bind(&e.requirement)
-                .bind(&e.call_key)
-                .fetch_one(&self.pool)
-                .await?;
-                elicitation_from_row(&row)
-            }
+        .bind(&e.detail);
+        if let Some(inserted) = self.record(insert).await? {
+            return Ok(inserted);
         }
+        let pending = sqlx::query_as(sql!(
+            "SELECT {ELICITATION_COLUMNS} FROM elicitations
+             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+                 AND status = 'pending'"
+        ))
+        .bind(e.principal.as_str())
+        .bind(e.session_id.as_str())
+        .bind(&e.requirement)
+        .bind(&e.call_key);
+        self.record(pending)
+            .await?
+            .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
     }
 
     async fn pending_elicitation(
@@ -388,7 +330,7 @@ impl Store for PostgresStore {
         call_key: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {ELICITATION_COLUMNS} FROM elicitations
              WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
                  AND status = 'pending' AND expires_at > $5"
@@ -397,18 +339,14 @@ impl Store for PostgresStore {
         .bind(session.as_str())
         .bind(requirement)
         .bind(call_key)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(elicitation_from_row).transpose()
+        .bind(now);
+        self.record(query).await
     }
 
     async fn elicitation(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, StoreError> {
-        let row = sqlx::query(sql!("SELECT {ELICITATION_COLUMNS} FROM elicitations WHERE id = $1"))
-            .bind(id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(elicitation_from_row).transpose()
+        let query =
+            sqlx::query_as(sql!("SELECT {ELICITATION_COLUMNS} FROM elicitations WHERE id = $1")).bind(id.to_string());
+        self.record(query).await
     }
 
     async fn finish_elicitation(
@@ -433,7 +371,7 @@ impl Store for PostgresStore {
         requirement: &str,
         call_key: Option<&str>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "UPDATE elicitations SET reported = TRUE WHERE id = (
                  SELECT id FROM elicitations
                  WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
@@ -444,10 +382,8 @@ impl Store for PostgresStore {
         .bind(principal.as_str())
         .bind(session.as_str())
         .bind(requirement)
-        .bind(call_key)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(elicitation_from_row).transpose()
+        .bind(call_key);
+        self.record(query).await
     }
 
     async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -460,10 +396,9 @@ impl Store for PostgresStore {
     }
 
     async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO oauth_flows (state_hash, elicitation_id, principal, provider, scopes, pkce_verifier, browser_hash, created_at, expires_at, used_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
+        sqlx::query(sql!(
+            "INSERT INTO oauth_flows ({FLOW_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        ))
         .bind(&flow.state_hash)
         .bind(flow.elicitation_id.to_string())
         .bind(flow.principal.as_str())
@@ -480,14 +415,9 @@ impl Store for PostgresStore {
     }
 
     async fn flow(&self, state_hash: &str) -> Result<Option<OAuthFlowRecord>, StoreError> {
-        let row = sqlx::query(
-            "SELECT state_hash, elicitation_id, principal, provider, scopes, pkce_verifier, browser_hash, created_at, expires_at, used_at
-             FROM oauth_flows WHERE state_hash = $1",
-        )
-        .bind(state_hash)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(flow_from_row).transpose()
+        let query =
+            sqlx::query_as(sql!("SELECT {FLOW_COLUMNS} FROM oauth_flows WHERE state_hash = $1")).bind(state_hash);
+        self.record(query).await
     }
 
     async fn consume_flow(&self, state_hash: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
@@ -527,8 +457,7 @@ impl Store for PostgresStore {
         // if still pending, append the notification to its session, and announce both changes.
         let (completed,): (bool,) = sqlx::query_as(sql!(
             "WITH saved AS (
-                 INSERT INTO connections (principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                  ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
                      refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at, scopes = EXCLUDED.scopes,
                      account_label = EXCLUDED.account_label, status = EXCLUDED.status, refresh_lease = NULL,
@@ -538,7 +467,7 @@ impl Store for PostgresStore {
                  WHERE id = $11 AND status = 'pending' RETURNING session_id),
              {}
              SELECT EXISTS (SELECT 1 FROM completed), {},
-                 (SELECT pg_notify($13, 'c ' || principal) FROM saved) IS NULL",
+                 (SELECT pg_notify($13, $14) FROM saved) IS NULL",
             append_to_completed(12),
             announce_stored(13),
         ))
@@ -555,30 +484,27 @@ impl Store for PostgresStore {
         .bind(elicitation.to_string())
         .bind(notification)
         .bind(NOTIFY_CHANNEL)
+        .bind(Notice::ConnectionsChanged(c.principal.clone()).encode())
         .fetch_one(&self.pool)
         .await?;
         Ok(completed)
     }
 
     async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = $1 AND provider = $2"
         ))
         .bind(principal.as_str())
-        .bind(provider)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(connection_from_row).transpose()
+        .bind(provider);
+        self.record(query).await
     }
 
     async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionRecord>, StoreError> {
-        let rows = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = $1 ORDER BY provider"
         ))
-        .bind(principal.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(connection_from_row).collect()
+        .bind(principal.as_str());
+        self.records(query).await
     }
 
     async fn delete_connection(
@@ -586,16 +512,15 @@ impl Store for PostgresStore {
         principal: &Principal,
         provider: &str,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "WITH gone AS (DELETE FROM connections WHERE principal = $1 AND provider = $2 RETURNING {CONNECTION_COLUMNS})
-             SELECT gone.*, pg_notify($3, 'c ' || gone.principal) FROM gone"
+             SELECT gone.*, pg_notify($3, $4) FROM gone"
         ))
         .bind(principal.as_str())
         .bind(provider)
         .bind(NOTIFY_CHANNEL)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(connection_from_row).transpose()
+        .bind(Notice::ConnectionsChanged(principal.clone()).encode());
+        self.record(query).await
     }
 
     async fn mark_connection_broken(
@@ -607,12 +532,13 @@ impl Store for PostgresStore {
         let changed = sqlx::query(
             "WITH changed AS (UPDATE connections SET status = 'broken', refresh_lease = NULL
                  WHERE principal = $1 AND provider = $2 AND updated_at = $3 RETURNING principal)
-             SELECT pg_notify($4, 'c ' || principal) FROM changed",
+             SELECT pg_notify($4, $5) FROM changed",
         )
         .bind(principal.as_str())
         .bind(provider)
         .bind(seen_updated_at)
         .bind(NOTIFY_CHANNEL)
+        .bind(Notice::ConnectionsChanged(principal.clone()).encode())
         .fetch_optional(&self.pool)
         .await?;
         Ok(changed.is_some())
@@ -625,7 +551,7 @@ impl Store for PostgresStore {
         until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "UPDATE connections SET refresh_lease = $3
              WHERE principal = $1 AND provider = $2 AND status = 'active' AND (refresh_lease IS NULL OR refresh_lease <= $4)
              RETURNING {CONNECTION_COLUMNS}"
@@ -633,10 +559,8 @@ impl Store for PostgresStore {
         .bind(principal.as_str())
         .bind(provider)
         .bind(until)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(connection_from_row).transpose()
+        .bind(now);
+        self.record(query).await
     }
 
     async fn store_refreshed(
@@ -649,7 +573,7 @@ impl Store for PostgresStore {
             "WITH changed AS (UPDATE connections SET access_token = $3, refresh_token = COALESCE($4, refresh_token),
                  expires_at = $5, scopes = COALESCE($6, scopes), refresh_lease = NULL, updated_at = now()
                  WHERE principal = $1 AND provider = $2 RETURNING principal)
-             SELECT pg_notify($7, 'c ' || principal) FROM changed",
+             SELECT pg_notify($7, $8) FROM changed",
         )
         .bind(principal.as_str())
         .bind(provider)
@@ -658,6 +582,7 @@ impl Store for PostgresStore {
         .bind(t.expires_at)
         .bind(t.scopes.as_ref().map(|s| s.join(" ")))
         .bind(NOTIFY_CHANNEL)
+        .bind(Notice::ConnectionsChanged(principal.clone()).encode())
         .fetch_optional(&self.pool)
         .await?;
         Ok(())
@@ -700,24 +625,20 @@ impl Store for PostgresStore {
     }
 
     async fn form_values(&self, principal: &Principal, form: &str) -> Result<Option<FormValuesRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = $1 AND form = $2"
         ))
         .bind(principal.as_str())
-        .bind(form)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(form_values_from_row).transpose()
+        .bind(form);
+        self.record(query).await
     }
 
     async fn all_form_values(&self, principal: &Principal) -> Result<Vec<FormValuesRecord>, StoreError> {
-        let rows = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = $1 ORDER BY form"
         ))
-        .bind(principal.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(form_values_from_row).collect()
+        .bind(principal.as_str());
+        self.records(query).await
     }
 
     async fn delete_form_values(&self, principal: &Principal, form: &str) -> Result<bool, StoreError> {
@@ -770,7 +691,7 @@ impl Store for PostgresStore {
     ) -> Result<Option<FormAnswerRecord>, StoreError> {
         // A racing call skips the answer locked by another and finds an older one, or nothing; the
         // DELETE itself makes sure no answer is returned twice.
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "DELETE FROM form_answers WHERE elicitation_id = (
                  SELECT answer.elicitation_id FROM form_answers answer
                  JOIN elicitations e ON e.id = answer.elicitation_id
@@ -782,10 +703,8 @@ impl Store for PostgresStore {
         .bind(principal.as_str())
         .bind(session.as_str())
         .bind(requirement)
-        .bind(call_key)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(form_answer_from_row).transpose()
+        .bind(call_key);
+        self.record(query).await
     }
 
     async fn broadcast(&self, payload: &str) -> Result<(), StoreError> {

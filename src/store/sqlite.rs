@@ -7,16 +7,23 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{FromRow, Sqlite, SqlitePool};
 
+use super::rows::{
+    CONNECTION_COLUMNS, ELICITATION_COLUMNS, FLOW_COLUMNS, FORM_ANSWER_COLUMNS, FORM_VALUES_COLUMNS, Native,
+    SESSION_COLUMNS, Stored, parse_session_id,
+};
 use super::{
     Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord,
     OAuthFlowRecord, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+type Tx<'a> = sqlx::Transaction<'a, Sqlite>;
+type QueryAs<'q, R> = sqlx::query::QueryAs<'q, Sqlite, R, SqliteArguments>;
 
 /// Appends to a session's log inside `tx`. `None`: no such session.
 async fn append_in(tx: &mut Tx<'_>, session: &str, message: &Value) -> Result<Option<i64>, StoreError> {
@@ -65,88 +72,6 @@ async fn finish_in(
     Ok(true)
 }
 
-const ELICITATION_COLUMNS: &str = "id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at, completed_at, call_key, detail";
-
-fn elicitation_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<ElicitationRecord, StoreError> {
-    Ok(ElicitationRecord {
-        id: super::parse_elicitation_id(row.try_get("id")?)?,
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        session_id: super::parse_session_id(row.try_get("session_id")?)?,
-        requirement: row.try_get("requirement")?,
-        status: ElicitationStatus::parse(row.try_get("status")?)?,
-        message: row.try_get("message")?,
-        url: row.try_get("url")?,
-        client_name: row.try_get("client_name")?,
-        created_at: from_millis(row.try_get("created_at")?)?,
-        expires_at: from_millis(row.try_get("expires_at")?)?,
-        completed_at: row
-            .try_get::<Option<i64>, _>("completed_at")?
-            .map(from_millis)
-            .transpose()?,
-        call_key: row.try_get("call_key")?,
-        detail: row.try_get("detail")?,
-    })
-}
-
-const FORM_VALUES_COLUMNS: &str = "principal, form, fields, secrets, created_at, updated_at";
-
-fn form_values_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<FormValuesRecord, StoreError> {
-    Ok(FormValuesRecord {
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        form: row.try_get("form")?,
-        fields: json(row.try_get("fields")?, "form fields")?,
-        secrets: row.try_get("secrets")?,
-        created_at: from_millis(row.try_get("created_at")?)?,
-        updated_at: from_millis(row.try_get("updated_at")?)?,
-    })
-}
-
-const FORM_ANSWER_COLUMNS: &str = "elicitation_id, fields, secrets, created_at";
-
-fn form_answer_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<FormAnswerRecord, StoreError> {
-    Ok(FormAnswerRecord {
-        elicitation_id: super::parse_elicitation_id(row.try_get("elicitation_id")?)?,
-        fields: json(row.try_get("fields")?, "form answer fields")?,
-        secrets: row.try_get("secrets")?,
-        created_at: from_millis(row.try_get("created_at")?)?,
-    })
-}
-
-const CONNECTION_COLUMNS: &str = "principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at";
-
-fn connection_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<ConnectionRecord, StoreError> {
-    Ok(ConnectionRecord {
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        provider: row.try_get("provider")?,
-        access_token: row.try_get("access_token")?,
-        refresh_token: row.try_get("refresh_token")?,
-        expires_at: row
-            .try_get::<Option<i64>, _>("expires_at")?
-            .map(from_millis)
-            .transpose()?,
-        scopes: super::split_scopes(row.try_get("scopes")?),
-        account_label: row.try_get("account_label")?,
-        status: super::parse_connection_status(row.try_get("status")?)?,
-        created_at: from_millis(row.try_get("created_at")?)?,
-        updated_at: from_millis(row.try_get("updated_at")?)?,
-    })
-}
-
-fn flow_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<OAuthFlowRecord, StoreError> {
-    Ok(OAuthFlowRecord {
-        state_hash: row.try_get("state_hash")?,
-        elicitation_id: super::parse_elicitation_id(row.try_get("elicitation_id")?)?,
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        provider: row.try_get("provider")?,
-        scopes: super::split_scopes(row.try_get("scopes")?),
-        pkce_verifier: row.try_get("pkce_verifier")?,
-        browser_hash: row.try_get("browser_hash")?,
-        created_at: from_millis(row.try_get("created_at")?)?,
-        expires_at: from_millis(row.try_get("expires_at")?)?,
-        used_at: row.try_get::<Option<i64>, _>("used_at")?.map(from_millis).transpose()?,
-    })
-}
-
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 pub struct SqliteStore {
@@ -168,32 +93,46 @@ impl SqliteStore {
             .await?;
         Ok(Self { pool })
     }
+
+    /// The record in the row `query` returns, if any.
+    async fn record<T: Stored>(&self, query: QueryAs<'_, T::Row<Self>>) -> Result<Option<T>, StoreError>
+    where
+        T::Row<Self>: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
+    {
+        query.fetch_optional(&self.pool).await?.map(T::read::<Self>).transpose()
+    }
+
+    /// The records in the rows `query` returns.
+    async fn records<T: Stored>(&self, query: QueryAs<'_, T::Row<Self>>) -> Result<Vec<T>, StoreError>
+    where
+        T::Row<Self>: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
+    {
+        query
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(T::read::<Self>)
+            .collect()
+    }
 }
 
 fn millis(at: DateTime<Utc>) -> i64 {
     at.timestamp_millis()
 }
 
-fn from_millis(ms: i64) -> Result<DateTime<Utc>, StoreError> {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {ms} out of range")))
-}
+impl Native for SqliteStore {
+    type Time = i64;
+    type Json = String;
 
-fn json(text: &str, what: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
-}
+    fn time(ms: i64) -> Result<DateTime<Utc>, StoreError> {
+        Utc.timestamp_millis_opt(ms)
+            .single()
+            .ok_or_else(|| StoreError::Corrupt(format!("timestamp {ms} out of range")))
+    }
 
-fn session_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
-    Ok(SessionRecord {
-        id: super::parse_session_id(row.try_get("id")?)?,
-        principal: super::parse_principal(row.try_get("principal")?)?,
-        protocol_version: row.try_get("protocol_version")?,
-        client_info: json(row.try_get("client_info")?, "client_info")?,
-        client_capabilities: json(row.try_get("client_capabilities")?, "client_capabilities")?,
-        log_level: super::parse_log_level(row.try_get("log_level")?)?,
-        created_at: from_millis(row.try_get("created_at")?)?,
-    })
+    fn json(text: String, what: &str) -> Result<Value, StoreError> {
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+    }
 }
 
 #[async_trait]
@@ -224,10 +163,9 @@ impl Store for SqliteStore {
 
     async fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
         let created = millis(session.created_at);
-        sqlx::query(
-            "INSERT INTO sessions (id, principal, protocol_version, client_info, client_capabilities, log_level, created_at, last_seen_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-        )
+        sqlx::query(sql!(
+            "INSERT INTO sessions ({SESSION_COLUMNS}, last_seen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)"
+        ))
         .bind(session.id.as_str())
         .bind(session.principal.as_str())
         .bind(&session.protocol_version)
@@ -241,14 +179,8 @@ impl Store for SqliteStore {
     }
 
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, principal, protocol_version, client_info, client_capabilities, log_level, created_at
-             FROM sessions WHERE id = ?1",
-        )
-        .bind(id.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(session_from_row).transpose()
+        let query = sqlx::query_as(sql!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1")).bind(id.as_str());
+        self.record(query).await
     }
 
     async fn delete_session(&self, id: &SessionId) -> Result<bool, StoreError> {
@@ -286,7 +218,7 @@ impl Store for SqliteStore {
             .bind(millis(cutoff))
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(|(id,)| super::parse_session_id(id)).collect()
+        rows.iter().map(|(id,)| parse_session_id(id)).collect()
     }
 
     async fn append_event(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
@@ -311,7 +243,7 @@ impl Store for SqliteStore {
             .map(|(seq, text)| {
                 Ok(StoredEvent {
                     seq,
-                    message: json(&text, "event message")?,
+                    message: Self::json(text, "event message")?,
                 })
             })
             .collect()
@@ -326,7 +258,7 @@ impl Store for SqliteStore {
     }
 
     async fn insert_elicitation(&self, e: &ElicitationRecord) -> Result<ElicitationRecord, StoreError> {
-        let inserted = sqlx::query(sql!(
+        let insert = sqlx::query_as(sql!(
             "INSERT INTO elicitations ({ELICITATION_COLUMNS})
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
              ON CONFLICT (principal, session_id, requirement, COALESCE(call_key, '')) WHERE status = 'pending'
@@ -344,26 +276,22 @@ impl Store for SqliteStore {
         .bind(millis(e.expires_at))
         .bind(e.completed_at.map(millis))
         .bind(&e.call_key)
-        .bind(&e.detail)
-        .fetch_optional(&self.pool)
-        .await?;
-        match inserted {
-            Some(row) => elicitation_from_row(&row),
-            None => {
-                let row = sqlx::query(sql!(
-                    "SELECT {ELICITATION_COLUMNS} FROM elicitations
-                     WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4
-                         AND status = 'pending'"
-                ))
-                .bind(e.principal.as_str())
-                .bind(e.session_id.as_str())
-                .bind(&e.requirement)
-                .bind(&e.call_key)
-                .fetch_one(&self.pool)
-                .await?;
-                elicitation_from_row(&row)
-            }
+        .bind(&e.detail);
+        if let Some(inserted) = self.record(insert).await? {
+            return Ok(inserted);
         }
+        let pending = sqlx::query_as(sql!(
+            "SELECT {ELICITATION_COLUMNS} FROM elicitations
+             WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4
+                 AND status = 'pending'"
+        ))
+        .bind(e.principal.as_str())
+        .bind(e.session_id.as_str())
+        .bind(&e.requirement)
+        .bind(&e.call_key);
+        self.record(pending)
+            .await?
+            .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
     }
 
     async fn pending_elicitation(
@@ -374,7 +302,7 @@ impl Store for SqliteStore {
         call_key: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {ELICITATION_COLUMNS} FROM elicitations
              WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4 AND status = 'pending'
                  AND expires_at > ?5"
@@ -383,18 +311,14 @@ impl Store for SqliteStore {
         .bind(session.as_str())
         .bind(requirement)
         .bind(call_key)
-        .bind(millis(now))
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(elicitation_from_row).transpose()
+        .bind(millis(now));
+        self.record(query).await
     }
 
     async fn elicitation(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, StoreError> {
-        let row = sqlx::query(sql!("SELECT {ELICITATION_COLUMNS} FROM elicitations WHERE id = ?1"))
-            .bind(id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(elicitation_from_row).transpose()
+        let query =
+            sqlx::query_as(sql!("SELECT {ELICITATION_COLUMNS} FROM elicitations WHERE id = ?1")).bind(id.to_string());
+        self.record(query).await
     }
 
     async fn finish_elicitation(
@@ -419,7 +343,7 @@ impl Store for SqliteStore {
         requirement: &str,
         call_key: Option<&str>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "UPDATE elicitations SET reported = 1 WHERE id = (
                  SELECT id FROM elicitations
                  WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4
@@ -430,10 +354,8 @@ impl Store for SqliteStore {
         .bind(principal.as_str())
         .bind(session.as_str())
         .bind(requirement)
-        .bind(call_key)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(elicitation_from_row).transpose()
+        .bind(call_key);
+        self.record(query).await
     }
 
     async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -446,10 +368,9 @@ impl Store for SqliteStore {
     }
 
     async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO oauth_flows (state_hash, elicitation_id, principal, provider, scopes, pkce_verifier, browser_hash, created_at, expires_at, used_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )
+        sqlx::query(sql!(
+            "INSERT INTO oauth_flows ({FLOW_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+        ))
         .bind(&flow.state_hash)
         .bind(flow.elicitation_id.to_string())
         .bind(flow.principal.as_str())
@@ -466,14 +387,9 @@ impl Store for SqliteStore {
     }
 
     async fn flow(&self, state_hash: &str) -> Result<Option<OAuthFlowRecord>, StoreError> {
-        let row = sqlx::query(
-            "SELECT state_hash, elicitation_id, principal, provider, scopes, pkce_verifier, browser_hash, created_at, expires_at, used_at
-             FROM oauth_flows WHERE state_hash = ?1",
-        )
-        .bind(state_hash)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(flow_from_row).transpose()
+        let query =
+            sqlx::query_as(sql!("SELECT {FLOW_COLUMNS} FROM oauth_flows WHERE state_hash = ?1")).bind(state_hash);
+        self.record(query).await
     }
 
     async fn consume_flow(&self, state_hash: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
@@ -510,14 +426,13 @@ impl Store for SqliteStore {
         notification: &Value,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO connections (principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+        sqlx::query(sql!(
+            "INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
                  refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at, scopes = EXCLUDED.scopes,
                  account_label = EXCLUDED.account_label, status = EXCLUDED.status, refresh_lease = NULL,
-                 updated_at = EXCLUDED.updated_at",
-        )
+                 updated_at = EXCLUDED.updated_at"
+        ))
         .bind(c.principal.as_str())
         .bind(&c.provider)
         .bind(&c.access_token)
@@ -546,24 +461,20 @@ impl Store for SqliteStore {
     }
 
     async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = ?1 AND provider = ?2"
         ))
         .bind(principal.as_str())
-        .bind(provider)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(connection_from_row).transpose()
+        .bind(provider);
+        self.record(query).await
     }
 
     async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionRecord>, StoreError> {
-        let rows = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = ?1 ORDER BY provider"
         ))
-        .bind(principal.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(connection_from_row).collect()
+        .bind(principal.as_str());
+        self.records(query).await
     }
 
     async fn delete_connection(
@@ -571,14 +482,12 @@ impl Store for SqliteStore {
         principal: &Principal,
         provider: &str,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "DELETE FROM connections WHERE principal = ?1 AND provider = ?2 RETURNING {CONNECTION_COLUMNS}"
         ))
         .bind(principal.as_str())
-        .bind(provider)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(connection_from_row).transpose()
+        .bind(provider);
+        self.record(query).await
     }
 
     async fn mark_connection_broken(
@@ -606,7 +515,7 @@ impl Store for SqliteStore {
         until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "UPDATE connections SET refresh_lease = ?3
              WHERE principal = ?1 AND provider = ?2 AND status = 'active' AND (refresh_lease IS NULL OR refresh_lease <= ?4)
              RETURNING {CONNECTION_COLUMNS}"
@@ -614,10 +523,8 @@ impl Store for SqliteStore {
         .bind(principal.as_str())
         .bind(provider)
         .bind(millis(until))
-        .bind(millis(now))
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(connection_from_row).transpose()
+        .bind(millis(now));
+        self.record(query).await
     }
 
     async fn store_refreshed(
@@ -673,24 +580,20 @@ impl Store for SqliteStore {
     }
 
     async fn form_values(&self, principal: &Principal, form: &str) -> Result<Option<FormValuesRecord>, StoreError> {
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = ?1 AND form = ?2"
         ))
         .bind(principal.as_str())
-        .bind(form)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(form_values_from_row).transpose()
+        .bind(form);
+        self.record(query).await
     }
 
     async fn all_form_values(&self, principal: &Principal) -> Result<Vec<FormValuesRecord>, StoreError> {
-        let rows = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = ?1 ORDER BY form"
         ))
-        .bind(principal.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(form_values_from_row).collect()
+        .bind(principal.as_str());
+        self.records(query).await
     }
 
     async fn delete_form_values(&self, principal: &Principal, form: &str) -> Result<bool, StoreError> {
@@ -743,7 +646,7 @@ impl Store for SqliteStore {
     ) -> Result<Option<FormAnswerRecord>, StoreError> {
         // One writing statement: it holds the write lock from the search to the delete, so two
         // racing calls cannot both find the same answer.
-        let row = sqlx::query(sql!(
+        let query = sqlx::query_as(sql!(
             "DELETE FROM form_answers WHERE elicitation_id = (
                  SELECT answer.elicitation_id FROM form_answers answer
                  JOIN elicitations e ON e.id = answer.elicitation_id
@@ -755,10 +658,8 @@ impl Store for SqliteStore {
         .bind(principal.as_str())
         .bind(session.as_str())
         .bind(requirement)
-        .bind(call_key)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(form_answer_from_row).transpose()
+        .bind(call_key);
+        self.record(query).await
     }
 
     async fn broadcast(&self, _payload: &str) -> Result<(), StoreError> {

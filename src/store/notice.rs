@@ -1,0 +1,188 @@
+//! The bus's wire format: what replicas tell each other through PostgreSQL NOTIFY on
+//! [`NOTIFY_CHANNEL`], encoded by [`Notice::encode`] and read back by [`Notice::parse`], the only
+//! writer and reader of these payloads.
+//!
+//! A payload is a one-letter kind, a space, and the kind's fields:
+//!
+//! | payload                    | notice                         | sent when                                 |
+//! |----------------------------|--------------------------------|-------------------------------------------|
+//! | `e <session>`              | [`Notice::Appended`]           | an event was appended to the session's log |
+//! | `s <session>`              | [`Notice::Changed`]            | the session changed or ended              |
+//! | `c <principal>`            | [`Notice::ConnectionsChanged`] | the principal's connections changed       |
+//! | `a <elicitation> <action>` | [`Notice::Answered`]           | a client answered an in-call elicitation  |
+//!
+//! A principal may contain spaces, so it is the whole rest of its payload. After a session, further
+//! fields are ignored: replicas of earlier versions sent the event's sequence number after it.
+//!
+//! Where a statement notifies for rows only the database knows (the sessions an idle sweep deletes,
+//! the session of the elicitation a statement completes), the payload is built in SQL by the SQL
+//! twins of the encoder below ([`Notice::appended_sql`], [`Notice::changed_sql`]).
+
+use crate::domain::{ElicitationId, Principal, SessionId};
+
+/// The channel every replica LISTENs on.
+pub const NOTIFY_CHANNEL: &str = "gatehouse";
+
+const APPENDED: &str = "e";
+const CHANGED: &str = "s";
+const CONNECTIONS_CHANGED: &str = "c";
+const ANSWERED: &str = "a";
+
+/// What a replica learns from the bus.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    /// An event was appended to the session's log.
+    Appended(SessionId),
+    /// The session changed or ended: cached copies are stale.
+    Changed(SessionId),
+    /// The principal's connections changed: cached copies are stale.
+    ConnectionsChanged(Principal),
+    /// A client answered an in-call `elicitation/create`; the replica whose call waits for it
+    /// takes it from here.
+    Answered(ElicitationId, ClientAction),
+}
+
+/// A client's answer to `elicitation/create` in URL mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAction {
+    /// The user agreed to open the URL (the interaction is not finished yet).
+    Accept,
+    Decline,
+    Cancel,
+}
+
+impl ClientAction {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "accept" => Some(ClientAction::Accept),
+            "decline" => Some(ClientAction::Decline),
+            "cancel" => Some(ClientAction::Cancel),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientAction::Accept => "accept",
+            ClientAction::Decline => "decline",
+            ClientAction::Cancel => "cancel",
+        }
+    }
+}
+
+impl Notice {
+    /// The NOTIFY payload announcing this notice.
+    pub fn encode(&self) -> String {
+        match self {
+            Notice::Appended(session) => format!("{APPENDED} {session}"),
+            Notice::Changed(session) => format!("{CHANGED} {session}"),
+            Notice::ConnectionsChanged(principal) => format!("{CONNECTIONS_CHANGED} {principal}"),
+            Notice::Answered(elicitation, action) => format!("{ANSWERED} {elicitation} {}", action.as_str()),
+        }
+    }
+
+    /// Reads a NOTIFY payload; `None` when it is none of the payloads above.
+    pub fn parse(payload: &str) -> Option<Self> {
+        let (kind, fields) = payload.split_once(' ')?;
+        match kind {
+            APPENDED => Some(Notice::Appended(first_field(fields).parse().ok()?)),
+            CHANGED => Some(Notice::Changed(first_field(fields).parse().ok()?)),
+            CONNECTIONS_CHANGED => Principal::parse(fields).ok().map(Notice::ConnectionsChanged),
+            ANSWERED => {
+                let (id, action) = fields.split_once(' ')?;
+                Some(Notice::Answered(id.parse().ok()?, ClientAction::parse(action)?))
+            }
+            _ => None,
+        }
+    }
+
+    /// The SQL twin of `encode` for [`Notice::Appended`]: an SQL expression for the payload
+    /// announcing an event in the session whose id is the SQL expression `session`.
+    pub(super) fn appended_sql(session: &str) -> String {
+        format!("'{APPENDED} ' || {session}")
+    }
+
+    /// The SQL twin of `encode` for [`Notice::Changed`], like [`Notice::appended_sql`].
+    pub(super) fn changed_sql(session: &str) -> String {
+        format!("'{CHANGED} ' || {session}")
+    }
+}
+
+fn first_field(fields: &str) -> &str {
+    fields.split(' ').next().unwrap_or(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(text: &str) -> Principal {
+        Principal::parse(text).expect("principal")
+    }
+
+    #[test]
+    fn every_notice_parses_as_encoded() {
+        let elicitation = ElicitationId::generate();
+        let notices = [
+            Notice::Appended(SessionId::generate()),
+            Notice::Changed(SessionId::generate()),
+            Notice::ConnectionsChanged(principal("alice@example.com")),
+            Notice::ConnectionsChanged(principal("Ada Lovelace")),
+            Notice::Answered(elicitation, ClientAction::Accept),
+            Notice::Answered(elicitation, ClientAction::Decline),
+            Notice::Answered(elicitation, ClientAction::Cancel),
+        ];
+        for notice in notices {
+            assert_eq!(Notice::parse(&notice.encode()), Some(notice));
+        }
+    }
+
+    #[test]
+    fn payloads_parse() {
+        let id = SessionId::generate();
+        assert_eq!(Notice::parse(&format!("e {id}")), Some(Notice::Appended(id.clone())));
+        assert_eq!(
+            Notice::parse(&format!("e {id} 4")),
+            Some(Notice::Appended(id.clone())),
+            "earlier versions sent the sequence number too"
+        );
+        assert_eq!(Notice::parse(&format!("s {id}")), Some(Notice::Changed(id)));
+        assert_eq!(
+            Notice::parse("c Ada Lovelace"),
+            Some(Notice::ConnectionsChanged(principal("Ada Lovelace")))
+        );
+        let elicitation = ElicitationId::generate();
+        assert_eq!(
+            Notice::parse(&format!("a {elicitation} decline")),
+            Some(Notice::Answered(elicitation, ClientAction::Decline))
+        );
+        assert_eq!(Notice::parse(&format!("a {elicitation} maybe")), None);
+        assert_eq!(Notice::parse("a not-an-id accept"), None);
+        assert_eq!(Notice::parse("x y"), None);
+        assert_eq!(Notice::parse("e not-an-id 1"), None);
+        assert_eq!(Notice::parse("e"), None);
+        assert_eq!(Notice::parse(""), None);
+    }
+
+    #[test]
+    fn sql_twins_use_the_encoders_kinds() {
+        let id = SessionId::generate();
+        // What PostgreSQL makes of `'e ' || session_id`: the text before the column, then its value.
+        let in_sql = |expression: String| {
+            let prefix = expression
+                .strip_suffix(" || session_id")
+                .and_then(|quoted| quoted.strip_prefix('\''))
+                .and_then(|quoted| quoted.strip_suffix('\''))
+                .expect("a quoted prefix and the column");
+            format!("{prefix}{id}")
+        };
+        assert_eq!(
+            in_sql(Notice::appended_sql("session_id")),
+            Notice::Appended(id.clone()).encode()
+        );
+        assert_eq!(
+            in_sql(Notice::changed_sql("session_id")),
+            Notice::Changed(id.clone()).encode()
+        );
+    }
+}
