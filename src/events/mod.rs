@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ElicitationId, Principal, SessionId};
-pub use crate::store::{ClientAction, Notice};
+use crate::store::{ClientAction, Notice};
 use crate::store::{ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
 
 /// Local fan-out: one watch channel per session that has a stream open on this replica, and the

@@ -234,12 +234,7 @@ mod tests {
         );
         assert!(wake.has_changed().expect("open"), "the session's streams were woken");
         wake.borrow_and_update();
-        let events = fixture
-            .backing
-            .store
-            .events_after(&session.id, 0, 10)
-            .await
-            .expect("events");
+        let events = fixture.events(&session).await;
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].message["method"], "notifications/elicitation/complete");
         assert_eq!(events[0].message["params"]["elicitationId"], elicitation.id.to_string());

@@ -419,12 +419,7 @@ mod tests {
                 .expect("save"),
             "the elicitation is no longer pending"
         );
-        let events = fixture
-            .backing
-            .store
-            .events_after(&session.id, 0, 10)
-            .await
-            .expect("events");
+        let events = fixture.events(&session).await;
         assert_eq!(events.len(), 1, "one completion notification");
     }
 }

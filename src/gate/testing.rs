@@ -91,6 +91,15 @@ impl Fixture {
         session
     }
 
+    /// The events queued for a session's stream.
+    pub async fn events(&self, session: &SessionRecord) -> Vec<crate::store::StoredEvent> {
+        self.backing
+            .store
+            .events_after(&session.id, 0, 100)
+            .await
+            .expect("events")
+    }
+
     /// The gate for a configuration snippet (`[[providers]]`, `[[forms]]`).
     pub fn gate(&self, config: &str) -> Gate {
         let config: Config = toml::from_str(config).expect("test configuration");

@@ -13,9 +13,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::events::{AnswerReceiver, ClientAction};
+use crate::events::AnswerReceiver;
 use crate::jsonrpc;
 use crate::state::AppState;
+use crate::store::ClientAction;
 use crate::store::{ElicitationRecord, ElicitationStatus, SessionRecord};
 use crate::tools::ToolResult;
 

@@ -18,9 +18,9 @@ use serde_json::Value;
 use super::incall::{self, Outbox};
 use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, stream};
 use crate::domain::{ElicitationId, Principal, SessionId};
-use crate::events::ClientAction;
 use crate::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
 use crate::state::AppState;
+use crate::store::ClientAction;
 use crate::store::SessionRecord;
 
 pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");

@@ -233,11 +233,7 @@ async fn submit(
             };
             let values = state.gate.form_values();
             let completed = match form.scope {
-                FormScope::User => {
-                    values
-                        .save_user(principal, form, submission, Some(elicitation))
-                        .await?
-                }
+                FormScope::User => values.save_user(principal, form, submission, Some(elicitation)).await?,
                 FormScope::Call => values.answer_call(elicitation, submission).await?,
             };
             if !completed {
