@@ -1,0 +1,124 @@
+//! What every browser-facing response shares, whatever the handler answered: the page security
+//! headers (on pages, refusals, errors and redirects alike), and a failure behind a page shown as a
+//! generic 500 page while its cause is logged.
+
+mod common;
+
+use common::{Backend, Browser, Page, TestDatabase, TestServer, captured_logs, logged_text};
+use reqwest::StatusCode;
+use sqlx::Connection;
+
+/// A user-scoped form, so /connections has something to list and a replace page to cancel.
+const CONFIG: &str = r#"
+[[forms]]
+id = "key"
+title = "API key"
+[[forms.fields]]
+name = "api_key"
+label = "API key"
+type = "secret"
+"#;
+
+fn assert_page_headers(what: &str, page: &Page) {
+    let header = |name: &str| {
+        page.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_else(|| panic!("{what} ({}): no {name} header", page.status))
+            .to_owned()
+    };
+    let csp = header("content-security-policy");
+    assert!(
+        csp.contains("frame-ancestors 'none'") && csp.contains("default-src 'none'"),
+        "{what}: {csp}"
+    );
+    assert_eq!(header("x-frame-options"), "DENY", "{what}");
+    assert_eq!(header("cache-control"), "no-store", "{what}");
+    assert_eq!(header("referrer-policy"), "same-origin", "{what}");
+    assert_eq!(header("x-content-type-options"), "nosniff", "{what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_refusals_and_redirects_all_carry_the_security_headers() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, CONFIG).await;
+    let base = server.base();
+    let browser = Browser::new();
+
+    let landing = browser.get(&format!("{base}/")).await;
+    assert_eq!(landing.status, StatusCode::OK);
+    assert_page_headers("landing page", &landing);
+
+    let unknown = browser.get(&format!("{base}/connect/not-an-id")).await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    assert!(unknown.body.contains("This link does not lead to any request."));
+    assert_page_headers("unknown link", &unknown);
+
+    let no_state = browser.get(&format!("{base}/oauth/callback?code=abc")).await;
+    assert_eq!(no_state.status, StatusCode::BAD_REQUEST);
+    assert!(no_state.body.contains("Nothing was stored."));
+    assert_page_headers("refused callback", &no_state);
+
+    let forged = browser
+        .post_form(&format!("{base}/connections"), &base, &[("action", "disconnect"), ("csrf", "forged")])
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert_page_headers("forged post", &forged);
+
+    let replace = browser.get(&format!("{base}/connections/forms/key")).await;
+    assert_eq!(replace.status, StatusCode::OK);
+    let cancelled = browser
+        .post_form(
+            &format!("{base}/connections/forms/key"),
+            &base,
+            &[("action", "cancel"), ("csrf", &replace.csrf())],
+        )
+        .await;
+    assert_eq!(cancelled.status, StatusCode::SEE_OTHER);
+    assert_eq!(cancelled.location(), "/connections");
+    assert_page_headers("redirect", &cancelled);
+
+    let health = browser.get(&format!("{base}/healthz")).await;
+    assert_eq!(health.body, "ok");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_error_behind_a_page_is_logged_and_shown_as_a_generic_500() {
+    captured_logs();
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, CONFIG).await;
+    let base = server.base();
+    let browser = Browser::new();
+    assert_eq!(browser.get(&format!("{base}/connections")).await.status, StatusCode::OK);
+
+    // The database loses a table the page reads: a fault on our side, not the user's.
+    let mut conn = sqlx::SqliteConnection::connect(&database.url).await.expect("connect");
+    sqlx::query("DROP TABLE form_values")
+        .execute(&mut conn)
+        .await
+        .expect("drop table");
+    conn.close().await.expect("close");
+
+    let failed = browser.get(&format!("{base}/connections")).await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        failed.body.contains("Something went wrong on our side"),
+        "a generic message: {}",
+        failed.body
+    );
+    assert!(
+        !failed.body.contains("form_values") && !failed.body.contains("no such table"),
+        "the cause is not shown: {}",
+        failed.body
+    );
+    assert_page_headers("error page", &failed);
+    let logs = logged_text();
+    let logged = logs
+        .lines()
+        .find(|line| line.contains("a page request failed"))
+        .unwrap_or_else(|| panic!("the failure is logged: {logs}"));
+    assert!(logged.contains("no such table"), "with its cause: {logged}");
+    assert!(logged.contains("/connections"), "and the request it broke: {logged}");
+    server.stop().await;
+}
