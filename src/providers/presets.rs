@@ -1,122 +1,99 @@
-//! Settings of well-known providers, so a configuration needs only `preset`, the client id and
-//! the secret. Any key set in the configuration wins over the preset.
+//! Presets of well-known providers, so a configuration needs only `preset`, the client id and the
+//! secret. The presets are `presets.toml`, written in the configuration's own vocabulary; a
+//! preset fills every key a provider's table leaves out.
 
-use std::collections::BTreeMap;
+use crate::config::{ConfigError, ProviderConfig};
 
-use url::Url;
+/// Every preset, as `[name]` tables of provider settings.
+const PRESETS: &str = include_str!("presets.toml");
 
-use crate::config::ClientAuth;
-
-pub const NAMES: [&str; 6] = ["github", "google", "slack", "microsoft", "gitlab", "atlassian"];
-
-pub struct Preset {
-    pub name: &'static str,
-    pub authorize_url: Url,
-    pub token_url: Url,
-    pub userinfo_url: Option<Url>,
-    pub account_label: Option<String>,
-    pub issuer: Option<String>,
-    pub revocation_url: Option<Url>,
-    pub scope_separator: &'static str,
-    pub client_auth: ClientAuth,
-    pub authorize_params: BTreeMap<String, String>,
+/// `config` with every key it leaves out taken from the preset it names (unchanged without one).
+/// `key` is where `config` sits in the configuration, for errors.
+pub fn apply(config: &ProviderConfig, key: &str) -> Result<ProviderConfig, ConfigError> {
+    let Some(name) = &config.preset else {
+        return Ok(config.clone());
+    };
+    let presets: toml::Table = toml::from_str(PRESETS).map_err(|e| {
+        ConfigError::key(
+            format!("{key}.preset"),
+            format!("the built-in presets do not read: {e}"),
+        )
+    })?;
+    let Some(toml::Value::Table(settings)) = presets.get(name) else {
+        let names: Vec<&str> = presets.keys().map(String::as_str).collect();
+        return Err(ConfigError::key(
+            format!("{key}.preset"),
+            format!("`{name}` is not a preset ({})", names.join(", ")),
+        ));
+    };
+    let tenant = config.tenant.as_deref().unwrap_or("common");
+    let mut settings: toml::Table = settings
+        .iter()
+        .map(|(k, v)| match v {
+            toml::Value::String(s) => (k.clone(), toml::Value::String(s.replace("{tenant}", tenant))),
+            other => (k.clone(), other.clone()),
+        })
+        .collect();
+    // The preset is read as a provider table; its identity is the configuration's and is not used.
+    for identity in ["id", "client_id", "client_secret"] {
+        settings.insert(identity.to_owned(), toml::Value::String(name.clone()));
+    }
+    let preset: ProviderConfig = toml::Value::Table(settings).try_into().map_err(|e| {
+        let field = if config.tenant.is_some() { "tenant" } else { "preset" };
+        ConfigError::key(
+            format!("{key}.{field}"),
+            format!("the preset `{name}` does not fit: {e}"),
+        )
+    })?;
+    let mut merged = config.clone();
+    merged.name = merged.name.or(preset.name);
+    merged.authorize_url = merged.authorize_url.or(preset.authorize_url);
+    merged.token_url = merged.token_url.or(preset.token_url);
+    merged.userinfo_url = merged.userinfo_url.or(preset.userinfo_url);
+    merged.account_label = merged.account_label.or(preset.account_label);
+    merged.issuer = merged.issuer.or(preset.issuer);
+    merged.revocation_url = merged.revocation_url.or(preset.revocation_url);
+    merged.scope_separator = merged.scope_separator.or(preset.scope_separator);
+    merged.client_auth = merged.client_auth.or(preset.client_auth);
+    merged.authorize_params = preset
+        .authorize_params
+        .into_iter()
+        .chain(config.authorize_params.clone())
+        .collect();
+    Ok(merged)
 }
 
-fn url(text: &str) -> Url {
-    Url::parse(text).expect("preset URLs are valid")
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
-}
-
-/// The preset called `name`; `tenant` is Microsoft Entra ID's directory ("common" by default).
-pub fn preset(name: &str, tenant: Option<&str>) -> Option<Preset> {
-    Some(match name {
-        // GitHub answers the token request in form encoding unless asked for JSON, joins granted
-        // scopes with commas, and has no RFC 7009 revocation endpoint.
-        "github" => Preset {
-            name: "GitHub",
-            authorize_url: url("https://github.com/login/oauth/authorize"),
-            token_url: url("https://github.com/login/oauth/access_token"),
-            userinfo_url: Some(url("https://api.github.com/user")),
-            account_label: Some("/login".into()),
-            issuer: None,
-            revocation_url: None,
-            scope_separator: ",",
-            client_auth: ClientAuth::Post,
-            authorize_params: BTreeMap::new(),
-        },
-        // offline_access via access_type=offline; prompt=consent so a refresh token comes back
-        // on every sign-in, not only the first.
-        "google" => Preset {
-            name: "Google",
-            authorize_url: url("https://accounts.google.com/o/oauth2/v2/auth"),
-            token_url: url("https://oauth2.googleapis.com/token"),
-            userinfo_url: Some(url("https://openidconnect.googleapis.com/v1/userinfo")),
-            account_label: Some("/email".into()),
-            issuer: Some("https://accounts.google.com".into()),
-            revocation_url: Some(url("https://oauth2.googleapis.com/revoke")),
-            scope_separator: " ",
-            client_auth: ClientAuth::Post,
-            authorize_params: params(&[("access_type", "offline"), ("prompt", "consent")]),
-        },
-        // Sign in with Slack (OpenID Connect): standard endpoints and answers.
-        "slack" => Preset {
-            name: "Slack",
-            authorize_url: url("https://slack.com/openid/connect/authorize"),
-            token_url: url("https://slack.com/api/openid.connect.token"),
-            userinfo_url: Some(url("https://slack.com/api/openid.connect.userInfo")),
-            account_label: Some("/email".into()),
-            issuer: None,
-            revocation_url: None,
-            scope_separator: " ",
-            client_auth: ClientAuth::Post,
-            authorize_params: BTreeMap::new(),
-        },
-        "microsoft" => {
-            let tenant = tenant.unwrap_or("common");
-            Preset {
-                name: "Microsoft",
-                authorize_url: url(&format!(
-                    "https://login.microsoftonline.com/{tenant}/oauth2/v2.0/authorize"
-                )),
-                token_url: url(&format!("https://login.microsoftonline.com/{tenant}/oauth2/v2.0/token")),
-                userinfo_url: Some(url("https://graph.microsoft.com/oidc/userinfo")),
-                account_label: Some("/email".into()),
-                issuer: None,
-                revocation_url: None,
-                scope_separator: " ",
-                client_auth: ClientAuth::Post,
-                authorize_params: BTreeMap::new(),
-            }
+    #[test]
+    fn every_preset_makes_a_provider() {
+        let presets: toml::Table = toml::from_str(PRESETS).expect("presets.toml");
+        assert_eq!(presets.len(), 6);
+        for name in presets.keys() {
+            let table = format!("id = \"acme\"\nclient_id = \"c\"\nclient_secret = \"s\"\npreset = \"{name}\"");
+            let config: ProviderConfig = toml::from_str(&table).expect("provider table");
+            let preset = apply(&config, "providers[0]").unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(preset.authorize_url.is_some() && preset.token_url.is_some() && preset.name.is_some());
+            assert!(
+                preset.scope_separator.is_some() && preset.client_auth.is_some(),
+                "{name}"
+            );
+            crate::providers::Provider::from_config(&config, "providers[0]").unwrap_or_else(|e| panic!("{name}: {e}"));
         }
-        "gitlab" => Preset {
-            name: "GitLab",
-            authorize_url: url("https://gitlab.com/oauth/authorize"),
-            token_url: url("https://gitlab.com/oauth/token"),
-            userinfo_url: Some(url("https://gitlab.com/api/v4/user")),
-            account_label: Some("/username".into()),
-            issuer: None,
-            revocation_url: Some(url("https://gitlab.com/oauth/revoke")),
-            scope_separator: " ",
-            client_auth: ClientAuth::Basic,
-            authorize_params: BTreeMap::new(),
-        },
-        // Atlassian needs audience=api.atlassian.com, and offline_access among the scopes for a
-        // refresh token.
-        "atlassian" => Preset {
-            name: "Atlassian",
-            authorize_url: url("https://auth.atlassian.com/authorize"),
-            token_url: url("https://auth.atlassian.com/oauth/token"),
-            userinfo_url: Some(url("https://api.atlassian.com/me")),
-            account_label: Some("/email".into()),
-            issuer: None,
-            revocation_url: None,
-            scope_separator: " ",
-            client_auth: ClientAuth::Post,
-            authorize_params: params(&[("audience", "api.atlassian.com"), ("prompt", "consent")]),
-        },
-        _ => return None,
-    })
+    }
+
+    #[test]
+    fn the_configuration_wins_over_the_preset() {
+        let table = "id = \"acme\"\nclient_id = \"c\"\nclient_secret = \"s\"\npreset = \"google\"\n\
+                     name = \"Work Google\"\nclient_auth = \"basic\"\nauthorize_params = { prompt = \"none\" }";
+        let config: ProviderConfig = toml::from_str(table).expect("provider table");
+        let merged = apply(&config, "providers[0]").expect("google");
+        assert_eq!(merged.name.as_deref(), Some("Work Google"));
+        assert_eq!(merged.client_auth, Some(crate::config::ClientAuth::Basic));
+        assert_eq!(merged.authorize_params["prompt"], "none");
+        assert_eq!(merged.authorize_params["access_type"], "offline");
+        assert_eq!(merged.issuer.as_deref(), Some("https://accounts.google.com"));
+    }
 }

@@ -1,0 +1,355 @@
+//! The OAuth 2 client side, through the `oauth2` crate: the authorize URL with PKCE S256 (RFC
+//! 7636), the code exchange and refresh (RFC 6749) and revocation (RFC 7009), plus the userinfo
+//! request that names the account.
+//!
+//! oauth2 builds every request and reads every answer; it sends them through [`OAuthClient`]'s
+//! hook, which uses gatehouse's outbound client (no redirects followed), bounds time and size,
+//! and rewrites what real providers answer into the RFC 6749 shape oauth2 reads: form-encoded
+//! token answers (GitHub), errors inside 200 answers, `expires_in` as a string, no `token_type`.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use oauth2::basic::{
+    BasicErrorResponse, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse, BasicTokenResponse,
+};
+use oauth2::{
+    AsyncHttpClient, AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointNotSet,
+    EndpointSet, HttpRequest, HttpResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken,
+    RevocableToken, RevocationUrl, Scope, TokenUrl,
+};
+use reqwest::header::ACCEPT;
+use serde_json::{Value, json};
+use url::Url;
+
+use super::Provider;
+use super::answers::{OAuthError, TokenResponse, Unusable, read_limited, reason, revocation_answer, token_answer};
+use crate::config::ClientAuth;
+
+/// Time allowed for any request to a provider.
+const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
+/// RFC 7636 4.1: the lengths of a PKCE verifier (oauth2 panics outside them).
+const PKCE_VERIFIER_LENGTHS: std::ops::RangeInclusive<usize> = 43..=128;
+
+/// oauth2's client for one provider: its token endpoint set, and the authorize or revocation
+/// endpoint when a request needs it.
+pub(super) type ProviderClient<HasAuthUrl = EndpointNotSet, HasRevocationUrl = EndpointNotSet> = oauth2::Client<
+    BasicErrorResponse,
+    BasicTokenResponse,
+    BasicTokenIntrospectionResponse,
+    HintedToken,
+    BasicRevocationErrorResponse,
+    HasAuthUrl,
+    EndpointNotSet,
+    EndpointNotSet,
+    HasRevocationUrl,
+    EndpointSet,
+>;
+
+/// A token to revoke with the `token_type_hint` the caller gives (oauth2's own revocable token
+/// derives the hint from its variant).
+pub(super) struct HintedToken {
+    token: String,
+    hint: String,
+}
+
+impl RevocableToken for HintedToken {
+    fn secret(&self) -> &str {
+        &self.token
+    }
+
+    fn type_hint(&self) -> Option<&str> {
+        Some(&self.hint)
+    }
+}
+
+impl Provider {
+    pub(super) fn oauth2(&self) -> ProviderClient {
+        oauth2::Client::new(ClientId::new(self.client_id.clone()))
+            .set_client_secret(ClientSecret::new(self.client_secret.expose().clone()))
+            .set_auth_type(match self.client_auth {
+                // RFC 6749 2.3.1: oauth2 form-encodes id and secret before joining them.
+                ClientAuth::Basic => AuthType::BasicAuth,
+                ClientAuth::Post => AuthType::RequestBody,
+            })
+            .set_token_uri(TokenUrl::from_url(self.token_url.clone()))
+    }
+
+    /// Where the browser goes to sign in.
+    pub fn authorize_url(&self, state: &str, code_challenge: &str, scopes: &[String], redirect_uri: &str) -> Url {
+        let client = self
+            .oauth2()
+            .set_auth_uri(AuthUrl::from_url(self.authorize_url.clone()));
+        let mut request = client.authorize_url(|| CsrfToken::new(state.to_owned()));
+        match s256_challenge(code_challenge) {
+            Ok(challenge) => request = request.set_pkce_challenge(challenge),
+            Err(error) => tracing::error!(provider = %self.id, %error, "the PKCE challenge did not read; left out"),
+        }
+        match RedirectUrl::new(redirect_uri.to_owned()) {
+            Ok(redirect) => request = request.set_redirect_uri(Cow::Owned(redirect)),
+            Err(error) => {
+                tracing::error!(provider = %self.id, redirect_uri, %error, "the redirect URI is not a URL; left out")
+            }
+        }
+        // oauth2 joins scopes with spaces; one scope of them joined keeps this provider's separator.
+        if !scopes.is_empty() {
+            request = request.add_scope(Scope::new(scopes.join(&self.scope_separator)));
+        }
+        for (name, value) in &self.authorize_params {
+            request = request.add_extra_param(name.as_str(), value.as_str());
+        }
+        request.url().0
+    }
+}
+
+/// PKCE S256 (RFC 7636): the challenge sent to the authorize endpoint for a verifier. A verifier
+/// of the wrong length has none (the provider refuses the sign-in).
+pub fn pkce_challenge(verifier: &str) -> String {
+    if !PKCE_VERIFIER_LENGTHS.contains(&verifier.len()) {
+        tracing::error!(
+            length = verifier.len(),
+            "a PKCE verifier has 43 to 128 characters; no challenge"
+        );
+        return String::new();
+    }
+    let verifier = PkceCodeVerifier::new(verifier.to_owned());
+    PkceCodeChallenge::from_code_verifier_sha256(&verifier)
+        .as_str()
+        .to_owned()
+}
+
+/// oauth2 makes a challenge only from a verifier or by reading a stored one; the gate keeps the
+/// challenge [`pkce_challenge`] gave, so it is read back.
+fn s256_challenge(challenge: &str) -> Result<PkceCodeChallenge, serde_json::Error> {
+    serde_json::from_value(json!({ "code_challenge": challenge, "code_challenge_method": "S256" }))
+}
+
+/// Which endpoint answers, and so how its answer is read.
+#[derive(Clone, Copy)]
+enum Endpoint<'a> {
+    Token,
+    /// Sent to this URL, whatever the scheme oauth2 was handed (see [`OAuthClient::revoke`]).
+    Revocation(&'a Url),
+}
+
+/// oauth2's HTTP client: [`OAuthClient::send`] for one endpoint. (A closure would do, but its
+/// future's `Send` is lost to lifetime inference; a boxed future keeps it.)
+struct Hook<'a> {
+    client: &'a OAuthClient,
+    endpoint: Endpoint<'a>,
+}
+
+impl<'c> AsyncHttpClient<'c> for Hook<'_> {
+    type Error = Unusable;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Unusable>> + Send + 'c>>;
+
+    fn call(&'c self, request: HttpRequest) -> Self::Future {
+        Box::pin(self.client.send(request, self.endpoint))
+    }
+}
+
+/// Talks to providers with gatehouse's outbound client (no redirects followed).
+#[derive(Clone)]
+pub struct OAuthClient {
+    http: reqwest::Client,
+}
+
+impl OAuthClient {
+    pub fn new(http: reqwest::Client) -> Self {
+        Self { http }
+    }
+
+    /// oauth2's HTTP client for requests to `endpoint`.
+    fn hook<'a>(&'a self, endpoint: Endpoint<'a>) -> Hook<'a> {
+        Hook { client: self, endpoint }
+    }
+
+    /// Sends a request oauth2 built within [`PROVIDER_TIMEOUT`], reads the answer within a size
+    /// bound ([`read_limited`]) and rewrites it for oauth2 to read.
+    async fn send(&self, request: HttpRequest, endpoint: Endpoint<'_>) -> Result<HttpResponse, Unusable> {
+        let mut request = reqwest::Request::try_from(request).map_err(|e| Unusable(e.to_string()))?;
+        *request.timeout_mut() = Some(PROVIDER_TIMEOUT);
+        match endpoint {
+            Endpoint::Token => {
+                let response = self.http.execute(request).await.map_err(|e| Unusable(e.to_string()))?;
+                let status = response.status();
+                token_answer(status, &read_limited(response).await.map_err(Unusable)?)
+            }
+            Endpoint::Revocation(url) => {
+                *request.url_mut() = url.clone();
+                let response = self.http.execute(request).await.map_err(|e| Unusable(e.to_string()))?;
+                revocation_answer(response.status())
+            }
+        }
+    }
+
+    /// Exchanges an authorization code (with its PKCE verifier) for tokens.
+    pub async fn exchange_code(
+        &self,
+        provider: &Provider,
+        code: &str,
+        verifier: &str,
+        redirect_uri: &str,
+    ) -> Result<TokenResponse, OAuthError> {
+        let redirect = RedirectUrl::new(redirect_uri.to_owned())
+            .map_err(|e| OAuthError::Unavailable(format!("the redirect URI is not a URL: {e}")))?;
+        let client = provider.oauth2();
+        let tokens = client
+            .exchange_code(AuthorizationCode::new(code.to_owned()))
+            .set_pkce_verifier(PkceCodeVerifier::new(verifier.to_owned()))
+            .set_redirect_uri(Cow::Owned(redirect))
+            .request_async(&self.hook(Endpoint::Token))
+            .await?;
+        Ok(tokens.into())
+    }
+
+    pub async fn refresh(&self, provider: &Provider, refresh_token: &str) -> Result<TokenResponse, OAuthError> {
+        let client = provider.oauth2();
+        let refresh_token = RefreshToken::new(refresh_token.to_owned());
+        let tokens = client
+            .exchange_refresh_token(&refresh_token)
+            .request_async(&self.hook(Endpoint::Token))
+            .await?;
+        Ok(tokens.into())
+    }
+
+    /// RFC 7009 revocation, when the provider has an endpoint for it. Any failure, a refusal
+    /// included, is [`OAuthError::Unavailable`] ([`revocation_answer`] reads the status alone).
+    pub async fn revoke(&self, provider: &Provider, token: &str, hint: &str) -> Result<(), OAuthError> {
+        let Some(url) = &provider.revocation_url else {
+            return Ok(());
+        };
+        // oauth2 revokes only at https URLs (RFC 7009 2), but providers on loopback may use http
+        // (see `check_url`): oauth2 is handed the https spelling and the hook sends the request
+        // to the configured URL.
+        let mut https = url.clone();
+        https
+            .set_scheme("https")
+            .map_err(|()| OAuthError::Unavailable(format!("{url} cannot be spelled with https")))?;
+        let client = provider.oauth2().set_revocation_url(RevocationUrl::from_url(https));
+        let token = HintedToken {
+            token: token.to_owned(),
+            hint: hint.to_owned(),
+        };
+        client
+            .revoke_token(token)
+            .map_err(|e| OAuthError::Unavailable(e.to_string()))?
+            .request_async(&self.hook(Endpoint::Revocation(url)))
+            .await
+            .map_err(|e| OAuthError::Unavailable(reason(e)))?;
+        Ok(())
+    }
+
+    /// The account label from the userinfo endpoint, when the provider has one. Not OAuth: a
+    /// plain GET with the bearer token.
+    pub async fn account_label(&self, provider: &Provider, access_token: &str) -> Option<String> {
+        let url = provider.userinfo_url.as_ref()?;
+        let pointer = provider.account_label.as_deref().unwrap_or("");
+        let response = self
+            .http
+            .get(url.clone())
+            .timeout(PROVIDER_TIMEOUT)
+            .bearer_auth(access_token)
+            .header(ACCEPT, "application/json")
+            .send()
+            .await
+            .ok()?;
+        if !response.status().is_success() {
+            tracing::info!(provider = %provider.id, status = %response.status(), "userinfo refused; no account label");
+            return None;
+        }
+        let body = read_limited(response).await.ok()?;
+        let value: Value = serde_json::from_slice(&body).ok()?;
+        let label = value.pointer(pointer)?;
+        let text = match label {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => return None,
+        };
+        Some(text.chars().filter(|c| !c.is_control()).take(200).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::providers::answers::tests::refresh_answered;
+    use crate::providers::tests::provider;
+    use crate::secret::Secret;
+
+    #[tokio::test]
+    async fn clients_authenticate_with_basic_or_in_the_body() {
+        let basic = provider(
+            "token_url = \"https://auth.acme.test/t\"\nauthorize_url = \"https://auth.acme.test/a\"\n\
+             client_auth = \"basic\"",
+        )
+        .expect("provider");
+        let basic = Provider {
+            client_id: "c d".into(),
+            client_secret: Secret::new("s:é".into()),
+            ..basic
+        };
+        let (request, _) = refresh_answered(&basic, 200, r#"{"access_token":"a"}"#).await;
+        let credentials = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "c+d:s%3A%C3%A9");
+        assert_eq!(
+            request.headers()["authorization"],
+            format!("Basic {credentials}").as_str()
+        );
+        let body = String::from_utf8(request.body().clone()).expect("utf-8");
+        assert_eq!(body, "grant_type=refresh_token&refresh_token=rt");
+
+        let post = Provider {
+            client_auth: ClientAuth::Post,
+            ..basic
+        };
+        let (request, _) = refresh_answered(&post, 200, r#"{"access_token":"a"}"#).await;
+        assert!(request.headers().get("authorization").is_none());
+        let body: BTreeMap<String, String> = url::form_urlencoded::parse(request.body()).into_owned().collect();
+        assert_eq!(body["client_id"], "c d");
+        assert_eq!(body["client_secret"], "s:é");
+        assert_eq!(request.headers()["accept"], "application/json");
+    }
+
+    #[test]
+    fn authorize_urls_keep_the_separator_and_the_parameters() {
+        let acme = provider(
+            "authorize_url = \"https://auth.acme.test/a?tenant=x\"\ntoken_url = \"https://auth.acme.test/t\"\n\
+             authorize_params = { audience = \"api\" }",
+        )
+        .expect("provider");
+        let challenge = pkce_challenge(&"v".repeat(43));
+        let url = acme.authorize_url("st", &challenge, &["b".into(), "a".into()], "https://gh.example/cb");
+        let query: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
+        let expected = [
+            ("audience", "api"),
+            ("client_id", "c"),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("redirect_uri", "https://gh.example/cb"),
+            ("response_type", "code"),
+            ("scope", "b a"),
+            ("state", "st"),
+            ("tenant", "x"),
+        ];
+        let expected: BTreeMap<String, String> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(query, expected);
+        let github = provider("preset = \"github\"").expect("github");
+        let url = github.authorize_url("st", &challenge, &["b".into(), "a".into()], "https://gh.example/cb");
+        assert!(url.query().is_some_and(|q| q.contains("scope=b%2Ca")), "{url}");
+        let bare = github.authorize_url("st", &challenge, &[], "https://gh.example/cb");
+        assert!(!bare.query_pairs().any(|(k, _)| k == "scope"));
+    }
+
+    #[test]
+    fn pkce_matches_the_rfc_7636_example() {
+        assert_eq!(
+            pkce_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
+        assert_eq!(pkce_challenge("too-short"), "", "no challenge, and no panic");
+    }
+}
