@@ -60,7 +60,11 @@ async fn pages_refusals_and_redirects_all_carry_the_security_headers() {
     assert_page_headers("refused callback", &no_state);
 
     let forged = browser
-        .post_form(&format!("{base}/connections"), &base, &[("action", "disconnect"), ("csrf", "forged")])
+        .post_form(
+            &format!("{base}/connections"),
+            &base,
+            &[("action", "disconnect"), ("csrf", "forged")],
+        )
         .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
     assert_page_headers("forged post", &forged);

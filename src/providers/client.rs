@@ -21,17 +21,18 @@ use oauth2::{
     RevocableToken, RevocationUrl, Scope, TokenUrl,
 };
 use reqwest::header::ACCEPT;
-use serde_json::{Value, json};
+use serde_json::Value;
 use url::Url;
 
 use super::Provider;
 use super::answers::{OAuthError, TokenResponse, Unusable, read_limited, reason, revocation_answer, token_answer};
 use crate::config::ClientAuth;
+use crate::secret::Secret;
 
 /// Time allowed for any request to a provider.
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
-/// RFC 7636 4.1: the lengths of a PKCE verifier (oauth2 panics outside them).
-const PKCE_VERIFIER_LENGTHS: std::ops::RangeInclusive<usize> = 43..=128;
+/// Random bytes in a flow's `state`: 256 bits.
+const STATE_BYTES: u32 = 32;
 
 /// oauth2's client for one provider: its token endpoint set, and the authorize or revocation
 /// endpoint when a request needs it.
@@ -77,18 +78,19 @@ impl Provider {
             .set_token_uri(TokenUrl::from_url(self.token_url.clone()))
     }
 
-    /// Where the browser goes to sign in.
-    pub fn authorize_url(&self, state: &str, code_challenge: &str, scopes: &[String], redirect_uri: &str) -> Url {
+    /// Starts a sign-in: a fresh 256-bit `state` and PKCE S256 pair (RFC 7636), and the URL the
+    /// browser goes to.
+    pub fn authorize(&self, scopes: &[String], redirect_uri: &str) -> Authorization {
         let client = self
             .oauth2()
             .set_auth_uri(AuthUrl::from_url(self.authorize_url.clone()));
-        let mut request = client.authorize_url(|| CsrfToken::new(state.to_owned()));
-        match s256_challenge(code_challenge) {
-            Ok(challenge) => request = request.set_pkce_challenge(challenge),
-            Err(error) => tracing::error!(provider = %self.id, %error, "the PKCE challenge did not read; left out"),
-        }
+        let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+        let mut request = client
+            .authorize_url(|| CsrfToken::new_random_len(STATE_BYTES))
+            .set_pkce_challenge(challenge);
         match RedirectUrl::new(redirect_uri.to_owned()) {
             Ok(redirect) => request = request.set_redirect_uri(Cow::Owned(redirect)),
+            // The provider then uses the registered one, or refuses the sign-in.
             Err(error) => {
                 tracing::error!(provider = %self.id, redirect_uri, %error, "the redirect URI is not a URL; left out")
             }
@@ -100,30 +102,20 @@ impl Provider {
         for (name, value) in &self.authorize_params {
             request = request.add_extra_param(name.as_str(), value.as_str());
         }
-        request.url().0
+        let (url, state) = request.url();
+        Authorization {
+            url,
+            state: Secret::new(state.secret().clone()),
+            pkce_verifier: Secret::new(verifier.secret().clone()),
+        }
     }
 }
 
-/// PKCE S256 (RFC 7636): the challenge sent to the authorize endpoint for a verifier. A verifier
-/// of the wrong length has none (the provider refuses the sign-in).
-pub fn pkce_challenge(verifier: &str) -> String {
-    if !PKCE_VERIFIER_LENGTHS.contains(&verifier.len()) {
-        tracing::error!(
-            length = verifier.len(),
-            "a PKCE verifier has 43 to 128 characters; no challenge"
-        );
-        return String::new();
-    }
-    let verifier = PkceCodeVerifier::new(verifier.to_owned());
-    PkceCodeChallenge::from_code_verifier_sha256(&verifier)
-        .as_str()
-        .to_owned()
-}
-
-/// oauth2 makes a challenge only from a verifier or by reading a stored one; the gate keeps the
-/// challenge [`pkce_challenge`] gave, so it is read back.
-fn s256_challenge(challenge: &str) -> Result<PkceCodeChallenge, serde_json::Error> {
-    serde_json::from_value(json!({ "code_challenge": challenge, "code_challenge_method": "S256" }))
+/// A sign-in to start: where the browser goes, and what the flow keeps to check the callback.
+pub struct Authorization {
+    pub url: Url,
+    pub state: Secret<String>,
+    pub pkce_verifier: Secret<String>,
 }
 
 /// Which endpoint answers, and so how its answer is read.
@@ -314,6 +306,13 @@ mod tests {
         assert_eq!(request.headers()["accept"], "application/json");
     }
 
+    /// RFC 7636 S256, computed here without oauth2.
+    fn s256(verifier: &str) -> String {
+        use base64::Engine;
+        use sha2::Digest;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier.as_bytes()))
+    }
+
     #[test]
     fn authorize_urls_keep_the_separator_and_the_parameters() {
         let acme = provider(
@@ -321,9 +320,9 @@ mod tests {
              authorize_params = { audience = \"api\" }",
         )
         .expect("provider");
-        let challenge = pkce_challenge(&"v".repeat(43));
-        let url = acme.authorize_url("st", &challenge, &["b".into(), "a".into()], "https://gh.example/cb");
-        let query: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
+        let sign_in = acme.authorize(&["b".into(), "a".into()], "https://gh.example/cb");
+        let query: BTreeMap<String, String> = sign_in.url.query_pairs().into_owned().collect();
+        let challenge = s256(sign_in.pkce_verifier.expose());
         let expected = [
             ("audience", "api"),
             ("client_id", "c"),
@@ -332,24 +331,29 @@ mod tests {
             ("redirect_uri", "https://gh.example/cb"),
             ("response_type", "code"),
             ("scope", "b a"),
-            ("state", "st"),
+            ("state", sign_in.state.expose().as_str()),
             ("tenant", "x"),
         ];
         let expected: BTreeMap<String, String> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         assert_eq!(query, expected);
         let github = provider("preset = \"github\"").expect("github");
-        let url = github.authorize_url("st", &challenge, &["b".into(), "a".into()], "https://gh.example/cb");
+        let url = github.authorize(&["b".into(), "a".into()], "https://gh.example/cb").url;
         assert!(url.query().is_some_and(|q| q.contains("scope=b%2Ca")), "{url}");
-        let bare = github.authorize_url("st", &challenge, &[], "https://gh.example/cb");
+        let bare = github.authorize(&[], "https://gh.example/cb").url;
         assert!(!bare.query_pairs().any(|(k, _)| k == "scope"));
     }
 
     #[test]
-    fn pkce_matches_the_rfc_7636_example() {
-        assert_eq!(
-            pkce_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
-            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+    fn every_sign_in_gets_a_fresh_256_bit_state_and_verifier() {
+        let acme =
+            provider("authorize_url = \"https://a.test/a\"\ntoken_url = \"https://a.test/t\"").expect("provider");
+        let (one, two) = (
+            acme.authorize(&[], "https://gh.example/cb"),
+            acme.authorize(&[], "https://gh.example/cb"),
         );
-        assert_eq!(pkce_challenge("too-short"), "", "no challenge, and no panic");
+        assert_eq!(one.state.expose().len(), 43, "32 random bytes, base64url");
+        assert_eq!(one.pkce_verifier.expose().len(), 43);
+        assert_ne!(one.state.expose(), two.state.expose());
+        assert_ne!(one.pkce_verifier.expose(), two.pkce_verifier.expose());
     }
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use url::Url;
 
 pub use answers::{OAuthError, TokenResponse};
-pub use client::{OAuthClient, pkce_challenge};
+pub use client::{Authorization, OAuthClient};
 
 use crate::config::{ClientAuth, Config, ConfigError, ProviderConfig};
 use crate::domain::is_identifier;
@@ -198,12 +198,12 @@ mod tests {
         let github = provider("preset = \"github\"\nscopes = [\"read:user\"]").expect("github");
         assert_eq!(github.token_url.as_str(), "https://github.com/login/oauth/access_token");
         assert_eq!(github.name, "GitHub");
-        let url = github.authorize_url(
-            "st",
-            "ch",
-            &github.scopes_with(&["repo".into()]),
-            "https://gh.example/oauth/callback",
-        );
+        let url = github
+            .authorize(
+                &github.scopes_with(&["repo".into()]),
+                "https://gh.example/oauth/callback",
+            )
+            .url;
         let query: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
         assert_eq!(query["scope"], "read:user,repo");
         assert_eq!(query["code_challenge_method"], "S256");

@@ -13,7 +13,7 @@ use rand::RngCore;
 use super::{Connections, access_context, refresh_context};
 use crate::domain::Principal;
 use crate::gate::{GateError, after, sha256_hex};
-use crate::providers::{Provider, pkce_challenge};
+use crate::providers::Provider;
 use crate::store::{ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord};
 
 /// The one redirect URI of a deployment.
@@ -109,6 +109,7 @@ impl CallbackParams {
     }
 }
 
+/// 256 random bits, base64url: the browser's cookie value.
 fn random_token() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
@@ -151,8 +152,9 @@ impl Connections {
         let Some((provider, scopes)) = self.provider_of(elicitation) else {
             return Ok(None);
         };
-        let (state, verifier, cookie_value) = (random_token(), random_token(), random_token());
-        let state_hash = sha256_hex(&state);
+        let sign_in = provider.authorize(&scopes, &self.redirect_uri());
+        let cookie_value = random_token();
+        let state_hash = sha256_hex(sign_in.state.expose());
         let now = Utc::now();
         let flow = OAuthFlowRecord {
             state_hash: state_hash.clone(),
@@ -163,16 +165,15 @@ impl Connections {
             pkce_verifier: self
                 .backing
                 .vault
-                .encrypt_str(&verifier, &verifier_context(&state_hash)),
+                .encrypt_str(sign_in.pkce_verifier.expose(), &verifier_context(&state_hash)),
             browser_hash: sha256_hex(&cookie_value),
             created_at: now,
             expires_at: after(now, FLOW_TTL),
             used_at: None,
         };
         self.backing.store.insert_flow(&flow).await?;
-        let authorize_url = provider.authorize_url(&state, &pkce_challenge(&verifier), &scopes, &self.redirect_uri());
         Ok(Some(StartedFlow {
-            authorize_url,
+            authorize_url: sign_in.url,
             cookie_name: self.cookie_name(&state_hash),
             cookie_value,
         }))
