@@ -8,8 +8,8 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use common::{Backend, TestDatabase};
 use gatehouse::domain::{ElicitationId, LogLevel, Principal, SessionId};
 use gatehouse::store::{
-    self, ClientAction, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, FormAnswerRecord,
-    FormValuesRecord, NOTIFY_CHANNEL, Notice, RefreshedTokens, SessionRecord, Store, StoreError,
+    self, AskKey, ClientAction, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, Ending,
+    FormAnswerRecord, FormValuesRecord, NOTIFY_CHANNEL, Notice, RefreshedTokens, SessionRecord, Store, StoreError,
 };
 use serde_json::{Value, json};
 use sqlx::postgres::PgListener;
@@ -189,6 +189,28 @@ fn now() -> DateTime<Utc> {
     Utc.timestamp_millis_opt(Utc::now().timestamp_millis())
         .single()
         .expect("now")
+}
+
+fn ask<'a>(
+    principal: &'a Principal,
+    session: &'a SessionId,
+    requirement: &'a str,
+    call_key: Option<&'a str>,
+) -> AskKey<'a> {
+    AskKey {
+        principal,
+        session,
+        requirement,
+        call_key,
+    }
+}
+
+fn ending<'a>(elicitation: &'a ElicitationId, notification: &'a Value, at: DateTime<Utc>) -> Ending<'a> {
+    Ending {
+        elicitation,
+        notification,
+        at,
+    }
 }
 
 fn principal(name: &str) -> Principal {
@@ -428,7 +450,10 @@ async fn a_form_answer_is_kept_only_for_a_pending_elicitation(backend: Backend) 
     let declined = asked(&store, "alice", "form:deploy", Some("k1")).await;
     assert!(
         store
-            .finish_elicitation(&declined.id, ElicitationStatus::Declined, &notification(0), now())
+            .finish_elicitation(
+                ending(&declined.id, &notification(0), now()),
+                ElicitationStatus::Declined
+            )
             .await
             .expect("decline")
     );
@@ -468,7 +493,7 @@ async fn a_form_answer_is_kept_only_for_a_pending_elicitation(backend: Backend) 
     assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Completed);
     assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
     let taken = store
-        .take_form_answer(&pending.principal, &pending.session_id, "form:deploy", "k3")
+        .take_form_answer(ask(&pending.principal, &pending.session_id, "form:deploy", Some("k3")))
         .await
         .expect("take")
         .expect("kept");
@@ -499,7 +524,7 @@ async fn a_form_answer_is_taken_by_one_call(backend: Backend) {
     ] {
         assert!(
             store
-                .take_form_answer(who, session, requirement, key)
+                .take_form_answer(ask(who, session, requirement, Some(key)))
                 .await
                 .expect("take")
                 .is_none(),
@@ -507,7 +532,7 @@ async fn a_form_answer_is_taken_by_one_call(backend: Backend) {
         );
     }
     let taken = store
-        .take_form_answer(who, session, "form:deploy", "key")
+        .take_form_answer(ask(who, session, "form:deploy", Some("key")))
         .await
         .expect("take")
         .expect("the answer");
@@ -515,7 +540,7 @@ async fn a_form_answer_is_taken_by_one_call(backend: Backend) {
     assert_eq!(taken.fields, json!({"target": "prod"}));
     assert!(
         store
-            .take_form_answer(who, session, "form:deploy", "key")
+            .take_form_answer(ask(who, session, "form:deploy", Some("key")))
             .await
             .expect("take again")
             .is_none(),
@@ -540,7 +565,7 @@ async fn a_form_answer_is_taken_by_one_call(backend: Backend) {
                 let (store, pending, key) = (store.clone(), pending.clone(), key.clone());
                 tokio::spawn(async move {
                     store
-                        .take_form_answer(&pending.principal, &pending.session_id, "form:deploy", &key)
+                        .take_form_answer(ask(&pending.principal, &pending.session_id, "form:deploy", Some(&key)))
                         .await
                 })
             })
@@ -590,14 +615,14 @@ async fn pending_elicitations_are_told_apart_by_call_key(backend: Backend) {
         (None, Some(none.id)),
     ] {
         let found = store
-            .pending_elicitation(who, id, "form:deploy", key, now())
+            .pending_elicitation(ask(who, id, "form:deploy", key), now())
             .await
             .expect("pending");
         assert_eq!(found.map(|e| e.id), expected, "{key:?}");
     }
     assert!(
         store
-            .pending_elicitation(who, id, "form:deploy", Some("k3"), now())
+            .pending_elicitation(ask(who, id, "form:deploy", Some("k3")), now())
             .await
             .expect("pending")
             .is_none()
@@ -618,7 +643,7 @@ async fn declines_are_reported_per_call_key(backend: Backend) {
         .expect("insert");
     for id in [declined.id, without_key.id] {
         store
-            .finish_elicitation(&id, ElicitationStatus::Declined, &notification(0), now())
+            .finish_elicitation(ending(&id, &notification(0), now()), ElicitationStatus::Declined)
             .await
             .expect("decline");
     }
@@ -627,7 +652,7 @@ async fn declines_are_reported_per_call_key(backend: Backend) {
         let store = store.clone();
         async move {
             store
-                .take_unreported_decline(who, session, "form:deploy", key)
+                .take_unreported_decline(ask(who, session, "form:deploy", key))
                 .await
                 .expect("take decline")
                 .map(|e| e.id)
@@ -682,7 +707,7 @@ async fn form_secrets_and_hostile_text_round_trip(backend: Backend) {
             .expect("save answer")
     );
     let taken = store
-        .take_form_answer(&record.principal, &record.id, "form:deploy", "key")
+        .take_form_answer(ask(&record.principal, &record.id, "form:deploy", Some("key")))
         .await
         .expect("take")
         .expect("the answer");
@@ -744,7 +769,7 @@ async fn forms_migration_keeps_existing_elicitations(backend: Backend) {
     store.migrate().await.expect("migrating twice is harmless");
 
     let found = store
-        .pending_elicitation(&record.principal, &record.id, "form:profile", None, now())
+        .pending_elicitation(ask(&record.principal, &record.id, "form:profile", None), now())
         .await
         .expect("pending")
         .expect("the old elicitation");
@@ -764,7 +789,7 @@ async fn forms_migration_keeps_existing_elicitations(backend: Backend) {
         .expect("insert");
     assert_ne!(keyed.id, pending);
     let reported = store
-        .take_unreported_decline(&record.principal, &record.id, "form:profile", None)
+        .take_unreported_decline(ask(&record.principal, &record.id, "form:profile", None))
         .await
         .expect("take decline");
     assert_eq!(reported.map(|e| e.id), Some(declined));
@@ -827,7 +852,7 @@ async fn untaken_answers_are_dropped_after_the_cutoff(backend: Backend) {
         let (who, session) = (e.principal.clone(), e.session_id.clone());
         async move {
             store
-                .take_form_answer(&who, &session, "form:pay", key)
+                .take_form_answer(ask(&who, &session, "form:pay", Some(key)))
                 .await
                 .expect("take")
         }
@@ -942,7 +967,7 @@ async fn postgres_notices_read_back_as_announced() {
 
     let third = asked(&store, owner, "form:pay", Some("three")).await;
     store
-        .finish_elicitation(&third.id, ElicitationStatus::Declined, &notification(3), now())
+        .finish_elicitation(ending(&third.id, &notification(3), now()), ElicitationStatus::Declined)
         .await
         .expect("decline");
     expect_notices(&mut listener, &[Notice::Appended(third.session_id.clone())]).await;

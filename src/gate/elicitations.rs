@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::{Backing, GateError, Requirement, after};
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
-use crate::store::{ElicitationRecord, ElicitationStatus, SessionRecord, StoreError};
+use crate::store::{AskKey, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
 
 /// What the user is asked for: one unmet requirement, in words.
 #[derive(Debug, Clone)]
@@ -24,6 +24,18 @@ pub struct Ask {
     pub call_key: Option<String>,
     /// Only for call-scoped forms: the form's description with the call's arguments.
     pub detail: Option<String>,
+}
+
+impl Ask {
+    /// The store's key for this ask; `requirement` is the requirement's text.
+    fn key<'a>(&'a self, principal: &'a Principal, session: &'a SessionRecord, requirement: &'a str) -> AskKey<'a> {
+        AskKey {
+            principal,
+            session: &session.id,
+            requirement,
+            call_key: self.call_key.as_deref(),
+        }
+    }
 }
 
 pub struct Elicitations {
@@ -54,7 +66,7 @@ impl Elicitations {
         let text = ask.requirement.to_string();
         let store = &self.backing.store;
         if let Some(pending) = store
-            .pending_elicitation(principal, &session.id, &text, ask.call_key.as_deref(), now)
+            .pending_elicitation(ask.key(principal, session, &text), now)
             .await?
         {
             return Ok(pending);
@@ -100,28 +112,16 @@ impl Elicitations {
         session: &SessionRecord,
         ask: &Ask,
     ) -> Result<Option<ElicitationRecord>, GateError> {
-        Ok(self
-            .backing
-            .store
-            .take_unreported_decline(
-                principal,
-                &session.id,
-                &ask.requirement.to_string(),
-                ask.call_key.as_deref(),
-            )
-            .await?)
+        let text = ask.requirement.to_string();
+        let key = ask.key(principal, session, &text);
+        Ok(self.backing.store.take_unreported_decline(key).await?)
     }
 
     /// Marks the elicitation's decline as reported (a waiting call told the model already).
     pub async fn mark_decline_reported(&self, elicitation: &ElicitationRecord) -> Result<(), GateError> {
         self.backing
             .store
-            .take_unreported_decline(
-                &elicitation.principal,
-                &elicitation.session_id,
-                &elicitation.requirement,
-                elicitation.call_key.as_deref(),
-            )
+            .take_unreported_decline(elicitation.ask_key())
             .await?;
         Ok(())
     }
@@ -132,9 +132,12 @@ impl Elicitations {
         let store = &self.backing.store;
         let finished = self
             .finish_with(elicitation, |notification| async move {
-                store
-                    .finish_elicitation(&elicitation.id, status, &notification, Utc::now())
-                    .await
+                let ending = Ending {
+                    elicitation: &elicitation.id,
+                    notification: &notification,
+                    at: Utc::now(),
+                };
+                store.finish_elicitation(ending, status).await
             })
             .await?;
         if finished {

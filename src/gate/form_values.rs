@@ -13,7 +13,7 @@ use super::{Backing, Elicitations, GateError, Requirement, sha256_hex};
 use crate::domain::{ElicitationId, Principal, SessionId};
 use crate::forms::{Form, Forms, Submission};
 use crate::secret::Secret;
-use crate::store::{ElicitationRecord, FormAnswerRecord, FormValuesRecord, StoreError};
+use crate::store::{AskKey, ElicitationRecord, FormAnswerRecord, FormValuesRecord, StoreError};
 
 /// A user's saved values as pages may show them: the non-secret values and the names of the
 /// stored secrets (never their values).
@@ -100,7 +100,12 @@ impl FormValues {
         let Some(answer) = self
             .backing
             .store
-            .take_form_answer(principal, session, &requirement, call_key)
+            .take_form_answer(AskKey {
+                principal,
+                session,
+                requirement: &requirement,
+                call_key: Some(call_key),
+            })
             .await?
         else {
             return Ok(None);

@@ -119,6 +119,18 @@ pub struct ElicitationRecord {
     pub detail: Option<String>,
 }
 
+impl ElicitationRecord {
+    /// The ask this elicitation answers.
+    pub fn ask_key(&self) -> AskKey<'_> {
+        AskKey {
+            principal: &self.principal,
+            session: &self.session_id,
+            requirement: &self.requirement,
+            call_key: self.call_key.as_deref(),
+        }
+    }
+}
+
 /// A principal's saved answers to a user-scoped form. Secret fields are one ciphertext (a JSON
 /// object sealed by the key ring).
 #[derive(Debug, Clone)]
@@ -187,6 +199,31 @@ pub struct RefreshedTokens {
     pub scopes: Option<Vec<String>>,
 }
 
+/// One ask of a session: the same principal, session and requirement, and for a call-scoped form
+/// the same call. A key without a call key matches only elicitations without one.
+#[derive(Debug, Clone, Copy)]
+pub struct AskKey<'a> {
+    pub principal: &'a Principal,
+    pub session: &'a SessionId,
+    pub requirement: &'a str,
+    pub call_key: Option<&'a str>,
+}
+
+/// How an elicitation ends: the completion notification for its session's log, and when.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    pub elicitation: &'a ElicitationId,
+    pub notification: &'a Value,
+    pub at: DateTime<Utc>,
+}
+
+/// A refresh lease asked for at `now`, to be held until `until`.
+#[derive(Debug, Clone, Copy)]
+pub struct RefreshLease {
+    pub now: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> Backend;
@@ -229,40 +266,23 @@ pub trait Store: Send + Sync + 'static {
     /// principal, session, requirement and call key (two concurrent calls get the same one).
     async fn insert_elicitation(&self, elicitation: &ElicitationRecord) -> Result<ElicitationRecord, StoreError>;
 
-    /// The unexpired pending elicitation for this principal, session, requirement and call key
-    /// (`None` matches only elicitations without one).
+    /// The elicitation for this ask that is pending and unexpired at `now`.
     async fn pending_elicitation(
         &self,
-        principal: &Principal,
-        session: &SessionId,
-        requirement: &str,
-        call_key: Option<&str>,
+        ask: AskKey<'_>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError>;
 
     async fn elicitation(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, StoreError>;
 
-    /// Moves a pending, unexpired elicitation to `status` and appends `notification` to its
-    /// session's event log, in one transaction. False (and nothing changed) when it was not
-    /// pending: finishing twice sends nothing the second time.
-    async fn finish_elicitation(
-        &self,
-        id: &ElicitationId,
-        status: ElicitationStatus,
-        notification: &Value,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    /// Moves the ending elicitation, when pending and unexpired, to `status` and appends the
+    /// ending's notification to its session's event log, in one transaction. False (and nothing
+    /// changed) when it was not pending: finishing twice sends nothing the second time.
+    async fn finish_elicitation(&self, ending: Ending<'_>, status: ElicitationStatus) -> Result<bool, StoreError>;
 
-    /// The newest declined elicitation for this principal, session, requirement and call key
-    /// (`None` matches only elicitations without one) that no call has reported yet, now marked
+    /// The newest declined elicitation for this ask that no call has reported yet, now marked
     /// reported.
-    async fn take_unreported_decline(
-        &self,
-        principal: &Principal,
-        session: &SessionId,
-        requirement: &str,
-        call_key: Option<&str>,
-    ) -> Result<Option<ElicitationRecord>, StoreError>;
+    async fn take_unreported_decline(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError>;
 
     /// Marks pending elicitations past their expiry as expired; returns how many.
     async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError>;
@@ -311,14 +331,13 @@ pub trait Store: Send + Sync + 'static {
         seen_updated_at: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
-    /// Takes the refresh lease of an active connection until `until`; `None` while another
-    /// holder's lease runs. One refresh per connection at a time, across replicas.
+    /// Takes the refresh lease of an active connection (the principal's at the provider of
+    /// `connection`); `None` while another holder's lease runs. One refresh per connection at a
+    /// time, across replicas.
     async fn acquire_refresh_lease(
         &self,
-        principal: &Principal,
-        provider: &str,
-        until: DateTime<Utc>,
-        now: DateTime<Utc>,
+        connection: &ConnectionRecord,
+        lease: RefreshLease,
     ) -> Result<Option<ConnectionRecord>, StoreError>;
 
     /// Stores refreshed tokens and releases the lease.
@@ -360,16 +379,10 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
-    /// The newest answer still kept for a completed elicitation of this principal, session,
-    /// requirement and call key, deleted as it is returned: each answer is used by exactly one
-    /// call, even when two calls race for it.
-    async fn take_form_answer(
-        &self,
-        principal: &Principal,
-        session: &SessionId,
-        requirement: &str,
-        call_key: &str,
-    ) -> Result<Option<FormAnswerRecord>, StoreError>;
+    /// The newest answer still kept for a completed elicitation of this ask (which names its
+    /// call; a key without a call key matches nothing), deleted as it is returned: each answer is
+    /// used by exactly one call, even when two calls race for it.
+    async fn take_form_answer(&self, ask: AskKey<'_>) -> Result<Option<FormAnswerRecord>, StoreError>;
 
     /// Claims the events after `from` up to `to` for the calling stream: true when the delivered
     /// mark was still `from` and is now `to`, false when another stream claimed them first. This is

@@ -15,8 +15,9 @@ use super::rows::{
     SESSION_COLUMNS, Stored, parse_session_id,
 };
 use super::{
-    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord,
-    NOTIFY_CHANNEL, Notice, OAuthFlowRecord, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
+    AskKey, Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord,
+    FormValuesRecord, NOTIFY_CHANNEL, Notice, OAuthFlowRecord, RefreshLease, RefreshedTokens, SessionRecord, Store,
+    StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -324,10 +325,7 @@ impl Store for PostgresStore {
 
     async fn pending_elicitation(
         &self,
-        principal: &Principal,
-        session: &SessionId,
-        requirement: &str,
-        call_key: Option<&str>,
+        ask: AskKey<'_>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
         let query = sqlx::query_as(sql!(
@@ -335,10 +333,10 @@ impl Store for PostgresStore {
              WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
                  AND status = 'pending' AND expires_at > $5"
         ))
-        .bind(principal.as_str())
-        .bind(session.as_str())
-        .bind(requirement)
-        .bind(call_key)
+        .bind(ask.principal.as_str())
+        .bind(ask.session.as_str())
+        .bind(ask.requirement)
+        .bind(ask.call_key)
         .bind(now);
         self.record(query).await
     }
@@ -349,28 +347,16 @@ impl Store for PostgresStore {
         self.record(query).await
     }
 
-    async fn finish_elicitation(
-        &self,
-        id: &ElicitationId,
-        status: ElicitationStatus,
-        notification: &Value,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn finish_elicitation(&self, ending: Ending<'_>, status: ElicitationStatus) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
-        if !finish_in(&mut tx, id, status, notification, now).await? {
+        if !finish_in(&mut tx, ending.elicitation, status, ending.notification, ending.at).await? {
             return Ok(false);
         }
         tx.commit().await?;
         Ok(true)
     }
 
-    async fn take_unreported_decline(
-        &self,
-        principal: &Principal,
-        session: &SessionId,
-        requirement: &str,
-        call_key: Option<&str>,
-    ) -> Result<Option<ElicitationRecord>, StoreError> {
+    async fn take_unreported_decline(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError> {
         let query = sqlx::query_as(sql!(
             "UPDATE elicitations SET reported = TRUE WHERE id = (
                  SELECT id FROM elicitations
@@ -379,10 +365,10 @@ impl Store for PostgresStore {
                  ORDER BY completed_at DESC LIMIT 1 FOR UPDATE SKIP LOCKED)
              AND NOT reported RETURNING {ELICITATION_COLUMNS}"
         ))
-        .bind(principal.as_str())
-        .bind(session.as_str())
-        .bind(requirement)
-        .bind(call_key);
+        .bind(ask.principal.as_str())
+        .bind(ask.session.as_str())
+        .bind(ask.requirement)
+        .bind(ask.call_key);
         self.record(query).await
     }
 
@@ -546,20 +532,18 @@ impl Store for PostgresStore {
 
     async fn acquire_refresh_lease(
         &self,
-        principal: &Principal,
-        provider: &str,
-        until: DateTime<Utc>,
-        now: DateTime<Utc>,
+        connection: &ConnectionRecord,
+        lease: RefreshLease,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
         let query = sqlx::query_as(sql!(
             "UPDATE connections SET refresh_lease = $3
              WHERE principal = $1 AND provider = $2 AND status = 'active' AND (refresh_lease IS NULL OR refresh_lease <= $4)
              RETURNING {CONNECTION_COLUMNS}"
         ))
-        .bind(principal.as_str())
-        .bind(provider)
-        .bind(until)
-        .bind(now);
+        .bind(connection.principal.as_str())
+        .bind(&connection.provider)
+        .bind(lease.until)
+        .bind(lease.now);
         self.record(query).await
     }
 
@@ -682,13 +666,7 @@ impl Store for PostgresStore {
         Ok(true)
     }
 
-    async fn take_form_answer(
-        &self,
-        principal: &Principal,
-        session: &SessionId,
-        requirement: &str,
-        call_key: &str,
-    ) -> Result<Option<FormAnswerRecord>, StoreError> {
+    async fn take_form_answer(&self, ask: AskKey<'_>) -> Result<Option<FormAnswerRecord>, StoreError> {
         // A racing call skips the answer locked by another and finds an older one, or nothing; the
         // DELETE itself makes sure no answer is returned twice.
         let query = sqlx::query_as(sql!(
@@ -700,10 +678,10 @@ impl Store for PostgresStore {
                  ORDER BY e.completed_at DESC, e.id DESC LIMIT 1 FOR UPDATE OF answer SKIP LOCKED)
              RETURNING {FORM_ANSWER_COLUMNS}"
         ))
-        .bind(principal.as_str())
-        .bind(session.as_str())
-        .bind(requirement)
-        .bind(call_key);
+        .bind(ask.principal.as_str())
+        .bind(ask.session.as_str())
+        .bind(ask.requirement)
+        .bind(ask.call_key);
         self.record(query).await
     }
 

@@ -17,8 +17,8 @@ use super::rows::{
     SESSION_COLUMNS, Stored, parse_session_id,
 };
 use super::{
-    Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord,
-    OAuthFlowRecord, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
+    AskKey, Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord,
+    FormValuesRecord, OAuthFlowRecord, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -296,10 +296,7 @@ impl Store for SqliteStore {
 
     async fn pending_elicitation(
         &self,
-        principal: &Principal,
-        session: &SessionId,
-        requirement: &str,
-        call_key: Option<&str>,
+        ask: AskKey<'_>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
         let query = sqlx::query_as(sql!(
@@ -307,10 +304,10 @@ impl Store for SqliteStore {
              WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4 AND status = 'pending'
                  AND expires_at > ?5"
         ))
-        .bind(principal.as_str())
-        .bind(session.as_str())
-        .bind(requirement)
-        .bind(call_key)
+        .bind(ask.principal.as_str())
+        .bind(ask.session.as_str())
+        .bind(ask.requirement)
+        .bind(ask.call_key)
         .bind(millis(now));
         self.record(query).await
     }
@@ -321,28 +318,16 @@ impl Store for SqliteStore {
         self.record(query).await
     }
 
-    async fn finish_elicitation(
-        &self,
-        id: &ElicitationId,
-        status: ElicitationStatus,
-        notification: &Value,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn finish_elicitation(&self, ending: Ending<'_>, status: ElicitationStatus) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
-        if !finish_in(&mut tx, id, status, notification, now).await? {
+        if !finish_in(&mut tx, ending.elicitation, status, ending.notification, ending.at).await? {
             return Ok(false);
         }
         tx.commit().await?;
         Ok(true)
     }
 
-    async fn take_unreported_decline(
-        &self,
-        principal: &Principal,
-        session: &SessionId,
-        requirement: &str,
-        call_key: Option<&str>,
-    ) -> Result<Option<ElicitationRecord>, StoreError> {
+    async fn take_unreported_decline(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError> {
         let query = sqlx::query_as(sql!(
             "UPDATE elicitations SET reported = 1 WHERE id = (
                  SELECT id FROM elicitations
@@ -351,10 +336,10 @@ impl Store for SqliteStore {
                  ORDER BY completed_at DESC LIMIT 1)
              AND reported = 0 RETURNING {ELICITATION_COLUMNS}"
         ))
-        .bind(principal.as_str())
-        .bind(session.as_str())
-        .bind(requirement)
-        .bind(call_key);
+        .bind(ask.principal.as_str())
+        .bind(ask.session.as_str())
+        .bind(ask.requirement)
+        .bind(ask.call_key);
         self.record(query).await
     }
 
@@ -510,20 +495,18 @@ impl Store for SqliteStore {
 
     async fn acquire_refresh_lease(
         &self,
-        principal: &Principal,
-        provider: &str,
-        until: DateTime<Utc>,
-        now: DateTime<Utc>,
+        connection: &ConnectionRecord,
+        lease: RefreshLease,
     ) -> Result<Option<ConnectionRecord>, StoreError> {
         let query = sqlx::query_as(sql!(
             "UPDATE connections SET refresh_lease = ?3
              WHERE principal = ?1 AND provider = ?2 AND status = 'active' AND (refresh_lease IS NULL OR refresh_lease <= ?4)
              RETURNING {CONNECTION_COLUMNS}"
         ))
-        .bind(principal.as_str())
-        .bind(provider)
-        .bind(millis(until))
-        .bind(millis(now));
+        .bind(connection.principal.as_str())
+        .bind(&connection.provider)
+        .bind(millis(lease.until))
+        .bind(millis(lease.now));
         self.record(query).await
     }
 
@@ -637,13 +620,7 @@ impl Store for SqliteStore {
         Ok(true)
     }
 
-    async fn take_form_answer(
-        &self,
-        principal: &Principal,
-        session: &SessionId,
-        requirement: &str,
-        call_key: &str,
-    ) -> Result<Option<FormAnswerRecord>, StoreError> {
+    async fn take_form_answer(&self, ask: AskKey<'_>) -> Result<Option<FormAnswerRecord>, StoreError> {
         // One writing statement: it holds the write lock from the search to the delete, so two
         // racing calls cannot both find the same answer.
         let query = sqlx::query_as(sql!(
@@ -655,10 +632,10 @@ impl Store for SqliteStore {
                  ORDER BY e.completed_at DESC, e.id DESC LIMIT 1)
              RETURNING {FORM_ANSWER_COLUMNS}"
         ))
-        .bind(principal.as_str())
-        .bind(session.as_str())
-        .bind(requirement)
-        .bind(call_key);
+        .bind(ask.principal.as_str())
+        .bind(ask.session.as_str())
+        .bind(ask.requirement)
+        .bind(ask.call_key);
         self.record(query).await
     }
 

@@ -11,7 +11,7 @@ use super::{Connections, access_context, refresh_context};
 use crate::gate::{GateError, after};
 use crate::providers::{OAuthError, Provider};
 use crate::secret::Secret;
-use crate::store::{ConnectionRecord, ConnectionStatus, RefreshedTokens};
+use crate::store::{ConnectionRecord, ConnectionStatus, RefreshLease, RefreshedTokens};
 
 /// Tokens expiring sooner than this are refreshed before use.
 const REFRESH_MARGIN: Duration = Duration::from_secs(60);
@@ -52,9 +52,11 @@ impl Connections {
                 return Ok(None);
             }
             let store = &self.backing.store;
-            let leased = store
-                .acquire_refresh_lease(&connection.principal, &provider.id, after(now, REFRESH_LEASE), now)
-                .await?;
+            let lease = RefreshLease {
+                now,
+                until: after(now, REFRESH_LEASE),
+            };
+            let leased = store.acquire_refresh_lease(&connection, lease).await?;
             if let Some(leased) = leased {
                 return self.refresh(provider, leased).await;
             }
