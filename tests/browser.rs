@@ -56,86 +56,86 @@ http = {{ url = "http://127.0.0.1:{port}/healthz", headers = {{ Authorization = 
     )
 }
 
-async fn a_person_fills_in_the_form_in_chromium(backend: Backend) {
-    if !browser_available() {
-        return;
-    }
-    let database = TestDatabase::new(backend).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let server = TestServer::start_on(&database, &config(port), &format!("127.0.0.1:{port}")).await;
-    let mut client = server.client();
-    client.initialize().await;
-    let mut stream = client.open_stream(None).await;
-
-    let reply = client.request("tools/call", json!({"name": "openai_models"})).await;
-    assert_eq!(reply.body["error"]["code"], -32042, "{}", reply.body);
-    let elicitation = &reply.body["error"]["data"]["elicitations"][0];
-    let url = elicitation["url"].as_str().expect("url").to_owned();
-    assert!(url.contains("/forms/"), "{url}");
-
-    let screenshots = artifact_dir(&format!("form-{backend:?}").to_lowercase());
-    let hostile = "<script>alert(1)</script> \"quoted\" 'single' — ünïcødé 🙂";
-    let plan = json!({
-        "url": url,
-        "screenshots": screenshots,
-        "first": {
-            "fill": {"api_key": "short", "org_name": hostile},
-            "check": ["consent"],
-            "select": {"region": "eu"},
-        },
-        "expect_error_field": "api_key",
-        "second": {"fill": {"api_key": SECRET}},
-        "expect_done_heading": "Saved",
-        "then_visit": [{
-            "url": format!("{}/connections", server.base()),
-            "screenshot": "04-connections.png",
-            "expect_text": ["OpenAI API key", "stored, hidden", "Europe", hostile],
-            "absent_text": [SECRET, "<script>alert(1)"],
-        }],
-    });
-    let outcome = tokio::task::spawn_blocking(move || fill_form(&plan))
-        .await
-        .expect("join");
-    let result = outcome.unwrap_or_else(|e| panic!("the browser run failed:\n{e}"));
-    assert_eq!(result["statuses"], json!([200, 422, 200, 200]), "{result}");
-    assert_eq!(
-        result["password_inputs_empty"], true,
-        "the short key is not echoed back"
-    );
-    assert_eq!(
-        result["kept_values"]["org_name"], hostile,
-        "typed text survives the 422, intact"
-    );
-    for name in ["01-form.png", "02-invalid.png", "03-done.png", "04-connections.png"] {
-        let file = screenshots.join(name);
-        let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-        assert!(size > 1000, "screenshot {} kept ({size} bytes)", file.display());
-    }
-
-    // The client learns of it on its stream and the retried call runs.
-    let id = elicitation["elicitationId"].as_str().expect("id");
-    let completed = loop {
-        let (_, message) = stream.next_message(WAIT).await.expect("the completion notification");
-        if message["method"] == "notifications/elicitation/complete" {
-            break message;
+backend_test!(
+    async fn a_person_fills_in_the_form_in_chromium(backend: Backend) {
+        if !browser_available() {
+            return;
         }
-    };
-    assert_eq!(completed["params"]["elicitationId"], id);
-    let result = client.call("tools/call", json!({"name": "openai_models"})).await;
-    assert_eq!(result["isError"], false, "{result}");
-    assert_eq!(result["content"][0]["text"], "ok");
-    assert!(
-        !database
-            .everything_stored()
-            .await
-            .windows(SECRET.len())
-            .any(|w| w == SECRET.as_bytes()),
-        "the key is stored encrypted only"
-    );
-    server.stop().await;
-}
+        let database = TestDatabase::new(backend).await;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let server = TestServer::start_on(&database, &config(port), &format!("127.0.0.1:{port}")).await;
+        let mut client = server.client();
+        client.initialize().await;
+        let mut stream = client.open_stream(None).await;
 
-on_both_backends!(a_person_fills_in_the_form_in_chromium);
+        let reply = client.request("tools/call", json!({"name": "openai_models"})).await;
+        assert_eq!(reply.body["error"]["code"], -32042, "{}", reply.body);
+        let elicitation = &reply.body["error"]["data"]["elicitations"][0];
+        let url = elicitation["url"].as_str().expect("url").to_owned();
+        assert!(url.contains("/forms/"), "{url}");
+
+        let screenshots = artifact_dir(&format!("form-{backend:?}").to_lowercase());
+        let hostile = "<script>alert(1)</script> \"quoted\" 'single' — ünïcødé 🙂";
+        let plan = json!({
+            "url": url,
+            "screenshots": screenshots,
+            "first": {
+                "fill": {"api_key": "short", "org_name": hostile},
+                "check": ["consent"],
+                "select": {"region": "eu"},
+            },
+            "expect_error_field": "api_key",
+            "second": {"fill": {"api_key": SECRET}},
+            "expect_done_heading": "Saved",
+            "then_visit": [{
+                "url": format!("{}/connections", server.base()),
+                "screenshot": "04-connections.png",
+                "expect_text": ["OpenAI API key", "stored, hidden", "Europe", hostile],
+                "absent_text": [SECRET, "<script>alert(1)"],
+            }],
+        });
+        let outcome = tokio::task::spawn_blocking(move || fill_form(&plan))
+            .await
+            .expect("join");
+        let result = outcome.unwrap_or_else(|e| panic!("the browser run failed:\n{e}"));
+        assert_eq!(result["statuses"], json!([200, 422, 200, 200]), "{result}");
+        assert_eq!(
+            result["password_inputs_empty"], true,
+            "the short key is not echoed back"
+        );
+        assert_eq!(
+            result["kept_values"]["org_name"], hostile,
+            "typed text survives the 422, intact"
+        );
+        for name in ["01-form.png", "02-invalid.png", "03-done.png", "04-connections.png"] {
+            let file = screenshots.join(name);
+            let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+            assert!(size > 1000, "screenshot {} kept ({size} bytes)", file.display());
+        }
+
+        // The client learns of it on its stream and the retried call runs.
+        let id = elicitation["elicitationId"].as_str().expect("id");
+        let completed = loop {
+            let (_, message) = stream.next_message(WAIT).await.expect("the completion notification");
+            if message["method"] == "notifications/elicitation/complete" {
+                break message;
+            }
+        };
+        assert_eq!(completed["params"]["elicitationId"], id);
+        let result = client.call("tools/call", json!({"name": "openai_models"})).await;
+        assert_eq!(result["isError"], false, "{result}");
+        assert_eq!(result["content"][0]["text"], "ok");
+        assert!(
+            !database
+                .everything_stored()
+                .await
+                .windows(SECRET.len())
+                .any(|w| w == SECRET.as_bytes()),
+            "the key is stored encrypted only"
+        );
+        server.stop().await;
+    }
+);

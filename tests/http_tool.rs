@@ -143,135 +143,136 @@ fn text(result: &Value) -> String {
     result["content"][0]["text"].as_str().expect("text content").to_owned()
 }
 
-async fn http_tools_fill_templates_safely(backend: Backend) {
-    let (_database, server, client, log) = setup(backend).await;
-    let listed = client.call("tools/list", json!({})).await;
-    let user = listed["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .find(|t| t["name"] == "user")
-        .expect("user tool")
-        .clone();
-    assert_eq!(user["title"], "GitHub-like user");
-    assert_eq!(user["inputSchema"]["required"], json!(["name"]));
-    assert_eq!(user["annotations"]["readOnlyHint"], true);
+backend_test!(
+    async fn http_tools_fill_templates_safely(backend: Backend) {
+        let (_database, server, client, log) = setup(backend).await;
+        let listed = client.call("tools/list", json!({})).await;
+        let user = listed["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .find(|t| t["name"] == "user")
+            .expect("user tool")
+            .clone();
+        assert_eq!(user["title"], "GitHub-like user");
+        assert_eq!(user["inputSchema"]["required"], json!(["name"]));
+        assert_eq!(user["annotations"]["readOnlyHint"], true);
 
-    let result = client
-        .call(
-            "tools/call",
-            json!({"name": "user", "arguments": {"name": "octo cat/../admin"}}),
-        )
-        .await;
-    assert_eq!(result["isError"], false, "{result}");
-    assert_eq!(
-        result["structuredContent"],
-        json!({"login": "octo cat/../admin", "id": 42})
-    );
-    assert_eq!(
-        serde_json::from_str::<Value>(&text(&result)).expect("JSON text"),
-        result["structuredContent"]
-    );
-    let seen = log.lock().expect("log").pop().expect("request");
-    assert_eq!(
-        seen.path, "/users/octo%20cat%2F..%2Fadmin",
-        "the argument stays one path segment"
-    );
-    assert!(
-        seen.headers
-            .contains(&("x-requested-for".into(), "octo cat/../admin".into()))
-    );
+        let result = client
+            .call(
+                "tools/call",
+                json!({"name": "user", "arguments": {"name": "octo cat/../admin"}}),
+            )
+            .await;
+        assert_eq!(result["isError"], false, "{result}");
+        assert_eq!(
+            result["structuredContent"],
+            json!({"login": "octo cat/../admin", "id": 42})
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&text(&result)).expect("JSON text"),
+            result["structuredContent"]
+        );
+        let seen = log.lock().expect("log").pop().expect("request");
+        assert_eq!(
+            seen.path, "/users/octo%20cat%2F..%2Fadmin",
+            "the argument stays one path segment"
+        );
+        assert!(
+            seen.headers
+                .contains(&("x-requested-for".into(), "octo cat/../admin".into()))
+        );
 
-    client
-        .call(
-            "tools/call",
-            json!({"name": "search", "arguments": {"q": "a&b=c", "page": 2}}),
-        )
-        .await;
-    assert_eq!(
-        log.lock().expect("log").pop().expect("request").query,
-        "q=a%26b%3Dc&page=2"
-    );
-    // A header value cannot smuggle another header.
-    let smuggled = client
-        .call(
-            "tools/call",
-            json!({"name": "user", "arguments": {"name": "x\r\nX-Admin: 1"}}),
-        )
-        .await;
-    assert_eq!(smuggled["isError"], true);
-    server.stop().await;
-}
+        client
+            .call(
+                "tools/call",
+                json!({"name": "search", "arguments": {"q": "a&b=c", "page": 2}}),
+            )
+            .await;
+        assert_eq!(
+            log.lock().expect("log").pop().expect("request").query,
+            "q=a%26b%3Dc&page=2"
+        );
+        // A header value cannot smuggle another header.
+        let smuggled = client
+            .call(
+                "tools/call",
+                json!({"name": "user", "arguments": {"name": "x\r\nX-Admin: 1"}}),
+            )
+            .await;
+        assert_eq!(smuggled["isError"], true);
+        server.stop().await;
+    }
+);
 
-async fn http_tools_send_bodies(backend: Backend) {
-    let (_database, server, client, log) = setup(backend).await;
-    let result = client
-        .call(
-            "tools/call",
-            json!({"name": "create", "arguments": {"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"]}}),
-        )
-        .await;
-    assert_eq!(result["isError"], false, "{result}");
-    let seen = log.lock().expect("log").pop().expect("request");
-    let body: Value = serde_json::from_str(&seen.body).expect("JSON body");
-    assert_eq!(
-        body,
-        json!({"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"], "note": "by Hi \"there\""})
-    );
-    assert!(
-        seen.headers
-            .contains(&("content-type".into(), "application/json".into()))
-    );
-    // Left-out optional arguments become null (whole placeholders) or empty text.
-    client
-        .call("tools/call", json!({"name": "create", "arguments": {}}))
-        .await;
-    let body: Value = serde_json::from_str(&log.lock().expect("log").pop().expect("request").body).expect("JSON body");
-    assert_eq!(body, json!({"title": null, "count": null, "tags": null, "note": "by "}));
+backend_test!(
+    async fn http_tools_send_bodies(backend: Backend) {
+        let (_database, server, client, log) = setup(backend).await;
+        let result = client
+            .call(
+                "tools/call",
+                json!({"name": "create", "arguments": {"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"]}}),
+            )
+            .await;
+        assert_eq!(result["isError"], false, "{result}");
+        let seen = log.lock().expect("log").pop().expect("request");
+        let body: Value = serde_json::from_str(&seen.body).expect("JSON body");
+        assert_eq!(
+            body,
+            json!({"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"], "note": "by Hi \"there\""})
+        );
+        assert!(
+            seen.headers
+                .contains(&("content-type".into(), "application/json".into()))
+        );
+        // Left-out optional arguments become null (whole placeholders) or empty text.
+        client
+            .call("tools/call", json!({"name": "create", "arguments": {}}))
+            .await;
+        let body: Value =
+            serde_json::from_str(&log.lock().expect("log").pop().expect("request").body).expect("JSON body");
+        assert_eq!(body, json!({"title": null, "count": null, "tags": null, "note": "by "}));
 
-    let result = client
-        .call("tools/call", json!({"name": "text", "arguments": {"msg": "hello"}}))
-        .await;
-    assert_eq!(text(&result), "got message=hello");
-    assert!(
-        result.get("structuredContent").is_none(),
-        "plain text has no structured content"
-    );
-    let array = client.call("tools/call", json!({"name": "array"})).await;
-    assert_eq!(text(&array), "[1,2,3]");
-    assert!(
-        array.get("structuredContent").is_none(),
-        "structured content must be an object"
-    );
-    server.stop().await;
-}
+        let result = client
+            .call("tools/call", json!({"name": "text", "arguments": {"msg": "hello"}}))
+            .await;
+        assert_eq!(text(&result), "got message=hello");
+        assert!(
+            result.get("structuredContent").is_none(),
+            "plain text has no structured content"
+        );
+        let array = client.call("tools/call", json!({"name": "array"})).await;
+        assert_eq!(text(&array), "[1,2,3]");
+        assert!(
+            array.get("structuredContent").is_none(),
+            "structured content must be an object"
+        );
+        server.stop().await;
+    }
+);
 
-async fn upstream_failures_are_tool_errors(backend: Backend) {
-    let (_database, server, client, _log) = setup(backend).await;
-    let broken = client.call("tools/call", json!({"name": "broken"})).await;
-    assert_eq!(broken["isError"], true);
-    assert!(
-        text(&broken).contains("502") && text(&broken).contains("upstream says no"),
-        "{broken}"
-    );
-    let slow = client.call("tools/call", json!({"name": "slow"})).await;
-    assert_eq!(slow["isError"], true);
-    assert!(text(&slow).contains("did not answer within 300ms"), "{slow}");
-    let huge = client.call("tools/call", json!({"name": "huge"})).await;
-    assert_eq!(huge["isError"], true);
-    assert!(text(&huge).contains("more than 1024 bytes"), "{huge}");
-    let redirect = client.call("tools/call", json!({"name": "redirect"})).await;
-    assert_eq!(redirect["isError"], true);
-    assert!(text(&redirect).contains("redirect"), "{redirect}");
-    // The server is unharmed.
-    assert_eq!(client.call("ping", json!({})).await, json!({}));
-    server.stop().await;
-}
-
-on_both_backends!(
-    http_tools_fill_templates_safely,
-    http_tools_send_bodies,
-    upstream_failures_are_tool_errors
+backend_test!(
+    async fn upstream_failures_are_tool_errors(backend: Backend) {
+        let (_database, server, client, _log) = setup(backend).await;
+        let broken = client.call("tools/call", json!({"name": "broken"})).await;
+        assert_eq!(broken["isError"], true);
+        assert!(
+            text(&broken).contains("502") && text(&broken).contains("upstream says no"),
+            "{broken}"
+        );
+        let slow = client.call("tools/call", json!({"name": "slow"})).await;
+        assert_eq!(slow["isError"], true);
+        assert!(text(&slow).contains("did not answer within 300ms"), "{slow}");
+        let huge = client.call("tools/call", json!({"name": "huge"})).await;
+        assert_eq!(huge["isError"], true);
+        assert!(text(&huge).contains("more than 1024 bytes"), "{huge}");
+        let redirect = client.call("tools/call", json!({"name": "redirect"})).await;
+        assert_eq!(redirect["isError"], true);
+        assert!(text(&redirect).contains("redirect"), "{redirect}");
+        // The server is unharmed.
+        assert_eq!(client.call("ping", json!({})).await, json!({}));
+        server.stop().await;
+    }
 );
 
 #[test]
