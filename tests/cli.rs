@@ -5,7 +5,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Backend, McpClient, TestDatabase};
+use common::{Backend, McpClient, TestDatabase, eventually};
 use serde_json::json;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
@@ -157,20 +157,14 @@ backend_test!(
             .expect("spawn");
         let url = format!("http://{bind}/mcp");
         let http = reqwest::Client::new();
-        let mut ready = false;
-        for _ in 0..100 {
-            if http
-                .get(format!("http://{bind}/readyz"))
+        eventually("the server became ready", async || {
+            http.get(format!("http://{bind}/readyz"))
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success())
-            {
-                ready = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(ready, "the server became ready");
+                .then_some(())
+        })
+        .await;
         let mut client = McpClient::new(&url);
         client.initialize().await;
         assert_eq!(client.call("ping", json!({})).await, json!({}));

@@ -2,9 +2,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Backend, McpClient, TestDatabase, TestServer, note, postgres_admin_url, publish};
+use common::{Backend, McpClient, TestDatabase, TestServer, eventually, note, postgres_admin_url, publish};
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::Connection;
@@ -40,16 +40,10 @@ async fn an_event_appended_through_a_reaches_the_stream_on_b() {
 
     // Through the MCP path: the log level is set on A, the tool runs on A, the log event reaches B.
     client.call("logging/setLevel", json!({"level": "debug"})).await;
-    let sent = Instant::now();
     client.call("tools/call", json!({"name": "whoami"})).await;
     let (event, message) = stream.next_message(WAIT).await.expect("log event on B");
-    let latency = sent.elapsed();
     assert_eq!(message["params"]["data"]["tool"], "whoami");
     assert_eq!(event.id.as_deref(), Some("1"));
-    assert!(
-        latency < Duration::from_secs(1),
-        "delivered across replicas in {latency:?}"
-    );
 
     // And B serves the session's requests too.
     assert_eq!(on_b.call("ping", json!({})).await, json!({}));
@@ -131,7 +125,7 @@ async fn a_lost_bus_connection_is_re_established_without_skipping_events() {
         }
     }
     assert_eq!(received, [1, 2, 3]);
-    // Listening again: a new event arrives promptly.
+    // Listening again: a new event arrives.
     publish(&a, &session, &note(4)).await;
     let (_, message) = stream.next_message(WAIT).await.expect("event after reconnect");
     assert_eq!(message["params"]["data"]["n"], 4);
@@ -154,14 +148,17 @@ async fn ending_or_changing_a_session_on_one_replica_is_seen_by_the_other() {
     let mut stream = on_b.open_stream(None).await;
     assert!(stream.next_event(WAIT).await.is_some(), "priming");
 
-    // A log level set through A applies to calls served by B.
+    // A log level set through A applies to calls served by B once B has dropped its cached
+    // copy of the session; until then a call on B logs nothing, so call again until one does.
     client.call("logging/setLevel", json!({"level": "debug"})).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    on_b.call("tools/call", json!({"name": "whoami"})).await;
-    let (_, message) = stream
-        .next_message(WAIT)
-        .await
-        .expect("debug log of a call served by B");
+    let message = eventually("a debug log of a call served by B", async || {
+        on_b.call("tools/call", json!({"name": "whoami"})).await;
+        stream
+            .next_message(Duration::from_millis(100))
+            .await
+            .map(|(_, message)| message)
+    })
+    .await;
     assert_eq!(message["params"]["level"], "debug");
 
     // Ended through A: B's stream closes and B refuses the session.

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Backend, McpClient, TestDatabase, TestServer, note, publish};
+use common::{Backend, McpClient, TestDatabase, TestServer, eventually, note, publish};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -715,24 +715,19 @@ backend_test!(
             .expect("healthz");
         assert_eq!(health.status(), StatusCode::OK);
         // On PostgreSQL a replica is ready once its bus is listening, a moment after start.
-        let mut ready = http
-            .get(format!("{}/readyz", server.base()))
-            .send()
-            .await
-            .expect("readyz");
-        for _ in 0..100 {
-            if ready.status() == StatusCode::OK {
-                break;
-            }
-            assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            ready = http
+        let ready = eventually("ready", async || {
+            let ready = http
                 .get(format!("{}/readyz", server.base()))
                 .send()
                 .await
                 .expect("readyz");
-        }
-        assert_eq!(ready.status(), StatusCode::OK);
+            if ready.status() == StatusCode::OK {
+                return Some(ready);
+            }
+            assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+            None
+        })
+        .await;
         assert_eq!(ready.json::<Value>().await.expect("json")["status"], "ready");
         let index = http.get(server.base()).send().await.expect("index");
         assert_eq!(index.headers()["cache-control"], "no-store");

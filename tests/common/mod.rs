@@ -20,6 +20,11 @@ pub mod browser;
 pub mod fake_oauth;
 pub mod upstream;
 
+/// How long a test waits for something that must happen: generous, it only guards against a test
+/// hanging and measures nothing. Checks that something does NOT happen name their own, shorter
+/// window.
+pub const WAIT: Duration = Duration::from_secs(10);
+
 /// Everything gatehouse logs in this test binary (one global subscriber, at DEBUG), so tests can
 /// prove that no token or secret reaches a log line. Call it before starting a server.
 pub fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
@@ -123,6 +128,20 @@ macro_rules! postgres_test {
             if $crate::common::postgres_admin_url().await.is_some() $body
         }
     };
+}
+
+/// Tries `attempt` until it gives a value, pausing briefly between tries: for a condition that
+/// becomes true a moment later (another replica catching up, a server getting ready). Panics
+/// naming `what` after [`WAIT`], which only guards against hanging.
+pub async fn eventually<T>(what: &str, mut attempt: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(value) = attempt().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 static POSTGRES: OnceCell<Option<String>> = OnceCell::const_new();
