@@ -5,55 +5,16 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::browser::{artifact_dir, browser_available, fill_form};
 use common::{Backend, TestDatabase, TestServer};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(10);
-
 const SECRET: &str = "sk-browser-0123456789abcdef";
 
 /// A user-scoped form with a secret, a text field, a consent box and a choice; the tool that needs
-/// it calls the server's own /healthz with the key (so the retried call can succeed here).
-fn config(port: u16) -> String {
-    format!(
-        r#"
-[[forms]]
-id = "openai"
-title = "OpenAI API key"
-description = "Stored encrypted; used only for calls you make."
-submit_label = "Save"
-[[forms.fields]]
-name = "api_key"
-label = "API key"
-type = "secret"
-required = true
-min_length = 20
-help = "Starts with sk-"
-[[forms.fields]]
-name = "org_name"
-label = "Organization name"
-type = "text"
-[[forms.fields]]
-name = "consent"
-label = "Use this key for my calls"
-type = "boolean"
-required = true
-[[forms.fields]]
-name = "region"
-label = "Region"
-type = "select"
-options = [{{ value = "us", label = "United States" }}, {{ value = "eu", label = "Europe" }}]
-
-[[tools]]
-name = "openai_models"
-description = "Models available to the user's OpenAI key"
-requires = ["form:openai"]
-http = {{ url = "http://127.0.0.1:{port}/healthz", headers = {{ Authorization = "Bearer {{{{form.openai.api_key}}}}" }} }}
-"#
-    )
+/// it calls the server's own /healthz (at `addr`) with the key, so the retried call can succeed.
+fn config(addr: &str) -> String {
+    include_str!("fixtures/openai_form.toml").replace("GATEHOUSE", addr)
 }
 
 backend_test!(
@@ -62,11 +23,7 @@ backend_test!(
             return;
         }
         let database = TestDatabase::new(backend).await;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let server = TestServer::start_on(&database, &config(port), &format!("127.0.0.1:{port}")).await;
+        let server = TestServer::start_addressed(&database, config).await;
         let mut client = server.client();
         client.initialize().await;
         let mut stream = client.open_stream(None).await;
@@ -118,13 +75,7 @@ backend_test!(
 
         // The client learns of it on its stream and the retried call runs.
         let id = elicitation["elicitationId"].as_str().expect("id");
-        let completed = loop {
-            let (_, message) = stream.next_message(WAIT).await.expect("the completion notification");
-            if message["method"] == "notifications/elicitation/complete" {
-                break message;
-            }
-        };
-        assert_eq!(completed["params"]["elicitationId"], id);
+        assert_eq!(stream.next_completion().await, id);
         let result = client.call("tools/call", json!({"name": "openai_models"})).await;
         assert_eq!(result["isError"], false, "{result}");
         assert_eq!(result["content"][0]["text"], "ok");

@@ -5,7 +5,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Backend, McpClient, TestDatabase, eventually};
+use common::{Backend, McpClient, TestDatabase, WAIT, eventually, free_port};
 use serde_json::json;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
@@ -125,14 +125,6 @@ fn migrate_prepares_a_database_and_is_repeatable() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
 backend_test!(
     async fn serve_until_sigterm(backend: Backend) {
         let database = TestDatabase::new(backend).await;
@@ -169,7 +161,7 @@ backend_test!(
         client.initialize().await;
         assert_eq!(client.call("ping", json!({})).await, json!({}));
         let mut stream = client.open_stream(None).await;
-        assert!(stream.next_event(Duration::from_secs(5)).await.is_some(), "priming");
+        assert!(stream.next_event(WAIT).await.is_some(), "priming");
 
         let pid = child.id().expect("pid").to_string();
         assert!(
@@ -180,7 +172,7 @@ backend_test!(
                 .success()
         );
         let mut retry = None;
-        while let Some(event) = stream.next_event(Duration::from_secs(5)).await {
+        while let Some(event) = stream.next_event(WAIT).await {
             retry = event.retry.or(retry);
         }
         assert_eq!(retry, Some(2000), "the stream ends with the retry hint");

@@ -12,13 +12,11 @@ use std::time::Duration;
 
 use common::upstream::{self, Log, Seen};
 use common::{
-    Backend, Browser, McpClient, Page, Reply, SseStream, TestDatabase, TestServer, captured_logs, description,
-    logged_text, unescape,
+    Backend, Browser, HEADER_IDENTITY, McpClient, Page, Reply, SseStream, TestDatabase, TestServer, captured_logs,
+    description, elicitations, logged_text, text, unescape, url_of,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(5);
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
@@ -26,189 +24,9 @@ const WAIT: Duration = Duration::from_secs(5);
 
 /// The forms and tools every test runs against; `UPSTREAM` becomes the recording upstream's
 /// address.
-///
-/// - `profile`: every field type and every rule, sent back typed (each JSON body value is one
-///   whole placeholder, so integers stay numbers and booleans booleans) with the secret in a header.
-/// - `key`: a small user-scoped form (select, text, secret) for the security and /connections tests.
-/// - `note`: a text and a textarea without configured limits, for hostile input.
-/// - `confirm_pay`: a call-scoped confirmation showing the call's arguments.
-const FORMS: &str = r#"
-[[forms]]
-id = "profile"
-title = "Your profile"
-description = "Used by the profile tool."
-submit_label = "Save"
-[[forms.fields]]
-name = "name"
-label = "Name"
-type = "text"
-required = true
-min_length = 2
-max_length = 20
-pattern = '[A-Za-z ]+'
-[[forms.fields]]
-name = "bio"
-label = "Bio"
-type = "textarea"
-max_length = 50
-[[forms.fields]]
-name = "email"
-label = "Email"
-type = "email"
-required = true
-[[forms.fields]]
-name = "site"
-label = "Website"
-type = "url"
-[[forms.fields]]
-name = "ratio"
-label = "Ratio"
-type = "number"
-min = 0.5
-max = 10
-[[forms.fields]]
-name = "count"
-label = "Count"
-type = "integer"
-min = 1
-max = 100
-default = 5
-[[forms.fields]]
-name = "agree"
-label = "I agree"
-type = "boolean"
-required = true
-[[forms.fields]]
-name = "news"
-label = "Newsletter"
-type = "boolean"
-[[forms.fields]]
-name = "plan"
-label = "Plan"
-type = "select"
-required = true
-options = [{ value = "free", label = "Free" }, { value = "pro", label = "Pro plan" }]
-[[forms.fields]]
-name = "start"
-label = "Start"
-type = "date"
-min = "2026-01-01"
-max = "2026-12-31"
-[[forms.fields]]
-name = "api_key"
-label = "API key"
-type = "secret"
-required = true
-min_length = 10
-pattern = 'sk-[a-z0-9]+'
-
-[[forms]]
-id = "key"
-title = "Service key"
-[[forms.fields]]
-name = "org"
-label = "Organization"
-type = "select"
-options = [{ value = "personal", label = "Personal" }, { value = "acme", label = "ACME Inc." }]
-default = "personal"
-[[forms.fields]]
-name = "team"
-label = "Team"
-type = "text"
-[[forms.fields]]
-name = "api_key"
-label = "API key"
-type = "secret"
-required = true
-min_length = 8
-
-[[forms]]
-id = "note"
-title = "A note"
-[[forms.fields]]
-name = "line"
-label = "Line"
-type = "text"
-[[forms.fields]]
-name = "text"
-label = "Text"
-type = "textarea"
-
-[[forms]]
-id = "confirm_pay"
-title = "Confirm payment"
-description = "Pay {{args.amount}} EUR to {{args.payee}}?"
-scope = "call"
-submit_label = "Pay"
-[[forms.fields]]
-name = "sure"
-label = "I confirm this payment"
-type = "boolean"
-required = true
-
-[[forms]]
-id = "otp"
-title = "One-time code"
-description = "Enter the code your bank sent for the transfer to {{args.to}}."
-scope = "call"
-[[forms.fields]]
-name = "code"
-label = "Code"
-type = "secret"
-required = true
-min_length = 6
-
-[[tools]]
-name = "transfer"
-description = "Transfers money with a one-time code"
-requires = ["form:otp"]
-input_schema = { type = "object", properties = { to = { type = "string" } }, required = ["to"] }
-[tools.http]
-method = "POST"
-url = "http://UPSTREAM/transfer"
-headers = { Authorization = "OTP {{form.otp.code}}" }
-body = { to = "{{args.to}}" }
-
-[[tools]]
-name = "profile"
-description = "Sends the saved profile upstream"
-requires = ["form:profile"]
-[tools.http]
-method = "POST"
-url = "http://UPSTREAM/profile"
-headers = { Authorization = "Bearer {{form.profile.api_key}}" }
-body = { name = "{{form.profile.name}}", bio = "{{form.profile.bio}}", email = "{{form.profile.email}}", site = "{{form.profile.site}}", ratio = "{{form.profile.ratio}}", count = "{{form.profile.count}}", agree = "{{form.profile.agree}}", news = "{{form.profile.news}}", plan = "{{form.profile.plan}}", start = "{{form.profile.start}}" }
-
-[[tools]]
-name = "keyed"
-description = "Calls a service with the user's key"
-requires = ["form:key"]
-[tools.http]
-url = "http://UPSTREAM/keyed?org={{form.key.org}}&team={{form.key.team}}"
-headers = { Authorization = "Bearer {{form.key.api_key}}" }
-
-[[tools]]
-name = "note"
-description = "Posts the user's note"
-requires = ["form:note"]
-[tools.http]
-method = "POST"
-url = "http://UPSTREAM/note"
-body = { line = "{{form.note.line}}", text = "{{form.note.text}}" }
-
-[[tools]]
-name = "pay"
-description = "Pays someone, after the user confirms"
-requires = ["form:confirm_pay"]
-input_schema = { type = "object", properties = { payee = { type = "string" }, amount = { type = "number" } }, required = ["payee", "amount"] }
-[tools.http]
-method = "POST"
-url = "http://UPSTREAM/pay"
-body = { payee = "{{args.payee}}", amount = "{{args.amount}}", confirmed = "{{form.confirm_pay.sure}}" }
-"#;
+const FORMS: &str = include_str!("fixtures/forms.toml");
 
 const IDENTITY_HEADER: &str = "x-forwarded-user";
-const HEADER_MODE: &str = "[identity]\nmode = \"header\"\n[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n";
 
 fn gatehouse_toml(upstream: SocketAddr, prelude: &str) -> String {
     format!("{prelude}\n{}", FORMS.replace("UPSTREAM", &upstream.to_string()))
@@ -291,39 +109,27 @@ impl Setup {
     async fn count(&self, sql: &'static str) -> i64 {
         self.database.query_count(sql).await
     }
+
+    /// Presses Delete on /connections for the saved answers to `form`, with the page token `csrf`.
+    async fn delete_answers(&self, browser: &Browser, csrf: &str, form: &str) -> Page {
+        let form = fields(&[("form", form)]);
+        press(
+            browser,
+            &self.url("/connections"),
+            &self.base(),
+            csrf,
+            "delete-form",
+            &form,
+        )
+        .await
+    }
 }
 
 /// The one elicitation of a -32042 answer.
 fn elicitation_of(reply: &Reply) -> Value {
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-    assert_eq!(
-        reply.body["error"]["code"], -32042,
-        "expected URL elicitation: {}",
-        reply.body
-    );
-    let listed = reply.body["error"]["data"]["elicitations"]
-        .as_array()
-        .expect("elicitations");
+    let listed = elicitations(reply);
     assert_eq!(listed.len(), 1, "{}", reply.body);
     listed[0].clone()
-}
-
-fn url_of(elicitation: &Value) -> String {
-    elicitation["url"].as_str().expect("url").to_owned()
-}
-
-fn text_of(result: &Value) -> String {
-    result["content"][0]["text"].as_str().expect("text content").to_owned()
-}
-
-/// Waits for `notifications/elicitation/complete` (skipping log messages) and returns its id.
-async fn next_completion(stream: &mut SseStream) -> String {
-    loop {
-        let (_, message) = stream.next_message(WAIT).await.expect("a completion notification");
-        if message["method"] == "notifications/elicitation/complete" {
-            return message["params"]["elicitationId"].as_str().expect("id").to_owned();
-        }
-    }
 }
 
 /// Every message the stream delivers within `wait`.
@@ -449,10 +255,6 @@ fn saved_lines(body: &str, form: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn lines(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
-}
-
 // ---------------------------------------------------------------------------------------------
 // 1. Every field type and rule, through real posts
 // ---------------------------------------------------------------------------------------------
@@ -490,7 +292,8 @@ fn redisplayed(field: &str, posted: Option<&str>) -> String {
     }
 }
 
-/// (field, posted value or None for not posted, expected message fragment).
+/// (field, posted value or None for not posted, expected message fragment), one case a line.
+#[rustfmt::skip]
 fn invalid_profile_answers() -> Vec<(&'static str, Option<String>, &'static str)> {
     let some = |s: &str| Some(s.to_owned());
     vec![
@@ -505,27 +308,11 @@ fn invalid_profile_answers() -> Vec<(&'static str, Option<String>, &'static str)
         ("bio", Some("b".repeat(51)), "Enter at most 50 characters."),
         ("bio", some("tabs\tand\nbreaks\0"), "Remove the NUL character"),
         ("email", None, "This field is required."),
-        (
-            "email",
-            some("ada.example.com"),
-            "Enter an email address like name@example.com.",
-        ),
-        (
-            "email",
-            some("ada@example"),
-            "Enter an email address like name@example.com.",
-        ),
+        ("email", some("ada.example.com"), "Enter an email address like name@example.com."),
+        ("email", some("ada@example"), "Enter an email address like name@example.com."),
         ("email", some("ada lovelace@example.com"), "Enter an email address like"),
-        (
-            "site",
-            some("ftp://example.com"),
-            "Enter a web address starting with https:// or http://.",
-        ),
-        (
-            "site",
-            some("example.com"),
-            "Enter a web address starting with https://",
-        ),
+        ("site", some("ftp://example.com"), "Enter a web address starting with https:// or http://."),
+        ("site", some("example.com"), "Enter a web address starting with https://"),
         ("ratio", some("lots"), "Enter a number."),
         ("ratio", some("inf"), "Enter a number."),
         ("ratio", some("0.4"), "Enter a number from 0.5 to 10."),
@@ -541,23 +328,11 @@ fn invalid_profile_answers() -> Vec<(&'static str, Option<String>, &'static str)
         ("start", some("14/03/2026"), "Enter a date like 2026-01-31."),
         ("start", some("2026-3-14"), "Enter a date like 2026-01-31."),
         ("start", some("2026-02-30"), "Enter a date like 2026-01-31."),
-        (
-            "start",
-            some("2025-12-31"),
-            "Enter a date from 2026-01-01 to 2026-12-31.",
-        ),
-        (
-            "start",
-            some("2027-01-01"),
-            "Enter a date from 2026-01-01 to 2026-12-31.",
-        ),
+        ("start", some("2025-12-31"), "Enter a date from 2026-01-01 to 2026-12-31."),
+        ("start", some("2027-01-01"), "Enter a date from 2026-01-01 to 2026-12-31."),
         ("api_key", some(""), "This field is required."),
         ("api_key", some("sk-abc"), "Enter at least 10 characters."),
-        (
-            "api_key",
-            some("pk-abcdefghij"),
-            "Enter a value in the expected format.",
-        ),
+        ("api_key", some("pk-abcdefghij"), "Enter a value in the expected format."),
     ]
 }
 
@@ -634,7 +409,7 @@ backend_test!(
 
         let saved = press(&browser, &url, &s.base(), &csrf, "submit", &valid).await;
         assert_saved(&saved);
-        assert_eq!(next_completion(&mut stream).await, id);
+        assert_eq!(stream.next_completion().await, id);
         assert_eq!(
             s.count("SELECT COUNT(*) FROM elicitations WHERE status = 'completed'")
                 .await,
@@ -701,7 +476,7 @@ backend_test!(
         let saved = press(&browser, &url, &s.base(), &csrf, "submit", &valid).await;
         assert_saved(&saved);
         pages.push(saved.body);
-        next_completion(&mut stream).await;
+        stream.next_completion().await;
 
         let result = s.run("profile", json!({})).await;
         received.push(result.clone());
@@ -711,7 +486,7 @@ backend_test!(
             "the upstream did get it"
         );
         assert!(
-            text_of(&result).contains("Bearer [redacted]"),
+            text(&result).contains("Bearer [redacted]"),
             "the upstream's echo is scrubbed: {result}"
         );
 
@@ -920,7 +695,7 @@ backend_test!(
         assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
         assert!(sent.body.contains("<h1>Saved</h1>") && sent.body.contains("was sent"));
         assert_eq!(
-            next_completion(&mut stream).await,
+            stream.next_completion().await,
             first["elicitationId"].as_str().expect("id")
         );
         assert_eq!(s.count("SELECT COUNT(*) FROM form_answers").await, 1);
@@ -965,7 +740,7 @@ backend_test!(
         assert_eq!(cancelled.status, StatusCode::OK);
         assert!(cancelled.body.contains("<h1>Cancelled</h1>"), "{}", cancelled.body);
         assert_eq!(
-            next_completion(&mut stream).await,
+            stream.next_completion().await,
             other["elicitationId"].as_str().expect("id")
         );
         assert_eq!(
@@ -983,7 +758,7 @@ backend_test!(
             .call("tools/call", json!({"name": "pay", "arguments": eleven.clone()}))
             .await;
         assert_eq!(declined["isError"], true, "{declined}");
-        assert!(text_of(&declined).contains("declined"), "{declined}");
+        assert!(text(&declined).contains("declined"), "{declined}");
         let asked_again = elicitation_of(&s.call("pay", eleven).await);
         assert_ne!(
             asked_again["elicitationId"], other["elicitationId"],
@@ -1006,7 +781,7 @@ backend_test!(
     /// Only the user the request was issued to, posting from the page itself, can answer it; every
     /// other post is refused before anything changes, and a finished or expired request is gone.
     async fn only_the_owner_can_answer_from_the_page(backend: Backend) {
-        let s = setup_as(backend, HEADER_MODE, Some("alice")).await;
+        let s = setup_as(backend, HEADER_IDENTITY, Some("alice")).await;
         let elicitation = elicitation_of(&s.call("keyed", json!({})).await);
         let url = url_of(&elicitation);
         let alice = Browser::as_user(IDENTITY_HEADER, "alice");
@@ -1117,26 +892,9 @@ backend_test!(
         let alices_connections = alice.get(&s.url("/connections")).await;
         let alices_connections_csrf = alices_connections.csrf();
         let bobs_connections = bob.get(&s.url("/connections")).await;
-        let delete = fields(&[("form", "key")]);
-        let refused = press(
-            &bob,
-            &s.url("/connections"),
-            &base,
-            &alices_connections_csrf,
-            "delete-form",
-            &delete,
-        )
-        .await;
+        let refused = s.delete_answers(&bob, &alices_connections_csrf, "key").await;
         assert_eq!(refused.status, StatusCode::FORBIDDEN, "Alice's token is not Bob's");
-        let deleted = press(
-            &bob,
-            &s.url("/connections"),
-            &base,
-            &bobs_connections.csrf(),
-            "delete-form",
-            &delete,
-        )
-        .await;
+        let deleted = s.delete_answers(&bob, &bobs_connections.csrf(), "key").await;
         assert_eq!(deleted.status, StatusCode::OK);
         assert!(deleted.body.contains("Deleted your answers to"), "{}", deleted.body);
         assert_eq!(
@@ -1150,15 +908,7 @@ backend_test!(
         assert_eq!(s.last_request().header("authorization"), Some("Bearer sk-alice-0001"));
 
         // An expired request is gone too, and a post to it stores nothing.
-        let deleted = press(
-            &alice,
-            &s.url("/connections"),
-            &base,
-            &alices_connections_csrf,
-            "delete-form",
-            &delete,
-        )
-        .await;
+        let deleted = s.delete_answers(&alice, &alices_connections_csrf, "key").await;
         assert_eq!(deleted.status, StatusCode::OK);
         let expiring = url_of(&elicitation_of(&s.call("keyed", json!({})).await));
         let token = alice.get(&expiring).await.csrf();
@@ -1179,7 +929,7 @@ backend_test!(
 async fn save_key_answers(s: &Setup, stream: &mut SseStream, answers: &Fields) {
     let url = url_of(&elicitation_of(&s.call("keyed", json!({})).await));
     assert_saved(&fill_in(&Browser::new(), &url, &s.base(), answers).await);
-    next_completion(stream).await;
+    stream.next_completion().await;
 }
 
 backend_test!(
@@ -1210,7 +960,7 @@ backend_test!(
         let listed = browser.get(&s.url("/connections")).await;
         assert_eq!(
             saved_lines(&listed.body, "key"),
-            lines(&[
+            fields(&[
                 ("Organization", "ACME Inc."),
                 ("Team", "Red Team"),
                 ("API key", "stored, hidden")
@@ -1271,19 +1021,11 @@ backend_test!(
         let listed = browser.get(&s.url("/connections")).await;
         assert_eq!(
             saved_lines(&listed.body, "key"),
-            lines(&[("Organization", "ACME Inc."), ("API key", "stored, hidden")]),
+            fields(&[("Organization", "ACME Inc."), ("API key", "stored, hidden")]),
             "a cleared optional field is not listed"
         );
 
-        let deleted = press(
-            &browser,
-            &s.url("/connections"),
-            &s.base(),
-            &listed.csrf(),
-            "delete-form",
-            &fields(&[("form", "key")]),
-        )
-        .await;
+        let deleted = s.delete_answers(&browser, &listed.csrf(), "key").await;
         assert_eq!(deleted.status, StatusCode::OK);
         assert!(deleted.body.contains("Deleted your answers to"), "{}", deleted.body);
         assert!(
@@ -1518,7 +1260,7 @@ backend_test!(
             )
             .await,
         );
-        next_completion(&mut stream).await;
+        stream.next_completion().await;
 
         let stored = s.database.everything_stored().await;
         assert!(
@@ -1533,7 +1275,7 @@ backend_test!(
         );
         let result = s.run("transfer", arguments.clone()).await;
         assert!(
-            !text_of(&result).contains(CODE) && text_of(&result).contains("OTP [redacted]"),
+            !text(&result).contains(CODE) && text(&result).contains("OTP [redacted]"),
             "the upstream's echo is redacted: {result}"
         );
         assert_eq!(

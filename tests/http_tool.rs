@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use common::upstream::{Log, record, serve};
-use common::{Backend, TestDatabase, TestServer};
+use common::{Backend, TestDatabase, TestServer, text};
 use serde_json::{Value, json};
 
 async fn upstream() -> (SocketAddr, Log) {
@@ -69,65 +69,9 @@ async fn upstream() -> (SocketAddr, Log) {
     (serve(app).await, log)
 }
 
+/// The tools under test, calling `upstream`.
 fn tools(upstream: SocketAddr) -> String {
-    format!(
-        r#"
-[[tools]]
-name = "user"
-title = "GitHub-like user"
-description = "Looks up a user"
-input_schema = {{ type = "object", properties = {{ name = {{ type = "string" }} }}, required = ["name"] }}
-[tools.http]
-url = "http://{upstream}/users/{{{{args.name}}}}"
-headers = {{ "X-Requested-For" = "{{{{args.name}}}}", Accept = "application/json" }}
-
-[[tools]]
-name = "search"
-description = "Searches"
-input_schema = {{ type = "object", properties = {{ q = {{ type = "string" }}, page = {{ type = "integer" }} }} }}
-http = {{ url = "http://{upstream}/search?q={{{{args.q}}}}&page={{{{args.page}}}}" }}
-
-[[tools]]
-name = "create"
-description = "Posts JSON"
-input_schema = {{ type = "object", properties = {{ title = {{ type = "string" }}, count = {{ type = "integer" }}, tags = {{ type = "array" }} }} }}
-[tools.http]
-method = "POST"
-url = "http://{upstream}/echo"
-body = {{ title = "{{{{args.title}}}}", count = "{{{{args.count}}}}", tags = "{{{{args.tags}}}}", note = "by {{{{args.title}}}}" }}
-
-[[tools]]
-name = "text"
-description = "Posts text"
-input_schema = {{ type = "object", properties = {{ msg = {{ type = "string" }} }} }}
-http = {{ method = "POST", url = "http://{upstream}/echo", body = "message={{{{args.msg}}}}", headers = {{ "Content-Type" = "text/plain" }} }}
-
-[[tools]]
-name = "array"
-description = "Returns a JSON array"
-http = {{ url = "http://{upstream}/array" }}
-
-[[tools]]
-name = "broken"
-description = "Fails upstream"
-http = {{ url = "http://{upstream}/broken" }}
-
-[[tools]]
-name = "slow"
-description = "Too slow"
-http = {{ url = "http://{upstream}/slow", timeout = "300ms" }}
-
-[[tools]]
-name = "huge"
-description = "Too big"
-http = {{ url = "http://{upstream}/huge", max_response_bytes = 1024 }}
-
-[[tools]]
-name = "redirect"
-description = "Redirects elsewhere"
-http = {{ url = "http://{upstream}/redirect" }}
-"#
-    )
+    include_str!("fixtures/http_tools.toml").replace("UPSTREAM", &upstream.to_string())
 }
 
 async fn setup(backend: Backend) -> (TestDatabase, TestServer, common::McpClient, Log) {
@@ -137,10 +81,6 @@ async fn setup(backend: Backend) -> (TestDatabase, TestServer, common::McpClient
     let mut client = server.client();
     client.initialize().await;
     (database, server, client, log)
-}
-
-fn text(result: &Value) -> String {
-    result["content"][0]["text"].as_str().expect("text content").to_owned()
 }
 
 backend_test!(

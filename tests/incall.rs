@@ -7,19 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, description, pay_tool, postgres_admin_url,
+    Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, WAIT, confirm_payment, pay_arguments, pay_tool,
+    text,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(10);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 /// Two replicas of one PostgreSQL database; on SQLite (one process by design) one server plays
 /// both parts. The call waits on `a`; answers and the browser go to `b()`.
@@ -41,31 +33,19 @@ impl Replicas {
     }
 }
 
-async fn servers(backend: Backend, timeout: &str) -> Option<(TestDatabase, Replicas)> {
-    if backend == Backend::Postgres {
-        postgres_admin_url().await?;
-    }
+/// The replicas with the pay tool waiting up to `timeout`; it calls `a`'s own /healthz.
+async fn servers(backend: Backend, timeout: &str) -> (TestDatabase, Replicas) {
     let database = TestDatabase::new(backend).await;
-    let port = free_port();
-    let toml = pay_tool(port, timeout);
-    let a = TestServer::start_on(&database, &toml, &format!("127.0.0.1:{port}")).await;
+    let a = TestServer::start_addressed(&database, |addr| pay_tool(addr, timeout)).await;
     let second = match backend {
-        Backend::Postgres => Some(TestServer::start(&database, &toml).await),
+        Backend::Postgres => Some(TestServer::start(&database, &pay_tool(&a.addr.to_string(), timeout)).await),
         Backend::Sqlite => None,
     };
-    Some((database, Replicas { a, second }))
-}
-
-/// The same session, addressed to another replica.
-fn on(server: &TestServer, client: &McpClient) -> McpClient {
-    McpClient {
-        url: server.url.clone(),
-        ..client.clone()
-    }
+    (database, Replicas { a, second })
 }
 
 fn pay(progress: Option<&str>) -> Value {
-    let mut params = json!({"name": "pay", "arguments": {"amount": "12.40", "payee": "<b>ACME</b> & \"Sons\""}});
+    let mut params = json!({"name": "pay", "arguments": pay_arguments()});
     if let Some(token) = progress {
         params["_meta"] = json!({"progressToken": token});
     }
@@ -119,15 +99,9 @@ fn page_on(server: &TestServer, request: &Value) -> String {
     format!("{}{}", server.base(), url.path())
 }
 
-fn text(result: &Value) -> String {
-    result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
-}
-
 backend_test!(
     async fn confirmed_in_the_browser_while_the_call_waits(backend: Backend) {
-        let Some((_database, replicas)) = servers(backend, "30s").await else {
-            return;
-        };
+        let (_database, replicas) = servers(backend, "30s").await;
         let (a, b) = (&replicas.a, replicas.b());
         let mut client = a.client();
         client.initialize().await;
@@ -145,7 +119,7 @@ backend_test!(
         assert!(request["id"].as_str().expect("string id").contains(elicitation_id));
 
         // The client's answer reaches the other replica; the call waiting here learns of it.
-        answer(&on(b, &client), &request, "accept").await;
+        answer(&client.on(b), &request, "accept").await;
         let accepted = loop {
             let (_, message) = call.next_message(WAIT).await.expect("progress after accept");
             assert_eq!(message["method"], "notifications/progress", "{message}");
@@ -155,19 +129,7 @@ backend_test!(
             }
         };
 
-        let browser = Browser::new();
-        let url = page_on(b, &request);
-        let page = browser.get(&url).await;
-        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        assert_eq!(description(&page.body), "Pay 12.40 EUR to <b>ACME</b> & \"Sons\"?");
-        let done = browser
-            .post_form(
-                &url,
-                &b.base(),
-                &[("csrf", &page.csrf()), ("action", "submit"), ("confirm", "true")],
-            )
-            .await;
-        assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+        confirm_payment(&page_on(b, &request), &b.base()).await;
 
         let (response, progress) = call_response(&mut call).await;
         let result = &response["result"];
@@ -201,15 +163,13 @@ backend_test!(
 
 backend_test!(
     async fn a_decline_from_the_client_ends_the_call(backend: Backend) {
-        let Some((database, replicas)) = servers(backend, "30s").await else {
-            return;
-        };
+        let (database, replicas) = servers(backend, "30s").await;
         let (a, b) = (&replicas.a, replicas.b());
         let mut client = a.client();
         client.initialize().await;
         let mut call = client.request_stream("tools/call", pay(None)).await;
         let (request, _) = elicitation_request(&mut call).await;
-        answer(&on(b, &client), &request, "decline").await;
+        answer(&client.on(b), &request, "decline").await;
         let (response, _) = call_response(&mut call).await;
         assert_eq!(response["result"]["isError"], true);
         assert!(text(&response["result"]).contains("declined"), "{response}");
@@ -234,9 +194,7 @@ backend_test!(
 
 backend_test!(
     async fn cancel_on_the_page_and_timeout_give_tool_errors(backend: Backend) {
-        let Some((_database, replicas)) = servers(backend, "1s").await else {
-            return;
-        };
+        let (_database, replicas) = servers(backend, "1s").await;
         let (a, b) = (&replicas.a, replicas.b());
         let mut client = a.client();
         client.initialize().await;
@@ -269,9 +227,7 @@ backend_test!(
 
 backend_test!(
     async fn a_client_without_url_mode_gets_the_fallback(backend: Backend) {
-        let Some((_database, replicas)) = servers(backend, "30s").await else {
-            return;
-        };
+        let (_database, replicas) = servers(backend, "30s").await;
         let a = &replicas.a;
         let mut client = a.client();
         client
@@ -296,9 +252,7 @@ backend_test!(
 
 backend_test!(
     async fn a_waiting_call_ends_when_the_server_stops(backend: Backend) {
-        let Some((_database, replicas)) = servers(backend, "30s").await else {
-            return;
-        };
+        let (_database, replicas) = servers(backend, "30s").await;
         let mut client = replicas.a.client();
         client.initialize().await;
         let mut call = client.request_stream("tools/call", pay(None)).await;

@@ -11,7 +11,8 @@ use std::sync::Mutex;
 use axum::Router;
 use axum::extract::Path as UrlPath;
 use axum::routing::get;
-use common::{Backend, TestDatabase, TestServer, repo};
+use common::upstream::serve;
+use common::{Backend, TestDatabase, TestServer, confirm_payment, pay_arguments, pay_tool, repo, text};
 use serde_json::{Value, json};
 
 const PYTHON_SDK: &str = "mcp==2.3.0";
@@ -69,30 +70,34 @@ fn python_with_sdk() -> Result<PathBuf, String> {
     Ok(python)
 }
 
+/// The Python interpreter of [`python_with_sdk`], or None (after saying so) when it cannot be set up.
+async fn python_sdk() -> Option<PathBuf> {
+    match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
+        Ok(python) => Some(python),
+        Err(why) => {
+            unavailable("the Python MCP SDK", &why);
+            None
+        }
+    }
+}
+
+/// An upstream that greets whoever its path names.
 async fn upstream() -> SocketAddr {
-    let app = Router::new().route(
+    serve(Router::new().route(
         "/greet/{name}",
         get(|UrlPath(name): UrlPath<String>| async move { format!("Hello, {name}!") }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
+    ))
+    .await
 }
 
 backend_test!(
     async fn python_sdk_lists_tools_and_calls_an_http_tool(backend: Backend) {
-        let python = match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
-            Ok(python) => python,
-            Err(why) => return unavailable("the Python MCP SDK", &why),
+        let Some(python) = python_sdk().await else {
+            return;
         };
         let addr = upstream().await;
         let database = TestDatabase::new(backend).await;
-        let tools = format!(
-            "[mcp]\npage_size = 1\n[[tools]]\nname = \"greet\"\ndescription = \"Greets someone\"\n\
-             input_schema = {{ type = \"object\", properties = {{ name = {{ type = \"string\" }} }}, required = [\"name\"] }}\n\
-             http = {{ url = \"http://{addr}/greet/{{{{args.name}}}}\" }}\n"
-        );
+        let tools = include_str!("fixtures/greet_tool.toml").replace("UPSTREAM", &addr.to_string());
         let server = TestServer::start(&database, &tools).await;
         let script = repo().join("tests/interop/python_client.py");
         let call = |tool: &'static str, args: Value| {
@@ -265,20 +270,12 @@ backend_test!(
     /// The Python SDK meets -32042, the test does the browser part over HTTP, the SDK receives the
     /// completion notification on its stream and its retry succeeds.
     async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
-        let python = match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
-            Ok(python) => python,
-            Err(why) => return unavailable("the Python MCP SDK", &why),
+        let Some(python) = python_sdk().await else {
+            return;
         };
         let fake = common::fake_oauth::FakeProvider::start(common::fake_oauth::FakeOptions::default()).await;
         let database = TestDatabase::new(backend).await;
-        let config = format!(
-            "[[providers]]\nid = \"fake\"\nauthorize_url = \"{}\"\ntoken_url = \"{}\"\nclient_id = \"fake-client\"\n\
-             client_secret = \"fake-secret\"\nscopes = [\"read\"]\n[[tools]]\nname = \"me\"\ndescription = \"The user\"\n\
-             requires = [\"fake\"]\nhttp = {{ url = \"{}\" }}\n",
-            fake.authorize_url(),
-            fake.token_url(),
-            fake.api_url()
-        );
+        let config = fake.configure(include_str!("fixtures/fake_provider.toml"));
         let server = TestServer::start(&database, &config).await;
         let mut script = ElicitationScript::start(&python, &["--url", &server.url, "--call", "me", "--timeout", "30"]);
         let mut events = Vec::new();
@@ -301,11 +298,6 @@ backend_test!(
     }
 );
 
-/// The first content block's text of a result event.
-fn result_text(event: &Value) -> &str {
-    event["result"]["content"][0]["text"].as_str().unwrap_or_default()
-}
-
 backend_test!(
     /// In-call elicitation with the Python SDK: `elicitation/create` (URL mode) arrives on the call's
     /// own SSE stream, the SDK's elicitation callback answers it, the test confirms in the browser,
@@ -313,18 +305,12 @@ backend_test!(
     /// the SDK's progress callback meanwhile. A decline from the callback ends the call with a tool
     /// error instead.
     async fn python_sdk_answers_an_elicitation_within_the_call(backend: Backend) {
-        let python = match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
-            Ok(python) => python,
-            Err(why) => return unavailable("the Python MCP SDK", &why),
+        let Some(python) = python_sdk().await else {
+            return;
         };
         let database = TestDatabase::new(backend).await;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let server =
-            TestServer::start_on(&database, &common::pay_tool(port, "30s"), &format!("127.0.0.1:{port}")).await;
-        let arguments = json!({"amount": "12.40", "payee": "<b>ACME</b> & \"Sons\""}).to_string();
+        let server = TestServer::start_addressed(&database, |addr| pay_tool(addr, "30s")).await;
+        let arguments = pay_arguments().to_string();
         let script_args = |extra: &[&'static str]| {
             let mut args = vec![
                 "--url",
@@ -367,21 +353,7 @@ backend_test!(
         assert!(url.ends_with(&format!("/forms/{elicitation_id}")), "{asked}");
         assert!(!asked["message"].as_str().unwrap_or_default().is_empty(), "{asked}");
 
-        let browser = common::Browser::new();
-        let page = browser.get(url).await;
-        assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
-        assert_eq!(
-            common::description(&page.body),
-            "Pay 12.40 EUR to <b>ACME</b> & \"Sons\"?"
-        );
-        let done = browser
-            .post_form(
-                url,
-                &server.base(),
-                &[("csrf", &page.csrf()), ("action", "submit"), ("confirm", "true")],
-            )
-            .await;
-        assert_eq!(done.status, reqwest::StatusCode::OK, "{}", done.body);
+        confirm_payment(url, &server.base()).await;
         while let Some(event) = script.next().await {
             events.push(event);
         }
@@ -389,7 +361,7 @@ backend_test!(
         let (result, before) = events.split_last().expect("events");
         assert_eq!(result["event"], "result", "{events:?}");
         assert_eq!(result["result"]["isError"], false, "{result}");
-        assert_eq!(result_text(result), "ok", "the tool ran after the confirmation");
+        assert_eq!(text(&result["result"]), "ok", "the tool ran after the confirmation");
         let progress: Vec<f64> = before
             .iter()
             .filter(|e| e["event"] == "progress")
@@ -422,7 +394,7 @@ backend_test!(
         );
         assert_ne!(events[0]["elicitationId"], asked["elicitationId"]);
         assert_eq!(events[1]["result"]["isError"], true, "{events:?}");
-        assert!(result_text(&events[1]).contains("declined"), "{events:?}");
+        assert!(text(&events[1]["result"]).contains("declined"), "{events:?}");
 
         // The SDK ends its sessions with DELETE, streamed answers or not.
         assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);

@@ -4,11 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Backend, McpClient, TestDatabase, TestServer, eventually, note, publish};
+use common::{Backend, McpClient, TestDatabase, TestServer, WAIT, eventually, note, publish, text};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(5);
 
 async fn setup(backend: Backend, toml: &str) -> (TestDatabase, TestServer) {
     let database = TestDatabase::new(backend).await;
@@ -409,23 +407,7 @@ backend_test!(
     }
 );
 
-const THREE_TOOLS: &str = r#"
-[mcp]
-page_size = 2
-[[tools]]
-name = "one"
-description = "first"
-input_schema = { type = "object", properties = { q = { type = "string" } }, required = ["q"] }
-http = { url = "http://127.0.0.1:9/one" }
-[[tools]]
-name = "two"
-description = "second"
-http = { url = "http://127.0.0.1:9/two" }
-[[tools]]
-name = "three"
-description = "third"
-http = { method = "POST", url = "http://127.0.0.1:9/three" }
-"#;
+const THREE_TOOLS: &str = include_str!("fixtures/three_tools.toml");
 
 backend_test!(
     async fn tools_list_paginates_with_cursors(backend: Backend) {
@@ -462,11 +444,7 @@ backend_test!(
             .call("tools/call", json!({"name": "one", "arguments": {"q": 5}}))
             .await;
         assert_eq!(invalid["isError"], true);
-        assert!(
-            invalid["content"][0]["text"]
-                .as_str()
-                .is_some_and(|t| t.contains("`q` must be of type string"))
-        );
+        assert!(text(&invalid).contains("`q` must be of type string"));
         server.stop().await;
     }
 );
