@@ -12,8 +12,9 @@
 #[allow(dead_code)]
 #[path = "../tests/common/fake_oauth.rs"]
 mod fake_oauth;
+#[path = "../tests/common/local.rs"]
+mod local;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -72,17 +73,6 @@ impl Options {
         }
         Ok(options)
     }
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
 }
 
 /// Lets this process (and the servers it starts) hold many connections.
@@ -423,7 +413,7 @@ fn start_gatehouse(database_url: &str, port: u16, config: Option<(&std::path::Pa
 
 fn start_ts_server(port: u16) -> Result<Child, String> {
     Command::new("bash")
-        .arg(repo().join("bench/ts-server/run.sh"))
+        .arg(local::repo().join("bench/ts-server/run.sh"))
         .arg(port.to_string())
         .kill_on_drop(true)
         .spawn()
@@ -466,7 +456,7 @@ async fn run(options: Options) -> Result<(), String> {
 
 async fn measure(options: &Options, database: &Database) -> Result<(), String> {
     if !options.skip_load || !options.skip_streams {
-        let port = free_port();
+        let port = local::free_port();
         let mut gatehouse = start_gatehouse(&database.url, port, None)?;
         let gatehouse_url = format!("http://127.0.0.1:{port}/mcp");
         wait_until_up(&format!("http://127.0.0.1:{port}/healthz")).await?;
@@ -516,7 +506,7 @@ async fn elicitation_loops(options: &Options, database: &Database) -> Result<(),
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let config = dir.path().join("gatehouse.toml");
     std::fs::write(&config, loop_config(&fake)).map_err(|e| e.to_string())?;
-    let (port_a, port_b) = (free_port(), free_port());
+    let (port_a, port_b) = (local::free_port(), local::free_port());
     let public = format!("http://127.0.0.1:{port_a}");
     let mut a = start_gatehouse(&database.url, port_a, Some((&config, &public)))?;
     let mut b = start_gatehouse(&database.url, port_b, Some((&config, &public)))?;
@@ -554,28 +544,12 @@ async fn elicitation_loops(options: &Options, database: &Database) -> Result<(),
     Ok(())
 }
 
+/// Header identity (each loop is another user), the fake provider and the tool that needs it.
 fn loop_config(fake: &fake_oauth::FakeProvider) -> String {
     format!(
-        r#"[identity]
-mode = "header"
-[server]
-trusted_proxies = ["127.0.0.1/32"]
-[[providers]]
-id = "fake"
-authorize_url = "{}"
-token_url = "{}"
-client_id = "fake-client"
-client_secret = "fake-secret"
-scopes = ["read"]
-[[tools]]
-name = "me"
-description = "The user at the fake provider"
-requires = ["fake"]
-http = {{ url = "{}" }}
-"#,
-        fake.authorize_url(),
-        fake.token_url(),
-        fake.api_url()
+        "{}{}",
+        include_str!("../tests/fixtures/header_identity.toml"),
+        fake.configure(include_str!("../tests/fixtures/fake_provider.toml"))
     )
 }
 
@@ -806,7 +780,7 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
     if options.skip_baseline {
         return Ok(());
     }
-    let ts_port = free_port();
+    let ts_port = local::free_port();
     let mut ts = start_ts_server(ts_port)?;
     let ts_url = format!("http://127.0.0.1:{ts_port}/mcp");
     wait_until_up(&ts_url).await?;

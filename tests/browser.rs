@@ -5,137 +5,88 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::browser::{artifact_dir, browser_available, fill_form};
 use common::{Backend, TestDatabase, TestServer};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(10);
-
 const SECRET: &str = "sk-browser-0123456789abcdef";
 
 /// A user-scoped form with a secret, a text field, a consent box and a choice; the tool that needs
-/// it calls the server's own /healthz with the key (so the retried call can succeed here).
-fn config(port: u16) -> String {
-    format!(
-        r#"
-[[forms]]
-id = "openai"
-title = "OpenAI API key"
-description = "Stored encrypted; used only for calls you make."
-submit_label = "Save"
-[[forms.fields]]
-name = "api_key"
-label = "API key"
-type = "secret"
-required = true
-min_length = 20
-help = "Starts with sk-"
-[[forms.fields]]
-name = "org_name"
-label = "Organization name"
-type = "text"
-[[forms.fields]]
-name = "consent"
-label = "Use this key for my calls"
-type = "boolean"
-required = true
-[[forms.fields]]
-name = "region"
-label = "Region"
-type = "select"
-options = [{{ value = "us", label = "United States" }}, {{ value = "eu", label = "Europe" }}]
-
-[[tools]]
-name = "openai_models"
-description = "Models available to the user's OpenAI key"
-requires = ["form:openai"]
-http = {{ url = "http://127.0.0.1:{port}/healthz", headers = {{ Authorization = "Bearer {{{{form.openai.api_key}}}}" }} }}
-"#
-    )
+/// it calls the server's own /healthz (at `addr`) with the key, so the retried call can succeed.
+fn config(addr: &str) -> String {
+    include_str!("fixtures/openai_form.toml").replace("GATEHOUSE", addr)
 }
 
-async fn a_person_fills_in_the_form_in_chromium(backend: Backend) {
-    if !browser_available() {
-        return;
-    }
-    let database = TestDatabase::new(backend).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let server = TestServer::start_on(&database, &config(port), &format!("127.0.0.1:{port}")).await;
-    let mut client = server.client();
-    client.initialize().await;
-    let mut stream = client.open_stream(None).await;
-
-    let reply = client.request("tools/call", json!({"name": "openai_models"})).await;
-    assert_eq!(reply.body["error"]["code"], -32042, "{}", reply.body);
-    let elicitation = &reply.body["error"]["data"]["elicitations"][0];
-    let url = elicitation["url"].as_str().expect("url").to_owned();
-    assert!(url.contains("/forms/"), "{url}");
-
-    let screenshots = artifact_dir(&format!("form-{backend:?}").to_lowercase());
-    let hostile = "<script>alert(1)</script> \"quoted\" 'single' — ünïcødé 🙂";
-    let plan = json!({
-        "url": url,
-        "screenshots": screenshots,
-        "first": {
-            "fill": {"api_key": "short", "org_name": hostile},
-            "check": ["consent"],
-            "select": {"region": "eu"},
-        },
-        "expect_error_field": "api_key",
-        "second": {"fill": {"api_key": SECRET}},
-        "expect_done_heading": "Saved",
-        "then_visit": [{
-            "url": format!("{}/connections", server.base()),
-            "screenshot": "04-connections.png",
-            "expect_text": ["OpenAI API key", "stored, hidden", "Europe", hostile],
-            "absent_text": [SECRET, "<script>alert(1)"],
-        }],
-    });
-    let outcome = tokio::task::spawn_blocking(move || fill_form(&plan))
-        .await
-        .expect("join");
-    let result = outcome.unwrap_or_else(|e| panic!("the browser run failed:\n{e}"));
-    assert_eq!(result["statuses"], json!([200, 422, 200, 200]), "{result}");
-    assert_eq!(
-        result["password_inputs_empty"], true,
-        "the short key is not echoed back"
-    );
-    assert_eq!(
-        result["kept_values"]["org_name"], hostile,
-        "typed text survives the 422, intact"
-    );
-    for name in ["01-form.png", "02-invalid.png", "03-done.png", "04-connections.png"] {
-        let file = screenshots.join(name);
-        let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-        assert!(size > 1000, "screenshot {} kept ({size} bytes)", file.display());
-    }
-
-    // The client learns of it on its stream and the retried call runs.
-    let id = elicitation["elicitationId"].as_str().expect("id");
-    let completed = loop {
-        let (_, message) = stream.next_message(WAIT).await.expect("the completion notification");
-        if message["method"] == "notifications/elicitation/complete" {
-            break message;
+backend_test!(
+    async fn a_person_fills_in_the_form_in_chromium(backend: Backend) {
+        if !browser_available() {
+            return;
         }
-    };
-    assert_eq!(completed["params"]["elicitationId"], id);
-    let result = client.call("tools/call", json!({"name": "openai_models"})).await;
-    assert_eq!(result["isError"], false, "{result}");
-    assert_eq!(result["content"][0]["text"], "ok");
-    assert!(
-        !database
-            .everything_stored()
-            .await
-            .windows(SECRET.len())
-            .any(|w| w == SECRET.as_bytes()),
-        "the key is stored encrypted only"
-    );
-    server.stop().await;
-}
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start_addressed(&database, config).await;
+        let mut client = server.client();
+        client.initialize().await;
+        let mut stream = client.open_stream(None).await;
 
-on_both_backends!(a_person_fills_in_the_form_in_chromium);
+        let reply = client.request("tools/call", json!({"name": "openai_models"})).await;
+        assert_eq!(reply.body["error"]["code"], -32042, "{}", reply.body);
+        let elicitation = &reply.body["error"]["data"]["elicitations"][0];
+        let url = elicitation["url"].as_str().expect("url").to_owned();
+        assert!(url.contains("/forms/"), "{url}");
+
+        let screenshots = artifact_dir(&format!("form-{backend:?}").to_lowercase());
+        let hostile = "<script>alert(1)</script> \"quoted\" 'single' — ünïcødé 🙂";
+        let plan = json!({
+            "url": url,
+            "screenshots": screenshots,
+            "first": {
+                "fill": {"api_key": "short", "org_name": hostile},
+                "check": ["consent"],
+                "select": {"region": "eu"},
+            },
+            "expect_error_field": "api_key",
+            "second": {"fill": {"api_key": SECRET}},
+            "expect_done_heading": "Saved",
+            "then_visit": [{
+                "url": format!("{}/connections", server.base()),
+                "screenshot": "04-connections.png",
+                "expect_text": ["OpenAI API key", "stored, hidden", "Europe", hostile],
+                "absent_text": [SECRET, "<script>alert(1)"],
+            }],
+        });
+        let outcome = tokio::task::spawn_blocking(move || fill_form(&plan))
+            .await
+            .expect("join");
+        let result = outcome.unwrap_or_else(|e| panic!("the browser run failed:\n{e}"));
+        assert_eq!(result["statuses"], json!([200, 422, 200, 200]), "{result}");
+        assert_eq!(
+            result["password_inputs_empty"], true,
+            "the short key is not echoed back"
+        );
+        assert_eq!(
+            result["kept_values"]["org_name"], hostile,
+            "typed text survives the 422, intact"
+        );
+        for name in ["01-form.png", "02-invalid.png", "03-done.png", "04-connections.png"] {
+            let file = screenshots.join(name);
+            let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+            assert!(size > 1000, "screenshot {} kept ({size} bytes)", file.display());
+        }
+
+        // The client learns of it on its stream and the retried call runs.
+        let id = elicitation["elicitationId"].as_str().expect("id");
+        assert_eq!(stream.next_completion().await, id);
+        let result = client.call("tools/call", json!({"name": "openai_models"})).await;
+        assert_eq!(result["isError"], false, "{result}");
+        assert_eq!(result["content"][0]["text"], "ok");
+        assert!(
+            !database
+                .everything_stored()
+                .await
+                .windows(SECRET.len())
+                .any(|w| w == SECRET.as_bytes()),
+            "the key is stored encrypted only"
+        );
+        server.stop().await;
+    }
+);

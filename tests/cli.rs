@@ -5,7 +5,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Backend, McpClient, TestDatabase};
+use common::{Backend, McpClient, TestDatabase, WAIT, eventually, free_port};
 use serde_json::json;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
@@ -125,97 +125,83 @@ fn migrate_prepares_a_database_and_is_repeatable() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-async fn serve_until_sigterm(backend: Backend) {
-    let database = TestDatabase::new(backend).await;
-    let dir = tempfile::tempdir().expect("dir");
-    let port = free_port();
-    let bind = format!("127.0.0.1:{port}");
-    let mut command = tokio::process::Command::new(BINARY);
-    command.env_clear();
-    if backend == Backend::Postgres {
-        command.env("GATEHOUSE_SECRETS__KEYS", common::TEST_KEY);
-    }
-    let mut child = command
-        .arg("serve")
-        .current_dir(dir.path())
-        .env("GATEHOUSE_SERVER__BIND", &bind)
-        .env("GATEHOUSE_DATABASE__URL", &database.url)
-        .env("GATEHOUSE_LOG__FORMAT", "json")
-        .env("GATEHOUSE_SERVER__SSE_RETRY", "2s")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let url = format!("http://{bind}/mcp");
-    let http = reqwest::Client::new();
-    let mut ready = false;
-    for _ in 0..100 {
-        if http
-            .get(format!("http://{bind}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            ready = true;
-            break;
+backend_test!(
+    async fn serve_until_sigterm(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let dir = tempfile::tempdir().expect("dir");
+        let port = free_port();
+        let bind = format!("127.0.0.1:{port}");
+        let mut command = tokio::process::Command::new(BINARY);
+        command.env_clear();
+        if backend == Backend::Postgres {
+            command.env("GATEHOUSE_SECRETS__KEYS", common::TEST_KEY);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "the server became ready");
-    let mut client = McpClient::new(&url);
-    client.initialize().await;
-    assert_eq!(client.call("ping", json!({})).await, json!({}));
-    let mut stream = client.open_stream(None).await;
-    assert!(stream.next_event(Duration::from_secs(5)).await.is_some(), "priming");
+        let mut child = command
+            .arg("serve")
+            .current_dir(dir.path())
+            .env("GATEHOUSE_SERVER__BIND", &bind)
+            .env("GATEHOUSE_DATABASE__URL", &database.url)
+            .env("GATEHOUSE_LOG__FORMAT", "json")
+            .env("GATEHOUSE_SERVER__SSE_RETRY", "2s")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let url = format!("http://{bind}/mcp");
+        let http = reqwest::Client::new();
+        eventually("the server became ready", async || {
+            http.get(format!("http://{bind}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+                .then_some(())
+        })
+        .await;
+        let mut client = McpClient::new(&url);
+        client.initialize().await;
+        assert_eq!(client.call("ping", json!({})).await, json!({}));
+        let mut stream = client.open_stream(None).await;
+        assert!(stream.next_event(WAIT).await.is_some(), "priming");
 
-    let pid = child.id().expect("pid").to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
-    let mut retry = None;
-    while let Some(event) = stream.next_event(Duration::from_secs(5)).await {
-        retry = event.retry.or(retry);
+        let pid = child.id().expect("pid").to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .expect("kill")
+                .success()
+        );
+        let mut retry = None;
+        while let Some(event) = stream.next_event(WAIT).await {
+            retry = event.retry.or(retry);
+        }
+        assert_eq!(retry, Some(2000), "the stream ends with the retry hint");
+        let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .expect("exits in time")
+            .expect("wait");
+        assert!(status.success(), "graceful shutdown exits 0");
+        let mut logs = String::new();
+        use tokio::io::AsyncReadExt;
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut logs)
+            .await
+            .expect("logs");
+        let lines: Vec<serde_json::Value> = logs.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        assert!(
+            !lines.is_empty() && lines.len() == logs.lines().count(),
+            "every log line is JSON:\n{logs}"
+        );
+        assert!(
+            lines.iter().any(|l| l["fields"]["message"] == "gatehouse stopped"),
+            "{logs}"
+        );
+        assert!(
+            !logs.contains(client.session.as_deref().expect("session")),
+            "logs never carry a whole session id"
+        );
     }
-    assert_eq!(retry, Some(2000), "the stream ends with the retry hint");
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .expect("exits in time")
-        .expect("wait");
-    assert!(status.success(), "graceful shutdown exits 0");
-    let mut logs = String::new();
-    use tokio::io::AsyncReadExt;
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut logs)
-        .await
-        .expect("logs");
-    let lines: Vec<serde_json::Value> = logs.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    assert!(
-        !lines.is_empty() && lines.len() == logs.lines().count(),
-        "every log line is JSON:\n{logs}"
-    );
-    assert!(
-        lines.iter().any(|l| l["fields"]["message"] == "gatehouse stopped"),
-        "{logs}"
-    );
-    assert!(
-        !logs.contains(client.session.as_deref().expect("session")),
-        "logs never carry a whole session id"
-    );
-}
-
-on_both_backends!(serve_until_sigterm);
+);

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use common::upstream::{Log, record, serve};
-use common::{Backend, TestDatabase, TestServer};
+use common::{Backend, TestDatabase, TestServer, text};
 use serde_json::{Value, json};
 
 async fn upstream() -> (SocketAddr, Log) {
@@ -69,65 +69,9 @@ async fn upstream() -> (SocketAddr, Log) {
     (serve(app).await, log)
 }
 
+/// The tools under test, calling `upstream`.
 fn tools(upstream: SocketAddr) -> String {
-    format!(
-        r#"
-[[tools]]
-name = "user"
-title = "GitHub-like user"
-description = "Looks up a user"
-input_schema = {{ type = "object", properties = {{ name = {{ type = "string" }} }}, required = ["name"] }}
-[tools.http]
-url = "http://{upstream}/users/{{{{args.name}}}}"
-headers = {{ "X-Requested-For" = "{{{{args.name}}}}", Accept = "application/json" }}
-
-[[tools]]
-name = "search"
-description = "Searches"
-input_schema = {{ type = "object", properties = {{ q = {{ type = "string" }}, page = {{ type = "integer" }} }} }}
-http = {{ url = "http://{upstream}/search?q={{{{args.q}}}}&page={{{{args.page}}}}" }}
-
-[[tools]]
-name = "create"
-description = "Posts JSON"
-input_schema = {{ type = "object", properties = {{ title = {{ type = "string" }}, count = {{ type = "integer" }}, tags = {{ type = "array" }} }} }}
-[tools.http]
-method = "POST"
-url = "http://{upstream}/echo"
-body = {{ title = "{{{{args.title}}}}", count = "{{{{args.count}}}}", tags = "{{{{args.tags}}}}", note = "by {{{{args.title}}}}" }}
-
-[[tools]]
-name = "text"
-description = "Posts text"
-input_schema = {{ type = "object", properties = {{ msg = {{ type = "string" }} }} }}
-http = {{ method = "POST", url = "http://{upstream}/echo", body = "message={{{{args.msg}}}}", headers = {{ "Content-Type" = "text/plain" }} }}
-
-[[tools]]
-name = "array"
-description = "Returns a JSON array"
-http = {{ url = "http://{upstream}/array" }}
-
-[[tools]]
-name = "broken"
-description = "Fails upstream"
-http = {{ url = "http://{upstream}/broken" }}
-
-[[tools]]
-name = "slow"
-description = "Too slow"
-http = {{ url = "http://{upstream}/slow", timeout = "300ms" }}
-
-[[tools]]
-name = "huge"
-description = "Too big"
-http = {{ url = "http://{upstream}/huge", max_response_bytes = 1024 }}
-
-[[tools]]
-name = "redirect"
-description = "Redirects elsewhere"
-http = {{ url = "http://{upstream}/redirect" }}
-"#
-    )
+    include_str!("fixtures/http_tools.toml").replace("UPSTREAM", &upstream.to_string())
 }
 
 async fn setup(backend: Backend) -> (TestDatabase, TestServer, common::McpClient, Log) {
@@ -139,139 +83,136 @@ async fn setup(backend: Backend) -> (TestDatabase, TestServer, common::McpClient
     (database, server, client, log)
 }
 
-fn text(result: &Value) -> String {
-    result["content"][0]["text"].as_str().expect("text content").to_owned()
-}
+backend_test!(
+    async fn http_tools_fill_templates_safely(backend: Backend) {
+        let (_database, server, client, log) = setup(backend).await;
+        let listed = client.call("tools/list", json!({})).await;
+        let user = listed["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .find(|t| t["name"] == "user")
+            .expect("user tool")
+            .clone();
+        assert_eq!(user["title"], "GitHub-like user");
+        assert_eq!(user["inputSchema"]["required"], json!(["name"]));
+        assert_eq!(user["annotations"]["readOnlyHint"], true);
 
-async fn http_tools_fill_templates_safely(backend: Backend) {
-    let (_database, server, client, log) = setup(backend).await;
-    let listed = client.call("tools/list", json!({})).await;
-    let user = listed["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .find(|t| t["name"] == "user")
-        .expect("user tool")
-        .clone();
-    assert_eq!(user["title"], "GitHub-like user");
-    assert_eq!(user["inputSchema"]["required"], json!(["name"]));
-    assert_eq!(user["annotations"]["readOnlyHint"], true);
+        let result = client
+            .call(
+                "tools/call",
+                json!({"name": "user", "arguments": {"name": "octo cat/../admin"}}),
+            )
+            .await;
+        assert_eq!(result["isError"], false, "{result}");
+        assert_eq!(
+            result["structuredContent"],
+            json!({"login": "octo cat/../admin", "id": 42})
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&text(&result)).expect("JSON text"),
+            result["structuredContent"]
+        );
+        let seen = log.lock().expect("log").pop().expect("request");
+        assert_eq!(
+            seen.path, "/users/octo%20cat%2F..%2Fadmin",
+            "the argument stays one path segment"
+        );
+        assert!(
+            seen.headers
+                .contains(&("x-requested-for".into(), "octo cat/../admin".into()))
+        );
 
-    let result = client
-        .call(
-            "tools/call",
-            json!({"name": "user", "arguments": {"name": "octo cat/../admin"}}),
-        )
-        .await;
-    assert_eq!(result["isError"], false, "{result}");
-    assert_eq!(
-        result["structuredContent"],
-        json!({"login": "octo cat/../admin", "id": 42})
-    );
-    assert_eq!(
-        serde_json::from_str::<Value>(&text(&result)).expect("JSON text"),
-        result["structuredContent"]
-    );
-    let seen = log.lock().expect("log").pop().expect("request");
-    assert_eq!(
-        seen.path, "/users/octo%20cat%2F..%2Fadmin",
-        "the argument stays one path segment"
-    );
-    assert!(
-        seen.headers
-            .contains(&("x-requested-for".into(), "octo cat/../admin".into()))
-    );
+        client
+            .call(
+                "tools/call",
+                json!({"name": "search", "arguments": {"q": "a&b=c", "page": 2}}),
+            )
+            .await;
+        assert_eq!(
+            log.lock().expect("log").pop().expect("request").query,
+            "q=a%26b%3Dc&page=2"
+        );
+        // A header value cannot smuggle another header.
+        let smuggled = client
+            .call(
+                "tools/call",
+                json!({"name": "user", "arguments": {"name": "x\r\nX-Admin: 1"}}),
+            )
+            .await;
+        assert_eq!(smuggled["isError"], true);
+        server.stop().await;
+    }
+);
 
-    client
-        .call(
-            "tools/call",
-            json!({"name": "search", "arguments": {"q": "a&b=c", "page": 2}}),
-        )
-        .await;
-    assert_eq!(
-        log.lock().expect("log").pop().expect("request").query,
-        "q=a%26b%3Dc&page=2"
-    );
-    // A header value cannot smuggle another header.
-    let smuggled = client
-        .call(
-            "tools/call",
-            json!({"name": "user", "arguments": {"name": "x\r\nX-Admin: 1"}}),
-        )
-        .await;
-    assert_eq!(smuggled["isError"], true);
-    server.stop().await;
-}
+backend_test!(
+    async fn http_tools_send_bodies(backend: Backend) {
+        let (_database, server, client, log) = setup(backend).await;
+        let result = client
+            .call(
+                "tools/call",
+                json!({"name": "create", "arguments": {"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"]}}),
+            )
+            .await;
+        assert_eq!(result["isError"], false, "{result}");
+        let seen = log.lock().expect("log").pop().expect("request");
+        let body: Value = serde_json::from_str(&seen.body).expect("JSON body");
+        assert_eq!(
+            body,
+            json!({"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"], "note": "by Hi \"there\""})
+        );
+        assert!(
+            seen.headers
+                .contains(&("content-type".into(), "application/json".into()))
+        );
+        // Left-out optional arguments become null (whole placeholders) or empty text.
+        client
+            .call("tools/call", json!({"name": "create", "arguments": {}}))
+            .await;
+        let body: Value =
+            serde_json::from_str(&log.lock().expect("log").pop().expect("request").body).expect("JSON body");
+        assert_eq!(body, json!({"title": null, "count": null, "tags": null, "note": "by "}));
 
-async fn http_tools_send_bodies(backend: Backend) {
-    let (_database, server, client, log) = setup(backend).await;
-    let result = client
-        .call(
-            "tools/call",
-            json!({"name": "create", "arguments": {"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"]}}),
-        )
-        .await;
-    assert_eq!(result["isError"], false, "{result}");
-    let seen = log.lock().expect("log").pop().expect("request");
-    let body: Value = serde_json::from_str(&seen.body).expect("JSON body");
-    assert_eq!(
-        body,
-        json!({"title": "Hi \"there\"", "count": 3, "tags": ["a", "b"], "note": "by Hi \"there\""})
-    );
-    assert!(
-        seen.headers
-            .contains(&("content-type".into(), "application/json".into()))
-    );
-    // Left-out optional arguments become null (whole placeholders) or empty text.
-    client
-        .call("tools/call", json!({"name": "create", "arguments": {}}))
-        .await;
-    let body: Value = serde_json::from_str(&log.lock().expect("log").pop().expect("request").body).expect("JSON body");
-    assert_eq!(body, json!({"title": null, "count": null, "tags": null, "note": "by "}));
+        let result = client
+            .call("tools/call", json!({"name": "text", "arguments": {"msg": "hello"}}))
+            .await;
+        assert_eq!(text(&result), "got message=hello");
+        assert!(
+            result.get("structuredContent").is_none(),
+            "plain text has no structured content"
+        );
+        let array = client.call("tools/call", json!({"name": "array"})).await;
+        assert_eq!(text(&array), "[1,2,3]");
+        assert!(
+            array.get("structuredContent").is_none(),
+            "structured content must be an object"
+        );
+        server.stop().await;
+    }
+);
 
-    let result = client
-        .call("tools/call", json!({"name": "text", "arguments": {"msg": "hello"}}))
-        .await;
-    assert_eq!(text(&result), "got message=hello");
-    assert!(
-        result.get("structuredContent").is_none(),
-        "plain text has no structured content"
-    );
-    let array = client.call("tools/call", json!({"name": "array"})).await;
-    assert_eq!(text(&array), "[1,2,3]");
-    assert!(
-        array.get("structuredContent").is_none(),
-        "structured content must be an object"
-    );
-    server.stop().await;
-}
-
-async fn upstream_failures_are_tool_errors(backend: Backend) {
-    let (_database, server, client, _log) = setup(backend).await;
-    let broken = client.call("tools/call", json!({"name": "broken"})).await;
-    assert_eq!(broken["isError"], true);
-    assert!(
-        text(&broken).contains("502") && text(&broken).contains("upstream says no"),
-        "{broken}"
-    );
-    let slow = client.call("tools/call", json!({"name": "slow"})).await;
-    assert_eq!(slow["isError"], true);
-    assert!(text(&slow).contains("did not answer within 300ms"), "{slow}");
-    let huge = client.call("tools/call", json!({"name": "huge"})).await;
-    assert_eq!(huge["isError"], true);
-    assert!(text(&huge).contains("more than 1024 bytes"), "{huge}");
-    let redirect = client.call("tools/call", json!({"name": "redirect"})).await;
-    assert_eq!(redirect["isError"], true);
-    assert!(text(&redirect).contains("redirect"), "{redirect}");
-    // The server is unharmed.
-    assert_eq!(client.call("ping", json!({})).await, json!({}));
-    server.stop().await;
-}
-
-on_both_backends!(
-    http_tools_fill_templates_safely,
-    http_tools_send_bodies,
-    upstream_failures_are_tool_errors
+backend_test!(
+    async fn upstream_failures_are_tool_errors(backend: Backend) {
+        let (_database, server, client, _log) = setup(backend).await;
+        let broken = client.call("tools/call", json!({"name": "broken"})).await;
+        assert_eq!(broken["isError"], true);
+        assert!(
+            text(&broken).contains("502") && text(&broken).contains("upstream says no"),
+            "{broken}"
+        );
+        let slow = client.call("tools/call", json!({"name": "slow"})).await;
+        assert_eq!(slow["isError"], true);
+        assert!(text(&slow).contains("did not answer within 300ms"), "{slow}");
+        let huge = client.call("tools/call", json!({"name": "huge"})).await;
+        assert_eq!(huge["isError"], true);
+        assert!(text(&huge).contains("more than 1024 bytes"), "{huge}");
+        let redirect = client.call("tools/call", json!({"name": "redirect"})).await;
+        assert_eq!(redirect["isError"], true);
+        assert!(text(&redirect).contains("redirect"), "{redirect}");
+        // The server is unharmed.
+        assert_eq!(client.call("ping", json!({})).await, json!({}));
+        server.stop().await;
+    }
 );
 
 #[test]

@@ -7,19 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, description, pay_tool, postgres_admin_url,
+    Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, WAIT, confirm_payment, pay_arguments, pay_tool,
+    text,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(10);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 /// Two replicas of one PostgreSQL database; on SQLite (one process by design) one server plays
 /// both parts. The call waits on `a`; answers and the browser go to `b()`.
@@ -41,31 +33,19 @@ impl Replicas {
     }
 }
 
-async fn servers(backend: Backend, timeout: &str) -> Option<(TestDatabase, Replicas)> {
-    if backend == Backend::Postgres {
-        postgres_admin_url().await?;
-    }
+/// The replicas with the pay tool waiting up to `timeout`; it calls `a`'s own /healthz.
+async fn servers(backend: Backend, timeout: &str) -> (TestDatabase, Replicas) {
     let database = TestDatabase::new(backend).await;
-    let port = free_port();
-    let toml = pay_tool(port, timeout);
-    let a = TestServer::start_on(&database, &toml, &format!("127.0.0.1:{port}")).await;
+    let a = TestServer::start_addressed(&database, |addr| pay_tool(addr, timeout)).await;
     let second = match backend {
-        Backend::Postgres => Some(TestServer::start(&database, &toml).await),
+        Backend::Postgres => Some(TestServer::start(&database, &pay_tool(&a.addr.to_string(), timeout)).await),
         Backend::Sqlite => None,
     };
-    Some((database, Replicas { a, second }))
-}
-
-/// The same session, addressed to another replica.
-fn on(server: &TestServer, client: &McpClient) -> McpClient {
-    McpClient {
-        url: server.url.clone(),
-        ..client.clone()
-    }
+    (database, Replicas { a, second })
 }
 
 fn pay(progress: Option<&str>) -> Value {
-    let mut params = json!({"name": "pay", "arguments": {"amount": "12.40", "payee": "<b>ACME</b> & \"Sons\""}});
+    let mut params = json!({"name": "pay", "arguments": pay_arguments()});
     if let Some(token) = progress {
         params["_meta"] = json!({"progressToken": token});
     }
@@ -119,193 +99,169 @@ fn page_on(server: &TestServer, request: &Value) -> String {
     format!("{}{}", server.base(), url.path())
 }
 
-fn text(result: &Value) -> String {
-    result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
-}
+backend_test!(
+    async fn confirmed_in_the_browser_while_the_call_waits(backend: Backend) {
+        let (_database, replicas) = servers(backend, "30s").await;
+        let (a, b) = (&replicas.a, replicas.b());
+        let mut client = a.client();
+        client.initialize().await;
+        let mut call = client.request_stream("tools/call", pay(Some("pay-1"))).await;
+        let (request, _) = elicitation_request(&mut call).await;
+        let params = &request["params"];
+        assert_eq!(params["mode"], "url");
+        let elicitation_id = params["elicitationId"].as_str().expect("elicitationId");
+        assert!(
+            params["url"]
+                .as_str()
+                .expect("url")
+                .ends_with(&format!("/forms/{elicitation_id}"))
+        );
+        assert!(request["id"].as_str().expect("string id").contains(elicitation_id));
 
-async fn confirmed_in_the_browser_while_the_call_waits(backend: Backend) {
-    let Some((_database, replicas)) = servers(backend, "30s").await else {
-        return;
-    };
-    let (a, b) = (&replicas.a, replicas.b());
-    let mut client = a.client();
-    client.initialize().await;
-    let mut call = client.request_stream("tools/call", pay(Some("pay-1"))).await;
-    let (request, _) = elicitation_request(&mut call).await;
-    let params = &request["params"];
-    assert_eq!(params["mode"], "url");
-    let elicitation_id = params["elicitationId"].as_str().expect("elicitationId");
-    assert!(
-        params["url"]
-            .as_str()
-            .expect("url")
-            .ends_with(&format!("/forms/{elicitation_id}"))
-    );
-    assert!(request["id"].as_str().expect("string id").contains(elicitation_id));
+        // The client's answer reaches the other replica; the call waiting here learns of it.
+        answer(&client.on(b), &request, "accept").await;
+        let accepted = loop {
+            let (_, message) = call.next_message(WAIT).await.expect("progress after accept");
+            assert_eq!(message["method"], "notifications/progress", "{message}");
+            assert_eq!(message["params"]["progressToken"], "pay-1");
+            if message["params"]["message"] == "Waiting for the user to finish in the browser." {
+                break message;
+            }
+        };
 
-    // The client's answer reaches the other replica; the call waiting here learns of it.
-    answer(&on(b, &client), &request, "accept").await;
-    let accepted = loop {
-        let (_, message) = call.next_message(WAIT).await.expect("progress after accept");
-        assert_eq!(message["method"], "notifications/progress", "{message}");
-        assert_eq!(message["params"]["progressToken"], "pay-1");
-        if message["params"]["message"] == "Waiting for the user to finish in the browser." {
-            break message;
-        }
-    };
+        confirm_payment(&page_on(b, &request), &b.base()).await;
 
-    let browser = Browser::new();
-    let url = page_on(b, &request);
-    let page = browser.get(&url).await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    assert_eq!(description(&page.body), "Pay 12.40 EUR to <b>ACME</b> & \"Sons\"?");
-    let done = browser
-        .post_form(
-            &url,
-            &b.base(),
-            &[("csrf", &page.csrf()), ("action", "submit"), ("confirm", "true")],
-        )
-        .await;
-    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+        let (response, progress) = call_response(&mut call).await;
+        let result = &response["result"];
+        assert_eq!(result["isError"], false, "{response}");
+        assert_eq!(text(result), "ok", "the tool ran after the confirmation");
+        let counts: Vec<u64> = progress
+            .iter()
+            .chain([&accepted])
+            .filter_map(|m| m["params"]["progress"].as_u64())
+            .collect();
+        assert!(
+            counts.windows(2).all(|w| w[0] < w[1]) || counts.len() < 2,
+            "progress increases: {counts:?}"
+        );
 
-    let (response, progress) = call_response(&mut call).await;
-    let result = &response["result"];
-    assert_eq!(result["isError"], false, "{response}");
-    assert_eq!(text(result), "ok", "the tool ran after the confirmation");
-    let counts: Vec<u64> = progress
-        .iter()
-        .chain([&accepted])
-        .filter_map(|m| m["params"]["progress"].as_u64())
-        .collect();
-    assert!(
-        counts.windows(2).all(|w| w[0] < w[1]) || counts.len() < 2,
-        "progress increases: {counts:?}"
-    );
+        // The answer was for that one call: the same call again asks again.
+        let mut again = client.request_stream("tools/call", pay(None)).await;
+        let (second, _) = elicitation_request(&mut again).await;
+        assert_ne!(second["params"]["elicitationId"], params["elicitationId"]);
+        answer(&client, &second, "cancel").await;
+        let (cancelled, notifications) = call_response(&mut again).await;
+        assert_eq!(cancelled["result"]["isError"], true);
+        assert!(text(&cancelled["result"]).contains("dismissed"), "{cancelled}");
+        assert!(
+            notifications.iter().all(|m| m["method"] != "notifications/progress"),
+            "no progressToken, no progress: {notifications:?}"
+        );
+        replicas.stop().await;
+    }
+);
 
-    // The answer was for that one call: the same call again asks again.
-    let mut again = client.request_stream("tools/call", pay(None)).await;
-    let (second, _) = elicitation_request(&mut again).await;
-    assert_ne!(second["params"]["elicitationId"], params["elicitationId"]);
-    answer(&client, &second, "cancel").await;
-    let (cancelled, notifications) = call_response(&mut again).await;
-    assert_eq!(cancelled["result"]["isError"], true);
-    assert!(text(&cancelled["result"]).contains("dismissed"), "{cancelled}");
-    assert!(
-        notifications.iter().all(|m| m["method"] != "notifications/progress"),
-        "no progressToken, no progress: {notifications:?}"
-    );
-    replicas.stop().await;
-}
+backend_test!(
+    async fn a_decline_from_the_client_ends_the_call(backend: Backend) {
+        let (database, replicas) = servers(backend, "30s").await;
+        let (a, b) = (&replicas.a, replicas.b());
+        let mut client = a.client();
+        client.initialize().await;
+        let mut call = client.request_stream("tools/call", pay(None)).await;
+        let (request, _) = elicitation_request(&mut call).await;
+        answer(&client.on(b), &request, "decline").await;
+        let (response, _) = call_response(&mut call).await;
+        assert_eq!(response["result"]["isError"], true);
+        assert!(text(&response["result"]).contains("declined"), "{response}");
+        assert_eq!(
+            database
+                .query_count("SELECT count(*) FROM elicitations WHERE status = 'declined' AND reported")
+                .await,
+            1,
+            "declined, and reported by this call"
+        );
+        // The page of a declined request says so; nothing can be submitted there any more.
+        let page = Browser::new().get(&page_on(b, &request)).await;
+        assert_eq!(page.status, StatusCode::GONE);
 
-async fn a_decline_from_the_client_ends_the_call(backend: Backend) {
-    let Some((database, replicas)) = servers(backend, "30s").await else {
-        return;
-    };
-    let (a, b) = (&replicas.a, replicas.b());
-    let mut client = a.client();
-    client.initialize().await;
-    let mut call = client.request_stream("tools/call", pay(None)).await;
-    let (request, _) = elicitation_request(&mut call).await;
-    answer(&on(b, &client), &request, "decline").await;
-    let (response, _) = call_response(&mut call).await;
-    assert_eq!(response["result"]["isError"], true);
-    assert!(text(&response["result"]).contains("declined"), "{response}");
-    assert_eq!(
-        database
-            .query_count("SELECT count(*) FROM elicitations WHERE status = 'declined' AND reported")
-            .await,
-        1,
-        "declined, and reported by this call"
-    );
-    // The page of a declined request says so; nothing can be submitted there any more.
-    let page = Browser::new().get(&page_on(b, &request)).await;
-    assert_eq!(page.status, StatusCode::GONE);
+        // The next call asks afresh instead of reporting the old decline again.
+        let mut next = client.request_stream("tools/call", pay(None)).await;
+        let (fresh, _) = elicitation_request(&mut next).await;
+        assert_ne!(fresh["params"]["elicitationId"], request["params"]["elicitationId"]);
+        replicas.stop().await;
+    }
+);
 
-    // The next call asks afresh instead of reporting the old decline again.
-    let mut next = client.request_stream("tools/call", pay(None)).await;
-    let (fresh, _) = elicitation_request(&mut next).await;
-    assert_ne!(fresh["params"]["elicitationId"], request["params"]["elicitationId"]);
-    replicas.stop().await;
-}
+backend_test!(
+    async fn cancel_on_the_page_and_timeout_give_tool_errors(backend: Backend) {
+        let (_database, replicas) = servers(backend, "1s").await;
+        let (a, b) = (&replicas.a, replicas.b());
+        let mut client = a.client();
+        client.initialize().await;
 
-async fn cancel_on_the_page_and_timeout_give_tool_errors(backend: Backend) {
-    let Some((_database, replicas)) = servers(backend, "1s").await else {
-        return;
-    };
-    let (a, b) = (&replicas.a, replicas.b());
-    let mut client = a.client();
-    client.initialize().await;
+        let started = std::time::Instant::now();
+        let mut call = client.request_stream("tools/call", pay(None)).await;
+        let (request, _) = elicitation_request(&mut call).await;
+        let (timed_out, _) = call_response(&mut call).await;
+        assert_eq!(timed_out["result"]["isError"], true);
+        assert!(text(&timed_out["result"]).contains("within 1s"), "{timed_out}");
+        assert!(started.elapsed() >= Duration::from_secs(1));
 
-    let started = std::time::Instant::now();
-    let mut call = client.request_stream("tools/call", pay(None)).await;
-    let (request, _) = elicitation_request(&mut call).await;
-    let (timed_out, _) = call_response(&mut call).await;
-    assert_eq!(timed_out["result"]["isError"], true);
-    assert!(text(&timed_out["result"]).contains("within 1s"), "{timed_out}");
-    assert!(started.elapsed() >= Duration::from_secs(1));
+        // The request stays open: the next call waits on the same one, and Cancel on the page ends it.
+        let mut retry = client.request_stream("tools/call", pay(None)).await;
+        let (same, _) = elicitation_request(&mut retry).await;
+        assert_eq!(same["params"]["elicitationId"], request["params"]["elicitationId"]);
+        let browser = Browser::new();
+        let url = page_on(b, &same);
+        let page = browser.get(&url).await;
+        let cancelled = browser
+            .post_form(&url, &b.base(), &[("csrf", &page.csrf()), ("action", "cancel")])
+            .await;
+        assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.body);
+        let (declined, _) = call_response(&mut retry).await;
+        assert_eq!(declined["result"]["isError"], true);
+        assert!(text(&declined["result"]).contains("declined"), "{declined}");
+        replicas.stop().await;
+    }
+);
 
-    // The request stays open: the next call waits on the same one, and Cancel on the page ends it.
-    let mut retry = client.request_stream("tools/call", pay(None)).await;
-    let (same, _) = elicitation_request(&mut retry).await;
-    assert_eq!(same["params"]["elicitationId"], request["params"]["elicitationId"]);
-    let browser = Browser::new();
-    let url = page_on(b, &same);
-    let page = browser.get(&url).await;
-    let cancelled = browser
-        .post_form(&url, &b.base(), &[("csrf", &page.csrf()), ("action", "cancel")])
-        .await;
-    assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.body);
-    let (declined, _) = call_response(&mut retry).await;
-    assert_eq!(declined["result"]["isError"], true);
-    assert!(text(&declined["result"]).contains("declined"), "{declined}");
-    replicas.stop().await;
-}
+backend_test!(
+    async fn a_client_without_url_mode_gets_the_fallback(backend: Backend) {
+        let (_database, replicas) = servers(backend, "30s").await;
+        let a = &replicas.a;
+        let mut client = a.client();
+        client
+            .initialize_with("2025-11-25", json!({"elicitation": {"form": {}}}))
+            .await;
+        let reply = client.request("tools/call", pay(None)).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert!(
+            reply
+                .headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("application/json")),
+            "a plain JSON answer"
+        );
+        let result = &reply.body["result"];
+        assert_eq!(result["isError"], true, "{}", reply.body);
+        assert!(text(result).contains("/forms/"), "the URL for the user: {result}");
+        replicas.stop().await;
+    }
+);
 
-async fn a_client_without_url_mode_gets_the_fallback(backend: Backend) {
-    let Some((_database, replicas)) = servers(backend, "30s").await else {
-        return;
-    };
-    let a = &replicas.a;
-    let mut client = a.client();
-    client
-        .initialize_with("2025-11-25", json!({"elicitation": {"form": {}}}))
-        .await;
-    let reply = client.request("tools/call", pay(None)).await;
-    assert_eq!(reply.status, StatusCode::OK);
-    assert!(
-        reply
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json")),
-        "a plain JSON answer"
-    );
-    let result = &reply.body["result"];
-    assert_eq!(result["isError"], true, "{}", reply.body);
-    assert!(text(result).contains("/forms/"), "the URL for the user: {result}");
-    replicas.stop().await;
-}
-
-async fn a_waiting_call_ends_when_the_server_stops(backend: Backend) {
-    let Some((_database, replicas)) = servers(backend, "30s").await else {
-        return;
-    };
-    let mut client = replicas.a.client();
-    client.initialize().await;
-    let mut call = client.request_stream("tools/call", pay(None)).await;
-    elicitation_request(&mut call).await;
-    // Graceful shutdown waits for in-flight requests, so the waiting call must end by itself.
-    let stopping = tokio::spawn(replicas.stop());
-    let (response, _) = call_response(&mut call).await;
-    assert_eq!(response["result"]["isError"], true);
-    assert!(text(&response["result"]).contains("restarting"), "{response}");
-    stopping.await.expect("the servers stop in time");
-}
-
-on_both_backends!(
-    a_waiting_call_ends_when_the_server_stops,
-    confirmed_in_the_browser_while_the_call_waits,
-    a_decline_from_the_client_ends_the_call,
-    cancel_on_the_page_and_timeout_give_tool_errors,
-    a_client_without_url_mode_gets_the_fallback,
+backend_test!(
+    async fn a_waiting_call_ends_when_the_server_stops(backend: Backend) {
+        let (_database, replicas) = servers(backend, "30s").await;
+        let mut client = replicas.a.client();
+        client.initialize().await;
+        let mut call = client.request_stream("tools/call", pay(None)).await;
+        elicitation_request(&mut call).await;
+        // Graceful shutdown waits for in-flight requests, so the waiting call must end by itself.
+        let stopping = tokio::spawn(replicas.stop());
+        let (response, _) = call_response(&mut call).await;
+        assert_eq!(response["result"]["isError"], true);
+        assert!(text(&response["result"]).contains("restarting"), "{response}");
+        stopping.await.expect("the servers stop in time");
+    }
 );

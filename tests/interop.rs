@@ -11,7 +11,8 @@ use std::sync::Mutex;
 use axum::Router;
 use axum::extract::Path as UrlPath;
 use axum::routing::get;
-use common::{Backend, TestDatabase, TestServer, repo};
+use common::upstream::serve;
+use common::{Backend, TestDatabase, TestServer, confirm_payment, pay_arguments, pay_tool, repo, text};
 use serde_json::{Value, json};
 
 const PYTHON_SDK: &str = "mcp==2.3.0";
@@ -69,83 +70,89 @@ fn python_with_sdk() -> Result<PathBuf, String> {
     Ok(python)
 }
 
+/// The Python interpreter of [`python_with_sdk`], or None (after saying so) when it cannot be set up.
+async fn python_sdk() -> Option<PathBuf> {
+    match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
+        Ok(python) => Some(python),
+        Err(why) => {
+            unavailable("the Python MCP SDK", &why);
+            None
+        }
+    }
+}
+
+/// An upstream that greets whoever its path names.
 async fn upstream() -> SocketAddr {
-    let app = Router::new().route(
+    serve(Router::new().route(
         "/greet/{name}",
         get(|UrlPath(name): UrlPath<String>| async move { format!("Hello, {name}!") }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
+    ))
+    .await
 }
 
-async fn python_sdk_lists_tools_and_calls_an_http_tool(backend: Backend) {
-    let python = match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
-        Ok(python) => python,
-        Err(why) => return unavailable("the Python MCP SDK", &why),
-    };
-    let addr = upstream().await;
-    let database = TestDatabase::new(backend).await;
-    let tools = format!(
-        "[mcp]\npage_size = 1\n[[tools]]\nname = \"greet\"\ndescription = \"Greets someone\"\n\
-         input_schema = {{ type = \"object\", properties = {{ name = {{ type = \"string\" }} }}, required = [\"name\"] }}\n\
-         http = {{ url = \"http://{addr}/greet/{{{{args.name}}}}\" }}\n"
-    );
-    let server = TestServer::start(&database, &tools).await;
-    let script = repo().join("tests/interop/python_client.py");
-    let call = |tool: &'static str, args: Value| {
-        let python = python.clone();
-        let script = script.clone();
-        let url = server.url.clone();
-        tokio::task::spawn_blocking(move || {
-            Command::new(python)
-                .arg(script)
-                .args([
-                    "--url",
-                    &url,
-                    "--call",
-                    tool,
-                    "--args",
-                    &args.to_string(),
-                    "--expect-tool",
-                    "whoami",
-                    "--expect-tool",
-                    "greet",
-                ])
-                .output()
-                .expect("run the Python client")
-        })
-    };
-    let output = call("greet", json!({"name": "Ada Lovelace"})).await.expect("join");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "Python client failed: {stderr}");
-    let report: Value = serde_json::from_slice(&output.stdout).expect("one JSON report");
-    assert_eq!(report["protocolVersion"], "2025-11-25");
-    assert_eq!(report["serverName"], "gatehouse");
-    assert_eq!(
-        report["tools"],
-        json!(["whoami", "disconnect", "greet"]),
-        "pages followed with page_size = 1"
-    );
-    assert_eq!(report["result"]["isError"], false);
-    assert_eq!(report["result"]["content"][0]["text"], "Hello, Ada Lovelace!");
+backend_test!(
+    async fn python_sdk_lists_tools_and_calls_an_http_tool(backend: Backend) {
+        let Some(python) = python_sdk().await else {
+            return;
+        };
+        let addr = upstream().await;
+        let database = TestDatabase::new(backend).await;
+        let tools = include_str!("fixtures/greet_tool.toml").replace("UPSTREAM", &addr.to_string());
+        let server = TestServer::start(&database, &tools).await;
+        let script = repo().join("tests/interop/python_client.py");
+        let call = |tool: &'static str, args: Value| {
+            let python = python.clone();
+            let script = script.clone();
+            let url = server.url.clone();
+            tokio::task::spawn_blocking(move || {
+                Command::new(python)
+                    .arg(script)
+                    .args([
+                        "--url",
+                        &url,
+                        "--call",
+                        tool,
+                        "--args",
+                        &args.to_string(),
+                        "--expect-tool",
+                        "whoami",
+                        "--expect-tool",
+                        "greet",
+                    ])
+                    .output()
+                    .expect("run the Python client")
+            })
+        };
+        let output = call("greet", json!({"name": "Ada Lovelace"})).await.expect("join");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "Python client failed: {stderr}");
+        let report: Value = serde_json::from_slice(&output.stdout).expect("one JSON report");
+        assert_eq!(report["protocolVersion"], "2025-11-25");
+        assert_eq!(report["serverName"], "gatehouse");
+        assert_eq!(
+            report["tools"],
+            json!(["whoami", "disconnect", "greet"]),
+            "pages followed with page_size = 1"
+        );
+        assert_eq!(report["result"]["isError"], false);
+        assert_eq!(report["result"]["content"][0]["text"], "Hello, Ada Lovelace!");
 
-    let output = call("whoami", json!({})).await.expect("join");
-    let report: Value = serde_json::from_slice(&output.stdout).expect("report");
-    assert_eq!(report["result"]["structuredContent"]["principal"], "local");
-    assert_eq!(
-        report["result"]["structuredContent"]["session"]["client"]["name"],
-        "gatehouse-interop-python"
-    );
-    // The SDK ends its session with DELETE when it closes.
-    assert_eq!(
-        database.query_count("SELECT COUNT(*) FROM sessions").await,
-        0,
-        "sessions were ended by the client"
-    );
-    server.stop().await;
-}
+        let output = call("whoami", json!({})).await.expect("join");
+        let report: Value = serde_json::from_slice(&output.stdout).expect("report");
+        assert_eq!(report["result"]["structuredContent"]["principal"], "local");
+        assert_eq!(
+            report["result"]["structuredContent"]["session"]["client"]["name"],
+            "gatehouse-interop-python"
+        );
+        // The SDK ends its session with DELETE when it closes.
+        assert_eq!(
+            database.query_count("SELECT COUNT(*) FROM sessions").await,
+            0,
+            "sessions were ended by the client"
+        );
+        server.stop().await;
+    }
+);
 
 /// The scenarios the conformance suite must pass.
 const SCENARIOS: [&str; 6] = [
@@ -179,33 +186,35 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-async fn conformance_suite_passes(backend: Backend) {
-    if !have("node") || !have("npm") {
-        return unavailable("Node.js and npm", "not installed");
-    }
-    let database = TestDatabase::new(backend).await;
-    let server = TestServer::start(&database, "").await;
-    let mut failures = Vec::new();
-    for scenario in SCENARIOS {
-        let url = server.url.clone();
-        match tokio::task::spawn_blocking(move || conformance(&url, scenario))
-            .await
-            .expect("join")
-        {
-            Ok(output) => assert!(
-                output.contains("Passed:") && output.contains(", 0 failed"),
-                "{scenario}:\n{output}"
-            ),
-            Err(output) => failures.push(format!("--- {scenario} ---\n{output}")),
+backend_test!(
+    async fn conformance_suite_passes(backend: Backend) {
+        if !have("node") || !have("npm") {
+            return unavailable("Node.js and npm", "not installed");
         }
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start(&database, "").await;
+        let mut failures = Vec::new();
+        for scenario in SCENARIOS {
+            let url = server.url.clone();
+            match tokio::task::spawn_blocking(move || conformance(&url, scenario))
+                .await
+                .expect("join")
+            {
+                Ok(output) => assert!(
+                    output.contains("Passed:") && output.contains(", 0 failed"),
+                    "{scenario}:\n{output}"
+                ),
+                Err(output) => failures.push(format!("--- {scenario} ---\n{output}")),
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "conformance scenarios failed:\n{}",
+            failures.join("\n")
+        );
+        server.stop().await;
     }
-    assert!(
-        failures.is_empty(),
-        "conformance scenarios failed:\n{}",
-        failures.join("\n")
-    );
-    server.stop().await;
-}
+);
 
 /// `python_elicitation.py` running, its stdout read as one JSON event per line.
 struct ElicitationScript {
@@ -257,173 +266,138 @@ impl ElicitationScript {
     }
 }
 
-/// The Python SDK meets -32042, the test does the browser part over HTTP, the SDK receives the
-/// completion notification on its stream and its retry succeeds.
-async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
-    let python = match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
-        Ok(python) => python,
-        Err(why) => return unavailable("the Python MCP SDK", &why),
-    };
-    let fake = common::fake_oauth::FakeProvider::start(common::fake_oauth::FakeOptions::default()).await;
-    let database = TestDatabase::new(backend).await;
-    let config = format!(
-        "[[providers]]\nid = \"fake\"\nauthorize_url = \"{}\"\ntoken_url = \"{}\"\nclient_id = \"fake-client\"\n\
-         client_secret = \"fake-secret\"\nscopes = [\"read\"]\n[[tools]]\nname = \"me\"\ndescription = \"The user\"\n\
-         requires = [\"fake\"]\nhttp = {{ url = \"{}\" }}\n",
-        fake.authorize_url(),
-        fake.token_url(),
-        fake.api_url()
-    );
-    let server = TestServer::start(&database, &config).await;
-    let mut script = ElicitationScript::start(&python, &["--url", &server.url, "--call", "me", "--timeout", "30"]);
-    let mut events = Vec::new();
-    while let Some(event) = script.next().await {
-        if event["event"] == "elicitation" {
-            let page = common::Browser::new()
-                .sign_in(event["url"].as_str().expect("url"))
-                .await;
-            assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
+backend_test!(
+    /// The Python SDK meets -32042, the test does the browser part over HTTP, the SDK receives the
+    /// completion notification on its stream and its retry succeeds.
+    async fn python_sdk_completes_a_url_elicitation(backend: Backend) {
+        let Some(python) = python_sdk().await else {
+            return;
+        };
+        let fake = common::fake_oauth::FakeProvider::start(common::fake_oauth::FakeOptions::default()).await;
+        let database = TestDatabase::new(backend).await;
+        let config = fake.configure(include_str!("fixtures/fake_provider.toml"));
+        let server = TestServer::start(&database, &config).await;
+        let mut script = ElicitationScript::start(&python, &["--url", &server.url, "--call", "me", "--timeout", "30"]);
+        let mut events = Vec::new();
+        while let Some(event) = script.next().await {
+            if event["event"] == "elicitation" {
+                let page = common::Browser::new()
+                    .sign_in(event["url"].as_str().expect("url"))
+                    .await;
+                assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
+            }
+            events.push(event);
         }
-        events.push(event);
+        script.succeeded().await;
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+        assert_eq!(kinds, ["elicitation", "completed", "result"]);
+        assert_eq!(events[0]["elicitationId"], events[1]["elicitationId"]);
+        assert_eq!(events[2]["result"]["isError"], false);
+        assert_eq!(events[2]["result"]["structuredContent"]["login"], "octocat");
+        server.stop().await;
     }
-    script.succeeded().await;
-    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
-    assert_eq!(kinds, ["elicitation", "completed", "result"]);
-    assert_eq!(events[0]["elicitationId"], events[1]["elicitationId"]);
-    assert_eq!(events[2]["result"]["isError"], false);
-    assert_eq!(events[2]["result"]["structuredContent"]["login"], "octocat");
-    server.stop().await;
-}
+);
 
-/// The first content block's text of a result event.
-fn result_text(event: &Value) -> &str {
-    event["result"]["content"][0]["text"].as_str().unwrap_or_default()
-}
+backend_test!(
+    /// In-call elicitation with the Python SDK: `elicitation/create` (URL mode) arrives on the call's
+    /// own SSE stream, the SDK's elicitation callback answers it, the test confirms in the browser,
+    /// and the same `call_tool` returns the tool's result; progress notifications for the call reach
+    /// the SDK's progress callback meanwhile. A decline from the callback ends the call with a tool
+    /// error instead.
+    async fn python_sdk_answers_an_elicitation_within_the_call(backend: Backend) {
+        let Some(python) = python_sdk().await else {
+            return;
+        };
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start_addressed(&database, |addr| pay_tool(addr, "30s")).await;
+        let arguments = pay_arguments().to_string();
+        let script_args = |extra: &[&'static str]| {
+            let mut args = vec![
+                "--url",
+                &server.url,
+                "--call",
+                "pay",
+                "--args",
+                &arguments,
+                "--timeout",
+                "30",
+                "--in-call",
+            ];
+            args.extend_from_slice(extra);
+            args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+        };
 
-/// In-call elicitation with the Python SDK: `elicitation/create` (URL mode) arrives on the call's
-/// own SSE stream, the SDK's elicitation callback answers it, the test confirms in the browser,
-/// and the same `call_tool` returns the tool's result; progress notifications for the call reach
-/// the SDK's progress callback meanwhile. A decline from the callback ends the call with a tool
-/// error instead.
-async fn python_sdk_answers_an_elicitation_within_the_call(backend: Backend) {
-    let python = match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
-        Ok(python) => python,
-        Err(why) => return unavailable("the Python MCP SDK", &why),
-    };
-    let database = TestDatabase::new(backend).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let server = TestServer::start_on(&database, &common::pay_tool(port, "30s"), &format!("127.0.0.1:{port}")).await;
-    let arguments = json!({"amount": "12.40", "payee": "<b>ACME</b> & \"Sons\""}).to_string();
-    let script_args = |extra: &[&'static str]| {
-        let mut args = vec![
-            "--url",
-            &server.url,
-            "--call",
-            "pay",
-            "--args",
-            &arguments,
-            "--timeout",
-            "30",
-            "--in-call",
-        ];
-        args.extend_from_slice(extra);
-        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
-    };
-
-    // Accept, with progress: the browser waits until progress says the server got the accept.
-    let args = script_args(&["--progress"]);
-    let mut script = ElicitationScript::start(&python, &args.iter().map(String::as_str).collect::<Vec<_>>());
-    let mut events = Vec::new();
-    let (mut asked, mut accepted) = (None, false);
-    while asked.is_none() || !accepted {
-        let event = script
-            .next()
-            .await
-            .expect("the elicitation and progress before the result");
-        assert_ne!(event["event"], "result", "the call ended before the browser: {event}");
-        if event["event"] == "elicitation" {
-            assert!(asked.is_none(), "asked once: {event}");
-            asked = Some(event.clone());
+        // Accept, with progress: the browser waits until progress says the server got the accept.
+        let args = script_args(&["--progress"]);
+        let mut script = ElicitationScript::start(&python, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut events = Vec::new();
+        let (mut asked, mut accepted) = (None, false);
+        while asked.is_none() || !accepted {
+            let event = script
+                .next()
+                .await
+                .expect("the elicitation and progress before the result");
+            assert_ne!(event["event"], "result", "the call ended before the browser: {event}");
+            if event["event"] == "elicitation" {
+                assert!(asked.is_none(), "asked once: {event}");
+                asked = Some(event.clone());
+            }
+            accepted |=
+                event["event"] == "progress" && event["message"] == "Waiting for the user to finish in the browser.";
+            events.push(event);
         }
-        accepted |=
-            event["event"] == "progress" && event["message"] == "Waiting for the user to finish in the browser.";
-        events.push(event);
+        let asked = asked.expect("elicitation");
+        assert_eq!(asked["mode"], "url", "{asked}");
+        let elicitation_id = asked["elicitationId"].as_str().expect("elicitationId");
+        let url = asked["url"].as_str().expect("url");
+        assert!(url.ends_with(&format!("/forms/{elicitation_id}")), "{asked}");
+        assert!(!asked["message"].as_str().unwrap_or_default().is_empty(), "{asked}");
+
+        confirm_payment(url, &server.base()).await;
+        while let Some(event) = script.next().await {
+            events.push(event);
+        }
+        script.succeeded().await;
+        let (result, before) = events.split_last().expect("events");
+        assert_eq!(result["event"], "result", "{events:?}");
+        assert_eq!(result["result"]["isError"], false, "{result}");
+        assert_eq!(text(&result["result"]), "ok", "the tool ran after the confirmation");
+        let progress: Vec<f64> = before
+            .iter()
+            .filter(|e| e["event"] == "progress")
+            .filter_map(|e| e["progress"].as_f64())
+            .collect();
+        assert!(!progress.is_empty(), "{events:?}");
+        assert!(
+            progress.windows(2).all(|w| w[0] < w[1]),
+            "progress increases: {progress:?}"
+        );
+        assert_eq!(
+            before.iter().filter(|e| e["event"] != "progress").count(),
+            1,
+            "one elicitation, then progress only: {events:?}"
+        );
+
+        // Decline, without progress: the same call asks afresh, and ends with a tool error.
+        let args = script_args(&["--action", "decline"]);
+        let mut script = ElicitationScript::start(&python, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut events = Vec::new();
+        while let Some(event) = script.next().await {
+            events.push(event);
+        }
+        script.succeeded().await;
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["elicitation", "result"],
+            "no progress without a token: {events:?}"
+        );
+        assert_ne!(events[0]["elicitationId"], asked["elicitationId"]);
+        assert_eq!(events[1]["result"]["isError"], true, "{events:?}");
+        assert!(text(&events[1]["result"]).contains("declined"), "{events:?}");
+
+        // The SDK ends its sessions with DELETE, streamed answers or not.
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);
+        server.stop().await;
     }
-    let asked = asked.expect("elicitation");
-    assert_eq!(asked["mode"], "url", "{asked}");
-    let elicitation_id = asked["elicitationId"].as_str().expect("elicitationId");
-    let url = asked["url"].as_str().expect("url");
-    assert!(url.ends_with(&format!("/forms/{elicitation_id}")), "{asked}");
-    assert!(!asked["message"].as_str().unwrap_or_default().is_empty(), "{asked}");
-
-    let browser = common::Browser::new();
-    let page = browser.get(url).await;
-    assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
-    assert_eq!(
-        common::description(&page.body),
-        "Pay 12.40 EUR to <b>ACME</b> & \"Sons\"?"
-    );
-    let done = browser
-        .post_form(
-            url,
-            &server.base(),
-            &[("csrf", &page.csrf()), ("action", "submit"), ("confirm", "true")],
-        )
-        .await;
-    assert_eq!(done.status, reqwest::StatusCode::OK, "{}", done.body);
-    while let Some(event) = script.next().await {
-        events.push(event);
-    }
-    script.succeeded().await;
-    let (result, before) = events.split_last().expect("events");
-    assert_eq!(result["event"], "result", "{events:?}");
-    assert_eq!(result["result"]["isError"], false, "{result}");
-    assert_eq!(result_text(result), "ok", "the tool ran after the confirmation");
-    let progress: Vec<f64> = before
-        .iter()
-        .filter(|e| e["event"] == "progress")
-        .filter_map(|e| e["progress"].as_f64())
-        .collect();
-    assert!(!progress.is_empty(), "{events:?}");
-    assert!(
-        progress.windows(2).all(|w| w[0] < w[1]),
-        "progress increases: {progress:?}"
-    );
-    assert_eq!(
-        before.iter().filter(|e| e["event"] != "progress").count(),
-        1,
-        "one elicitation, then progress only: {events:?}"
-    );
-
-    // Decline, without progress: the same call asks afresh, and ends with a tool error.
-    let args = script_args(&["--action", "decline"]);
-    let mut script = ElicitationScript::start(&python, &args.iter().map(String::as_str).collect::<Vec<_>>());
-    let mut events = Vec::new();
-    while let Some(event) = script.next().await {
-        events.push(event);
-    }
-    script.succeeded().await;
-    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
-    assert_eq!(
-        kinds,
-        ["elicitation", "result"],
-        "no progress without a token: {events:?}"
-    );
-    assert_ne!(events[0]["elicitationId"], asked["elicitationId"]);
-    assert_eq!(events[1]["result"]["isError"], true, "{events:?}");
-    assert!(result_text(&events[1]).contains("declined"), "{events:?}");
-
-    // The SDK ends its sessions with DELETE, streamed answers or not.
-    assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);
-    server.stop().await;
-}
-
-on_both_backends!(
-    python_sdk_lists_tools_and_calls_an_http_tool,
-    python_sdk_completes_a_url_elicitation,
-    python_sdk_answers_an_elicitation_within_the_call,
-    conformance_suite_passes
 );

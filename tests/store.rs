@@ -32,157 +32,169 @@ fn session(principal: &str) -> SessionRecord {
         created_at: Utc::now(),
     }
 }
-async fn sessions_round_trip(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    store.migrate().await.expect("migrating twice is harmless");
-    store.check_ready().await.expect("ready");
-    let record = session("alice");
-    store.create_session(&record).await.expect("create");
-    let loaded = store.session(&record.id).await.expect("load").expect("exists");
-    assert_eq!(loaded.principal, record.principal);
-    assert_eq!(loaded.client_info, record.client_info);
-    assert_eq!(loaded.client_capabilities, record.client_capabilities);
-    assert_eq!(loaded.log_level, None);
+backend_test!(
+    async fn sessions_round_trip(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        store.migrate().await.expect("migrating twice is harmless");
+        store.check_ready().await.expect("ready");
+        let record = session("alice");
+        store.create_session(&record).await.expect("create");
+        let loaded = store.session(&record.id).await.expect("load").expect("exists");
+        assert_eq!(loaded.principal, record.principal);
+        assert_eq!(loaded.client_info, record.client_info);
+        assert_eq!(loaded.client_capabilities, record.client_capabilities);
+        assert_eq!(loaded.log_level, None);
 
-    assert!(
-        store
-            .set_log_level(&record.id, LogLevel::Warning)
-            .await
-            .expect("set level")
-    );
-    assert_eq!(
-        store
-            .session(&record.id)
-            .await
-            .expect("load")
-            .expect("exists")
-            .log_level,
-        Some(LogLevel::Warning)
-    );
+        assert!(
+            store
+                .set_log_level(&record.id, LogLevel::Warning)
+                .await
+                .expect("set level")
+        );
+        assert_eq!(
+            store
+                .session(&record.id)
+                .await
+                .expect("load")
+                .expect("exists")
+                .log_level,
+            Some(LogLevel::Warning)
+        );
 
-    assert!(store.delete_session(&record.id).await.expect("delete"));
-    assert!(store.session(&record.id).await.expect("load").is_none());
-    assert!(!store.delete_session(&record.id).await.expect("delete again"));
-    assert!(
-        !store
-            .set_log_level(&record.id, LogLevel::Info)
-            .await
-            .expect("set level on gone session")
-    );
-}
-
-async fn events_are_numbered_per_session(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let a = session("alice");
-    let b = session("bob");
-    store.create_session(&a).await.expect("create a");
-    store.create_session(&b).await.expect("create b");
-    for n in 1..=3 {
-        let seq = store
-            .append_event(&a.id, &serde_json::json!({"n": n}))
-            .await
-            .expect("append");
-        assert_eq!(seq, Some(n));
+        assert!(store.delete_session(&record.id).await.expect("delete"));
+        assert!(store.session(&record.id).await.expect("load").is_none());
+        assert!(!store.delete_session(&record.id).await.expect("delete again"));
+        assert!(
+            !store
+                .set_log_level(&record.id, LogLevel::Info)
+                .await
+                .expect("set level on gone session")
+        );
     }
-    assert_eq!(
-        store
-            .append_event(&b.id, &serde_json::json!({"n": "b1"}))
-            .await
-            .expect("append"),
-        Some(1)
-    );
-    let after_one = store.events_after(&a.id, 1, 100).await.expect("events");
-    assert_eq!(after_one.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
-    assert_eq!(after_one[0].message, serde_json::json!({"n": 2}));
-    assert_eq!(store.events_after(&a.id, 0, 2).await.expect("events").len(), 2);
+);
 
-    assert_eq!(store.delivered_seq(&a.id).await.expect("delivered"), Some(0));
-    assert!(store.claim_delivery(&a.id, 0, 2).await.expect("claim"));
-    assert!(!store.claim_delivery(&a.id, 0, 1).await.expect("stale claim"));
-    assert_eq!(store.delivered_seq(&a.id).await.expect("delivered"), Some(2));
+backend_test!(
+    async fn events_are_numbered_per_session(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let a = session("alice");
+        let b = session("bob");
+        store.create_session(&a).await.expect("create a");
+        store.create_session(&b).await.expect("create b");
+        for n in 1..=3 {
+            let seq = store
+                .append_event(&a.id, &serde_json::json!({"n": n}))
+                .await
+                .expect("append");
+            assert_eq!(seq, Some(n));
+        }
+        assert_eq!(
+            store
+                .append_event(&b.id, &serde_json::json!({"n": "b1"}))
+                .await
+                .expect("append"),
+            Some(1)
+        );
+        let after_one = store.events_after(&a.id, 1, 100).await.expect("events");
+        assert_eq!(after_one.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(after_one[0].message, serde_json::json!({"n": 2}));
+        assert_eq!(store.events_after(&a.id, 0, 2).await.expect("events").len(), 2);
 
-    let gone = SessionId::generate();
-    assert_eq!(
-        store
-            .append_event(&gone, &serde_json::json!({}))
-            .await
-            .expect("append to unknown"),
-        None
-    );
-    assert_eq!(store.delivered_seq(&gone).await.expect("delivered"), None);
+        assert_eq!(store.delivered_seq(&a.id).await.expect("delivered"), Some(0));
+        assert!(store.claim_delivery(&a.id, 0, 2).await.expect("claim"));
+        assert!(!store.claim_delivery(&a.id, 0, 1).await.expect("stale claim"));
+        assert_eq!(store.delivered_seq(&a.id).await.expect("delivered"), Some(2));
 
-    store.delete_session(&a.id).await.expect("delete");
-    assert!(
-        store.events_after(&a.id, 0, 100).await.expect("events").is_empty(),
-        "events go with the session"
-    );
-}
+        let gone = SessionId::generate();
+        assert_eq!(
+            store
+                .append_event(&gone, &serde_json::json!({}))
+                .await
+                .expect("append to unknown"),
+            None
+        );
+        assert_eq!(store.delivered_seq(&gone).await.expect("delivered"), None);
 
-async fn concurrent_appends_get_distinct_numbers(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let record = session("carol");
-    store.create_session(&record).await.expect("create");
-    let tasks: Vec<_> = (0..20)
-        .map(|n| {
-            let store = store.clone();
-            let id = record.id.clone();
-            tokio::spawn(async move { store.append_event(&id, &serde_json::json!({ "n": n })).await })
-        })
-        .collect();
-    let mut seqs = Vec::new();
-    for task in tasks {
-        seqs.push(task.await.expect("join").expect("append").expect("session exists"));
+        store.delete_session(&a.id).await.expect("delete");
+        assert!(
+            store.events_after(&a.id, 0, 100).await.expect("events").is_empty(),
+            "events go with the session"
+        );
     }
-    seqs.sort_unstable();
-    assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
-}
+);
 
-async fn idle_sessions_are_swept(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let old = session("dave");
-    let fresh = session("erin");
-    store.create_session(&old).await.expect("create");
-    store.create_session(&fresh).await.expect("create");
-    let later = Utc::now() + chrono::Duration::hours(2);
-    store
-        .touch_sessions(std::slice::from_ref(&fresh.id), later)
-        .await
-        .expect("touch");
-    let swept = store
-        .delete_idle_sessions(Utc::now() + chrono::Duration::hours(1))
-        .await
-        .expect("sweep");
-    assert!(swept.contains(&old.id));
-    assert!(!swept.contains(&fresh.id));
-    assert!(store.session(&old.id).await.expect("load").is_none());
-    assert!(store.session(&fresh.id).await.expect("load").is_some());
-}
-
-async fn readiness_requires_migrations(backend: Backend) {
-    let database = TestDatabase::new(backend).await;
-    let store = store::connect(&database.url, 2).await.expect("connect").store;
-    assert!(matches!(store.check_ready().await, Err(StoreError::NotReady(_))));
-    store.migrate().await.expect("migrate");
-    store.check_ready().await.expect("ready after migrate");
-}
-
-async fn a_second_claim_of_the_same_events_loses(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let record = session("frank");
-    store.create_session(&record).await.expect("create");
-    for n in 0..3 {
-        store
-            .append_event(&record.id, &json!({ "n": n }))
-            .await
-            .expect("append");
+backend_test!(
+    async fn concurrent_appends_get_distinct_numbers(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let record = session("carol");
+        store.create_session(&record).await.expect("create");
+        let tasks: Vec<_> = (0..20)
+            .map(|n| {
+                let store = store.clone();
+                let id = record.id.clone();
+                tokio::spawn(async move { store.append_event(&id, &serde_json::json!({ "n": n })).await })
+            })
+            .collect();
+        let mut seqs = Vec::new();
+        for task in tasks {
+            seqs.push(task.await.expect("join").expect("append").expect("session exists"));
+        }
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
     }
-    assert!(store.claim_delivery(&record.id, 0, 3).await.expect("claim"));
-    assert!(
-        !store.claim_delivery(&record.id, 0, 3).await.expect("claim again"),
-        "a stale claim loses"
-    );
-    assert_eq!(store.delivered_seq(&record.id).await.expect("mark"), Some(3));
-}
+);
+
+backend_test!(
+    async fn idle_sessions_are_swept(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let old = session("dave");
+        let fresh = session("erin");
+        store.create_session(&old).await.expect("create");
+        store.create_session(&fresh).await.expect("create");
+        let later = Utc::now() + chrono::Duration::hours(2);
+        store
+            .touch_sessions(std::slice::from_ref(&fresh.id), later)
+            .await
+            .expect("touch");
+        let swept = store
+            .delete_idle_sessions(Utc::now() + chrono::Duration::hours(1))
+            .await
+            .expect("sweep");
+        assert!(swept.contains(&old.id));
+        assert!(!swept.contains(&fresh.id));
+        assert!(store.session(&old.id).await.expect("load").is_none());
+        assert!(store.session(&fresh.id).await.expect("load").is_some());
+    }
+);
+
+backend_test!(
+    async fn readiness_requires_migrations(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let store = store::connect(&database.url, 2).await.expect("connect").store;
+        assert!(matches!(store.check_ready().await, Err(StoreError::NotReady(_))));
+        store.migrate().await.expect("migrate");
+        store.check_ready().await.expect("ready after migrate");
+    }
+);
+
+backend_test!(
+    async fn a_second_claim_of_the_same_events_loses(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let record = session("frank");
+        store.create_session(&record).await.expect("create");
+        for n in 0..3 {
+            store
+                .append_event(&record.id, &json!({ "n": n }))
+                .await
+                .expect("append");
+        }
+        assert!(store.claim_delivery(&record.id, 0, 3).await.expect("claim"));
+        assert!(
+            !store.claim_delivery(&record.id, 0, 3).await.expect("claim again"),
+            "a stale claim loses"
+        );
+        assert_eq!(store.delivered_seq(&record.id).await.expect("mark"), Some(3));
+    }
+);
 
 /// Now, at the millisecond: the precision both backends keep, so stored times compare equal.
 fn now() -> DateTime<Utc> {
@@ -210,6 +222,21 @@ fn ending<'a>(elicitation: &'a ElicitationId, notification: &'a Value, at: DateT
         elicitation,
         notification,
         at,
+    }
+}
+
+fn connection(principal: &Principal, at: DateTime<Utc>) -> ConnectionRecord {
+    ConnectionRecord {
+        principal: principal.clone(),
+        provider: "github".into(),
+        access_token: vec![1, 2, 3],
+        refresh_token: None,
+        expires_at: None,
+        scopes: vec!["repo".into()],
+        account_label: None,
+        status: ConnectionStatus::Active,
+        created_at: at,
+        updated_at: at,
     }
 }
 
@@ -280,440 +307,458 @@ async fn status_of(store: &Arc<dyn Store>, id: &ElicitationId) -> ElicitationSta
     store.elicitation(id).await.expect("load").expect("exists").status
 }
 
-async fn form_values_replace_earlier_ones_but_keep_created_at(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let first = now() - Duration::hours(1);
-    let saved = values("alice", "profile", json!({"name": "Alice"}), Some(vec![1, 2, 3]), first);
-    assert!(
-        !store
-            .save_form_values(&saved, None, &notification(0), now())
-            .await
-            .expect("save")
-    );
-    let later = now();
-    let replacement = values("alice", "profile", json!({"team": "blue"}), None, later);
-    store
-        .save_form_values(&replacement, None, &notification(0), later)
-        .await
-        .expect("save again");
-    let loaded = store
-        .form_values(&principal("alice"), "profile")
-        .await
-        .expect("load")
-        .expect("saved");
-    assert_eq!(loaded.principal, principal("alice"));
-    assert_eq!(loaded.form, "profile");
-    assert_eq!(
-        loaded.fields,
-        json!({"team": "blue"}),
-        "fields are replaced, not merged"
-    );
-    assert_eq!(loaded.secrets, None, "secrets are replaced too");
-    assert_eq!(loaded.created_at, first, "created_at is kept from the first save");
-    assert_eq!(loaded.updated_at, later);
-    assert!(
+backend_test!(
+    async fn form_values_replace_earlier_ones_but_keep_created_at(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let first = now() - Duration::hours(1);
+        let saved = values("alice", "profile", json!({"name": "Alice"}), Some(vec![1, 2, 3]), first);
+        assert!(
+            !store
+                .save_form_values(&saved, None, &notification(0), now())
+                .await
+                .expect("save")
+        );
+        let later = now();
+        let replacement = values("alice", "profile", json!({"team": "blue"}), None, later);
         store
-            .form_values(&principal("alice"), "other")
+            .save_form_values(&replacement, None, &notification(0), later)
             .await
-            .expect("load")
-            .is_none()
-    );
-}
-
-async fn saved_form_values_complete_a_pending_elicitation_once(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let pending = asked(&store, "alice", "form:profile", None).await;
-    let at = now();
-    let saved = values("alice", "profile", json!({"name": "Alice"}), None, at);
-    assert!(
-        store
-            .save_form_values(&saved, Some(&pending.id), &notification(1), at)
-            .await
-            .expect("save")
-    );
-    let completed = store.elicitation(&pending.id).await.expect("load").expect("exists");
-    assert_eq!(completed.status, ElicitationStatus::Completed);
-    assert_eq!(completed.completed_at, Some(at));
-    assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
-
-    let again = values("alice", "profile", json!({"name": "Alice B."}), None, now());
-    assert!(
-        !store
-            .save_form_values(&again, Some(&pending.id), &notification(2), now())
-            .await
-            .expect("save again"),
-        "a completed elicitation is not completed again"
-    );
-    assert_eq!(
-        events_of(&store, &pending.session_id).await,
-        vec![notification(1)],
-        "nothing more is appended"
-    );
-    let loaded = store
-        .form_values(&principal("alice"), "profile")
-        .await
-        .expect("load")
-        .expect("saved");
-    assert_eq!(
-        loaded.fields,
-        json!({"name": "Alice B."}),
-        "the values are saved all the same"
-    );
-}
-
-async fn saved_form_values_leave_an_expired_elicitation_alone(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let pending = asked(&store, "alice", "form:profile", None).await;
-    let after_expiry = pending.expires_at + Duration::seconds(1);
-    let saved = values("alice", "profile", json!({"name": "Alice"}), None, after_expiry);
-    assert!(
-        !store
-            .save_form_values(&saved, Some(&pending.id), &notification(1), after_expiry)
-            .await
-            .expect("save")
-    );
-    assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Pending);
-    assert!(events_of(&store, &pending.session_id).await.is_empty());
-    assert!(
-        store
+            .expect("save again");
+        let loaded = store
             .form_values(&principal("alice"), "profile")
             .await
             .expect("load")
-            .is_some(),
-        "the values are saved"
-    );
-}
-
-async fn form_values_are_listed_by_form_per_principal_and_deleted(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    for form in ["zeta", "alpha", "mid"] {
-        let saved = values("alice", form, json!({"form": form}), None, now());
-        store
-            .save_form_values(&saved, None, &notification(0), now())
-            .await
-            .expect("save");
+            .expect("saved");
+        assert_eq!(loaded.principal, principal("alice"));
+        assert_eq!(loaded.form, "profile");
+        assert_eq!(
+            loaded.fields,
+            json!({"team": "blue"}),
+            "fields are replaced, not merged"
+        );
+        assert_eq!(loaded.secrets, None, "secrets are replaced too");
+        assert_eq!(loaded.created_at, first, "created_at is kept from the first save");
+        assert_eq!(loaded.updated_at, later);
+        assert!(
+            store
+                .form_values(&principal("alice"), "other")
+                .await
+                .expect("load")
+                .is_none()
+        );
     }
-    let bobs = values("bob", "alpha", json!({"owner": "bob"}), Some(vec![9]), now());
-    store
-        .save_form_values(&bobs, None, &notification(0), now())
-        .await
-        .expect("save");
+);
 
-    let alices = store.all_form_values(&principal("alice")).await.expect("list");
-    let forms: Vec<_> = alices.iter().map(|v| v.form.as_str()).collect();
-    assert_eq!(forms, ["alpha", "mid", "zeta"]);
-    assert!(alices.iter().all(|v| v.principal == principal("alice")));
-    assert_eq!(alices[0].fields, json!({"form": "alpha"}));
-    let bobs = store.all_form_values(&principal("bob")).await.expect("list");
-    assert_eq!(bobs.len(), 1);
-    assert_eq!(bobs[0].fields, json!({"owner": "bob"}));
-    assert!(
-        store
-            .all_form_values(&principal("carol"))
-            .await
-            .expect("list")
-            .is_empty()
-    );
+backend_test!(
+    async fn saved_form_values_complete_a_pending_elicitation_once(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let pending = asked(&store, "alice", "form:profile", None).await;
+        let at = now();
+        let saved = values("alice", "profile", json!({"name": "Alice"}), None, at);
+        assert!(
+            store
+                .save_form_values(&saved, Some(&pending.id), &notification(1), at)
+                .await
+                .expect("save")
+        );
+        let completed = store.elicitation(&pending.id).await.expect("load").expect("exists");
+        assert_eq!(completed.status, ElicitationStatus::Completed);
+        assert_eq!(completed.completed_at, Some(at));
+        assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
 
-    assert!(
-        store
-            .delete_form_values(&principal("alice"), "alpha")
-            .await
-            .expect("delete")
-    );
-    assert!(
-        !store
-            .delete_form_values(&principal("alice"), "alpha")
-            .await
-            .expect("delete again")
-    );
-    assert!(
-        store
-            .form_values(&principal("alice"), "alpha")
-            .await
-            .expect("load")
-            .is_none()
-    );
-    assert!(
-        store
-            .form_values(&principal("bob"), "alpha")
-            .await
-            .expect("load")
-            .is_some(),
-        "another principal's values stay"
-    );
-    assert_eq!(store.all_form_values(&principal("alice")).await.expect("list").len(), 2);
-}
-
-async fn a_form_answer_is_kept_only_for_a_pending_elicitation(backend: Backend) {
-    let (database, store) = open(backend).await;
-    let declined = asked(&store, "alice", "form:deploy", Some("k1")).await;
-    assert!(
-        store
-            .finish_elicitation(
-                ending(&declined.id, &notification(0), now()),
-                ElicitationStatus::Declined
-            )
-            .await
-            .expect("decline")
-    );
-    let expired = asked(&store, "alice", "form:deploy", Some("k2")).await;
-    let unknown = ElicitationRecord {
-        id: ElicitationId::generate(),
-        ..expired.clone()
-    };
-    let after_expiry = expired.expires_at + Duration::seconds(1);
-    for (refused, at) in [(&declined, now()), (&expired, after_expiry), (&unknown, now())] {
+        let again = values("alice", "profile", json!({"name": "Alice B."}), None, now());
         assert!(
             !store
-                .save_form_answer(&answer(refused, json!({"ok": true}), None), &notification(1), at)
+                .save_form_values(&again, Some(&pending.id), &notification(2), now())
+                .await
+                .expect("save again"),
+            "a completed elicitation is not completed again"
+        );
+        assert_eq!(
+            events_of(&store, &pending.session_id).await,
+            vec![notification(1)],
+            "nothing more is appended"
+        );
+        let loaded = store
+            .form_values(&principal("alice"), "profile")
+            .await
+            .expect("load")
+            .expect("saved");
+        assert_eq!(
+            loaded.fields,
+            json!({"name": "Alice B."}),
+            "the values are saved all the same"
+        );
+    }
+);
+
+backend_test!(
+    async fn saved_form_values_leave_an_expired_elicitation_alone(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let pending = asked(&store, "alice", "form:profile", None).await;
+        let after_expiry = pending.expires_at + Duration::seconds(1);
+        let saved = values("alice", "profile", json!({"name": "Alice"}), None, after_expiry);
+        assert!(
+            !store
+                .save_form_values(&saved, Some(&pending.id), &notification(1), after_expiry)
+                .await
+                .expect("save")
+        );
+        assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Pending);
+        assert!(events_of(&store, &pending.session_id).await.is_empty());
+        assert!(
+            store
+                .form_values(&principal("alice"), "profile")
+                .await
+                .expect("load")
+                .is_some(),
+            "the values are saved"
+        );
+    }
+);
+
+backend_test!(
+    async fn form_values_are_listed_by_form_per_principal_and_deleted(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        for form in ["zeta", "alpha", "mid"] {
+            let saved = values("alice", form, json!({"form": form}), None, now());
+            store
+                .save_form_values(&saved, None, &notification(0), now())
+                .await
+                .expect("save");
+        }
+        let bobs = values("bob", "alpha", json!({"owner": "bob"}), Some(vec![9]), now());
+        store
+            .save_form_values(&bobs, None, &notification(0), now())
+            .await
+            .expect("save");
+
+        let alices = store.all_form_values(&principal("alice")).await.expect("list");
+        let forms: Vec<_> = alices.iter().map(|v| v.form.as_str()).collect();
+        assert_eq!(forms, ["alpha", "mid", "zeta"]);
+        assert!(alices.iter().all(|v| v.principal == principal("alice")));
+        assert_eq!(alices[0].fields, json!({"form": "alpha"}));
+        let bobs = store.all_form_values(&principal("bob")).await.expect("list");
+        assert_eq!(bobs.len(), 1);
+        assert_eq!(bobs[0].fields, json!({"owner": "bob"}));
+        assert!(
+            store
+                .all_form_values(&principal("carol"))
+                .await
+                .expect("list")
+                .is_empty()
+        );
+
+        assert!(
+            store
+                .delete_form_values(&principal("alice"), "alpha")
+                .await
+                .expect("delete")
+        );
+        assert!(
+            !store
+                .delete_form_values(&principal("alice"), "alpha")
+                .await
+                .expect("delete again")
+        );
+        assert!(
+            store
+                .form_values(&principal("alice"), "alpha")
+                .await
+                .expect("load")
+                .is_none()
+        );
+        assert!(
+            store
+                .form_values(&principal("bob"), "alpha")
+                .await
+                .expect("load")
+                .is_some(),
+            "another principal's values stay"
+        );
+        assert_eq!(store.all_form_values(&principal("alice")).await.expect("list").len(), 2);
+    }
+);
+
+backend_test!(
+    async fn a_form_answer_is_kept_only_for_a_pending_elicitation(backend: Backend) {
+        let (database, store) = open(backend).await;
+        let declined = asked(&store, "alice", "form:deploy", Some("k1")).await;
+        assert!(
+            store
+                .finish_elicitation(
+                    ending(&declined.id, &notification(0), now()),
+                    ElicitationStatus::Declined
+                )
+                .await
+                .expect("decline")
+        );
+        let expired = asked(&store, "alice", "form:deploy", Some("k2")).await;
+        let unknown = ElicitationRecord {
+            id: ElicitationId::generate(),
+            ..expired.clone()
+        };
+        let after_expiry = expired.expires_at + Duration::seconds(1);
+        for (refused, at) in [(&declined, now()), (&expired, after_expiry), (&unknown, now())] {
+            assert!(
+                !store
+                    .save_form_answer(&answer(refused, json!({"ok": true}), None), &notification(1), at)
+                    .await
+                    .expect("save answer")
+            );
+        }
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM form_answers").await, 0);
+        assert_eq!(status_of(&store, &expired.id).await, ElicitationStatus::Pending);
+        assert_eq!(events_of(&store, &declined.session_id).await, vec![notification(0)]);
+        assert!(events_of(&store, &expired.session_id).await.is_empty());
+
+        let pending = asked(&store, "alice", "form:deploy", Some("k3")).await;
+        assert!(
+            store
+                .save_form_answer(&answer(&pending, json!({"n": 1}), None), &notification(1), now())
                 .await
                 .expect("save answer")
         );
-    }
-    assert_eq!(database.query_count("SELECT COUNT(*) FROM form_answers").await, 0);
-    assert_eq!(status_of(&store, &expired.id).await, ElicitationStatus::Pending);
-    assert_eq!(events_of(&store, &declined.session_id).await, vec![notification(0)]);
-    assert!(events_of(&store, &expired.session_id).await.is_empty());
-
-    let pending = asked(&store, "alice", "form:deploy", Some("k3")).await;
-    assert!(
-        store
-            .save_form_answer(&answer(&pending, json!({"n": 1}), None), &notification(1), now())
-            .await
-            .expect("save answer")
-    );
-    assert!(
-        !store
-            .save_form_answer(&answer(&pending, json!({"n": 2}), None), &notification(2), now())
-            .await
-            .expect("answer again"),
-        "an elicitation is answered once"
-    );
-    assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Completed);
-    assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
-    let taken = store
-        .take_form_answer(ask(&pending.principal, &pending.session_id, "form:deploy", Some("k3")))
-        .await
-        .expect("take")
-        .expect("kept");
-    assert_eq!(taken.fields, json!({"n": 1}), "the first answer is the one kept");
-}
-
-async fn a_form_answer_is_taken_by_one_call(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let pending = asked(&store, "alice", "form:deploy", Some("key")).await;
-    let other_session = asked(&store, "alice", "form:deploy", Some("key")).await;
-    assert_ne!(pending.session_id, other_session.session_id);
-    assert!(
-        store
-            .save_form_answer(
-                &answer(&pending, json!({"target": "prod"}), None),
-                &notification(1),
-                now()
-            )
-            .await
-            .expect("save answer")
-    );
-    let (who, session) = (&pending.principal, &pending.session_id);
-    for (who, session, requirement, key) in [
-        (&principal("bob"), session, "form:deploy", "key"),
-        (who, &other_session.session_id, "form:deploy", "key"),
-        (who, session, "form:other", "key"),
-        (who, session, "form:deploy", "other-key"),
-    ] {
         assert!(
-            store
-                .take_form_answer(ask(who, session, requirement, Some(key)))
+            !store
+                .save_form_answer(&answer(&pending, json!({"n": 2}), None), &notification(2), now())
                 .await
-                .expect("take")
-                .is_none(),
-            "{who:?} {requirement} {key} must not get the answer"
+                .expect("answer again"),
+            "an elicitation is answered once"
         );
-    }
-    let taken = store
-        .take_form_answer(ask(who, session, "form:deploy", Some("key")))
-        .await
-        .expect("take")
-        .expect("the answer");
-    assert_eq!(taken.elicitation_id, pending.id);
-    assert_eq!(taken.fields, json!({"target": "prod"}));
-    assert!(
-        store
-            .take_form_answer(ask(who, session, "form:deploy", Some("key")))
+        assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Completed);
+        assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
+        let taken = store
+            .take_form_answer(ask(&pending.principal, &pending.session_id, "form:deploy", Some("k3")))
             .await
-            .expect("take again")
-            .is_none(),
-        "single use"
-    );
+            .expect("take")
+            .expect("kept");
+        assert_eq!(taken.fields, json!({"n": 1}), "the first answer is the one kept");
+    }
+);
 
-    for round in 0..10 {
-        let key = format!("race-{round}");
-        let pending = asked(&store, "alice", "form:deploy", Some(&key)).await;
+backend_test!(
+    async fn a_form_answer_is_taken_by_one_call(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let pending = asked(&store, "alice", "form:deploy", Some("key")).await;
+        let other_session = asked(&store, "alice", "form:deploy", Some("key")).await;
+        assert_ne!(pending.session_id, other_session.session_id);
         assert!(
             store
                 .save_form_answer(
-                    &answer(&pending, json!({ "round": round }), None),
+                    &answer(&pending, json!({"target": "prod"}), None),
                     &notification(1),
                     now()
                 )
                 .await
                 .expect("save answer")
         );
-        let takes: Vec<_> = (0..2)
-            .map(|_| {
-                let (store, pending, key) = (store.clone(), pending.clone(), key.clone());
-                tokio::spawn(async move {
-                    store
-                        .take_form_answer(ask(&pending.principal, &pending.session_id, "form:deploy", Some(&key)))
-                        .await
-                })
-            })
-            .collect();
-        let mut got = Vec::new();
-        for take in takes {
-            got.extend(take.await.expect("join").expect("take"));
+        let (who, session) = (&pending.principal, &pending.session_id);
+        for (who, session, requirement, key) in [
+            (&principal("bob"), session, "form:deploy", "key"),
+            (who, &other_session.session_id, "form:deploy", "key"),
+            (who, session, "form:other", "key"),
+            (who, session, "form:deploy", "other-key"),
+        ] {
+            assert!(
+                store
+                    .take_form_answer(ask(who, session, requirement, Some(key)))
+                    .await
+                    .expect("take")
+                    .is_none(),
+                "{who:?} {requirement} {key} must not get the answer"
+            );
         }
-        assert_eq!(
-            got.len(),
-            1,
-            "round {round}: exactly one of two racing calls gets the answer"
-        );
-        assert_eq!(got[0].fields, json!({ "round": round }));
-    }
-}
-
-async fn pending_elicitations_are_told_apart_by_call_key(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let record = session("alice");
-    store.create_session(&record).await.expect("create");
-    let insert = |key: Option<&'static str>| {
-        let (store, asked) = (store.clone(), elicitation(&record, "form:deploy", key));
-        async move { store.insert_elicitation(&asked).await.expect("insert") }
-    };
-    let (k1, k1_again) = tokio::join!(insert(Some("k1")), insert(Some("k1")));
-    assert_eq!(
-        k1.id, k1_again.id,
-        "racing inserts for one call get the same elicitation"
-    );
-    let k2 = insert(Some("k2")).await;
-    let none = insert(None).await;
-    assert_ne!(k1.id, k2.id, "another call key is another elicitation");
-    assert_ne!(none.id, k1.id);
-    assert_ne!(none.id, k2.id);
-    assert_eq!(insert(None).await.id, none.id, "no call key is one key too");
-    assert_eq!(insert(Some("k2")).await.id, k2.id);
-    assert_eq!(k1.call_key.as_deref(), Some("k1"));
-    assert_eq!(k1.detail.as_deref(), Some("Run the tool with call k1"));
-    assert_eq!(none.call_key, None);
-    assert_eq!(none.detail, None);
-
-    let (who, id) = (&record.principal, &record.id);
-    for (key, expected) in [
-        (Some("k1"), Some(k1.id)),
-        (Some("k2"), Some(k2.id)),
-        (None, Some(none.id)),
-    ] {
-        let found = store
-            .pending_elicitation(ask(who, id, "form:deploy", key), now())
+        let taken = store
+            .take_form_answer(ask(who, session, "form:deploy", Some("key")))
             .await
-            .expect("pending");
-        assert_eq!(found.map(|e| e.id), expected, "{key:?}");
-    }
-    assert!(
-        store
-            .pending_elicitation(ask(who, id, "form:deploy", Some("k3")), now())
-            .await
-            .expect("pending")
-            .is_none()
-    );
-}
-
-async fn declines_are_reported_per_call_key(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let declined = asked(&store, "alice", "form:deploy", Some("k1")).await;
-    let record = store
-        .session(&declined.session_id)
-        .await
-        .expect("load")
-        .expect("exists");
-    let without_key = store
-        .insert_elicitation(&elicitation(&record, "form:deploy", None))
-        .await
-        .expect("insert");
-    for id in [declined.id, without_key.id] {
-        store
-            .finish_elicitation(ending(&id, &notification(0), now()), ElicitationStatus::Declined)
-            .await
-            .expect("decline");
-    }
-    let (who, session) = (&declined.principal, &declined.session_id);
-    let take = |key: Option<&'static str>| {
-        let store = store.clone();
-        async move {
+            .expect("take")
+            .expect("the answer");
+        assert_eq!(taken.elicitation_id, pending.id);
+        assert_eq!(taken.fields, json!({"target": "prod"}));
+        assert!(
             store
-                .take_unreported_decline(ask(who, session, "form:deploy", key))
+                .take_form_answer(ask(who, session, "form:deploy", Some("key")))
                 .await
-                .expect("take decline")
-                .map(|e| e.id)
+                .expect("take again")
+                .is_none(),
+            "single use"
+        );
+
+        for round in 0..10 {
+            let key = format!("race-{round}");
+            let pending = asked(&store, "alice", "form:deploy", Some(&key)).await;
+            assert!(
+                store
+                    .save_form_answer(
+                        &answer(&pending, json!({ "round": round }), None),
+                        &notification(1),
+                        now()
+                    )
+                    .await
+                    .expect("save answer")
+            );
+            let takes: Vec<_> = (0..2)
+                .map(|_| {
+                    let (store, pending, key) = (store.clone(), pending.clone(), key.clone());
+                    tokio::spawn(async move {
+                        store
+                            .take_form_answer(ask(&pending.principal, &pending.session_id, "form:deploy", Some(&key)))
+                            .await
+                    })
+                })
+                .collect();
+            let mut got = Vec::new();
+            for take in takes {
+                got.extend(take.await.expect("join").expect("take"));
+            }
+            assert_eq!(
+                got.len(),
+                1,
+                "round {round}: exactly one of two racing calls gets the answer"
+            );
+            assert_eq!(got[0].fields, json!({ "round": round }));
         }
-    };
-    assert_eq!(take(Some("k2")).await, None);
-    assert_eq!(take(Some("k1")).await, Some(declined.id));
-    assert_eq!(take(Some("k1")).await, None, "reported once");
-    assert_eq!(take(None).await, Some(without_key.id));
-    assert_eq!(take(None).await, None);
-}
+    }
+);
 
-async fn form_secrets_and_hostile_text_round_trip(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let ciphertext: Vec<u8> = (0..=255u8).chain([0, 0, 255]).collect();
-    let hostile = format!(
-        "<script>alert(\"x\")</script> '); DROP TABLE form_values; -- \\ \n\t \"quoted\" 'single' 🦀👩‍👩‍👧 {}",
-        "é€".repeat(5_000)
-    );
-    assert!(hostile.chars().count() > 10_000);
-    let fields = json!({"note": hostile, "nested": {"list": [hostile, 1, null]}});
+backend_test!(
+    async fn pending_elicitations_are_told_apart_by_call_key(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let record = session("alice");
+        store.create_session(&record).await.expect("create");
+        let insert = |key: Option<&'static str>| {
+            let (store, asked) = (store.clone(), elicitation(&record, "form:deploy", key));
+            async move { store.insert_elicitation(&asked).await.expect("insert") }
+        };
+        let (k1, k1_again) = tokio::join!(insert(Some("k1")), insert(Some("k1")));
+        assert_eq!(
+            k1.id, k1_again.id,
+            "racing inserts for one call get the same elicitation"
+        );
+        let k2 = insert(Some("k2")).await;
+        let none = insert(None).await;
+        assert_ne!(k1.id, k2.id, "another call key is another elicitation");
+        assert_ne!(none.id, k1.id);
+        assert_ne!(none.id, k2.id);
+        assert_eq!(insert(None).await.id, none.id, "no call key is one key too");
+        assert_eq!(insert(Some("k2")).await.id, k2.id);
+        assert_eq!(k1.call_key.as_deref(), Some("k1"));
+        assert_eq!(k1.detail.as_deref(), Some("Run the tool with call k1"));
+        assert_eq!(none.call_key, None);
+        assert_eq!(none.detail, None);
 
-    let saved = values("alice", "profile", fields.clone(), Some(ciphertext.clone()), now());
-    store
-        .save_form_values(&saved, None, &notification(0), now())
-        .await
-        .expect("save");
-    let loaded = store
-        .form_values(&principal("alice"), "profile")
-        .await
-        .expect("load")
-        .expect("saved");
-    assert_eq!(loaded.fields, fields);
-    assert_eq!(loaded.secrets.as_deref(), Some(ciphertext.as_slice()));
+        let (who, id) = (&record.principal, &record.id);
+        for (key, expected) in [
+            (Some("k1"), Some(k1.id)),
+            (Some("k2"), Some(k2.id)),
+            (None, Some(none.id)),
+        ] {
+            let found = store
+                .pending_elicitation(ask(who, id, "form:deploy", key), now())
+                .await
+                .expect("pending");
+            assert_eq!(found.map(|e| e.id), expected, "{key:?}");
+        }
+        assert!(
+            store
+                .pending_elicitation(ask(who, id, "form:deploy", Some("k3")), now())
+                .await
+                .expect("pending")
+                .is_none()
+        );
+    }
+);
 
-    let record = session("alice");
-    store.create_session(&record).await.expect("create");
-    let asked = ElicitationRecord {
-        detail: Some(hostile.clone()),
-        ..elicitation(&record, "form:deploy", Some("key"))
-    };
-    let pending = store.insert_elicitation(&asked).await.expect("insert");
-    assert_eq!(pending.detail.as_deref(), Some(hostile.as_str()));
-    assert!(
-        store
-            .save_form_answer(
-                &answer(&pending, fields.clone(), Some(ciphertext.clone())),
-                &notification(1),
-                now()
-            )
+backend_test!(
+    async fn declines_are_reported_per_call_key(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let declined = asked(&store, "alice", "form:deploy", Some("k1")).await;
+        let record = store
+            .session(&declined.session_id)
             .await
-            .expect("save answer")
-    );
-    let taken = store
-        .take_form_answer(ask(&record.principal, &record.id, "form:deploy", Some("key")))
-        .await
-        .expect("take")
-        .expect("the answer");
-    assert_eq!(taken.fields, fields);
-    assert_eq!(taken.secrets, Some(ciphertext));
-}
+            .expect("load")
+            .expect("exists");
+        let without_key = store
+            .insert_elicitation(&elicitation(&record, "form:deploy", None))
+            .await
+            .expect("insert");
+        for id in [declined.id, without_key.id] {
+            store
+                .finish_elicitation(ending(&id, &notification(0), now()), ElicitationStatus::Declined)
+                .await
+                .expect("decline");
+        }
+        let (who, session) = (&declined.principal, &declined.session_id);
+        let take = |key: Option<&'static str>| {
+            let store = store.clone();
+            async move {
+                store
+                    .take_unreported_decline(ask(who, session, "form:deploy", key))
+                    .await
+                    .expect("take decline")
+                    .map(|e| e.id)
+            }
+        };
+        assert_eq!(take(Some("k2")).await, None);
+        assert_eq!(take(Some("k1")).await, Some(declined.id));
+        assert_eq!(take(Some("k1")).await, None, "reported once");
+        assert_eq!(take(None).await, Some(without_key.id));
+        assert_eq!(take(None).await, None);
+    }
+);
+
+backend_test!(
+    async fn form_secrets_and_hostile_text_round_trip(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let ciphertext: Vec<u8> = (0..=255u8).chain([0, 0, 255]).collect();
+        let hostile = format!(
+            "<script>alert(\"x\")</script> '); DROP TABLE form_values; -- \\ \n\t \"quoted\" 'single' 🦀👩‍👩‍👧 {}",
+            "é€".repeat(5_000)
+        );
+        assert!(hostile.chars().count() > 10_000);
+        let fields = json!({"note": hostile, "nested": {"list": [hostile, 1, null]}});
+
+        let saved = values("alice", "profile", fields.clone(), Some(ciphertext.clone()), now());
+        store
+            .save_form_values(&saved, None, &notification(0), now())
+            .await
+            .expect("save");
+        let loaded = store
+            .form_values(&principal("alice"), "profile")
+            .await
+            .expect("load")
+            .expect("saved");
+        assert_eq!(loaded.fields, fields);
+        assert_eq!(loaded.secrets.as_deref(), Some(ciphertext.as_slice()));
+
+        let record = session("alice");
+        store.create_session(&record).await.expect("create");
+        let asked = ElicitationRecord {
+            detail: Some(hostile.clone()),
+            ..elicitation(&record, "form:deploy", Some("key"))
+        };
+        let pending = store.insert_elicitation(&asked).await.expect("insert");
+        assert_eq!(pending.detail.as_deref(), Some(hostile.as_str()));
+        assert!(
+            store
+                .save_form_answer(
+                    &answer(&pending, fields.clone(), Some(ciphertext.clone())),
+                    &notification(1),
+                    now()
+                )
+                .await
+                .expect("save answer")
+        );
+        let taken = store
+            .take_form_answer(ask(&record.principal, &record.id, "form:deploy", Some("key")))
+            .await
+            .expect("take")
+            .expect("the answer");
+        assert_eq!(taken.fields, fields);
+        assert_eq!(taken.secrets, Some(ciphertext));
+    }
+);
 
 /// Applies the migrations up to `version` alone, as an older gatehouse did, then runs `script`.
 async fn with_old_schema(database: &TestDatabase, version: i64, script: String) {
@@ -734,152 +779,122 @@ async fn with_old_schema(database: &TestDatabase, version: i64, script: String) 
     }
 }
 
-/// The forms migration on a database that already has sessions and elicitations.
-async fn forms_migration_keeps_existing_elicitations(backend: Backend) {
-    let database = TestDatabase::new(backend).await;
-    let store = store::connect(&database.url, 2).await.expect("connect").store;
-    let record = session("alice");
-    let (pending, declined) = (ElicitationId::generate(), ElicitationId::generate());
-    let (created, expires) = match backend {
-        Backend::Postgres => ("now()", "now() + interval '1 hour'"),
-        Backend::Sqlite => ("unixepoch() * 1000", "(unixepoch() + 3600) * 1000"),
-    };
-    let sessions = format!(
-        "INSERT INTO sessions (id, principal, protocol_version, client_info, client_capabilities, created_at, last_seen_at)
-         VALUES ('{id}', 'alice', '2025-11-25', '{{}}', '{{}}', {created}, {created})",
-        id = record.id
-    );
-    let elicitations: Vec<_> = [(pending, "pending"), (declined, "declined")]
-        .map(|(id, status)| {
-            format!(
-                "INSERT INTO elicitations
-                     (id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at)
-                 VALUES ('{id}', 'alice', '{session}', 'form:profile', '{status}', 'm', 'u', 'c', {created}, {expires})",
-                session = record.id
-            )
-        })
-        .into();
-    with_old_schema(&database, 2, format!("{sessions}; {};", elicitations.join("; "))).await;
-    assert!(
-        matches!(store.check_ready().await, Err(StoreError::NotReady(_))),
-        "0003 is still to apply"
-    );
-    store.migrate().await.expect("migrate");
-    store.check_ready().await.expect("ready");
-    store.migrate().await.expect("migrating twice is harmless");
-
-    let found = store
-        .pending_elicitation(ask(&record.principal, &record.id, "form:profile", None), now())
-        .await
-        .expect("pending")
-        .expect("the old elicitation");
-    assert_eq!(found.id, pending);
-    assert_eq!((found.call_key, found.detail), (None, None));
-    let again = store
-        .insert_elicitation(&elicitation(&record, "form:profile", None))
-        .await
-        .expect("insert");
-    assert_eq!(
-        again.id, pending,
-        "the recreated index still allows one pending without a call key"
-    );
-    let keyed = store
-        .insert_elicitation(&elicitation(&record, "form:profile", Some("key")))
-        .await
-        .expect("insert");
-    assert_ne!(keyed.id, pending);
-    let reported = store
-        .take_unreported_decline(ask(&record.principal, &record.id, "form:profile", None))
-        .await
-        .expect("take decline");
-    assert_eq!(reported.map(|e| e.id), Some(declined));
-}
-
-fn connection(principal: &Principal, at: DateTime<Utc>) -> ConnectionRecord {
-    ConnectionRecord {
-        principal: principal.clone(),
-        provider: "github".into(),
-        access_token: vec![1, 2, 3],
-        refresh_token: None,
-        expires_at: None,
-        scopes: vec!["repo".into()],
-        account_label: None,
-        status: ConnectionStatus::Active,
-        created_at: at,
-        updated_at: at,
-    }
-}
-
-/// save_connection shares its event-appending SQL with save_form_values.
-async fn a_saved_connection_completes_its_elicitation_once(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let pending = asked(&store, "alice", "github:repo", None).await;
-    let connection = connection(&pending.principal, now());
-    for (n, expected) in [(1, true), (2, false)] {
-        let completed = store
-            .save_connection(&connection, &pending.id, &notification(n))
-            .await
-            .expect("save connection");
-        assert_eq!(completed, expected);
-    }
-    assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
-    assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Completed);
-}
-
-async fn untaken_answers_are_dropped_after_the_cutoff(backend: Backend) {
-    let (_database, store) = open(backend).await;
-    let old = asked(&store, "alice", "form:pay", Some("old")).await;
-    let recent = asked(&store, "alice", "form:pay", Some("recent")).await;
-    let mut stale = answer(&old, json!({"ok": true}), Some(vec![1, 2, 3]));
-    stale.created_at = now() - Duration::hours(2);
-    for (to, record) in [(&old, stale), (&recent, answer(&recent, json!({"ok": true}), None))] {
-        assert!(
-            store
-                .save_form_answer(&record, &notification(1), now())
-                .await
-                .expect("save answer"),
-            "{}",
-            to.id
+backend_test!(
+    /// The forms migration on a database that already has sessions and elicitations.
+    async fn forms_migration_keeps_existing_elicitations(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let store = store::connect(&database.url, 2).await.expect("connect").store;
+        let record = session("alice");
+        let (pending, declined) = (ElicitationId::generate(), ElicitationId::generate());
+        let (created, expires) = match backend {
+            Backend::Postgres => ("now()", "now() + interval '1 hour'"),
+            Backend::Sqlite => ("unixepoch() * 1000", "(unixepoch() + 3600) * 1000"),
+        };
+        let sessions = format!(
+            "INSERT INTO sessions (id, principal, protocol_version, client_info, client_capabilities, created_at, last_seen_at)
+             VALUES ('{id}', 'alice', '2025-11-25', '{{}}', '{{}}', {created}, {created})",
+            id = record.id
         );
-    }
-    let dropped = store
-        .delete_untaken_answers(now() - Duration::hours(1))
-        .await
-        .expect("sweep");
-    assert_eq!(dropped, 1);
-    let take = |e: &ElicitationRecord, key: &'static str| {
-        let store = store.clone();
-        let (who, session) = (e.principal.clone(), e.session_id.clone());
-        async move {
-            store
-                .take_form_answer(ask(&who, &session, "form:pay", Some(key)))
-                .await
-                .expect("take")
-        }
-    };
-    assert!(take(&old, "old").await.is_none(), "the stale answer is gone");
-    assert!(take(&recent, "recent").await.is_some(), "the recent one is kept");
-}
+        let elicitations: Vec<_> = [(pending, "pending"), (declined, "declined")]
+            .map(|(id, status)| {
+                format!(
+                    "INSERT INTO elicitations
+                         (id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at)
+                     VALUES ('{id}', 'alice', '{session}', 'form:profile', '{status}', 'm', 'u', 'c', {created}, {expires})",
+                    session = record.id
+                )
+            })
+            .into();
+        with_old_schema(&database, 2, format!("{sessions}; {};", elicitations.join("; "))).await;
+        assert!(
+            matches!(store.check_ready().await, Err(StoreError::NotReady(_))),
+            "0003 is still to apply"
+        );
+        store.migrate().await.expect("migrate");
+        store.check_ready().await.expect("ready");
+        store.migrate().await.expect("migrating twice is harmless");
 
-on_both_backends!(
-    untaken_answers_are_dropped_after_the_cutoff,
-    sessions_round_trip,
-    events_are_numbered_per_session,
-    concurrent_appends_get_distinct_numbers,
-    idle_sessions_are_swept,
-    readiness_requires_migrations,
-    a_second_claim_of_the_same_events_loses,
-    form_values_replace_earlier_ones_but_keep_created_at,
-    saved_form_values_complete_a_pending_elicitation_once,
-    saved_form_values_leave_an_expired_elicitation_alone,
-    form_values_are_listed_by_form_per_principal_and_deleted,
-    a_form_answer_is_kept_only_for_a_pending_elicitation,
-    a_form_answer_is_taken_by_one_call,
-    pending_elicitations_are_told_apart_by_call_key,
-    declines_are_reported_per_call_key,
-    form_secrets_and_hostile_text_round_trip,
-    forms_migration_keeps_existing_elicitations,
-    a_saved_connection_completes_its_elicitation_once,
+        let found = store
+            .pending_elicitation(ask(&record.principal, &record.id, "form:profile", None), now())
+            .await
+            .expect("pending")
+            .expect("the old elicitation");
+        assert_eq!(found.id, pending);
+        assert_eq!((found.call_key, found.detail), (None, None));
+        let again = store
+            .insert_elicitation(&elicitation(&record, "form:profile", None))
+            .await
+            .expect("insert");
+        assert_eq!(
+            again.id, pending,
+            "the recreated index still allows one pending without a call key"
+        );
+        let keyed = store
+            .insert_elicitation(&elicitation(&record, "form:profile", Some("key")))
+            .await
+            .expect("insert");
+        assert_ne!(keyed.id, pending);
+        let reported = store
+            .take_unreported_decline(ask(&record.principal, &record.id, "form:profile", None))
+            .await
+            .expect("take decline");
+        assert_eq!(reported.map(|e| e.id), Some(declined));
+    }
+);
+
+backend_test!(
+    /// save_connection shares its event-appending SQL with save_form_values.
+    async fn a_saved_connection_completes_its_elicitation_once(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let pending = asked(&store, "alice", "github:repo", None).await;
+        let connection = connection(&pending.principal, now());
+        for (n, expected) in [(1, true), (2, false)] {
+            let completed = store
+                .save_connection(&connection, &pending.id, &notification(n))
+                .await
+                .expect("save connection");
+            assert_eq!(completed, expected);
+        }
+        assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
+        assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Completed);
+    }
+);
+
+backend_test!(
+    async fn untaken_answers_are_dropped_after_the_cutoff(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let old = asked(&store, "alice", "form:pay", Some("old")).await;
+        let recent = asked(&store, "alice", "form:pay", Some("recent")).await;
+        let mut stale = answer(&old, json!({"ok": true}), Some(vec![1, 2, 3]));
+        stale.created_at = now() - Duration::hours(2);
+        for (to, record) in [(&old, stale), (&recent, answer(&recent, json!({"ok": true}), None))] {
+            assert!(
+                store
+                    .save_form_answer(&record, &notification(1), now())
+                    .await
+                    .expect("save answer"),
+                "{}",
+                to.id
+            );
+        }
+        let dropped = store
+            .delete_untaken_answers(now() - Duration::hours(1))
+            .await
+            .expect("sweep");
+        assert_eq!(dropped, 1);
+        let take = |e: &ElicitationRecord, key: &'static str| {
+            let store = store.clone();
+            let (who, session) = (e.principal.clone(), e.session_id.clone());
+            async move {
+                store
+                    .take_form_answer(ask(&who, &session, "form:pay", Some(key)))
+                    .await
+                    .expect("take")
+            }
+        };
+        assert!(take(&old, "old").await.is_none(), "the stale answer is gone");
+        assert!(take(&recent, "recent").await.is_some(), "the recent one is kept");
+    }
 );
 
 /// Receives the next `expected.len()` notices, in any order (one statement may send several), and
@@ -899,98 +914,96 @@ async fn expect_notices(listener: &mut PgListener, expected: &[Notice]) {
     }
 }
 
-/// Every NOTIFY the PostgreSQL store sends, those whose payload SQL builds included, reads back as
-/// the notice it announces.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_notices_read_back_as_announced() {
-    if common::postgres_admin_url().await.is_none() {
-        return;
-    }
-    let database = TestDatabase::new(Backend::Postgres).await;
-    let opened = store::connect(&database.url, 4).await.expect("connect");
-    let store = opened.store;
-    store.migrate().await.expect("migrate");
-    let mut listener = PgListener::connect_with(opened.postgres.as_ref().expect("a PostgreSQL pool"))
-        .await
-        .expect("listener");
-    listener.listen(NOTIFY_CHANNEL).await.expect("listen");
-
-    // A principal with a space: the rest of a `c` payload.
-    let owner = "Ada Lovelace";
-    let first = asked(&store, owner, "form:pay", Some("one")).await;
-    let a = first.session_id.clone();
-    store.append_event(&a, &json!({})).await.expect("append");
-    expect_notices(&mut listener, &[Notice::Appended(a.clone())]).await;
-    store.set_log_level(&a, LogLevel::Debug).await.expect("set level");
-    expect_notices(&mut listener, &[Notice::Changed(a.clone())]).await;
-    let saved = values(owner, "pay", json!({}), None, now());
-    store
-        .save_form_values(&saved, Some(&first.id), &notification(1), now())
-        .await
-        .expect("save values");
-    expect_notices(&mut listener, &[Notice::Appended(a.clone())]).await;
-
-    let second = asked(&store, owner, "github:repo", None).await;
-    let principal = second.principal.clone();
-    let at = now();
-    store
-        .save_connection(&connection(&principal, at), &second.id, &notification(2))
-        .await
-        .expect("save connection");
-    let connections_changed = Notice::ConnectionsChanged(principal.clone());
-    expect_notices(
-        &mut listener,
-        &[Notice::Appended(second.session_id.clone()), connections_changed.clone()],
-    )
-    .await;
-    store
-        .mark_connection_broken(&principal, "github", at)
-        .await
-        .expect("mark broken");
-    expect_notices(&mut listener, std::slice::from_ref(&connections_changed)).await;
-    let tokens = RefreshedTokens {
-        access_token: vec![4],
-        refresh_token: None,
-        expires_at: None,
-        scopes: None,
-    };
-    store
-        .store_refreshed(&principal, "github", &tokens)
-        .await
-        .expect("store refreshed");
-    expect_notices(&mut listener, std::slice::from_ref(&connections_changed)).await;
-    store
-        .delete_connection(&principal, "github")
-        .await
-        .expect("delete connection");
-    expect_notices(&mut listener, std::slice::from_ref(&connections_changed)).await;
-
-    let third = asked(&store, owner, "form:pay", Some("three")).await;
-    store
-        .finish_elicitation(ending(&third.id, &notification(3), now()), ElicitationStatus::Declined)
-        .await
-        .expect("decline");
-    expect_notices(&mut listener, &[Notice::Appended(third.session_id.clone())]).await;
-    let answered = Notice::Answered(third.id, ClientAction::Cancel);
-    store.broadcast(&answered.encode()).await.expect("broadcast");
-    expect_notices(&mut listener, &[answered]).await;
-
-    assert!(store.delete_session(&a).await.expect("delete session"));
-    expect_notices(&mut listener, &[Notice::Changed(a)]).await;
-    let swept = store
-        .delete_idle_sessions(Utc::now() + Duration::hours(1))
-        .await
-        .expect("sweep");
-    assert_eq!(swept.len(), 2);
-    expect_notices(
-        &mut listener,
-        &[Notice::Changed(second.session_id), Notice::Changed(third.session_id)],
-    )
-    .await;
-    assert!(
-        tokio::time::timeout(std::time::Duration::from_millis(200), listener.recv())
+postgres_test!(
+    /// Every NOTIFY the PostgreSQL store sends, those whose payload SQL builds included, reads back
+    /// as the notice it announces.
+    async fn postgres_notices_read_back_as_announced() {
+        let database = TestDatabase::new(Backend::Postgres).await;
+        let opened = store::connect(&database.url, 4).await.expect("connect");
+        let store = opened.store;
+        store.migrate().await.expect("migrate");
+        let mut listener = PgListener::connect_with(opened.postgres.as_ref().expect("a PostgreSQL pool"))
             .await
-            .is_err(),
-        "nothing else was announced"
-    );
-}
+            .expect("listener");
+        listener.listen(NOTIFY_CHANNEL).await.expect("listen");
+
+        // A principal with a space: the rest of a `c` payload.
+        let owner = "Ada Lovelace";
+        let first = asked(&store, owner, "form:pay", Some("one")).await;
+        let a = first.session_id.clone();
+        store.append_event(&a, &json!({})).await.expect("append");
+        expect_notices(&mut listener, &[Notice::Appended(a.clone())]).await;
+        store.set_log_level(&a, LogLevel::Debug).await.expect("set level");
+        expect_notices(&mut listener, &[Notice::Changed(a.clone())]).await;
+        let saved = values(owner, "pay", json!({}), None, now());
+        store
+            .save_form_values(&saved, Some(&first.id), &notification(1), now())
+            .await
+            .expect("save values");
+        expect_notices(&mut listener, &[Notice::Appended(a.clone())]).await;
+
+        let second = asked(&store, owner, "github:repo", None).await;
+        let principal = second.principal.clone();
+        let at = now();
+        store
+            .save_connection(&connection(&principal, at), &second.id, &notification(2))
+            .await
+            .expect("save connection");
+        let connections_changed = Notice::ConnectionsChanged(principal.clone());
+        expect_notices(
+            &mut listener,
+            &[Notice::Appended(second.session_id.clone()), connections_changed.clone()],
+        )
+        .await;
+        store
+            .mark_connection_broken(&principal, "github", at)
+            .await
+            .expect("mark broken");
+        expect_notices(&mut listener, std::slice::from_ref(&connections_changed)).await;
+        let tokens = RefreshedTokens {
+            access_token: vec![4],
+            refresh_token: None,
+            expires_at: None,
+            scopes: None,
+        };
+        store
+            .store_refreshed(&principal, "github", &tokens)
+            .await
+            .expect("store refreshed");
+        expect_notices(&mut listener, std::slice::from_ref(&connections_changed)).await;
+        store
+            .delete_connection(&principal, "github")
+            .await
+            .expect("delete connection");
+        expect_notices(&mut listener, std::slice::from_ref(&connections_changed)).await;
+
+        let third = asked(&store, owner, "form:pay", Some("three")).await;
+        store
+            .finish_elicitation(ending(&third.id, &notification(3), now()), ElicitationStatus::Declined)
+            .await
+            .expect("decline");
+        expect_notices(&mut listener, &[Notice::Appended(third.session_id.clone())]).await;
+        let answered = Notice::Answered(third.id, ClientAction::Cancel);
+        store.broadcast(&answered.encode()).await.expect("broadcast");
+        expect_notices(&mut listener, &[answered]).await;
+
+        assert!(store.delete_session(&a).await.expect("delete session"));
+        expect_notices(&mut listener, &[Notice::Changed(a)]).await;
+        let swept = store
+            .delete_idle_sessions(Utc::now() + Duration::hours(1))
+            .await
+            .expect("sweep");
+        assert_eq!(swept.len(), 2);
+        expect_notices(
+            &mut listener,
+            &[Notice::Changed(second.session_id), Notice::Changed(third.session_id)],
+        )
+        .await;
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(200), listener.recv())
+                .await
+                .is_err(),
+            "nothing else was announced"
+        );
+    }
+);

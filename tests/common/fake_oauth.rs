@@ -196,29 +196,10 @@ impl FakeProvider {
         }
     }
 
-    /// `{base_url}/authorize`
-    pub fn authorize_url(&self) -> String {
-        format!("{}/authorize", self.base_url)
-    }
-
-    /// `{base_url}/token`
-    pub fn token_url(&self) -> String {
-        format!("{}/token", self.base_url)
-    }
-
-    /// `{base_url}/userinfo`
-    pub fn userinfo_url(&self) -> String {
-        format!("{}/userinfo", self.base_url)
-    }
-
-    /// `{base_url}/revoke`
-    pub fn revoke_url(&self) -> String {
-        format!("{}/revoke", self.base_url)
-    }
-
-    /// `{base_url}/api/me`
-    pub fn api_url(&self) -> String {
-        format!("{}/api/me", self.base_url)
+    /// A gatehouse configuration pointing at this provider: `toml` (a fixture under
+    /// `tests/fixtures/`) with every `http://FAKE` replaced by [`FakeProvider::base_url`].
+    pub fn configure(&self, toml: &str) -> String {
+        toml.replace("http://FAKE", &self.base_url)
     }
 
     /// The account that signs in from the next `/authorize` on (default `"octocat"`).

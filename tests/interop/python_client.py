@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -123,8 +124,15 @@ def tool_arguments(text: str) -> dict[str, Any]:
     return arguments
 
 
-def main(argv: list[str] | None = None) -> int:
-    opts = parse_args(argv)
+def run_main(
+    opts: argparse.Namespace,
+    body: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+    who: str,
+    phase: Callable[[], str] | None = None,
+) -> int:
+    """The main of both interop scripts: runs `body` with the --args object within --timeout,
+    prints what it returns as one JSON line and returns the exit code. `phase` says where a run
+    that timed out was."""
     try:
         arguments = tool_arguments(opts.args)
     except ValueError as exc:
@@ -133,14 +141,20 @@ def main(argv: list[str] | None = None) -> int:
 
     async def bounded() -> dict[str, Any]:
         with anyio.fail_after(opts.timeout):
-            return await run(opts.url, opts.call, arguments, opts.expect_tool)
+            return await body(arguments)
 
     try:
         output = anyio.run(bounded)
     except Exception as exc:  # noqa: BLE001 - report every failure the same way
-        return report_failure(exc, f"no answer within {opts.timeout}s", "interop client")
-    print(json.dumps(output))
+        where = f" ({phase()})" if phase else ""
+        return report_failure(exc, f"no answer within {opts.timeout}s{where}", who)
+    print(json.dumps(output), flush=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    return run_main(opts, lambda arguments: run(opts.url, opts.call, arguments, opts.expect_tool), "interop client")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ from mcp import ClientSession, MCPError
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from python_client import report_failure, result_to_json, tool_arguments
+from python_client import result_to_json, run_main
 from mcp.types import (
     URL_ELICITATION_REQUIRED,
     CallToolResult,
@@ -276,28 +276,18 @@ async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow, in_cal
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    try:
-        arguments = tool_arguments(opts.args)
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-
     flows: list[Flow] = []
 
-    async def bounded() -> dict[str, Any]:
+    async def body(arguments: dict[str, Any]) -> dict[str, Any]:
+        # Made here: anyio's Event and streams need the running event loop.
         flow = Flow()
         flows.append(flow)
         in_call = InCall(action=opts.action, progress=opts.progress) if opts.in_call else None
-        with anyio.fail_after(opts.timeout):
-            return await run(opts.url, opts.call, arguments, flow, in_call)
+        return await run(opts.url, opts.call, arguments, flow, in_call)
 
-    try:
-        output = anyio.run(bounded)
-    except Exception as exc:  # noqa: BLE001 - report every failure the same way
-        phase = flows[0].describe() if flows else "starting"
-        return report_failure(exc, f"no answer within {opts.timeout}s ({phase})", "interop elicitation client")
-    emit(output)
-    return 0
+    return run_main(
+        opts, body, "interop elicitation client", lambda: flows[0].describe() if flows else "starting"
+    )
 
 
 if __name__ == "__main__":

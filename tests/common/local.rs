@@ -1,0 +1,18 @@
+//! What the tests and the benchmark need of this machine and nothing of gatehouse: the repository
+//! root and a free loopback port. The benchmark includes this file with `#[path]`.
+
+use std::path::PathBuf;
+
+/// The repository root (tests run scripts and read files from it).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A loopback port nobody listens on right now, for a server that must know its address before
+/// it starts (its configuration points at itself, or it is another process).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
