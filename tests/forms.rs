@@ -1330,7 +1330,7 @@ backend_test!(
     }
 );
 
-/// The reason `Pages::load` refuses a directory holding `files`.
+/// The reason `Templates::load` refuses a directory holding `files`.
 fn template_refusal(files: &[(&str, &str)]) -> String {
     let dir = template_dir(files);
     match gatehouse::web::templates::Templates::load(Some(dir.path())) {

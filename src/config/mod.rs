@@ -100,7 +100,8 @@ impl Config {
         Ok(config)
     }
 
-    /// The origin browsers and clients use, without a trailing slash.
+    /// The URL browsers and clients use: `server.public_url`, or on loopback the bind address.
+    /// `AppState` builds its `PublicUrl` from it once at start.
     pub fn public_url(&self) -> Url {
         match &self.server.public_url {
             Some(url) => url.clone(),

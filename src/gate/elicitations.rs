@@ -1,7 +1,9 @@
 //! The elicitation lifecycle: one pending elicitation per unmet requirement of a session (reused
 //! while it is pending), the page that satisfies it, declines reported once, expiry, and the one
-//! place that finishes an elicitation: it writes the `notifications/elicitation/complete` event in
-//! the same store transaction as whatever finished it, then wakes the session's streams here.
+//! place where an elicitation is finished (completed, declined, failed): it writes the
+//! `notifications/elicitation/complete` event in the same store transaction as whatever finished
+//! it, then wakes the session's streams here. Expiry alone ends one silently: nobody finished it,
+//! and a client asking again gets a new one.
 
 use std::future::Future;
 use std::time::Duration;
@@ -149,7 +151,7 @@ impl Elicitations {
     /// Finishes an elicitation through `write`, a store operation that must, in one transaction,
     /// move it out of pending and append the completion `notification` it is given to the
     /// session's event log; it returns whether it did. Then the session's streams here are woken
-    /// (other replicas learn of it from the store). The one way an elicitation ends.
+    /// (other replicas learn of it from the store). The one way an elicitation is finished.
     pub(super) async fn finish_with<F, Fut>(&self, elicitation: &ElicitationRecord, write: F) -> Result<bool, GateError>
     where
         F: FnOnce(Value) -> Fut,

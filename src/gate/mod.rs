@@ -67,8 +67,8 @@ pub struct Gate {
     form_values: Arc<FormValues>,
 }
 
-/// Flows and call answers are kept this long after they expire, so a late callback still gets a
-/// precise answer.
+/// Flows are kept this long after they expire, so a late callback still gets a precise answer;
+/// call answers no call took are kept this long after they were given.
 const RETENTION: Duration = Duration::from_secs(3600);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 
@@ -127,8 +127,13 @@ pub async fn sweep_periodically(gate: Arc<Gate>, shutdown: tokio_util::sync::Can
     }
 }
 
+/// `duration` after `now`, or the end of time when that is past it (a provider may say its token
+/// never expires in a number of seconds no calendar holds).
 fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
-    now + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+    chrono::Duration::from_std(duration)
+        .ok()
+        .and_then(|duration| now.checked_add_signed(duration))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 fn sha256_hex(text: &str) -> String {
@@ -136,4 +141,20 @@ fn sha256_hex(text: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_past_the_calendar_ends_at_the_end_of_time() {
+        let now = Utc::now();
+        assert_eq!(after(now, Duration::from_secs(60)), now + chrono::Duration::seconds(60));
+        assert_eq!(after(now, Duration::from_secs(u64::MAX)), DateTime::<Utc>::MAX_UTC);
+        assert_eq!(
+            after(now, Duration::from_secs(10_000_000_000_000)),
+            DateTime::<Utc>::MAX_UTC
+        );
+    }
 }

@@ -138,10 +138,8 @@ fn secure_attribute(state: &AppState) -> &'static str {
 }
 
 fn header_value(text: &str) -> Result<HeaderValue, PageError> {
-    HeaderValue::from_str(text).map_err(|error| {
-        tracing::error!(%error, "a header value could not be built");
-        PageError::Internal
-    })
+    HeaderValue::from_str(text)
+        .map_err(|error| PageError::Internal(format!("a header value could not be built: {error}")))
 }
 
 /// The value of cookie `name`, from any Cookie header.

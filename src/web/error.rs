@@ -1,7 +1,7 @@
 //! The error of the browser-facing routes, in the manner of docs.rs' `AxumNope`: every way a page
 //! request can be refused, each with its status and a notice page that says what happened and
-//! what to do. Internal causes are logged with context when they are converted, and shown as a
-//! generic message.
+//! what to do. An internal cause travels with the response to the page layer, which logs it with
+//! the request it broke; the user sees a generic message.
 
 use askama::Template;
 use axum::http::StatusCode;
@@ -64,9 +64,9 @@ pub enum PageError {
     EndedMeanwhile,
     #[error("a provider could not be reached")]
     ProviderUnavailable,
-    /// Logged when it was converted; the user sees a generic message.
-    #[error("internal error")]
-    Internal,
+    /// Logged by the page layer with the request; the user sees a generic message.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl From<GateError> for PageError {
@@ -76,10 +76,7 @@ impl From<GateError> for PageError {
                 tracing::warn!(%provider, %reason, "a page could not reach a provider");
                 PageError::ProviderUnavailable
             }
-            other => {
-                tracing::error!(error = %other, "a page request failed");
-                PageError::Internal
-            }
+            other => PageError::Internal(other.to_string()),
         }
     }
 }
@@ -96,7 +93,7 @@ impl PageError {
             }
             PageError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             PageError::ProviderUnavailable => StatusCode::BAD_GATEWAY,
-            PageError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            PageError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -157,7 +154,7 @@ impl PageError {
                 "A service gatehouse needs could not be reached. Nothing was changed.",
                 Some("Try again in a moment."),
             ),
-            PageError::Internal => NoticePage::new(
+            PageError::Internal(_) => NoticePage::new(
                 "Something went wrong",
                 "Something went wrong on our side. Nothing was changed; try again in a moment.",
                 None,
@@ -168,8 +165,16 @@ impl PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
-        PageResponse::new(self.notice())
+        let mut response = PageResponse::new(self.notice())
             .with_status(self.status())
-            .into_response()
+            .into_response();
+        if let PageError::Internal(cause) = self {
+            response.extensions_mut().insert(Failure(cause));
+        }
+        response
     }
 }
+
+/// Why a page request failed on our side, for the page layer to log with the request.
+#[derive(Clone)]
+pub struct Failure(pub String);

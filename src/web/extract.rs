@@ -34,8 +34,9 @@ impl FromRequestParts<AppState> for Browser {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>().copied() else {
-            tracing::error!("a page request without the peer address (not served by gatehouse::serve)");
-            return Err(PageError::Internal);
+            return Err(PageError::Internal(
+                "a page request without the peer address (not served by gatehouse::serve)".into(),
+            ));
         };
         Self::from_parts(state, &parts.headers, peer)
     }

@@ -14,6 +14,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::error::Failure;
 use super::templates::{Page, RenderError, Templates};
 use crate::state::AppState;
 
@@ -61,12 +62,16 @@ impl IntoResponse for PageResponse {
 }
 
 /// Shown when a page cannot be rendered, or something failed behind it.
-pub const GENERIC_ERROR: &str = "<!doctype html><title>Error</title><p>Something went wrong on our side. Nothing was \
+const GENERIC_ERROR: &str = "<!doctype html><title>Error</title><p>Something went wrong on our side. Nothing was \
 changed; try again in a moment.</p>";
 
-/// Renders the page a handler answered with.
+/// Renders the page a handler answered with, and logs a failure behind it with the request.
 pub async fn render_pages(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let mut response = next.run(request).await;
+    if let Some(Failure(cause)) = response.extensions_mut().remove::<Failure>() {
+        tracing::error!(%method, path, error = %cause, "a page request failed");
+    }
     let Some(Deferred(page)) = response.extensions_mut().remove::<Deferred>() else {
         return response;
     };
@@ -79,7 +84,7 @@ pub async fn render_pages(State(state): State<AppState>, request: Request, next:
             response
         }
         Err(error) => {
-            tracing::error!(%error, "a page could not be rendered");
+            tracing::error!(%method, path, %error, "a page could not be rendered");
             let mut failed = (StatusCode::INTERNAL_SERVER_ERROR, GENERIC_ERROR).into_response();
             failed
                 .headers_mut()

@@ -76,32 +76,29 @@ pub struct CallbackParams {
 }
 
 impl CallbackParams {
-    /// Parses the query; without a plausible `state` there is no flow to talk about.
+    /// Parses the query; without a plausible `state` there is no flow to talk about. The first
+    /// value of each parameter counts, as with any form decoding.
     pub fn from_query(query: &str) -> Result<Self, CallbackRefusal> {
-        let mut params = Self {
-            state: String::new(),
-            code: None,
-            error: None,
-            iss: None,
-        };
-        // The first value of each parameter counts, as with any form decoding.
+        let (mut state, mut code, mut error, mut iss) = (None, None, None, None);
         for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
             let slot = match name.as_ref() {
-                "code" => &mut params.code,
-                "error" => &mut params.error,
-                "iss" => &mut params.iss,
-                "state" if params.state.is_empty() => {
-                    params.state = value.into_owned();
-                    continue;
-                }
+                "state" => &mut state,
+                "code" => &mut code,
+                "error" => &mut error,
+                "iss" => &mut iss,
                 _ => continue,
             };
             slot.get_or_insert_with(|| value.into_owned());
         }
-        if params.state.is_empty() || params.state.len() > MAX_STATE_LEN {
-            return Err(CallbackRefusal::UnknownState);
-        }
-        Ok(params)
+        let state = state
+            .filter(|s: &String| !s.is_empty() && s.len() <= MAX_STATE_LEN)
+            .ok_or(CallbackRefusal::UnknownState)?;
+        Ok(Self {
+            state,
+            code,
+            error,
+            iss,
+        })
     }
 
     fn state_hash(&self) -> String {
@@ -110,6 +107,12 @@ impl CallbackParams {
 }
 
 /// 256 random bits, base64url: the browser's cookie value.
+/// Whether a callback matches its flow.
+enum Checked<'p> {
+    Matches(&'p Provider, Box<ElicitationRecord>),
+    Refused(CallbackRefusal),
+}
+
 fn random_token() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
@@ -193,8 +196,8 @@ impl Connections {
             return Ok(CallbackOutcome::Refused(CallbackRefusal::UnknownState));
         };
         let (provider, elicitation) = match self.check(&flow, principal, params, cookie).await? {
-            Ok(checked) => checked,
-            Err(refusal) => return Ok(CallbackOutcome::Refused(refusal)),
+            Checked::Matches(provider, elicitation) => (provider, *elicitation),
+            Checked::Refused(refusal) => return Ok(CallbackOutcome::Refused(refusal)),
         };
         if !self.backing.store.consume_flow(&state_hash, Utc::now()).await? {
             return Ok(CallbackOutcome::Refused(CallbackRefusal::AlreadyUsed));
@@ -263,10 +266,12 @@ impl Connections {
         let (store, connection, id) = (&self.backing.store, &connection, &elicitation.id);
         self.elicitations
             .finish_with(&elicitation, |notification| async move {
-                store.save_connection(connection, id, &notification).await
+                let completed = store.save_connection(connection, id, &notification).await?;
+                // Before the session's streams wake: a call waiting here decides on the new connection.
+                self.changed(principal);
+                Ok(completed)
             })
             .await?;
-        self.changed(principal);
         tracing::info!(elicitation = %elicitation.id, principal = %principal, provider = %provider.id, "connected");
         Ok(CallbackOutcome::Connected {
             provider_name,
@@ -283,37 +288,37 @@ impl Connections {
         principal: &Principal,
         params: &CallbackParams,
         cookie: Option<&str>,
-    ) -> Result<Result<(&Provider, ElicitationRecord), CallbackRefusal>, GateError> {
+    ) -> Result<Checked<'_>, GateError> {
         let now = Utc::now();
         if flow.used_at.is_some() {
-            return Ok(Err(CallbackRefusal::AlreadyUsed));
+            return Ok(Checked::Refused(CallbackRefusal::AlreadyUsed));
         }
         if flow.expires_at <= now {
-            return Ok(Err(CallbackRefusal::Expired));
+            return Ok(Checked::Refused(CallbackRefusal::Expired));
         }
         let cookie_matches =
             cookie.is_some_and(|c| constant_time_eq(sha256_hex(c).as_bytes(), flow.browser_hash.as_bytes()));
         if !cookie_matches {
-            return Ok(Err(CallbackRefusal::OtherBrowser));
+            return Ok(Checked::Refused(CallbackRefusal::OtherBrowser));
         }
         if &flow.principal != principal {
-            return Ok(Err(CallbackRefusal::OtherUser));
+            return Ok(Checked::Refused(CallbackRefusal::OtherUser));
         }
         let Some(provider) = self.providers.get(&flow.provider) else {
-            return Ok(Err(CallbackRefusal::UnknownState));
+            return Ok(Checked::Refused(CallbackRefusal::UnknownState));
         };
         if let (Some(expected), Some(iss)) = (&provider.issuer, &params.iss)
             && expected != iss
         {
-            return Ok(Err(CallbackRefusal::WrongIssuer));
+            return Ok(Checked::Refused(CallbackRefusal::WrongIssuer));
         }
         let Some(elicitation) = self.elicitations.get(&flow.elicitation_id).await? else {
-            return Ok(Err(CallbackRefusal::UnknownState));
+            return Ok(Checked::Refused(CallbackRefusal::UnknownState));
         };
         if elicitation.status != ElicitationStatus::Pending || elicitation.expires_at <= now {
-            return Ok(Err(CallbackRefusal::Expired));
+            return Ok(Checked::Refused(CallbackRefusal::Expired));
         }
-        Ok(Ok((provider, elicitation)))
+        Ok(Checked::Matches(provider, Box::new(elicitation)))
     }
 
     /// Forgets flows that expired before `cutoff`.

@@ -7,7 +7,7 @@ use chrono::Utc;
 use super::*;
 use crate::gate::Gate;
 use crate::gate::testing::{Fixture, principal};
-use crate::store::ElicitationStatus;
+use crate::store::{ElicitationStatus, RefreshLease, RefreshedTokens};
 
 const CONFIG: &str = include_str!("../testdata/gate.toml");
 
@@ -141,10 +141,13 @@ async fn callbacks_that_do_not_match_their_flow_are_refused_and_change_nothing()
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
     let connections = gate.connections();
     let alice = &session.principal;
-    assert_eq!(
-        CallbackParams::from_query("code=x").err(),
-        Some(CallbackRefusal::UnknownState)
-    );
+    for query in ["code=x", "state=&state=abc", &format!("state={}", "s".repeat(513))] {
+        assert_eq!(
+            CallbackParams::from_query(query).err(),
+            Some(CallbackRefusal::UnknownState),
+            "{query}"
+        );
+    }
     let (params, cookie) = started(&gate, &asked, "&code=abc").await;
     let refused = |refusal| CallbackOutcome::Refused(refusal);
 
@@ -238,4 +241,72 @@ async fn a_flow_for_an_elicitation_that_ended_is_refused_as_expired() {
         .await
         .expect("callback");
     assert_eq!(outcome, CallbackOutcome::Refused(CallbackRefusal::Expired));
+}
+
+#[tokio::test]
+async fn a_call_waits_for_another_replicas_refresh_and_uses_its_token() {
+    let fixture = Fixture::new().await;
+    let gate = std::sync::Arc::new(fixture.gate(CONFIG));
+    let session = fixture.session("alice").await;
+    let alice = session.principal.clone();
+    let store = fixture.backing.store.clone();
+    let vault = fixture.backing.vault.clone();
+    let sealed_access = |token: &str| vault.encrypt_str(token, &access_context(&alice, "acme"));
+    let expiring = fixture.connect(&gate, &session, &["read"], Some(Utc::now())).await;
+    let refreshable = RefreshedTokens {
+        access_token: sealed_access("access-token-1"),
+        refresh_token: Some(vault.encrypt_str("refresh-token-1", &refresh_context(&alice, "acme"))),
+        expires_at: expiring.expires_at,
+        scopes: None,
+    };
+    store
+        .store_refreshed(&alice, "acme", &refreshable)
+        .await
+        .expect("refreshable");
+    // Another replica holds the refresh lease.
+    let now = Utc::now();
+    let lease = RefreshLease {
+        now,
+        until: now + chrono::Duration::seconds(20),
+    };
+    assert!(
+        store
+            .acquire_refresh_lease(&expiring, lease)
+            .await
+            .expect("lease")
+            .is_some()
+    );
+
+    let waiting = tokio::spawn({
+        let (gate, alice) = (gate.clone(), alice.clone());
+        async move {
+            let acme = gate.connections().provider("acme").expect("provider");
+            gate.connections().grant(&alice, acme, &[]).await
+        }
+    });
+    // Once the call has read the expiring connection, the other replica's refresh lands and
+    // releases the lease. Whether the call then waits for it or takes the released lease, it must
+    // use that token: nothing listens at the test provider, so a refresh of its own would fail.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while fixture.cache.get(&alice).is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call never read the connection"
+        );
+        tokio::task::yield_now().await;
+    }
+    let refreshed = RefreshedTokens {
+        access_token: sealed_access("access-token-2"),
+        refresh_token: None,
+        expires_at: Some(now + chrono::Duration::hours(1)),
+        scopes: None,
+    };
+    store
+        .store_refreshed(&alice, "acme", &refreshed)
+        .await
+        .expect("refreshed");
+    match waiting.await.expect("join").expect("grant") {
+        Grant::Usable { token, .. } => assert_eq!(token.expose(), "access-token-2"),
+        Grant::SignIn { .. } => panic!("the refreshed connection is usable"),
+    }
 }
