@@ -111,14 +111,22 @@ pub enum InvalidPrincipal {
 
 const MAX_PRINCIPAL_LEN: usize = 256;
 
+/// Unicode's `Bidi_Control` characters (a closed set): invisible, they would let a name display
+/// as another one, so they are refused with the C0/C1 controls.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 impl Principal {
+    /// Any printable Unicode (`José Müller`, `李雷`), trimmed, up to [`MAX_PRINCIPAL_LEN`] bytes;
+    /// control characters are refused.
     pub fn parse(text: &str) -> Result<Self, InvalidPrincipal> {
         let text = text.trim();
         if text.is_empty() {
             Err(InvalidPrincipal::Empty)
         } else if text.len() > MAX_PRINCIPAL_LEN {
             Err(InvalidPrincipal::TooLong)
-        } else if text.chars().any(char::is_control) {
+        } else if text.chars().any(|c| c.is_control() || is_bidi_control(c)) {
             Err(InvalidPrincipal::Control)
         } else {
             Ok(Self(text.to_owned()))
@@ -207,6 +215,29 @@ mod tests {
             Err(InvalidPrincipal::TooLong)
         ));
         assert!(matches!(Principal::parse("eve\nadmin"), Err(InvalidPrincipal::Control)));
+    }
+
+    #[test]
+    fn principals_may_be_any_printable_unicode_but_not_controls() {
+        for name in ["José Müller", "李雷", "Ærøskøbing", "Zoë 👩‍💻"] {
+            assert_eq!(Principal::parse(name).expect(name).as_str(), name);
+        }
+        for bad in [
+            "eve\u{7f}",
+            "eve\u{85}admin",
+            "eve\u{1b}[31m",
+            "bob\u{202e}ecila",
+            "a\u{2066}b",
+        ] {
+            assert!(
+                matches!(Principal::parse(bad), Err(InvalidPrincipal::Control)),
+                "{bad:?} should be refused"
+            );
+        }
+        assert!(matches!(
+            Principal::parse(&"é".repeat(129)),
+            Err(InvalidPrincipal::TooLong)
+        ));
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub enum IdentityError {
     UntrustedPeer,
     #[error("the identity header {0} is missing")]
     MissingHeader(HeaderName),
+    #[error("the identity header {0} is repeated")]
+    RepeatedHeader(HeaderName),
+    #[error("the identity header {0} is not UTF-8")]
+    NotUtf8(HeaderName),
     #[error("the identity header is not valid: {0}")]
     InvalidHeader(InvalidPrincipal),
 }
@@ -56,12 +60,17 @@ impl Identity {
                 if !is_trusted(trusted_proxies, peer.ip()) {
                     return Err(IdentityError::UntrustedPeer);
                 }
-                let value = headers
-                    .get(header)
+                // A proxy that appends its header instead of replacing it leaves the client's own
+                // value in front of it, so a second occurrence is refused, never resolved.
+                let mut values = headers.get_all(header).iter();
+                let value = values
+                    .next()
                     .ok_or_else(|| IdentityError::MissingHeader(header.clone()))?;
-                let text = value
-                    .to_str()
-                    .map_err(|_| IdentityError::InvalidHeader(InvalidPrincipal::Control))?;
+                if values.next().is_some() {
+                    return Err(IdentityError::RepeatedHeader(header.clone()));
+                }
+                // `HeaderValue::to_str` accepts visible ASCII only; proxies send names as UTF-8.
+                let text = std::str::from_utf8(value.as_bytes()).map_err(|_| IdentityError::NotUtf8(header.clone()))?;
                 Principal::parse(text).map_err(IdentityError::InvalidHeader)
             }
         }
@@ -124,6 +133,35 @@ mod tests {
             identity.principal(&parts(Some("bob")), mapped).is_ok(),
             "IPv4-mapped IPv6 peers match IPv4 CIDRs"
         );
+    }
+
+    #[test]
+    fn header_mode_refuses_a_repeated_header_and_reads_utf8() {
+        let identity = header_identity();
+        let proxy: SocketAddr = "10.1.2.3:5000".parse().expect("addr");
+        for values in [["mallory", "alice"], ["alice", "alice"]] {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append("x-forwarded-user", value.parse().expect("header value"));
+            }
+            assert!(matches!(
+                identity.principal(&headers, proxy),
+                Err(IdentityError::RepeatedHeader(_))
+            ));
+        }
+        let mut headers = HeaderMap::new();
+        let utf8 = axum::http::HeaderValue::from_bytes("José Müller".as_bytes()).expect("header value");
+        headers.insert("x-forwarded-user", utf8);
+        assert_eq!(
+            identity.principal(&headers, proxy).expect("UTF-8").as_str(),
+            "José Müller"
+        );
+        let latin1 = axum::http::HeaderValue::from_bytes(b"Jos\xe9").expect("header value");
+        headers.insert("x-forwarded-user", latin1);
+        assert!(matches!(
+            identity.principal(&headers, proxy),
+            Err(IdentityError::NotUtf8(_))
+        ));
     }
 
     #[test]
