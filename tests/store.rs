@@ -1007,3 +1007,47 @@ postgres_test!(
         );
     }
 );
+
+backend_test!(
+    /// An ask retried after its elicitation expired, before the sweeper marked it, gets a new
+    /// elicitation; the overdue one is expired, never handed out again. Within the expiry the
+    /// pending one is reused.
+    async fn an_overdue_elicitation_is_not_handed_out_again(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let record = session("alice");
+        store.create_session(&record).await.expect("create");
+        for key in [None, Some("k1")] {
+            let first = store
+                .insert_elicitation(&elicitation(&record, "form:deploy", key))
+                .await
+                .expect("insert");
+            let mut within = elicitation(&record, "form:deploy", key);
+            within.created_at = first.expires_at - Duration::seconds(1);
+            within.expires_at = within.created_at + Duration::minutes(10);
+            assert_eq!(
+                store.insert_elicitation(&within).await.expect("insert").id,
+                first.id,
+                "{key:?}: reused before its expiry"
+            );
+            let mut retried = elicitation(&record, "form:deploy", key);
+            retried.created_at = first.expires_at + Duration::seconds(1);
+            retried.expires_at = retried.created_at + Duration::minutes(10);
+            let again = store.insert_elicitation(&retried).await.expect("insert after expiry");
+            assert_eq!(again.id, retried.id, "{key:?}: a new elicitation after the expiry");
+            assert_eq!(again.status, ElicitationStatus::Pending);
+            assert_eq!(
+                status_of(&store, &first.id).await,
+                ElicitationStatus::Expired,
+                "{key:?}"
+            );
+            let found = store
+                .pending_elicitation(
+                    ask(&record.principal, &record.id, "form:deploy", key),
+                    retried.created_at,
+                )
+                .await
+                .expect("pending");
+            assert_eq!(found.map(|e| e.id), Some(retried.id), "{key:?}");
+        }
+    }
+);

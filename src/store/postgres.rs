@@ -287,6 +287,22 @@ impl Store for PostgresStore {
     }
 
     async fn insert_elicitation(&self, e: &ElicitationRecord) -> Result<ElicitationRecord, StoreError> {
+        // A pending row past its expiry that the sweeper has not reached yet would hold the unique
+        // index and be handed out again (its link answers 410), so it is expired first: the same
+        // update the sweeper makes, taken early. No transaction is needed: a concurrent insert
+        // either expires the same row or finds the fresh one this insert made.
+        sqlx::query(
+            "UPDATE elicitations SET status = 'expired'
+             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+                 AND status = 'pending' AND expires_at <= $5",
+        )
+        .bind(e.principal.as_str())
+        .bind(e.session_id.as_str())
+        .bind(&e.requirement)
+        .bind(&e.call_key)
+        .bind(e.created_at)
+        .execute(&self.pool)
+        .await?;
         let insert = sqlx::query_as(sql!(
             "INSERT INTO elicitations ({ELICITATION_COLUMNS})
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
@@ -312,12 +328,13 @@ impl Store for PostgresStore {
         let pending = sqlx::query_as(sql!(
             "SELECT {ELICITATION_COLUMNS} FROM elicitations
              WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
-                 AND status = 'pending'"
+                 AND status = 'pending' AND expires_at > $5"
         ))
         .bind(e.principal.as_str())
         .bind(e.session_id.as_str())
         .bind(&e.requirement)
-        .bind(&e.call_key);
+        .bind(&e.call_key)
+        .bind(e.created_at);
         self.record(pending)
             .await?
             .ok_or(StoreError::Database(sqlx::Error::RowNotFound))

@@ -258,6 +258,20 @@ impl Store for SqliteStore {
     }
 
     async fn insert_elicitation(&self, e: &ElicitationRecord) -> Result<ElicitationRecord, StoreError> {
+        // As on PostgreSQL: an overdue pending row the sweeper has not reached yet is expired first,
+        // so it is never handed out again (its link answers 410).
+        sqlx::query(
+            "UPDATE elicitations SET status = 'expired'
+             WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4
+                 AND status = 'pending' AND expires_at <= ?5",
+        )
+        .bind(e.principal.as_str())
+        .bind(e.session_id.as_str())
+        .bind(&e.requirement)
+        .bind(&e.call_key)
+        .bind(millis(e.created_at))
+        .execute(&self.pool)
+        .await?;
         let insert = sqlx::query_as(sql!(
             "INSERT INTO elicitations ({ELICITATION_COLUMNS})
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
@@ -283,12 +297,13 @@ impl Store for SqliteStore {
         let pending = sqlx::query_as(sql!(
             "SELECT {ELICITATION_COLUMNS} FROM elicitations
              WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4
-                 AND status = 'pending'"
+                 AND status = 'pending' AND expires_at > ?5"
         ))
         .bind(e.principal.as_str())
         .bind(e.session_id.as_str())
         .bind(&e.requirement)
-        .bind(&e.call_key);
+        .bind(&e.call_key)
+        .bind(millis(e.created_at));
         self.record(pending)
             .await?
             .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
