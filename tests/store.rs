@@ -1051,3 +1051,24 @@ backend_test!(
         }
     }
 );
+
+/// A fresh SQLite database, and the `-wal` and `-shm` files beside it, are readable by their
+/// owner only (like the development key file), whatever the umask lets through.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_sqlite_database_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let store = store::connect(&database.url, 2).await.expect("connect").store;
+    store.migrate().await.expect("migrate");
+    store.create_session(&session("alice")).await.expect("write");
+    let path = database.url.trim_start_matches("sqlite://").to_owned();
+    for file in [path.clone(), format!("{path}-wal"), format!("{path}-shm")] {
+        let mode = std::fs::metadata(&file)
+            .unwrap_or_else(|e| panic!("{file}: {e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{file} has mode {:o}", mode & 0o777);
+    }
+}

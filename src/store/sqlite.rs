@@ -80,7 +80,11 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)?
+        let options = SqliteConnectOptions::from_str(url)?;
+        if !in_memory(url) {
+            create_private(options.get_filename())?;
+        }
+        let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
@@ -114,6 +118,41 @@ impl SqliteStore {
             .map(T::read::<Self>)
             .collect()
     }
+}
+
+/// Whether `url` names an in-memory database, by sqlx's rule (`sqlite::memory:`, `mode=memory`):
+/// sqlx does not expose what it parsed, and such a database must not create a file.
+fn in_memory(url: &str) -> bool {
+    let rest = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+    let (database, params) = rest.split_once('?').unwrap_or((rest, ""));
+    database == ":memory:" || url::form_urlencoded::parse(params.as_bytes()).any(|(k, v)| k == "mode" && v == "memory")
+}
+
+/// Creates the database file readable by its owner only, unless it exists. SQLite would create
+/// it 0644 (less the umask), and the process umask is the operator's, not ours to change; so the
+/// file is made here, empty, before sqlx opens it. SQLite gives the `-wal` and `-shm` files it
+/// creates beside it the database file's permissions. An existing file keeps its mode.
+#[cfg(unix)]
+fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Database(sqlx::Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot create the SQLite database {}: {e}", path.display()),
+        )))),
+    }
+}
+
+#[cfg(not(unix))]
+fn create_private(_path: &std::path::Path) -> Result<(), StoreError> {
+    Ok(())
 }
 
 fn millis(at: DateTime<Utc>) -> i64 {
