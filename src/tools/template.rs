@@ -46,6 +46,9 @@ pub enum Encoding {
     Header,
     /// As is (text bodies).
     Text,
+    /// Text a person reads (call-scoped form descriptions): bidi controls and invisible characters
+    /// are written as their code points, so a value cannot display as something else.
+    Shown,
 }
 
 /// Where a placeholder's value landed in the rendered text, and what it is ("argument `x`").
@@ -156,6 +159,7 @@ impl Template {
                     ));
                 }
                 Encoding::Header | Encoding::Text => out.push_str(&value),
+                Encoding::Shown => shown(&value, &mut out),
             }
             spans.push(Span {
                 what,
@@ -227,6 +231,37 @@ fn path_range(text: &str) -> Range<usize> {
 fn is_dot_segment(segment: &str) -> bool {
     let lower = segment.to_ascii_lowercase();
     matches!(lower.as_str(), "." | "%2e" | ".." | ".%2e" | "%2e." | "%2e%2e")
+}
+
+/// Writes `value` with every bidi control and invisible character as its code point (`U+202E`):
+/// they could make a shown value read differently (`"\u{202e}0001\u{202c}"` displays as "1000").
+fn shown(value: &str, out: &mut String) {
+    for c in value.chars() {
+        if is_invisible(c) {
+            out.push_str(&format!("U+{:04X}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// Bidi controls (the Unicode `Bidi_Control` property) and characters that display as nothing:
+/// zero-width spaces and joiners, word joiner, invisible operators, byte order mark, soft hyphen,
+/// Mongolian vowel separator.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{200E}'
+            | '\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{200B}'..='\u{200D}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{FEFF}'
+            | '\u{00AD}'
+            | '\u{180E}'
+    )
 }
 
 /// Parses one placeholder's name.
@@ -418,6 +453,28 @@ mod tests {
         ] {
             let t = parse(text, &["x"]).expect("template");
             t.check_url().unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+    }
+
+    #[test]
+    fn shown_values_make_bidi_controls_and_invisible_characters_visible() {
+        let t = parse("Pay {{args.amount}} EUR to {{args.payee}}?", &["amount", "payee"]).expect("template");
+        let text = render(
+            &t,
+            json!({"amount": "\u{202e}0001\u{202c}", "payee": "Bob\u{200b}\u{2066}\u{feff}\u{061c} مرحبا 🦀"}),
+            Encoding::Shown,
+        )
+        .expect("render");
+        assert_eq!(
+            text,
+            "Pay U+202E0001U+202C EUR to BobU+200BU+2066U+FEFFU+061C مرحبا 🦀?"
+        );
+        for c in ['\u{200e}', '\u{200f}', '\u{202a}', '\u{2069}', '\u{200d}', '\u{2060}'] {
+            let text = render(&t, json!({ "amount": c.to_string() }), Encoding::Shown).expect("render");
+            assert!(
+                !text.contains(c) && text.contains(&format!("U+{:04X}", u32::from(c))),
+                "{text}"
+            );
         }
     }
 
