@@ -563,9 +563,30 @@ backend_test!(
         assert!(!page.body.contains("\"O'Brien\""), "quotes are escaped too");
         assert_eq!(
             description(&page.body),
-            format!("Pay 12.5 EUR to {payee}?"),
-            "shown whole"
+            format!("Pay 12.5 EUR to {}?", payee.replace('\u{202E}', "U+202E")),
+            "shown whole, the override character as its code point"
         );
+        s.server.stop().await;
+    }
+);
+
+backend_test!(
+    /// Bidi controls and invisible characters in the arguments are shown as their code points on a
+    /// call-scoped confirmation, so a payee cannot display as something else (`"\u{202e}0001\u{202c}"`
+    /// reads "1000").
+    async fn bidi_controls_in_arguments_are_shown_as_code_points(backend: Backend) {
+        let s = setup(backend).await;
+        let payee = "Bob \u{202e}0001\u{202c}\u{200b}\u{2066}x\u{2069}\u{feff}";
+        let elicitation = elicitation_of(&s.call("pay", json!({"payee": payee, "amount": 12})).await);
+        let page = Browser::new().get(&url_of(&elicitation)).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert_eq!(
+            description(&page.body),
+            "Pay 12 EUR to Bob U+202E0001U+202CU+200BU+2066xU+2069U+FEFF?"
+        );
+        for c in ['\u{202e}', '\u{202c}', '\u{200b}', '\u{2066}', '\u{2069}', '\u{feff}'] {
+            assert!(!page.body.contains(c), "{c:?} is on the page");
+        }
         s.server.stop().await;
     }
 );

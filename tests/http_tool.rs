@@ -11,8 +11,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
-use common::upstream::{Log, record, serve};
-use common::{Backend, TestDatabase, TestServer, text};
+use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::upstream::{self, Log, record, serve};
+use common::{Backend, Browser, McpClient, TestDatabase, TestServer, elicitations, text, url_of};
 use serde_json::{Value, json};
 
 async fn upstream() -> (SocketAddr, Log) {
@@ -215,6 +216,82 @@ backend_test!(
     }
 );
 
+/// Calls the `repo` tool of `fixtures/repo_tool.toml`.
+async fn repo(client: &McpClient, owner: &str, repo: &str) -> Value {
+    client
+        .call(
+            "tools/call",
+            json!({"name": "repo", "arguments": {"owner": owner, "repo": repo}}),
+        )
+        .await
+}
+
+backend_test!(
+    /// A path placeholder cannot climb out of its template's path: `..` and `.` (which URL parsing
+    /// removes) are refused as tool errors before anything is sent, so the user's token never
+    /// reaches another path of the API; encoded spellings stay one segment under the template's path.
+    async fn path_placeholders_keep_the_token_on_the_templates_path(backend: Backend) {
+        let (addr, log) = upstream::recording().await;
+        let fake = FakeProvider::start(FakeOptions::default()).await;
+        let database = TestDatabase::new(backend).await;
+        let toml = fake
+            .configure(include_str!("fixtures/repo_tool.toml"))
+            .replace("UPSTREAM", &addr.to_string());
+        let server = TestServer::start(&database, &toml).await;
+        let mut client = server.client();
+        client.initialize().await;
+        let first = client
+            .request(
+                "tools/call",
+                json!({"name": "repo", "arguments": {"owner": "octo", "repo": "hello"}}),
+            )
+            .await;
+        let page = Browser::new().sign_in(&url_of(&elicitations(&first)[0])).await;
+        assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
+        let result = repo(&client, "octo", "hello").await;
+        assert_eq!(result["isError"], false, "{result}");
+        let seen = log.lock().expect("log").pop().expect("request");
+        assert_eq!(seen.path, "/api/repos/octo/hello");
+        assert!(
+            seen.header("authorization").is_some_and(|h| h.starts_with("Bearer ")),
+            "the user's token is sent: {seen:?}"
+        );
+
+        for (owner, name, refused) in [
+            ("..", "me", "owner"),
+            ("..", "..", "owner"),
+            (".", "me", "owner"),
+            ("octo", "..", "repo"),
+            ("octo", ".", "repo"),
+        ] {
+            let result = repo(&client, owner, name).await;
+            assert_eq!(result["isError"], true, "{owner}/{name}: {result}");
+            assert!(
+                text(&result).contains(&format!("argument `{refused}` is not allowed")),
+                "{owner}/{name}: {result}"
+            );
+            assert!(
+                log.lock().expect("log").is_empty(),
+                "{owner}/{name} reached the upstream"
+            );
+        }
+        for (owner, segment) in [
+            ("%2e%2e", "%252e%252e"),
+            ("%2E.", "%252E."),
+            (".%2e", ".%252e"),
+            ("..\\..", "..%5C.."),
+            ("\\..", "%5C.."),
+            ("../..", "..%2F.."),
+        ] {
+            let result = repo(&client, owner, "me").await;
+            assert_eq!(result["isError"], false, "{owner}: {result}");
+            let seen = log.lock().expect("log").pop().expect("request");
+            assert_eq!(seen.path, format!("/api/repos/{segment}/me"), "{owner}");
+        }
+        server.stop().await;
+    }
+);
+
 #[test]
 fn tool_configuration_errors_name_their_key() {
     let cases = [
@@ -249,6 +326,10 @@ fn tool_configuration_errors_name_their_key() {
         (
             "[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/\", timeout = \"0s\" }\n",
             "tools[0].http.timeout",
+        ),
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/a/../{{args.x}}\" }\ninput_schema = { type = \"object\", properties = { x = { type = \"string\" } } }\n",
+            "tools[0].http.url",
         ),
     ];
     for (toml, key) in cases {

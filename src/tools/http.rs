@@ -122,6 +122,12 @@ impl HttpTool {
             ));
         }
         let origin = static_origin(&url, &url_key)?;
+        url.check_url().map_err(|why| {
+            ConfigError::key(
+                &url_key,
+                format!("changes when parsed ({why}): write its path without `.` or `..` segments"),
+            )
+        })?;
 
         let mut headers = Vec::new();
         for (name, value) in &http.headers {
@@ -183,8 +189,7 @@ impl HttpTool {
     }
 
     fn build_request(&self, values: &Values<'_>) -> Result<reqwest::RequestBuilder, String> {
-        let url = self.url.render(values, Encoding::UrlComponent)?;
-        let url = Url::parse(&url).map_err(|e| format!("the arguments make an invalid URL: {e}"))?;
+        let url = self.url.render_url(values)?;
         if url.origin() != self.origin {
             return Err("the arguments would send the request to another host".into());
         }

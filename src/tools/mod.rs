@@ -57,7 +57,8 @@ impl ToolDefinition {
         tool
     }
 
-    /// The call-scoped forms' descriptions for these arguments, by form id.
+    /// The call-scoped forms' descriptions for these arguments, by form id, with bidi controls and
+    /// invisible characters in the arguments shown as code points (`U+202E`).
     pub fn form_details(&self, arguments: &Map<String, Value>) -> HashMap<String, String> {
         let forms = HashMap::new();
         let values = Values {
@@ -67,7 +68,7 @@ impl ToolDefinition {
         self.form_details
             .iter()
             .filter_map(|(form, template)| {
-                Some((form.clone(), template.render(&values, template::Encoding::Text).ok()?))
+                Some((form.clone(), template.render(&values, template::Encoding::Shown).ok()?))
             })
             .collect()
     }

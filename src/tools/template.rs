@@ -1,11 +1,14 @@
 //! `{{args.NAME}}` and `{{form.FORM.FIELD}}` templates in HTTP tool URLs, headers and bodies, and
 //! in call-scoped form descriptions. Parsed and checked against the tool's input schema and the
-//! forms it requires at start, so a typo fails the configuration, not a user's call.
+//! forms it requires at start, so a typo fails the configuration, not a user's call. A rendered
+//! URL keeps its template's path: a value cannot add, remove or climb path segments.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value};
+use url::Url;
 
 use crate::config::ConfigError;
 use crate::forms::{Form, Submission};
@@ -43,6 +46,15 @@ pub enum Encoding {
     Header,
     /// As is (text bodies).
     Text,
+    /// Text a person reads (call-scoped form descriptions): bidi controls and invisible characters
+    /// are written as their code points, so a value cannot display as something else.
+    Shown,
+}
+
+/// Where a placeholder's value landed in the rendered text, and what it is ("argument `x`").
+struct Span {
+    what: String,
+    range: Range<usize>,
 }
 
 /// Everything but RFC 3986's unreserved characters is encoded.
@@ -103,22 +115,42 @@ impl Template {
     }
 
     pub fn render(&self, values: &Values<'_>, encoding: Encoding) -> Result<String, String> {
+        self.render_with(encoding, |part| filled(part, values))
+            .map(|(text, _)| text)
+    }
+
+    /// Renders a URL template, placeholders percent-encoded, and checks that the URL still has the
+    /// template's path: a value that makes a `.` or `..` segment (which URL parsing removes) is
+    /// refused, and the parsed path must start with the template's literal path and have as many
+    /// segments as the template.
+    pub fn render_url(&self, values: &Values<'_>) -> Result<Url, String> {
+        let (text, spans) = self.render_with(Encoding::UrlComponent, |part| filled(part, values))?;
+        self.keeps_path(&text, &spans)
+    }
+
+    /// At start: a URL template must keep its own path with every placeholder filled in, so a
+    /// literal `.` or `..` segment (which parsing removes) cannot make every call fail.
+    pub fn check_url(&self) -> Result<(), String> {
+        let (text, spans) = self.render_with(Encoding::UrlComponent, |_| (String::new(), "x".to_owned()))?;
+        self.keeps_path(&text, &spans).map(|_| ())
+    }
+
+    /// The rendered text and where each placeholder's value went; `fill` gives a placeholder's
+    /// description and value.
+    fn render_with(
+        &self,
+        encoding: Encoding,
+        fill: impl Fn(&Part) -> (String, String),
+    ) -> Result<(String, Vec<Span>), String> {
         let mut out = String::new();
+        let mut spans = Vec::new();
         for part in &self.parts {
-            let (what, value) = match part {
-                Part::Literal(text) => {
-                    out.push_str(text);
-                    continue;
-                }
-                Part::Arg(name) => (
-                    format!("argument `{name}`"),
-                    values.arguments.get(name).map(value_text).unwrap_or_default(),
-                ),
-                Part::Form { form, field, .. } => (
-                    format!("form field `{form}.{field}`"),
-                    form_value(part, values).as_ref().map(value_text).unwrap_or_default(),
-                ),
-            };
+            if let Part::Literal(text) = part {
+                out.push_str(text);
+                continue;
+            }
+            let (what, value) = fill(part);
+            let start = out.len();
             match encoding {
                 Encoding::UrlComponent => out.extend(utf8_percent_encode(&value, COMPONENT)),
                 Encoding::Header if value.chars().any(|c| c.is_control()) => {
@@ -127,10 +159,109 @@ impl Template {
                     ));
                 }
                 Encoding::Header | Encoding::Text => out.push_str(&value),
+                Encoding::Shown => shown(&value, &mut out),
             }
+            spans.push(Span {
+                what,
+                range: start..out.len(),
+            });
         }
-        Ok(out)
+        Ok((out, spans))
     }
+
+    /// Parses `text`, rendered from this template with `spans`, and checks it keeps the template's
+    /// path. Hand-written because no URL crate answers "did this value change the path's shape".
+    fn keeps_path(&self, text: &str, spans: &[Span]) -> Result<Url, String> {
+        let url = Url::parse(text).map_err(|e| format!("the arguments make an invalid URL: {e}"))?;
+        let path = path_range(text);
+        let mut start = path.start;
+        for segment in text[path.clone()].split(['/', '\\']) {
+            let end = start + segment.len();
+            if is_dot_segment(segment) {
+                return Err(
+                    match spans.iter().find(|s| s.range.start <= end && s.range.end >= start) {
+                        Some(span) => format!(
+                            "{} is not allowed: it would make the path segment `{segment}`, which moves \
+                             the request to another path",
+                            span.what
+                        ),
+                        None => format!("the URL has the path segment `{segment}`, which parsing removes"),
+                    },
+                );
+            }
+            start = end + 1;
+        }
+        let segments = text[path].matches(['/', '\\']).count().max(1);
+        let prefix = Url::parse(self.static_prefix()).map_err(|e| format!("the URL's prefix is invalid: {e}"))?;
+        if !url.path().starts_with(prefix.path()) || url.path().matches('/').count() != segments {
+            return Err("the URL would not keep its template's path".into());
+        }
+        Ok(url)
+    }
+}
+
+/// A placeholder's description and the text of its value.
+fn filled(part: &Part, values: &Values<'_>) -> (String, String) {
+    match part {
+        Part::Arg(name) => (
+            format!("argument `{name}`"),
+            values.arguments.get(name).map(value_text).unwrap_or_default(),
+        ),
+        Part::Form { form, field, .. } => (
+            format!("form field `{form}.{field}`"),
+            form_value(part, values).as_ref().map(value_text).unwrap_or_default(),
+        ),
+        Part::Literal(text) => (String::new(), text.clone()),
+    }
+}
+
+/// The byte range of a URL's path in `text`: after the authority, up to the query or fragment.
+/// `\` ends the authority as `/` does, as http(s) URL parsing treats it.
+fn path_range(text: &str) -> Range<usize> {
+    let authority = text.find("://").map_or(0, |i| i + 3);
+    let start = text[authority..]
+        .find(['/', '\\', '?', '#'])
+        .map_or(text.len(), |i| authority + i);
+    let end = text[start..].find(['?', '#']).map_or(text.len(), |i| start + i);
+    start..end
+}
+
+/// `.` or `..`, also percent-encoded (`%2e`, any case), which URL parsing removes with the segment
+/// before it.
+fn is_dot_segment(segment: &str) -> bool {
+    let lower = segment.to_ascii_lowercase();
+    matches!(lower.as_str(), "." | "%2e" | ".." | ".%2e" | "%2e." | "%2e%2e")
+}
+
+/// Writes `value` with every bidi control and invisible character as its code point (`U+202E`):
+/// they could make a shown value read differently (`"\u{202e}0001\u{202c}"` displays as "1000").
+fn shown(value: &str, out: &mut String) {
+    for c in value.chars() {
+        if is_invisible(c) {
+            out.push_str(&format!("U+{:04X}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// Bidi controls (the Unicode `Bidi_Control` property) and characters that display as nothing:
+/// zero-width spaces and joiners, word joiner, invisible operators, byte order mark, soft hyphen,
+/// Mongolian vowel separator.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{200E}'
+            | '\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{200B}'..='\u{200D}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{FEFF}'
+            | '\u{00AD}'
+            | '\u{180E}'
+    )
 }
 
 /// Parses one placeholder's name.
@@ -240,6 +371,111 @@ mod tests {
         .expect("render");
         assert_eq!(url, "https://api.test/users/..%2Fadmin%3Fx%3D1%23?q=a%20b%26c%3Dd");
         assert_eq!(t.static_prefix(), "https://api.test/users/");
+    }
+
+    fn render_url(template: &Template, arguments: Value) -> Result<Url, String> {
+        let arguments = arguments.as_object().expect("object").clone();
+        let forms = HashMap::new();
+        template.render_url(&Values {
+            arguments: &arguments,
+            forms: &forms,
+        })
+    }
+
+    #[test]
+    fn url_values_cannot_make_dot_segments() {
+        let t = parse(
+            "https://api.test/api/repos/{{args.owner}}/{{args.repo}}?q={{args.q}}",
+            &["owner", "repo", "q"],
+        )
+        .expect("template");
+        for (owner, repo, refused) in [
+            ("..", "me", "owner"),
+            (".", "me", "owner"),
+            ("octo", "..", "repo"),
+            ("octo", ".", "repo"),
+        ] {
+            let error = render_url(&t, json!({"owner": owner, "repo": repo})).expect_err(owner);
+            assert!(
+                error.contains(&format!("argument `{refused}` is not allowed")),
+                "{owner}/{repo}: {error}"
+            );
+        }
+        let fine = render_url(&t, json!({"owner": "octo", "repo": "hello", "q": ".."})).expect("dots in a query");
+        assert_eq!(fine.as_str(), "https://api.test/api/repos/octo/hello?q=..");
+
+        // A segment made of a literal and a value is checked whole.
+        let t = parse("https://api.test/files/.{{args.name}}/raw", &["name"]).expect("template");
+        assert!(render_url(&t, json!({"name": "."})).is_err());
+        assert!(render_url(&t, json!({})).is_err(), "an empty value leaves `.`");
+        assert_eq!(
+            render_url(&t, json!({"name": "git"})).expect("render").path(),
+            "/files/.git/raw"
+        );
+    }
+
+    #[test]
+    fn encoded_dots_and_backslashes_stay_inside_their_segment() {
+        let t = parse("https://api.test/api/repos/{{args.owner}}/me", &["owner"]).expect("template");
+        for (owner, segment) in [
+            ("%2e%2e", "%252e%252e"),
+            ("%2E.", "%252E."),
+            (".%2E", ".%252E"),
+            ("..\\..", "..%5C.."),
+            ("\\..", "%5C.."),
+            ("../..", "..%2F.."),
+            (".\t.", ".%09."),
+            ("..%2f..", "..%252f.."),
+            ("\u{ff0e}\u{ff0e}", "%EF%BC%8E%EF%BC%8E"),
+            ("...", "..."),
+        ] {
+            let url = render_url(&t, json!({ "owner": owner })).expect(owner);
+            assert_eq!(url.path(), format!("/api/repos/{segment}/me"), "{owner:?}");
+        }
+    }
+
+    #[test]
+    fn url_templates_that_parsing_rewrites_are_refused_at_start() {
+        for text in [
+            "https://api.test/a/../{{args.x}}",
+            "https://api.test/a/./{{args.x}}",
+            "https://api.test/a/%2E%2e/{{args.x}}",
+        ] {
+            let t = parse(text, &["x"]).expect("template");
+            assert!(t.check_url().is_err(), "{text}");
+        }
+        for text in [
+            "https://api.test/a/{{args.x}}",
+            "https://api.test/a/{{args.x}}.git?q={{args.x}}",
+            "https://api.test/a//{{args.x}}/",
+            "https://api.test/{{args.x}}",
+            "https://api.test/a\\{{args.x}}",
+        ] {
+            let t = parse(text, &["x"]).expect("template");
+            t.check_url().unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+    }
+
+    #[test]
+    fn shown_values_make_bidi_controls_and_invisible_characters_visible() {
+        let t = parse("Pay {{args.amount}} EUR to {{args.payee}}?", &["amount", "payee"]).expect("template");
+        let text = render(
+            &t,
+            json!({"amount": "\u{202e}0001\u{202c}", "payee": "Bob\u{200b}\u{2066}\u{feff}\u{061c} مرحبا 🦀"}),
+            Encoding::Shown,
+        )
+        .expect("render");
+        assert_eq!(
+            text,
+            "Pay U+202E0001U+202C EUR to BobU+200BU+2066U+FEFFU+061C مرحبا 🦀?"
+        );
+        for c in ['\u{200e}', '\u{200f}', '\u{202a}', '\u{2069}', '\u{200d}', '\u{2060}'] {
+            let text = render(&t, json!({ "amount": c.to_string() }), Encoding::Shown).expect("render");
+            assert!(
+                !text.contains(c) && text.contains(&format!("U+{:04X}", u32::from(c))),
+                "{text}"
+            );
+        }
     }
 
     #[test]
