@@ -27,6 +27,11 @@ pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id")
 const PROTOCOL_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
+/// Messages in one JSON-RPC batch; a larger batch is refused whole.
+const MAX_BATCH_MESSAGES: usize = 64;
+/// The size of a batch's answer after which its remaining requests are not handled.
+const MAX_BATCH_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
 /// A refused HTTP request.
 #[derive(Debug)]
 pub struct Refusal {
@@ -368,7 +373,9 @@ async fn initialize(
     }
 }
 
-/// JSON-RPC batches, which only 2025-03-26 allows.
+/// JSON-RPC batches, which only 2025-03-26 allows. A batch holds at most `MAX_BATCH_MESSAGES`
+/// messages, or none of it is handled; once the answers pass `MAX_BATCH_ANSWER_BYTES`, the
+/// remaining requests are not handled and each gets an error saying so.
 async fn handle_batch(
     state: &AppState,
     headers: &HeaderMap,
@@ -396,26 +403,40 @@ async fn handle_batch(
             session.protocol_version
         )));
     }
+    if items.len() > MAX_BATCH_MESSAGES {
+        return Err(refuse(format!(
+            "Invalid Request: the batch is too large: it holds {} messages and the limit is {MAX_BATCH_MESSAGES}",
+            items.len()
+        )));
+    }
     let mut responses = Vec::new();
+    let mut answer_bytes = 0;
     for item in items {
-        match jsonrpc::classify(item) {
-            Err((id, error)) => responses.push(jsonrpc::error_response(id.as_ref(), &error)),
-            Ok(Message::Request { id, method, .. }) if method == "initialize" => {
-                responses.push(jsonrpc::error_response(
-                    Some(&id),
-                    &RpcError::new(INVALID_REQUEST, "Invalid Request: initialize cannot be part of a batch"),
-                ))
-            }
+        let response = match jsonrpc::classify(item) {
+            Err((id, error)) => jsonrpc::error_response(id.as_ref(), &error),
+            Ok(Message::Request { id, method, .. }) if method == "initialize" => jsonrpc::error_response(
+                Some(&id),
+                &RpcError::new(INVALID_REQUEST, "Invalid Request: initialize cannot be part of a batch"),
+            ),
+            Ok(Message::Request { id, .. }) if answer_bytes > MAX_BATCH_ANSWER_BYTES => jsonrpc::error_response(
+                Some(&id),
+                &RpcError::new(
+                    INVALID_REQUEST,
+                    format!(
+                        "Invalid Request: not handled: the batch's answer passed its limit of {MAX_BATCH_ANSWER_BYTES} bytes; send this request again on its own"
+                    ),
+                ),
+            ),
             Ok(Message::Request { id, method, params }) => {
-                responses.push(
-                    match methods::handle(state, &session, principal, &method, params, None).await {
-                        Ok(result) => jsonrpc::result_response(&id, result),
-                        Err(error) => jsonrpc::error_response(Some(&id), &error),
-                    },
-                );
+                match methods::handle(state, &session, principal, &method, params, None).await {
+                    Ok(result) => jsonrpc::result_response(&id, result),
+                    Err(error) => jsonrpc::error_response(Some(&id), &error),
+                }
             }
-            Ok(Message::Notification { .. } | Message::Response { .. }) => {}
-        }
+            Ok(Message::Notification { .. } | Message::Response { .. }) => continue,
+        };
+        answer_bytes += response.to_string().len();
+        responses.push(response);
     }
     if responses.is_empty() {
         Ok(accepted())
