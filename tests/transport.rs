@@ -804,3 +804,60 @@ backend_test!(
         server.stop().await;
     }
 );
+
+backend_test!(
+    async fn a_session_holds_at_most_four_streams_per_replica(backend: Backend) {
+        let (_database, server) = setup(backend, "").await;
+        let mut client = server.client();
+        client.initialize().await;
+        let get = async || {
+            client
+                .http
+                .get(&server.url)
+                .header("accept", "text/event-stream")
+                .header("mcp-protocol-version", "2025-11-25")
+                .header("mcp-session-id", client.session.clone().expect("session"))
+                .send()
+                .await
+                .expect("GET")
+        };
+        let mut streams = Vec::new();
+        for _ in 0..4 {
+            let mut stream = client.open_stream(None).await;
+            assert!(stream.next_event(WAIT).await.is_some(), "priming");
+            streams.push(stream);
+        }
+        let refused = get().await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["content-type"], "application/json");
+        let body: Value = refused.json().await.expect("JSON body");
+        assert_eq!(body["error"]["code"], -32600);
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("4 open streams")),
+            "{body}"
+        );
+        // Another session is not affected.
+        let mut other = server.client();
+        other.initialize().await;
+        let mut other_stream = other.open_stream(None).await;
+        assert!(other_stream.next_event(WAIT).await.is_some(), "priming");
+
+        // Closing one frees its place once the server notices (at the next keep-alive).
+        drop(streams.pop());
+        let reopened = eventually("a stream's place freed", async || {
+            let response = get().await;
+            if response.status() == StatusCode::OK {
+                return Some(response);
+            }
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+            None
+        })
+        .await;
+        assert_eq!(reopened.headers()["content-type"], "text/event-stream");
+        assert_eq!(get().await.status(), StatusCode::TOO_MANY_REQUESTS, "full again");
+        drop(reopened);
+        server.stop().await;
+    }
+);

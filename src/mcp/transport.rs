@@ -31,6 +31,8 @@ const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 const MAX_BATCH_MESSAGES: usize = 64;
 /// The size of a batch's answer after which its remaining requests are not handled.
 const MAX_BATCH_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+/// Open GET streams per session on one replica.
+const MAX_STREAMS_PER_SESSION: usize = 4;
 
 /// A refused HTTP request.
 #[derive(Debug)]
@@ -478,7 +480,19 @@ pub async fn get(
                     })?,
             ),
         };
-        stream::open(&state, &session, resume_after)
+        let slot = state
+            .bus
+            .claim_stream(&session.id, MAX_STREAMS_PER_SESSION)
+            .ok_or_else(|| {
+                tracing::info!(session = ?session.id, "refused a GET stream over the per-session limit");
+                Refusal::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "Too Many Requests: this session already has {MAX_STREAMS_PER_SESSION} open streams on this server; close one first"
+                    ),
+                )
+            })?;
+        stream::open(&state, &session, resume_after, slot)
             .await
             .map_err(|e| Refusal::internal("opening event stream failed", &e))
     };
