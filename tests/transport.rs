@@ -719,3 +719,145 @@ backend_test!(
         server.stop().await;
     }
 );
+
+/// A 2025-03-26 batch of `count` requests built by `request(id)`.
+fn batch_of(count: usize, request: impl Fn(usize) -> Value) -> Value {
+    Value::Array((1..=count).map(request).collect())
+}
+
+fn set_level(level: &str) -> impl Fn(usize) -> Value {
+    move |id| json!({"jsonrpc": "2.0", "id": id, "method": "logging/setLevel", "params": {"level": level}})
+}
+
+backend_test!(
+    async fn batches_over_the_cap_are_refused_whole(backend: Backend) {
+        let (database, server) = setup(backend, "").await;
+        let mut client = server.client();
+        client.initialize_with("2025-03-26", json!({})).await;
+        let levels = async |level: &str| {
+            let sql = match level {
+                "warning" => "SELECT COUNT(*) FROM sessions WHERE log_level = 'warning'",
+                _ => "SELECT COUNT(*) FROM sessions WHERE log_level = 'debug'",
+            };
+            database.query_count(sql).await
+        };
+        let at_cap = client.post_raw(&batch_of(64, set_level("warning")), &[]).await;
+        assert_eq!(at_cap.status, StatusCode::OK, "{}", at_cap.body);
+        let answers = at_cap.body.as_array().expect("array of responses");
+        assert_eq!(answers.len(), 64);
+        assert!(answers.iter().all(|a| a["result"] == json!({})), "{}", at_cap.body);
+        assert_eq!(levels("warning").await, 1);
+
+        let over = client.post_raw(&batch_of(65, set_level("debug")), &[]).await;
+        assert_eq!(over.status, StatusCode::BAD_REQUEST);
+        assert_eq!(over.body["error"]["code"], -32600);
+        let message = over.body["error"]["message"].as_str().expect("message");
+        assert!(
+            message.contains("too large") && message.contains("65") && message.contains("64"),
+            "{message}"
+        );
+        assert_eq!(levels("debug").await, 0, "no message of the refused batch was handled");
+        assert_eq!(levels("warning").await, 1);
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    async fn a_batch_stops_handling_requests_once_its_answer_is_too_large(backend: Backend) {
+        // Ten tools with 64 KiB descriptions on one page: each tools/list answer is over 640 KiB,
+        // so the answer's 4 MiB limit is reached after seven of them.
+        let description = "x".repeat(64 * 1024);
+        let mut toml = String::from("[mcp]\npage_size = 50\n");
+        for n in 0..10 {
+            toml.push_str(&format!(
+                "[[tools]]\nname = \"t{n}\"\ndescription = \"{description}\"\nhttp = {{ url = \"http://127.0.0.1:9/\" }}\n"
+            ));
+        }
+        let (database, server) = setup(backend, &toml).await;
+        let mut client = server.client();
+        client.initialize_with("2025-03-26", json!({})).await;
+        let mut batch = batch_of(63, |id| json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}));
+        batch.as_array_mut().expect("array").push(set_level("debug")(64));
+        let reply = client.post_raw(&batch, &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        let answers = reply.body.as_array().expect("array of responses");
+        assert_eq!(answers.len(), 64, "every request is answered");
+        let handled = answers.iter().filter(|a| a.get("result").is_some()).count();
+        assert_eq!(handled, 7, "handled until the answer passed 4 MiB");
+        for answer in &answers[handled..] {
+            assert_eq!(answer["error"]["code"], -32600);
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("not handled") && m.contains("4194304 bytes")),
+                "{answer}"
+            );
+        }
+        assert_eq!(answers[63]["id"], 64);
+        assert_eq!(
+            database
+                .query_count("SELECT COUNT(*) FROM sessions WHERE log_level IS NOT NULL")
+                .await,
+            0,
+            "the setLevel past the limit was not handled"
+        );
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    async fn a_session_holds_at_most_four_streams_per_replica(backend: Backend) {
+        let (_database, server) = setup(backend, "").await;
+        let mut client = server.client();
+        client.initialize().await;
+        let get = async || {
+            client
+                .http
+                .get(&server.url)
+                .header("accept", "text/event-stream")
+                .header("mcp-protocol-version", "2025-11-25")
+                .header("mcp-session-id", client.session.clone().expect("session"))
+                .send()
+                .await
+                .expect("GET")
+        };
+        let mut streams = Vec::new();
+        for _ in 0..4 {
+            let mut stream = client.open_stream(None).await;
+            assert!(stream.next_event(WAIT).await.is_some(), "priming");
+            streams.push(stream);
+        }
+        let refused = get().await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["content-type"], "application/json");
+        let body: Value = refused.json().await.expect("JSON body");
+        assert_eq!(body["error"]["code"], -32600);
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("4 open streams")),
+            "{body}"
+        );
+        // Another session is not affected.
+        let mut other = server.client();
+        other.initialize().await;
+        let mut other_stream = other.open_stream(None).await;
+        assert!(other_stream.next_event(WAIT).await.is_some(), "priming");
+
+        // Closing one frees its place once the server notices (at the next keep-alive).
+        drop(streams.pop());
+        let reopened = eventually("a stream's place freed", async || {
+            let response = get().await;
+            if response.status() == StatusCode::OK {
+                return Some(response);
+            }
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+            None
+        })
+        .await;
+        assert_eq!(reopened.headers()["content-type"], "text/event-stream");
+        assert_eq!(get().await.status(), StatusCode::TOO_MANY_REQUESTS, "full again");
+        drop(reopened);
+        server.stop().await;
+    }
+);

@@ -27,6 +27,9 @@ struct Hub {
     wakers: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
     /// Two calls of one session may wait on the same (reused) elicitation: each gets the answer.
     answers: Mutex<HashMap<ElicitationId, Vec<mpsc::Sender<ClientAction>>>>,
+    /// Open GET streams per session on this replica (in-call waits also subscribe to `wakers`,
+    /// so their receivers do not count streams).
+    streams: Mutex<HashMap<SessionId, usize>>,
     cache: Arc<SessionCache>,
     connections: Arc<ConnectionCache>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
@@ -38,6 +41,7 @@ impl Hub {
         Self {
             wakers: Mutex::new(HashMap::new()),
             answers: Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::new()),
             cache,
             connections,
             connected: AtomicBool::new(in_process),
@@ -102,6 +106,19 @@ impl Hub {
         }
     }
 
+    fn claim_stream(self: &Arc<Self>, session: &SessionId, limit: usize) -> Option<StreamSlot> {
+        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
+        let open = streams.entry(session.clone()).or_insert(0);
+        if *open >= limit {
+            return None;
+        }
+        *open += 1;
+        Some(StreamSlot {
+            hub: self.clone(),
+            session: session.clone(),
+        })
+    }
+
     fn sessions_with_streams(&self) -> Vec<SessionId> {
         self.lock()
             .iter()
@@ -137,6 +154,24 @@ impl Drop for AnswerReceiver {
             waiters.retain(|sender| !sender.is_closed());
             if waiters.is_empty() {
                 answers.remove(&self.elicitation);
+            }
+        }
+    }
+}
+
+/// One open GET stream of a session on this replica; dropping it frees its place.
+pub struct StreamSlot {
+    hub: Arc<Hub>,
+    session: SessionId,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut streams = self.hub.streams.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = streams.get_mut(&self.session) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                streams.remove(&self.session);
             }
         }
     }
@@ -194,6 +229,12 @@ impl Bus {
     /// A receiver that changes whenever the session's log or record may have changed.
     pub fn subscribe(&self, session: &SessionId) -> watch::Receiver<u64> {
         self.hub.subscribe(session)
+    }
+
+    /// A place for one more GET stream of `session` on this replica, or `None` when `limit`
+    /// streams are open here already.
+    pub fn claim_stream(&self, session: &SessionId, limit: usize) -> Option<StreamSlot> {
+        self.hub.claim_stream(session, limit)
     }
 
     /// Waits here for the client's answer to the `elicitation/create` for `elicitation`, until
@@ -299,6 +340,23 @@ mod tests {
         );
         drop(second);
         assert!(hub.answers.lock().expect("lock").is_empty(), "nothing left behind");
+    }
+
+    #[test]
+    fn stream_slots_are_counted_per_session_and_freed_on_drop() {
+        let hub = Arc::new(Hub::new(
+            Arc::new(SessionCache::new(4)),
+            Arc::new(ConnectionCache::new(4)),
+            true,
+        ));
+        let (a, b) = (SessionId::generate(), SessionId::generate());
+        let first = hub.claim_stream(&a, 2).expect("first");
+        let _second = hub.claim_stream(&a, 2).expect("second");
+        assert!(hub.claim_stream(&a, 2).is_none(), "the limit is reached");
+        assert!(hub.claim_stream(&b, 2).is_some(), "another session has its own count");
+        drop(first);
+        let _third = hub.claim_stream(&a, 2).expect("a dropped slot is free again");
+        assert!(hub.claim_stream(&a, 2).is_none());
     }
 
     #[tokio::test]

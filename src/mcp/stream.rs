@@ -17,17 +17,20 @@ use tokio_util::sync::CancellationToken;
 
 use super::PRIMING_SINCE;
 use crate::domain::SessionId;
+use crate::events::StreamSlot;
 use crate::state::AppState;
 use crate::store::{SessionRecord, Store, StoreError};
 
 /// Events read from the log per query.
 const BATCH: i64 = 100;
 
-/// Opens the stream: `resume_after` is the client's `Last-Event-ID`.
+/// Opens the stream: `resume_after` is the client's `Last-Event-ID`; `slot` is its place among
+/// the session's streams on this replica, held until the stream ends.
 pub async fn open(
     state: &AppState,
     session: &SessionRecord,
     resume_after: Option<i64>,
+    slot: StreamSlot,
 ) -> Result<Response, StoreError> {
     // Subscribe before the first read, so an event appended in between still wakes the stream.
     let wake = state.bus.subscribe(&session.id);
@@ -48,6 +51,7 @@ pub async fn open(
         shutdown: state.shutdown.clone(),
         retry: state.config.server.sse_retry,
         closing: false,
+        _slot: slot,
     };
     let events = futures::stream::unfold(reader, Reader::next);
     let keep_alive = KeepAlive::new().interval(state.config.server.sse_keep_alive);
@@ -66,6 +70,7 @@ struct Reader {
     shutdown: CancellationToken,
     retry: Duration,
     closing: bool,
+    _slot: StreamSlot,
 }
 
 /// What one read of the session's log found.

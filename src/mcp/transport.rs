@@ -27,6 +27,13 @@ pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id")
 const PROTOCOL_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
+/// Messages in one JSON-RPC batch; a larger batch is refused whole.
+const MAX_BATCH_MESSAGES: usize = 64;
+/// The size of a batch's answer after which its remaining requests are not handled.
+const MAX_BATCH_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+/// Open GET streams per session on one replica.
+const MAX_STREAMS_PER_SESSION: usize = 4;
+
 /// A refused HTTP request.
 #[derive(Debug)]
 pub struct Refusal {
@@ -368,7 +375,9 @@ async fn initialize(
     }
 }
 
-/// JSON-RPC batches, which only 2025-03-26 allows.
+/// JSON-RPC batches, which only 2025-03-26 allows. A batch holds at most `MAX_BATCH_MESSAGES`
+/// messages, or none of it is handled; once the answers pass `MAX_BATCH_ANSWER_BYTES`, the
+/// remaining requests are not handled and each gets an error saying so.
 async fn handle_batch(
     state: &AppState,
     headers: &HeaderMap,
@@ -396,26 +405,40 @@ async fn handle_batch(
             session.protocol_version
         )));
     }
+    if items.len() > MAX_BATCH_MESSAGES {
+        return Err(refuse(format!(
+            "Invalid Request: the batch is too large: it holds {} messages and the limit is {MAX_BATCH_MESSAGES}",
+            items.len()
+        )));
+    }
     let mut responses = Vec::new();
+    let mut answer_bytes = 0;
     for item in items {
-        match jsonrpc::classify(item) {
-            Err((id, error)) => responses.push(jsonrpc::error_response(id.as_ref(), &error)),
-            Ok(Message::Request { id, method, .. }) if method == "initialize" => {
-                responses.push(jsonrpc::error_response(
-                    Some(&id),
-                    &RpcError::new(INVALID_REQUEST, "Invalid Request: initialize cannot be part of a batch"),
-                ))
-            }
+        let response = match jsonrpc::classify(item) {
+            Err((id, error)) => jsonrpc::error_response(id.as_ref(), &error),
+            Ok(Message::Request { id, method, .. }) if method == "initialize" => jsonrpc::error_response(
+                Some(&id),
+                &RpcError::new(INVALID_REQUEST, "Invalid Request: initialize cannot be part of a batch"),
+            ),
+            Ok(Message::Request { id, .. }) if answer_bytes > MAX_BATCH_ANSWER_BYTES => jsonrpc::error_response(
+                Some(&id),
+                &RpcError::new(
+                    INVALID_REQUEST,
+                    format!(
+                        "Invalid Request: not handled: the batch's answer passed its limit of {MAX_BATCH_ANSWER_BYTES} bytes; send this request again on its own"
+                    ),
+                ),
+            ),
             Ok(Message::Request { id, method, params }) => {
-                responses.push(
-                    match methods::handle(state, &session, principal, &method, params, None).await {
-                        Ok(result) => jsonrpc::result_response(&id, result),
-                        Err(error) => jsonrpc::error_response(Some(&id), &error),
-                    },
-                );
+                match methods::handle(state, &session, principal, &method, params, None).await {
+                    Ok(result) => jsonrpc::result_response(&id, result),
+                    Err(error) => jsonrpc::error_response(Some(&id), &error),
+                }
             }
-            Ok(Message::Notification { .. } | Message::Response { .. }) => {}
-        }
+            Ok(Message::Notification { .. } | Message::Response { .. }) => continue,
+        };
+        answer_bytes += response.to_string().len();
+        responses.push(response);
     }
     if responses.is_empty() {
         Ok(accepted())
@@ -457,7 +480,19 @@ pub async fn get(
                     })?,
             ),
         };
-        stream::open(&state, &session, resume_after)
+        let slot = state
+            .bus
+            .claim_stream(&session.id, MAX_STREAMS_PER_SESSION)
+            .ok_or_else(|| {
+                tracing::info!(session = ?session.id, "refused a GET stream over the per-session limit");
+                Refusal::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "Too Many Requests: this session already has {MAX_STREAMS_PER_SESSION} open streams on this server; close one first"
+                    ),
+                )
+            })?;
+        stream::open(&state, &session, resume_after, slot)
             .await
             .map_err(|e| Refusal::internal("opening event stream failed", &e))
     };
