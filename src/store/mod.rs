@@ -262,8 +262,9 @@ pub trait Store: Send + Sync + 'static {
     /// a stream. `None` when the session does not exist.
     async fn delivered_seq(&self, session: &SessionId) -> Result<Option<i64>, StoreError>;
 
-    /// Stores a new pending elicitation, or returns the one already pending for the same
-    /// principal, session, requirement and call key (two concurrent calls get the same one).
+    /// Stores a new pending elicitation, or returns the one already pending and unexpired for the
+    /// same ask (two concurrent calls get the same one). One pending past its expiry is marked
+    /// expired first and never handed out again.
     async fn insert_elicitation(&self, elicitation: &ElicitationRecord) -> Result<ElicitationRecord, StoreError>;
 
     /// The elicitation for this ask that is pending and unexpired at `now`.

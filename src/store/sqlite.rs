@@ -21,6 +21,7 @@ use super::{
     FormValuesRecord, OAuthFlowRecord, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
+use crate::private_file::create_private_file;
 
 type Tx<'a> = sqlx::Transaction<'a, Sqlite>;
 type QueryAs<'q, R> = sqlx::query::QueryAs<'q, Sqlite, R, SqliteArguments>;
@@ -132,15 +133,8 @@ fn in_memory(url: &str) -> bool {
 /// it 0644 (less the umask), and the process umask is the operator's, not ours to change; so the
 /// file is made here, empty, before sqlx opens it. SQLite gives the `-wal` and `-shm` files it
 /// creates beside it the database file's permissions. An existing file keeps its mode.
-#[cfg(unix)]
 fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
+    match create_private_file(path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(StoreError::Database(sqlx::Error::Io(std::io::Error::new(
@@ -148,11 +142,6 @@ fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
             format!("cannot create the SQLite database {}: {e}", path.display()),
         )))),
     }
-}
-
-#[cfg(not(unix))]
-fn create_private(_path: &std::path::Path) -> Result<(), StoreError> {
-    Ok(())
 }
 
 fn millis(at: DateTime<Utc>) -> i64 {

@@ -11,6 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 
 use super::keys::{KeyBytes, decode_key, wipe};
 use super::{KeyRing, VaultError};
+use crate::private_file::{create_private_dir, create_private_file};
 
 /// A key file holds one base64 key and a newline; anything much larger is not a key file.
 const KEY_FILE_MAX_LEN: u64 = 1024;
@@ -124,30 +125,4 @@ fn check_private(meta: &fs::Metadata) -> Result<(), String> {
 #[cfg(not(unix))]
 fn check_private(_meta: &fs::Metadata) -> Result<(), String> {
     Ok(())
-}
-
-#[cfg(unix)]
-fn create_private_file(path: &Path) -> io::Result<fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-}
-
-#[cfg(not(unix))]
-fn create_private_file(path: &Path) -> io::Result<fs::File> {
-    fs::OpenOptions::new().write(true).create_new(true).open(path)
-}
-
-#[cfg(unix)]
-fn create_private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
-}
-
-#[cfg(not(unix))]
-fn create_private_dir(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new().recursive(true).create(dir)
 }
