@@ -126,3 +126,36 @@ async fn a_store_error_behind_a_page_is_logged_and_shown_as_a_generic_500() {
     assert!(logged.contains("/connections"), "and the request it broke: {logged}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_post_accepts_the_loopback_aliases_that_mcp_accepts() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, CONFIG).await;
+    let base = server.base();
+    let port = server.addr.port();
+    let browser = Browser::new();
+    let url = format!("{base}/connections/forms/key");
+
+    for origin in [format!("http://localhost:{port}"), format!("http://[::1]:{port}")] {
+        let replace = browser.get(&url).await;
+        assert_eq!(replace.status, StatusCode::OK);
+        let cancelled = browser
+            .post_form(&url, &origin, &[("action", "cancel"), ("csrf", &replace.csrf())])
+            .await;
+        assert_eq!(cancelled.status, StatusCode::SEE_OTHER, "{origin}: {}", cancelled.body);
+        assert_eq!(cancelled.location(), "/connections");
+    }
+
+    for origin in [
+        "https://evil.example".to_owned(),
+        format!("http://localhost:{}", port.wrapping_add(1)),
+        "null".to_owned(),
+    ] {
+        let replace = browser.get(&url).await;
+        let refused = browser
+            .post_form(&url, &origin, &[("action", "cancel"), ("csrf", &replace.csrf())])
+            .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{origin}");
+    }
+    server.stop().await;
+}

@@ -99,7 +99,7 @@ impl CsrfBinding {
         state.vault.mac(self.purpose, self.message(principal).as_bytes())
     }
 
-    /// A post came from our own page: no foreign `Origin`, and the page's token.
+    /// A post came from our own page: no `Origin` that `/mcp` would refuse, and the page's token.
     pub fn check(
         &self,
         state: &AppState,
@@ -107,9 +107,11 @@ impl CsrfBinding {
         principal: &Principal,
         token: &str,
     ) -> Result<(), PageError> {
+        // The same rule as `/mcp`: our public origin, a configured one, or a loopback alias of
+        // the bound port when bound to loopback.
         let cross_site = headers
             .get(ORIGIN)
-            .is_some_and(|o| o.as_bytes() != state.public_url.origin().as_bytes());
+            .is_some_and(|o| !o.to_str().is_ok_and(|o| state.origin_allowed(o)));
         if cross_site
             || !state
                 .vault
