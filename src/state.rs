@@ -145,13 +145,17 @@ impl AppState {
         self.config.server.bind.ip().is_loopback()
     }
 
-    /// The public origin, the configured extra origins, and on loopback the same port under
-    /// another loopback name (`localhost` for `127.0.0.1`).
+    /// The public origin, the configured extra origins, and, when both the public origin and the
+    /// bound address are loopback, the same port under another loopback name (`localhost` for
+    /// `127.0.0.1`). One rule for `/mcp` and the pages' form posts.
     pub fn origin_allowed(&self, origin: &str) -> bool {
         if origin == self.public_url.origin() || self.config.server.allowed_origins.iter().any(|o| o == origin) {
             return true;
         }
-        self.bound_to_loopback()
+        let public_on_loopback =
+            Url::parse(self.public_url.origin()).is_ok_and(|public| is_loopback_name(public.host_str().unwrap_or("")));
+        public_on_loopback
+            && self.bound_to_loopback()
             && Url::parse(origin).is_ok_and(|url| {
                 url.path() == "/"
                     && is_loopback_name(url.host_str().unwrap_or(""))
