@@ -683,6 +683,45 @@ backend_test!(
 );
 
 backend_test!(
+    async fn a_callback_without_its_issuer_or_with_another_providers_is_refused(backend: Backend) {
+        // The provider has an issuer, but the answer names none.
+        let silent = setup_with(backend, FakeOptions::default(), |toml| {
+            toml.replace("scopes = [", "issuer = \"https://fake.example\"\nscopes = [")
+        })
+        .await;
+        let elicitation = elicitation_for(&silent.client, "me").await;
+        let page = Browser::new().sign_in(&url_of(&elicitation)).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST);
+        assert!(page.body.contains("did not say which provider"), "{}", page.body);
+        assert_eq!(silent.database.query_count("SELECT COUNT(*) FROM connections").await, 0);
+        assert_eq!(silent.fake.stats().code_exchanges, 0);
+        silent.server.stop().await;
+
+        // Mix-up: Fake Hub has no issuer, and the answer on the shared redirect URI names another
+        // configured provider's.
+        let options = FakeOptions {
+            issuer: Some("https://other.example".into()),
+            ..FakeOptions::default()
+        };
+        let mixed = setup_with(backend, options, |toml| {
+            format!(
+                "{toml}\n[[providers]]\nid = \"other\"\nauthorize_url = \"https://other.example/authorize\"\n\
+                 token_url = \"https://other.example/token\"\nclient_id = \"c\"\nclient_secret = \"s\"\n\
+                 issuer = \"https://other.example\"\n"
+            )
+        })
+        .await;
+        let elicitation = elicitation_for(&mixed.client, "me").await;
+        let page = Browser::new().sign_in(&url_of(&elicitation)).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST);
+        assert!(page.body.contains("expected provider"), "{}", page.body);
+        assert_eq!(mixed.database.query_count("SELECT COUNT(*) FROM connections").await, 0);
+        assert_eq!(mixed.fake.stats().code_exchanges, 0);
+        mixed.server.stop().await;
+    }
+);
+
+backend_test!(
     async fn https_deployments_bind_the_browser_with_host_cookies(backend: Backend) {
         let s = setup_with(backend, FakeOptions::default(), |toml| {
             format!("[server]\npublic_url = \"https://gh.example\"\n{toml}")

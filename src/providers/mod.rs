@@ -180,6 +180,10 @@ impl Providers {
     pub fn get(&self, id: &str) -> Option<&Provider> {
         self.providers.iter().find(|p| p.id == id)
     }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Provider> {
+        self.providers.iter()
+    }
 }
 
 #[cfg(test)]

@@ -45,6 +45,8 @@ pub enum CallbackRefusal {
     OtherUser,
     #[error("The answer did not come from the expected provider.")]
     WrongIssuer,
+    #[error("The answer did not say which provider sent it.")]
+    MissingIssuer,
     #[error("The provider sent no authorization code.")]
     NoCode,
 }
@@ -106,13 +108,13 @@ impl CallbackParams {
     }
 }
 
-/// 256 random bits, base64url: the browser's cookie value.
 /// Whether a callback matches its flow.
 enum Checked<'p> {
     Matches(&'p Provider, Box<ElicitationRecord>),
     Refused(CallbackRefusal),
 }
 
+/// 256 random bits, base64url: the browser's cookie value.
 fn random_token() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
@@ -307,10 +309,8 @@ impl Connections {
         let Some(provider) = self.providers.get(&flow.provider) else {
             return Ok(Checked::Refused(CallbackRefusal::UnknownState));
         };
-        if let (Some(expected), Some(iss)) = (&provider.issuer, &params.iss)
-            && expected != iss
-        {
-            return Ok(Checked::Refused(CallbackRefusal::WrongIssuer));
+        if let Some(refusal) = self.issuer_refusal(provider, params.iss.as_deref()) {
+            return Ok(Checked::Refused(refusal));
         }
         let Some(elicitation) = self.elicitations.get(&flow.elicitation_id).await? else {
             return Ok(Checked::Refused(CallbackRefusal::UnknownState));
@@ -319,6 +319,18 @@ impl Connections {
             return Ok(Checked::Refused(CallbackRefusal::Expired));
         }
         Ok(Checked::Matches(provider, Box::new(elicitation)))
+    }
+
+    /// RFC 9207 against mix-up (every provider shares one redirect URI): a provider with an
+    /// issuer must send it, and an `iss` of another configured provider is refused in any flow.
+    fn issuer_refusal(&self, provider: &Provider, iss: Option<&str>) -> Option<CallbackRefusal> {
+        match (provider.issuer.as_deref(), iss) {
+            (Some(expected), Some(iss)) if expected == iss => None,
+            (Some(_), None) => Some(CallbackRefusal::MissingIssuer),
+            (None, None) => None,
+            (None, Some(iss)) if !self.providers.iter().any(|p| p.issuer.as_deref() == Some(iss)) => None,
+            _ => Some(CallbackRefusal::WrongIssuer),
+        }
     }
 
     /// Forgets flows that expired before `cutoff`.

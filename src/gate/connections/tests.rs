@@ -148,7 +148,7 @@ async fn callbacks_that_do_not_match_their_flow_are_refused_and_change_nothing()
             "{query}"
         );
     }
-    let (params, cookie) = started(&gate, &asked, "&code=abc").await;
+    let (params, cookie) = started(&gate, &asked, "&code=abc&iss=http%3A%2F%2F127.0.0.1%3A9").await;
     let refused = |refusal| CallbackOutcome::Refused(refusal);
 
     let unknown = CallbackParams::from_query("state=forged&code=abc").expect("params");
@@ -181,12 +181,61 @@ async fn callbacks_that_do_not_match_their_flow_are_refused_and_change_nothing()
 }
 
 #[tokio::test]
+async fn callbacks_without_their_issuer_or_with_another_providers_are_refused() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    let alice = &session.principal;
+    let connections = gate.connections();
+    let acme = fixture.ask(gate.elicitations(), &session, "acme").await;
+    let initech = fixture.ask(gate.elicitations(), &session, "initech").await;
+    let cases = [
+        (&acme, "&code=abc", CallbackRefusal::MissingIssuer),
+        (&acme, "&error=access_denied", CallbackRefusal::MissingIssuer),
+        (
+            &acme,
+            "&code=abc&iss=http%3A%2F%2F127.0.0.1%3A9%2Fglobex",
+            CallbackRefusal::WrongIssuer,
+        ),
+        // A provider without an issuer shares the redirect URI: another provider's answer
+        // (mix-up) must not pass as its own.
+        (
+            &initech,
+            "&code=abc&iss=http%3A%2F%2F127.0.0.1%3A9%2Fglobex",
+            CallbackRefusal::WrongIssuer,
+        ),
+        (
+            &initech,
+            "&code=abc&iss=http%3A%2F%2F127.0.0.1%3A9",
+            CallbackRefusal::WrongIssuer,
+        ),
+    ];
+    for (asked, extra, refusal) in cases {
+        let (params, cookie) = started(&gate, asked, extra).await;
+        let outcome = connections
+            .callback(alice, &params, Some(&cookie))
+            .await
+            .expect("callback");
+        assert_eq!(
+            outcome,
+            CallbackOutcome::Refused(refusal),
+            "{} {extra}",
+            asked.requirement
+        );
+    }
+    for asked in [&acme, &initech] {
+        let still = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
+        assert_eq!(still.status, ElicitationStatus::Pending, "refusals change nothing");
+    }
+}
+
+#[tokio::test]
 async fn a_provider_refusal_declines_and_uses_up_the_flow() {
     let fixture = Fixture::new().await;
     let gate = fixture.gate(CONFIG);
     let session = fixture.session("alice").await;
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
-    let (params, cookie) = started(&gate, &asked, "&error=access_denied").await;
+    let (params, cookie) = started(&gate, &asked, "&error=access_denied&iss=http%3A%2F%2F127.0.0.1%3A9").await;
     let connections = gate.connections();
     let outcome = connections
         .callback(&session.principal, &params, Some(&cookie))
@@ -213,7 +262,7 @@ async fn a_callback_without_a_code_fails_the_elicitation() {
     let gate = fixture.gate(CONFIG);
     let session = fixture.session("alice").await;
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
-    let (params, cookie) = started(&gate, &asked, "").await;
+    let (params, cookie) = started(&gate, &asked, "&iss=http%3A%2F%2F127.0.0.1%3A9").await;
     let outcome = gate
         .connections()
         .callback(&session.principal, &params, Some(&cookie))
@@ -230,7 +279,7 @@ async fn a_flow_for_an_elicitation_that_ended_is_refused_as_expired() {
     let gate = fixture.gate(CONFIG);
     let session = fixture.session("alice").await;
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
-    let (params, cookie) = started(&gate, &asked, "&code=abc").await;
+    let (params, cookie) = started(&gate, &asked, "&code=abc&iss=http%3A%2F%2F127.0.0.1%3A9").await;
     gate.elicitations()
         .finish(&asked, ElicitationStatus::Declined)
         .await
