@@ -654,6 +654,18 @@ backend_test!(
     }
 );
 
+/// The sign-in through `me`'s elicitation ends at a callback refused with `why`: nothing stored,
+/// no code exchanged. Stops the server.
+async fn refused_sign_in(s: Setup, why: &str) {
+    let elicitation = elicitation_for(&s.client, "me").await;
+    let page = Browser::new().sign_in(&url_of(&elicitation)).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST);
+    assert!(page.body.contains(why), "{}", page.body);
+    assert_eq!(s.database.query_count("SELECT COUNT(*) FROM connections").await, 0);
+    assert_eq!(s.fake.stats().code_exchanges, 0);
+    s.server.stop().await;
+}
+
 backend_test!(
     async fn the_issuer_is_checked_when_the_provider_sends_one(backend: Backend) {
         let options = FakeOptions {
@@ -664,13 +676,7 @@ backend_test!(
             toml.replace("scopes = [", "issuer = \"https://other.example\"\nscopes = [")
         })
         .await;
-        let elicitation = elicitation_for(&wrong.client, "me").await;
-        let page = Browser::new().sign_in(&url_of(&elicitation)).await;
-        assert_eq!(page.status, StatusCode::BAD_REQUEST);
-        assert!(page.body.contains("expected provider"), "{}", page.body);
-        assert_eq!(wrong.database.query_count("SELECT COUNT(*) FROM connections").await, 0);
-        assert_eq!(wrong.fake.stats().code_exchanges, 0);
-        wrong.server.stop().await;
+        refused_sign_in(wrong, "expected provider").await;
 
         let right = setup_with(backend, options, |toml| {
             toml.replace("scopes = [", "issuer = \"https://fake.example\"\nscopes = [")
@@ -689,13 +695,7 @@ backend_test!(
             toml.replace("scopes = [", "issuer = \"https://fake.example\"\nscopes = [")
         })
         .await;
-        let elicitation = elicitation_for(&silent.client, "me").await;
-        let page = Browser::new().sign_in(&url_of(&elicitation)).await;
-        assert_eq!(page.status, StatusCode::BAD_REQUEST);
-        assert!(page.body.contains("did not say which provider"), "{}", page.body);
-        assert_eq!(silent.database.query_count("SELECT COUNT(*) FROM connections").await, 0);
-        assert_eq!(silent.fake.stats().code_exchanges, 0);
-        silent.server.stop().await;
+        refused_sign_in(silent, "did not say which provider").await;
 
         // Mix-up: Fake Hub has no issuer, and the answer on the shared redirect URI names another
         // configured provider's.
@@ -711,13 +711,7 @@ backend_test!(
             )
         })
         .await;
-        let elicitation = elicitation_for(&mixed.client, "me").await;
-        let page = Browser::new().sign_in(&url_of(&elicitation)).await;
-        assert_eq!(page.status, StatusCode::BAD_REQUEST);
-        assert!(page.body.contains("expected provider"), "{}", page.body);
-        assert_eq!(mixed.database.query_count("SELECT COUNT(*) FROM connections").await, 0);
-        assert_eq!(mixed.fake.stats().code_exchanges, 0);
-        mixed.server.stop().await;
+        refused_sign_in(mixed, "expected provider").await;
     }
 );
 
