@@ -51,8 +51,9 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves HTTP/1.1 until `shutdown` completes, then cancels the state's shutdown token so open
-/// streams end (after a `retry:` hint), stops accepting and waits for in-flight requests.
+/// Serves HTTP/1.1 until `shutdown` completes, then closes the listening socket (new connections
+/// are refused from then on), cancels the state's shutdown token so open streams end (after a
+/// `retry:` hint) and waits for in-flight requests.
 ///
 /// HTTP/1.1 only: MCP clients and reverse proxies speak it to upstreams, and an HTTP/1-only
 /// connection costs about half the memory of one that could also be HTTP/2, which counts with
@@ -100,6 +101,9 @@ pub async fn serve(
             }
         });
     }
+    // Close the listening socket before draining: new connections are refused at once, so a
+    // proxy fails over instead of waiting in the backlog until the process exits.
+    drop(listener);
     token.cancel();
     graceful.shutdown().await;
     Ok(())

@@ -13,11 +13,13 @@ pub mod templates;
 use askama::Template;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::http::header::RETRY_AFTER;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router, middleware};
 use serde::Serialize;
 use serde_json::json;
+use std::time::Duration;
 
 use crate::mcp::MCP_PATH;
 use crate::state::AppState;
@@ -59,22 +61,31 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
+/// How long `/readyz` waits for the database: a load balancer's probe must not hang for the
+/// pool's acquire timeout during an outage.
+const READY_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The database answers, its migrations are applied and (on PostgreSQL) the bus is listening.
+/// What is known without asking comes first: a reconnecting bus answers 503 at once.
 async fn readyz(State(state): State<AppState>) -> Response {
-    let database = state.store.check_ready().await;
-    let bus = state.bus.is_connected();
-    match (&database, bus) {
-        (Ok(()), true) => Json(json!({"status": "ready"})).into_response(),
-        _ => {
-            if let Err(error) = &database {
-                tracing::warn!(%error, "not ready: database");
-            }
-            let body = json!({
-                "status": "not ready",
-                "database": if database.is_ok() { "ok" } else { "unavailable" },
-                "bus": if bus { "ok" } else { "reconnecting" },
-            });
-            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    if !state.bus.is_connected() {
+        return not_ready("unchecked", "reconnecting");
+    }
+    match tokio::time::timeout(READY_CHECK_TIMEOUT, state.store.check_ready()).await {
+        Ok(Ok(())) => Json(json!({"status": "ready"})).into_response(),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "not ready: database");
+            not_ready("unavailable", "ok")
+        }
+        Err(_) => {
+            tracing::warn!(timeout = ?READY_CHECK_TIMEOUT, "not ready: the database did not answer in time");
+            not_ready("unavailable", "ok")
         }
     }
+}
+
+/// 503 naming what is not ready, with a hint to probe again in a second.
+fn not_ready(database: &str, bus: &str) -> Response {
+    let body = json!({"status": "not ready", "database": database, "bus": bus});
+    (StatusCode::SERVICE_UNAVAILABLE, [(RETRY_AFTER, "1")], Json(body)).into_response()
 }
