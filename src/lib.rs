@@ -47,8 +47,20 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(mcp::router())
         .merge(web::router(&state))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .with_state(state)
+}
+
+/// The span every request's logs carry. It records the path only, for every route: a query can
+/// hold secrets (the OAuth callback's `code` and `state`), and tower-http's default span would
+/// record the whole URI at every debug line of the request.
+fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
+    tracing::debug_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        version = ?request.version(),
+    )
 }
 
 /// Serves HTTP/1.1 until `shutdown` completes, then closes the listening socket (new connections

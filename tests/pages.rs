@@ -159,3 +159,29 @@ async fn a_page_post_accepts_the_loopback_aliases_that_mcp_accepts() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oauth_callback_query_is_never_logged() {
+    captured_logs();
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, CONFIG).await;
+    let base = server.base();
+    let browser = Browser::new();
+    let answered = browser
+        .get(&format!(
+            "{base}/oauth/callback?code=SECRETCODE123&state=SECRETSTATE456"
+        ))
+        .await;
+    assert!(
+        answered.status.is_client_error(),
+        "an unknown flow is refused: {}",
+        answered.status
+    );
+    server.stop().await;
+    let logs = logged_text();
+    assert!(logs.contains("/oauth/callback"), "the request is logged: {logs}");
+    assert!(
+        !logs.contains("SECRETCODE123") && !logs.contains("SECRETSTATE456"),
+        "neither the code nor the state is logged: {logs}"
+    );
+}
