@@ -159,3 +159,42 @@ async fn a_page_post_accepts_the_loopback_aliases_that_mcp_accepts() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_server_refuses_pages_for_a_foreign_host() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, CONFIG).await;
+    let base = server.base();
+    let port = server.addr.port();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    for (host, allowed) in [
+        ("evil.example".to_owned(), false),
+        ("evil.example:80".to_owned(), false),
+        (format!("127.0.0.1:{port}"), true),
+        (format!("localhost:{port}"), true),
+    ] {
+        let response = http
+            .get(format!("{base}/connections"))
+            .header("host", &host)
+            .send()
+            .await
+            .expect("GET /connections");
+        let status = response.status();
+        let body = response.text().await.expect("body");
+        if allowed {
+            assert_eq!(status, StatusCode::OK, "host {host}: {body}");
+            assert!(body.contains("<h1>Your connections</h1>"), "host {host}: {body}");
+        } else {
+            assert_eq!(status, StatusCode::FORBIDDEN, "host {host}: {body}");
+            assert!(body.contains("This server does not answer to that name."), "{body}");
+            assert!(
+                !body.contains("<h1>Your connections</h1>") && !body.contains("csrf"),
+                "nothing about the user: {body}"
+            );
+        }
+    }
+    server.stop().await;
+}
