@@ -185,3 +185,75 @@ async fn the_oauth_callback_query_is_never_logged() {
         "neither the code nor the state is logged: {logs}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_server_refuses_pages_for_a_foreign_host() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, CONFIG).await;
+    let base = server.base();
+    let port = server.addr.port();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    for (host, allowed) in [
+        ("evil.example".to_owned(), false),
+        ("evil.example:80".to_owned(), false),
+        (format!("127.0.0.1:{port}"), true),
+        (format!("localhost:{port}"), true),
+    ] {
+        let response = http
+            .get(format!("{base}/connections"))
+            .header("host", &host)
+            .send()
+            .await
+            .expect("GET /connections");
+        let status = response.status();
+        let body = response.text().await.expect("body");
+        if allowed {
+            assert_eq!(status, StatusCode::OK, "host {host}: {body}");
+            assert!(body.contains("<h1>Your connections</h1>"), "host {host}: {body}");
+        } else {
+            assert_eq!(status, StatusCode::FORBIDDEN, "host {host}: {body}");
+            assert!(body.contains("This server does not answer to that name."), "{body}");
+            assert!(
+                !body.contains("<h1>Your connections</h1>") && !body.contains("csrf"),
+                "nothing about the user: {body}"
+            );
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_view_of_a_form_gets_its_own_csrf_token() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, CONFIG).await;
+    let base = server.base();
+    let browser = Browser::new();
+    let url = format!("{base}/connections/forms/key");
+
+    let first = browser.get(&url).await.csrf();
+    let second = browser.get(&url).await.csrf();
+    assert_ne!(first, second, "two views, two tokens");
+
+    let (nonce, mac) = first.split_once('.').expect("a token is nonce.mac");
+    let first_char = if nonce.starts_with('A') { "B" } else { "A" };
+    let other_nonce = format!("{first_char}{}", &nonce[1..]);
+    let forged = browser
+        .press(&url, &base, "cancel", &format!("{other_nonce}.{mac}"))
+        .await;
+    assert_eq!(
+        forged.status,
+        StatusCode::FORBIDDEN,
+        "another nonce under the same MAC: {}",
+        forged.body
+    );
+
+    for token in [&first, &second] {
+        let cancelled = browser.press(&url, &base, "cancel", token).await;
+        assert_eq!(cancelled.status, StatusCode::SEE_OTHER, "{token}: {}", cancelled.body);
+        assert_eq!(cancelled.location(), "/connections");
+    }
+    server.stop().await;
+}

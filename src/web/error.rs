@@ -54,6 +54,9 @@ pub enum PageError {
     UnknownAction(&'static str),
     #[error("the post did not come from our page")]
     Forged,
+    /// A `Host` that is not this server's name on a loopback-bound instance (DNS rebinding).
+    #[error("the Host header names another server")]
+    ForeignHost,
     #[error("the post is too large")]
     TooLarge,
     #[error("the post could not be read")]
@@ -86,7 +89,7 @@ impl PageError {
         match self {
             PageError::SignInRequired => StatusCode::UNAUTHORIZED,
             PageError::UnknownLink | PageError::UnknownRequest | PageError::UnknownForm => StatusCode::NOT_FOUND,
-            PageError::NotYours | PageError::Forged => StatusCode::FORBIDDEN,
+            PageError::NotYours | PageError::Forged | PageError::ForeignHost => StatusCode::FORBIDDEN,
             PageError::Closed(_) | PageError::EndedMeanwhile => StatusCode::GONE,
             PageError::UnknownAction(_) | PageError::Unreadable | PageError::CallbackRefused(_) => {
                 StatusCode::BAD_REQUEST
@@ -129,6 +132,9 @@ impl PageError {
                 "This form was not submitted from this page. Nothing was changed.",
                 Some("Open the link from your assistant again."),
             ),
+            PageError::ForeignHost => {
+                NoticePage::new("Unknown server", "This server does not answer to that name.", None)
+            }
             PageError::TooLarge => NoticePage::new(
                 "Too much text",
                 "The form was larger than gatehouse accepts. Nothing was saved.",

@@ -10,7 +10,10 @@ use axum::extract::{ConnectInfo, FromRequestParts, Path};
 use axum::http::header::ORIGIN;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
+use rand::RngCore;
 
 use super::error::PageError;
 use crate::domain::{ElicitationId, Principal};
@@ -76,11 +79,18 @@ impl FromRequestParts<AppState> for OwnedElicitation {
 }
 
 /// What a page's CSRF token binds its form to: a purpose and the thing it acts on (and, in the
-/// token, the principal).
+/// token, the principal). Each rendered form gets its own token, `nonce.mac`: a fresh random
+/// nonce, and a MAC over the principal, the subject and that nonce, so a token seen once (in a
+/// log, a referrer, a cached page) says nothing about the next one.
 pub struct CsrfBinding {
     purpose: &'static str,
     subject: String,
 }
+
+/// 128 random bits per form view.
+const NONCE_BYTES: usize = 16;
+/// Their base64url length, without padding.
+const NONCE_LEN: usize = 22;
 
 impl CsrfBinding {
     pub fn new(purpose: &'static str, subject: impl ToString) -> Self {
@@ -90,16 +100,23 @@ impl CsrfBinding {
         }
     }
 
-    fn message(&self, principal: &Principal) -> String {
-        format!("{principal}\n{}", self.subject)
+    fn message(&self, principal: &Principal, nonce: &str) -> String {
+        format!("{principal}\n{}\n{nonce}", self.subject)
     }
 
-    /// The token the page's form carries, bound to the principal too.
+    /// A fresh token for one rendering of the page's form, bound to the principal too.
     pub fn token(&self, state: &AppState, principal: &Principal) -> String {
-        state.vault.mac(self.purpose, self.message(principal).as_bytes())
+        let mut bytes = [0u8; NONCE_BYTES];
+        rand::rng().fill_bytes(&mut bytes);
+        let nonce = URL_SAFE_NO_PAD.encode(bytes);
+        let mac = state
+            .vault
+            .mac(self.purpose, self.message(principal, &nonce).as_bytes());
+        format!("{nonce}.{mac}")
     }
 
-    /// A post came from our own page: no `Origin` that `/mcp` would refuse, and the page's token.
+    /// A post came from our own page: no `Origin` that `/mcp` would refuse, and a token one of
+    /// the page's renderings carried.
     pub fn check(
         &self,
         state: &AppState,
@@ -112,11 +129,13 @@ impl CsrfBinding {
         let cross_site = headers
             .get(ORIGIN)
             .is_some_and(|o| !o.to_str().is_ok_and(|o| state.origin_allowed(o)));
-        if cross_site
-            || !state
-                .vault
-                .verify_mac(self.purpose, self.message(principal).as_bytes(), token)
-        {
+        let signed = token.split_once('.').is_some_and(|(nonce, mac)| {
+            nonce.len() == NONCE_LEN
+                && state
+                    .vault
+                    .verify_mac(self.purpose, self.message(principal, nonce).as_bytes(), mac)
+        });
+        if cross_site || !signed {
             return Err(PageError::Forged);
         }
         Ok(())

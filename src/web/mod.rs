@@ -34,6 +34,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(connect::router())
         .merge(forms::router())
         .merge(connections::router())
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            response::refuse_foreign_hosts,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), response::render_pages))
         .layer(middleware::map_response(response::security_headers))
 }

@@ -1,20 +1,22 @@
 //! Pages as responses. A handler returns a `PageResponse` (a page and its status); the
 //! `render_pages` layer renders it with the operator's templates, which a plain `IntoResponse`
 //! cannot reach. `security_headers` puts the page headers on every response of the
-//! browser-facing routes, errors and redirects included.
+//! browser-facing routes, errors and redirects included; `refuse_foreign_hosts` gives the pages
+//! the Host check `/mcp` has.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
+    X_FRAME_OPTIONS,
 };
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::Failure;
+use super::error::{Failure, PageError};
 use super::templates::{Page, RenderError, Templates};
 use crate::state::AppState;
 
@@ -92,6 +94,23 @@ pub async fn render_pages(State(state): State<AppState>, request: Request, next:
             failed
         }
     }
+}
+
+/// On a loopback-bound instance, a request whose `Host` is not this server's name is refused, as
+/// `/mcp` refuses it: a DNS name rebound to 127.0.0.1 must not let another site's page read ours.
+pub async fn refuse_foreign_hosts(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if state.bound_to_loopback() {
+        let host = request.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+        if !state.host_allowed(host) {
+            tracing::info!(
+                host,
+                path = request.uri().path(),
+                "refused a page request for a foreign Host"
+            );
+            return PageError::ForeignHost.into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// The headers every browser-facing response carries.
