@@ -325,17 +325,8 @@ impl Store for PostgresStore {
         if let Some(inserted) = self.record(insert).await? {
             return Ok(inserted);
         }
-        let pending = sqlx::query_as(sql!(
-            "SELECT {ELICITATION_COLUMNS} FROM elicitations
-             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
-                 AND status = 'pending' AND expires_at > $5"
-        ))
-        .bind(e.principal.as_str())
-        .bind(e.session_id.as_str())
-        .bind(&e.requirement)
-        .bind(&e.call_key)
-        .bind(e.created_at);
-        self.record(pending)
+        // Another call inserted it first: the one still pending (and unexpired) is the answer.
+        self.pending_elicitation(e.ask_key(), e.created_at)
             .await?
             .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
     }
