@@ -480,10 +480,16 @@ pub async fn get(
                     })?,
             ),
         };
-        let slot = state
-            .bus
-            .claim_stream(&session.id, MAX_STREAMS_PER_SESSION)
-            .ok_or_else(|| {
+        let slot = match resume_after {
+            // The client resumes: it has given up its older streams, which end on every replica.
+            Some(_) => state
+                .bus
+                .resume_stream(&session.id, MAX_STREAMS_PER_SESSION)
+                .await
+                .map_err(|e| Refusal::internal("announcing a resumed stream failed", &e))?,
+            None => state.bus.claim_stream(&session.id, MAX_STREAMS_PER_SESSION),
+        };
+        let slot = slot.ok_or_else(|| {
                 tracing::info!(session = ?session.id, "refused a GET stream over the per-session limit");
                 Refusal::new(
                     StatusCode::TOO_MANY_REQUESTS,
