@@ -893,3 +893,18 @@ backend_test!(
         server.stop().await;
     }
 );
+
+backend_test!(
+    async fn a_post_body_trickled_in_is_cut_off_with_408(backend: Backend) {
+        let (_database, server) = setup(backend, "[server]\nrequest_body_timeout = \"1s\"\n").await;
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Type: application/json\r\nContent-Length: 100000",
+            server.addr
+        );
+        let answer = common::raw::trickle_body(server.addr, &head, Duration::from_millis(100)).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("the request body did not arrive within 1s"), "{answer}");
+        server.stop().await;
+    }
+);

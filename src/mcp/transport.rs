@@ -172,9 +172,23 @@ async fn session(state: &AppState, headers: &HeaderMap, principal: &Principal) -
     Ok(record)
 }
 
+/// The whole body, within `server.max_request_bytes` and `server.request_body_timeout`: a body
+/// trickled in byte by byte must not hold a connection open for ever.
 async fn read_body(state: &AppState, body: Body) -> Result<Bytes, Refusal> {
     let limit = state.config.server.max_request_bytes;
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+    let deadline = state.config.server.request_body_timeout;
+    let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| {
+            Refusal::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "Request Timeout: the request body did not arrive within {}",
+                    humantime::format_duration(deadline)
+                ),
+            )
+        })?;
+    read.map_err(|e| {
         let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if too_large {
             Refusal::new(

@@ -5,17 +5,16 @@
 use std::net::SocketAddr;
 
 use askama::Template;
-use axum::extract::rejection::FormRejection;
+use axum::Router;
 use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Form, Router};
 use serde::{Deserialize, Serialize};
 
 use super::error::{NoticePage, PageError};
-use super::extract::{Browser, CsrfBinding, OwnedElicitation, when};
+use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
 use super::response::PageResponse;
 use super::templates::impl_page;
 use crate::gate::{CALLBACK_PATH, CallbackOutcome, CallbackParams};
@@ -76,14 +75,9 @@ struct ConnectForm {
 async fn act(
     State(state): State<AppState>,
     OwnedElicitation { principal, elicitation }: OwnedElicitation,
-    headers: HeaderMap,
-    form: Result<Form<ConnectForm>, FormRejection>,
+    Posted(form): Posted<ConnectForm>,
 ) -> Result<Response, PageError> {
-    // An unreadable post cannot carry our token: it did not come from the page.
-    let Ok(Form(form)) = form else {
-        return Err(PageError::Forged);
-    };
-    CsrfBinding::new(PURPOSE, elicitation.id).check(&state, &headers, &principal, &form.csrf)?;
+    CsrfBinding::new(PURPOSE, elicitation.id).check(&state, &principal, &form.csrf)?;
     match form.action.as_str() {
         "decline" => Ok(declined(&state, &elicitation, "Declined", "declined")
             .await?

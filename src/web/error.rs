@@ -61,6 +61,9 @@ pub enum PageError {
     TooLarge,
     #[error("the post could not be read")]
     Unreadable,
+    /// The post's body did not arrive whole within `server.request_body_timeout`.
+    #[error("the post did not arrive in time")]
+    TooSlow,
     #[error("the OAuth callback was refused: {0}")]
     CallbackRefused(CallbackRefusal),
     #[error("the request ended while the form was being filled in")]
@@ -95,6 +98,7 @@ impl PageError {
                 StatusCode::BAD_REQUEST
             }
             PageError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            PageError::TooSlow => StatusCode::REQUEST_TIMEOUT,
             PageError::ProviderUnavailable => StatusCode::BAD_GATEWAY,
             PageError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -144,6 +148,11 @@ impl PageError {
                 "Unreadable form",
                 "The form could not be read. Nothing was saved.",
                 Some("Open the link from your assistant again."),
+            ),
+            PageError::TooSlow => NoticePage::new(
+                "Form not received",
+                "The form did not arrive in time. Nothing was saved.",
+                Some("Go back and submit it again."),
             ),
             PageError::CallbackRefused(refusal) => NoticePage::new(
                 "Sign-in not completed",

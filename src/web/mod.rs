@@ -36,7 +36,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(connections::router())
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            response::refuse_foreign_hosts,
+            response::refuse_foreign_requests,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), response::render_pages))
         .layer(middleware::map_response(response::security_headers))

@@ -20,6 +20,7 @@ pub mod browser;
 pub mod fake_oauth;
 pub mod local;
 pub mod mcp;
+pub mod raw;
 pub mod upstream;
 pub mod web;
 
