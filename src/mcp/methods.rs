@@ -311,12 +311,13 @@ async fn gate_call(
 }
 
 fn internal(error: GateError) -> RpcError {
-    if error.is_unavailable() {
-        tracing::warn!(%error, "gate failed: the database is unavailable");
-        return RpcError::unavailable();
+    match error {
+        GateError::Store(error) => store_failure("gate failed", &error),
+        other => {
+            tracing::error!(error = %other, "gate failed");
+            RpcError::internal()
+        }
     }
-    tracing::error!(%error, "gate failed");
-    RpcError::internal()
 }
 
 /// What the client sees of a store failure, which is logged with `context`: during a database

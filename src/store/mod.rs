@@ -71,9 +71,9 @@ const OUTAGE_SQLSTATES: [&str; 3] = ["57P01", "57P02", "57P03"];
 fn is_outage(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(database) => database.code().is_some_and(|code| {
-            code.starts_with(OUTAGE_SQLSTATE_CLASS) || OUTAGE_SQLSTATES.contains(&code.as_ref())
-        }),
+        sqlx::Error::Database(database) => database
+            .code()
+            .is_some_and(|code| code.starts_with(OUTAGE_SQLSTATE_CLASS) || OUTAGE_SQLSTATES.contains(&code.as_ref())),
         _ => false,
     }
 }
