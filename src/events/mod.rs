@@ -34,6 +34,8 @@ struct Hub {
     connections: Arc<ConnectionCache>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
     connected: AtomicBool,
+    /// False while the LISTEN connection cannot be opened again: the database is down.
+    reachable: AtomicBool,
 }
 
 impl Hub {
@@ -45,6 +47,7 @@ impl Hub {
             cache,
             connections,
             connected: AtomicBool::new(in_process),
+            reachable: AtomicBool::new(true),
         }
     }
 
@@ -349,10 +352,27 @@ impl Bus {
     pub fn is_connected(&self) -> bool {
         self.hub.connected.load(Ordering::Relaxed)
     }
+
+    /// False from when this replica's lost LISTEN connection could not be opened again until it
+    /// is listening again: the database is down, and requests are refused at once instead of
+    /// each waiting for the pool's acquire timeout. A LISTEN connection that is merely cut (the
+    /// database still answering) does not count. Always true in process.
+    pub fn is_database_reachable(&self) -> bool {
+        self.hub.reachable.load(Ordering::Relaxed)
+    }
 }
 
 const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(100);
-const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(5);
+/// Small: while the database is down, requests are refused until the bus is listening again.
+const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(1);
+
+/// Why a LISTEN connection's life ended.
+enum Lost {
+    /// It could not be opened: the database refuses or does not answer.
+    Opening(sqlx::Error),
+    /// It was open and failed.
+    Dropped(sqlx::Error),
+}
 
 /// Listens for other replicas' notices until `shutdown`, reconnecting with backoff.
 pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: CancellationToken) {
@@ -361,9 +381,14 @@ pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: Cancel
     loop {
         match listen_once(&pool, hub, &shutdown).await {
             Ok(()) => return,
-            Err(error) => {
+            Err(Lost::Dropped(error)) => {
                 hub.connected.store(false, Ordering::Relaxed);
                 tracing::warn!(%error, retry_in = ?delay, "bus connection lost; reconnecting");
+            }
+            Err(Lost::Opening(error)) => {
+                hub.connected.store(false, Ordering::Relaxed);
+                hub.reachable.store(false, Ordering::Relaxed);
+                tracing::warn!(%error, retry_in = ?delay, "database unreachable; refusing requests until the bus reconnects");
             }
         }
         tokio::select! {
@@ -374,30 +399,33 @@ pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: Cancel
     }
 }
 
-/// One LISTEN connection's life. Returns Ok at shutdown and Err when the connection fails.
-async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToken) -> Result<(), sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
+/// One LISTEN connection's life. Returns Ok at shutdown and Err when the connection cannot be
+/// opened or fails.
+async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToken) -> Result<(), Lost> {
+    let mut listener = PgListener::connect_with(pool).await.map_err(Lost::Opening)?;
     // Failures surface as errors so this function, not sqlx, decides when to resync.
     listener.ignore_pool_close_event(true);
     sqlx::query("SET application_name = 'gatehouse-bus'")
         .execute(&mut listener)
-        .await?;
-    listener.listen(NOTIFY_CHANNEL).await?;
+        .await
+        .map_err(Lost::Opening)?;
+    listener.listen(NOTIFY_CHANNEL).await.map_err(Lost::Opening)?;
     hub.connected.store(true, Ordering::Relaxed);
+    hub.reachable.store(true, Ordering::Relaxed);
     // Only now, with LISTEN active, can nothing more be missed: catch up on the gap.
     hub.resync();
     tracing::debug!("bus listening");
     loop {
         let notification = tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
-            received = listener.try_recv() => received?,
+            received = listener.try_recv() => received.map_err(Lost::Dropped)?,
         };
         match notification {
             Some(notification) => match Notice::parse(notification.payload()) {
                 Some(notice) => hub.notify(&notice),
                 None => tracing::warn!(payload = notification.payload(), "ignoring unknown bus notice"),
             },
-            None => return Err(sqlx::Error::Protocol("LISTEN connection closed".into())),
+            None => return Err(Lost::Dropped(sqlx::Error::Protocol("LISTEN connection closed".into()))),
         }
     }
 }

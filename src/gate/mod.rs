@@ -51,6 +51,13 @@ pub enum GateError {
     ProviderUnavailable { provider: String, reason: String },
 }
 
+impl GateError {
+    /// The database cannot be reached right now: the request may be retried shortly.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, GateError::Store(error) if error.is_unavailable())
+    }
+}
+
 /// What every room of the gate stands on.
 #[derive(Clone)]
 pub struct Backing {

@@ -97,6 +97,10 @@ fn announce_stored(channel: u8) -> String {
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
+/// How long a request waits for a connection. Short: while the database is down a request
+/// fails (503, retry) within this time instead of hanging.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
 pub struct PostgresStore {
     pool: PgPool,
 }
@@ -106,7 +110,7 @@ impl PostgresStore {
         let options: PgConnectOptions = url.parse()?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.application_name("gatehouse"))
             .await?;
         Ok(Self { pool })

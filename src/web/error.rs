@@ -4,13 +4,15 @@
 //! the request it broke; the user sees a generic message.
 
 use askama::Template;
-use axum::http::StatusCode;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::response::PageResponse;
 use super::templates::impl_page;
 use crate::gate::{CallbackRefusal, GateError};
+use crate::state::RETRY_AFTER_SECONDS;
 use crate::store::ElicitationStatus;
 
 /// A page with a heading, a message and an optional next step.
@@ -70,6 +72,9 @@ pub enum PageError {
     EndedMeanwhile,
     #[error("a provider could not be reached")]
     ProviderUnavailable,
+    /// The database cannot be reached right now (logged where it was noticed).
+    #[error("the database is unavailable")]
+    Unavailable,
     /// Logged by the page layer with the request; the user sees a generic message.
     #[error("internal error: {0}")]
     Internal(String),
@@ -81,6 +86,10 @@ impl From<GateError> for PageError {
             GateError::ProviderUnavailable { provider, reason } => {
                 tracing::warn!(%provider, %reason, "a page could not reach a provider");
                 PageError::ProviderUnavailable
+            }
+            other if other.is_unavailable() => {
+                tracing::warn!(error = %other, "a page could not reach the database");
+                PageError::Unavailable
             }
             other => PageError::Internal(other.to_string()),
         }
@@ -100,6 +109,7 @@ impl PageError {
             PageError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             PageError::TooSlow => StatusCode::REQUEST_TIMEOUT,
             PageError::ProviderUnavailable => StatusCode::BAD_GATEWAY,
+            PageError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             PageError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -169,6 +179,11 @@ impl PageError {
                 "A service gatehouse needs could not be reached. Nothing was changed.",
                 Some("Try again in a moment."),
             ),
+            PageError::Unavailable => NoticePage::new(
+                "Service unavailable",
+                "gatehouse cannot reach its database right now. Nothing was changed.",
+                Some("Try again in a moment."),
+            ),
             PageError::Internal(_) => NoticePage::new(
                 "Something went wrong",
                 "Something went wrong on our side. Nothing was changed; try again in a moment.",
@@ -183,8 +198,16 @@ impl IntoResponse for PageError {
         let mut response = PageResponse::new(self.notice())
             .with_status(self.status())
             .into_response();
-        if let PageError::Internal(cause) = self {
-            response.extensions_mut().insert(Failure(cause));
+        match self {
+            PageError::Internal(cause) => {
+                response.extensions_mut().insert(Failure(cause));
+            }
+            PageError::Unavailable => {
+                response
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+            }
+            _ => {}
         }
         response
     }

@@ -2,7 +2,8 @@
 //! `render_pages` layer renders it with the operator's templates, which a plain `IntoResponse`
 //! cannot reach. `security_headers` puts the page headers on every response of the
 //! browser-facing routes, errors and redirects included; `refuse_foreign_requests` gives the pages
-//! the Host and Origin checks `/mcp` has.
+//! the Host and Origin checks `/mcp` has; `refuse_while_database_down` answers 503 at once during an
+//! outage.
 
 use std::sync::Arc;
 
@@ -121,6 +122,15 @@ pub async fn refuse_foreign_requests(State(state): State<AppState>, request: Req
     if cross_site {
         tracing::info!(path = request.uri().path(), "refused a page post from another origin");
         return PageError::Forged.into_response();
+    }
+    next.run(request).await
+}
+
+/// While the bus finds the database unreachable, the pages that need it are refused at once
+/// (503) instead of each waiting for a database connection.
+pub async fn refuse_while_database_down(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if !state.bus.is_database_reachable() {
+        return PageError::Unavailable.into_response();
     }
     next.run(request).await
 }
