@@ -530,7 +530,7 @@ pub async fn get(
                 .bus
                 .resume_stream(&session.id, MAX_STREAMS_PER_SESSION)
                 .await
-                .map_err(|e| Refusal::internal("announcing a resumed stream failed", &e))?,
+                .map_err(|e| Refusal::store("announcing a resumed stream failed", &e))?,
             None => state.bus.claim_stream(&session.id, MAX_STREAMS_PER_SESSION),
         };
         let slot = slot.ok_or_else(|| {
