@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::fake_oauth::{ClientAuth, Dialect, FakeOptions, FakeProvider};
-use common::fake_slack::BOT_TOKEN;
+use common::fake_oauth::fake_slack::BOT_TOKEN;
 use common::{
     Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, WAIT, captured_logs, elicitations, logged_text,
     url_of,

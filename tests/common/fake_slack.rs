@@ -1,5 +1,5 @@
 //! How the fake OAuth provider (`fake_oauth`) answers in its Slack dialect
-//! ([`Dialect::Slack`](super::fake_oauth::Dialect)), the way Slack's OAuth v2 does
+//! ([`Dialect::Slack`](super::Dialect)), the way Slack's OAuth v2 does
 //! (docs.slack.dev, "Installing with OAuth" and "Using token rotation"):
 //!
 //! * `/authorize` reads the user token's scopes from `user_scope` (comma-separated); `scope` would

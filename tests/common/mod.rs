@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 pub mod browser;
 pub mod fake_oauth;
-pub mod fake_slack;
 pub mod local;
 pub mod mcp;
 pub mod upstream;
