@@ -42,7 +42,8 @@ pub struct Provider {
     pub scope_separator: String,
     /// The authorize parameter that carries the scopes (`scope`, or Slack's `user_scope`).
     pub scope_param: String,
-    /// Granted whenever asked though never listed in a token answer (Microsoft's `offline_access`).
+    /// Counted as granted by every token answer, which never lists them (Microsoft's
+    /// `offline_access`).
     pub unlisted_scopes: Vec<String>,
     /// A JSON pointer to the user's tokens in a token answer that nests them (Slack's
     /// `/authed_user`); answers without it are read at the top level.
