@@ -6,8 +6,8 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::fake_oauth::{ClientAuth, Dialect, FakeOptions, FakeProvider};
 use common::fake_oauth::fake_slack::BOT_TOKEN;
+use common::fake_oauth::{ClientAuth, Dialect, FakeOptions, FakeProvider};
 use common::{
     Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, WAIT, captured_logs, elicitations, logged_text,
     url_of,
@@ -119,13 +119,20 @@ backend_test!(
 
         fake.set_options(|options| options.client_secret = "rotated-secret".into());
         let disconnected = client
-            .call("tools/call", json!({"name": "disconnect", "arguments": {"provider": "slack"}}))
+            .call(
+                "tools/call",
+                json!({"name": "disconnect", "arguments": {"provider": "slack"}}),
+            )
             .await;
         assert_eq!(disconnected["isError"], false, "{disconnected}");
         let elicitation = elicitations(&client.request("tools/call", post("hello")).await).remove(0);
         let page = Browser::new().sign_in(&url_of(&elicitation)).await;
         assert_eq!(page.status, StatusCode::BAD_GATEWAY, "{}", page.body);
-        assert!(page.body.contains("Slack did not complete the sign-in"), "{}", page.body);
+        assert!(
+            page.body.contains("Slack did not complete the sign-in"),
+            "{}",
+            page.body
+        );
         assert_eq!(database.query_count("SELECT COUNT(*) FROM connections").await, 0);
         assert!(logged_text().contains("the provider refused: invalid_client_id"));
         server.stop().await;

@@ -147,7 +147,12 @@ pub(super) fn token_answer(status: StatusCode, body: &[u8], tokens_at: TokensAt)
         TokensAt::Top => None,
         TokensAt::Nested(pointer) | TokensAt::NestedOrTop(pointer) => Some(pointer),
     };
-    let nested = pointer.and_then(|p| Value::Object(fields.clone()).pointer(p).and_then(Value::as_object).cloned());
+    let nested = pointer.and_then(|p| {
+        Value::Object(fields.clone())
+            .pointer(p)
+            .and_then(Value::as_object)
+            .cloned()
+    });
     match (nested, tokens_at) {
         (Some(nested), _) => fields = nested,
         (None, TokensAt::Nested(pointer)) => {
@@ -368,8 +373,10 @@ pub(super) mod tests {
             "access_token":"xoxp-user","token_type":"user","refresh_token":"xoxe-1-user","expires_in":43200}}"#;
         assert_eq!(
             rewritten(TokensAt::Nested("/authed_user"), exchange),
-            Ok(serde_json::json!({"id": "U1", "scope": "chat:write,channels:history", "access_token": "xoxp-user",
-                "token_type": "user", "refresh_token": "xoxe-1-user", "expires_in": 43200}))
+            Ok(
+                serde_json::json!({"id": "U1", "scope": "chat:write,channels:history", "access_token": "xoxp-user",
+                "token_type": "user", "refresh_token": "xoxe-1-user", "expires_in": 43200})
+            )
         );
         let bot_only = r#"{"ok":true,"access_token":"xoxb-bot","token_type":"bot"}"#;
         assert_eq!(
@@ -383,10 +390,16 @@ pub(super) mod tests {
             "refresh_token":"xoxe-1-next","scope":"chat:write"}"#;
         let tokens = refresh_answered(&slack, 200, refreshed).await.1.expect("tokens");
         assert_eq!(tokens.access_token.expose(), "xoxe.xoxp-2");
-        assert_eq!(tokens.refresh_token.as_ref().map(|t| t.expose().as_str()), Some("xoxe-1-next"));
+        assert_eq!(
+            tokens.refresh_token.as_ref().map(|t| t.expose().as_str()),
+            Some("xoxe-1-next")
+        );
         assert_eq!(tokens.expires_in, Some(43200));
         // Errors come as 200s with ok=false.
-        match refresh_answered(&slack, 200, r#"{"ok":false,"error":"invalid_refresh_token"}"#).await.1 {
+        match refresh_answered(&slack, 200, r#"{"ok":false,"error":"invalid_refresh_token"}"#)
+            .await
+            .1
+        {
             Err(OAuthError::Rejected { error, description }) => {
                 assert_eq!((error.as_str(), description), ("invalid_refresh_token", None));
             }

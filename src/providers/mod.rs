@@ -288,8 +288,14 @@ mod tests {
             ("preset = \"slack\"\ntokens_at = \"/\"", "tokens_at"),
             ("preset = \"github\"\nscope_param = \"state\"", "scope_param"),
             ("preset = \"github\"\nscope_param = \"a b\"", "scope_param"),
-            ("preset = \"slack\"\nauthorize_params = { user_scope = \"x\" }", "authorize_params.user_scope"),
-            ("preset = \"slack\"\nauthorize_params = { scope = \"x\" }", "authorize_params.scope"),
+            (
+                "preset = \"slack\"\nauthorize_params = { user_scope = \"x\" }",
+                "authorize_params.user_scope",
+            ),
+            (
+                "preset = \"slack\"\nauthorize_params = { scope = \"x\" }",
+                "authorize_params.scope",
+            ),
             ("preset = \"microsoft\"\nunlisted_scopes = [\"a b\"]", "unlisted_scopes"),
         ];
         for (extra, field) in cases {

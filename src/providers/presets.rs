@@ -117,9 +117,15 @@ mod tests {
         assert_eq!(slack.token_url.as_str(), "https://slack.com/api/oauth.v2.access");
         let query = authorize_query(&slack, &["channels:history", "chat:write"]);
         assert_eq!(query["user_scope"], "channels:history,chat:write");
-        assert!(!query.contains_key("scope"), "`scope` would ask for a bot token: {query:?}");
+        assert!(
+            !query.contains_key("scope"),
+            "`scope` would ask for a bot token: {query:?}"
+        );
         assert_eq!(slack.tokens_at.as_deref(), Some("/authed_user"));
-        assert_eq!(slack.split_scopes("chat:write,channels:history"), ["channels:history", "chat:write"]);
+        assert_eq!(
+            slack.split_scopes("chat:write,channels:history"),
+            ["channels:history", "chat:write"]
+        );
     }
 
     #[test]
@@ -139,14 +145,20 @@ mod tests {
         let own = preset("google", "issuer = \"https://idp.acme.test\"");
         assert!(own.require_iss);
         // The preset's issuer names the preset's server, not one the configuration moves to.
-        let enterprise = preset("github", "authorize_url = \"https://github.acme.test/login/oauth/authorize\"");
+        let enterprise = preset(
+            "github",
+            "authorize_url = \"https://github.acme.test/login/oauth/authorize\"",
+        );
         assert_eq!(enterprise.issuer, None);
     }
 
     #[test]
     fn presets_ask_for_refresh_tokens_as_their_providers_document() {
         let google = authorize_query(&preset("google", ""), &["openid"]);
-        assert_eq!((google["access_type"].as_str(), google["prompt"].as_str()), ("offline", "consent"));
+        assert_eq!(
+            (google["access_type"].as_str(), google["prompt"].as_str()),
+            ("offline", "consent")
+        );
         let atlassian = authorize_query(&preset("atlassian", ""), &["offline_access", "read:me"]);
         assert_eq!(atlassian["audience"], "api.atlassian.com");
         assert_eq!(atlassian["scope"], "offline_access read:me");
@@ -159,7 +171,10 @@ mod tests {
         );
         // GitHub documents space-delimited scopes and answers with commas.
         let github = preset("github", "");
-        assert_eq!(authorize_query(&github, &["read:user", "repo"])["scope"], "read:user repo");
+        assert_eq!(
+            authorize_query(&github, &["read:user", "repo"])["scope"],
+            "read:user repo"
+        );
         assert_eq!(github.split_scopes("repo,read:user"), ["read:user", "repo"]);
     }
 

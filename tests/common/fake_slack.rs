@@ -80,7 +80,9 @@ pub fn refresh_answer(fields: &[(&str, Value)]) -> Response {
 /// A Web API method's answer for the signed-in `user`, or `None`'s `invalid_auth`.
 pub fn api_answer(user: Option<&str>) -> Response {
     match user {
-        Some(user) => ok_json(json!({"ok": true, "user": user, "team": "Fake Team", "user_id": format!("U{}", user.to_uppercase())})),
+        Some(user) => ok_json(
+            json!({"ok": true, "user": user, "team": "Fake Team", "user_id": format!("U{}", user.to_uppercase())}),
+        ),
         None => ok_json(json!({"ok": false, "error": "invalid_auth"})),
     }
 }
