@@ -12,6 +12,9 @@
 //! * `GET /userinfo` and `GET /api/me` — a protected resource taking `Authorization: Bearer`.
 //! * `POST /revoke` — token revocation (RFC 7009).
 //!
+//! [`Dialect::Slack`] answers the way Slack's OAuth v2 does instead (see `fake_slack`), and serves
+//! `GET /api/auth.test` and `POST /api/chat.postMessage` as its Web API.
+//!
 //! All state sits behind one `Arc<Mutex<..>>`; [`FakeProvider`] is a cheap, cloneable handle to it.
 //! The server task stops when the last handle is dropped. Malformed requests get 400s (or 401s),
 //! never panics.
@@ -33,6 +36,10 @@ use rand::RngCore;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use url::{Url, form_urlencoded};
+
+// A file beside this one, so the benchmark that includes this file by path finds it too.
+#[path = "fake_slack.rs"]
+pub mod fake_slack;
 
 /// How long an authorization code may wait for its exchange.
 const CODE_LIFETIME: Duration = Duration::from_secs(60);
@@ -56,6 +63,16 @@ pub enum TokenFormat {
     /// `application/x-www-form-urlencoded`, as GitHub answers when the client does not send
     /// `Accept: application/json`. The HTTP status codes stay the same as with `Json`.
     Form,
+}
+
+/// Which provider's conventions the fake follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// RFC 6749 as written.
+    #[default]
+    Rfc6749,
+    /// Slack's OAuth v2 and Web API (`fake_slack`).
+    Slack,
 }
 
 /// What happens at the next `/authorize` that passes validation.
@@ -98,6 +115,8 @@ pub struct FakeOptions {
     pub scope_separator: char,
     /// Sleep this long inside each refresh, to widen race windows.
     pub refresh_delay_ms: u64,
+    /// Whose conventions the answers follow.
+    pub dialect: Dialect,
 }
 
 impl Default for FakeOptions {
@@ -114,6 +133,7 @@ impl Default for FakeOptions {
             granted_scopes: None,
             scope_separator: ' ',
             refresh_delay_ms: 0,
+            dialect: Dialect::Rfc6749,
         }
     }
 }
@@ -184,6 +204,8 @@ impl FakeProvider {
             .route("/token", post(token))
             .route("/userinfo", get(protected_resource))
             .route("/api/me", get(protected_resource))
+            .route("/api/auth.test", get(protected_resource))
+            .route("/api/chat.postMessage", post(protected_resource))
             .route("/revoke", post(revoke))
             .with_state(shared.clone());
         let task = tokio::spawn(async move {
@@ -487,8 +509,11 @@ fn token_body(format: TokenFormat, status: StatusCode, fields: &[(&str, Value)])
     response
 }
 
-/// An RFC 6749 5.2 error response; `invalid_client` is a 401, everything else a 400.
+/// An RFC 6749 5.2 error response; `invalid_client` is a 401, everything else a 400 (Slack: 200).
 fn oauth_error(options: &FakeOptions, error: &str, description: &str) -> Response {
+    if options.dialect == Dialect::Slack {
+        return fake_slack::error(error, description);
+    }
     let status = if error == "invalid_client" {
         StatusCode::UNAUTHORIZED
     } else {
@@ -558,7 +583,11 @@ async fn authorize(State(shared): State<Shared>, RawQuery(query): RawQuery) -> R
         match inner.outcome {
             AuthorizeOutcome::Approve => {
                 let code = random_token("code_");
-                let requested = split_scopes(params.get("scope"), inner.options.scope_separator);
+                let scope_param = match inner.options.dialect {
+                    Dialect::Rfc6749 => "scope",
+                    Dialect::Slack => "user_scope",
+                };
+                let requested = split_scopes(params.get(scope_param), inner.options.scope_separator);
                 let scopes = inner.options.granted_scopes.clone().unwrap_or(requested);
                 let grant = inner.next_grant;
                 inner.next_grant += 1;
@@ -706,7 +735,10 @@ fn exchange_code(shared: &Shared, options: &FakeOptions, params: &Params, client
     let (grant, user, scopes) = (record.grant, record.user.clone(), record.scopes.clone());
     let refresh_scopes = inner.options.refresh_tokens.then_some(scopes.as_slice());
     let fields = inner.issue(grant, client_id, &user, &scopes, refresh_scopes);
-    token_body(options.token_format, StatusCode::OK, &fields)
+    match options.dialect {
+        Dialect::Rfc6749 => token_body(options.token_format, StatusCode::OK, &fields),
+        Dialect::Slack => fake_slack::exchange_answer(&user, &fields),
+    }
 }
 
 /// Decrements the in-flight refresh count however the request ends (even if the client hangs up
@@ -765,10 +797,14 @@ async fn refresh(shared: &Shared, params: &Params, client_id: &str) -> Response 
         record.revoked = true;
     }
     let fields = inner.issue(grant, client_id, &user, &scopes, rotated.as_deref());
-    token_body(options.token_format, StatusCode::OK, &fields)
+    match options.dialect {
+        Dialect::Rfc6749 => token_body(options.token_format, StatusCode::OK, &fields),
+        Dialect::Slack => fake_slack::refresh_answer(&fields),
+    }
 }
 
-/// `GET /userinfo` and `GET /api/me`: the signed-in account, for a valid bearer token.
+/// `GET /userinfo` and `GET /api/me` (and the Slack Web API's methods): the signed-in account, for
+/// a valid bearer token.
 async fn protected_resource(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -787,7 +823,11 @@ async fn protected_resource(State(shared): State<Shared>, headers: HeaderMap) ->
             .into_response();
     };
     inner.stats.api_bearer_tokens.push(token.clone());
-    match inner.access_tokens.get(&token).filter(|t| t.is_valid(Instant::now())) {
+    let valid = inner.access_tokens.get(&token).filter(|t| t.is_valid(Instant::now()));
+    if inner.options.dialect == Dialect::Slack {
+        return fake_slack::api_answer(valid.map(|record| record.user.as_str()));
+    }
+    match valid {
         Some(record) => axum::Json(json!({
             "login": record.user,
             "id": user_id(&record.user),

@@ -322,12 +322,13 @@ impl Connections {
     }
 
     /// RFC 9207 against mix-up (every provider shares one redirect URI): a provider with an
-    /// issuer must send it, and an `iss` of another configured provider is refused in any flow.
+    /// issuer must send it (unless it is known to send it only sometimes), and an `iss` of another
+    /// configured provider is refused in any flow.
     fn issuer_refusal(&self, provider: &Provider, iss: Option<&str>) -> Option<CallbackRefusal> {
         match (provider.issuer.as_deref(), iss) {
             (Some(expected), Some(iss)) if expected == iss => None,
-            (Some(_), None) => Some(CallbackRefusal::MissingIssuer),
-            (None, None) => None,
+            (Some(_), None) if provider.require_iss => Some(CallbackRefusal::MissingIssuer),
+            (_, None) => None,
             (None, Some(iss)) if !self.providers.iter().any(|p| p.issuer.as_deref() == Some(iss)) => None,
             _ => Some(CallbackRefusal::WrongIssuer),
         }

@@ -230,6 +230,42 @@ async fn callbacks_without_their_issuer_or_with_another_providers_are_refused() 
 }
 
 #[tokio::test]
+async fn an_issuer_sent_only_sometimes_is_checked_when_sent() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    let alice = &session.principal;
+    let connections = gate.connections();
+    let globex = fixture.ask(gate.elicitations(), &session, "globex").await;
+    for (extra, refusal) in [
+        (
+            "&error=access_denied&iss=http%3A%2F%2F127.0.0.1%3A9",
+            CallbackRefusal::WrongIssuer,
+        ),
+        (
+            "&error=access_denied&iss=https%3A%2F%2Fevil.example",
+            CallbackRefusal::WrongIssuer,
+        ),
+    ] {
+        let (params, cookie) = started(&gate, &globex, extra).await;
+        let outcome = connections
+            .callback(alice, &params, Some(&cookie))
+            .await
+            .expect("callback");
+        assert_eq!(outcome, CallbackOutcome::Refused(refusal), "{extra}");
+    }
+    let (silent, cookie) = started(&gate, &globex, "&error=access_denied").await;
+    let outcome = connections
+        .callback(alice, &silent, Some(&cookie))
+        .await
+        .expect("callback");
+    assert!(
+        matches!(outcome, CallbackOutcome::Declined { .. }),
+        "an answer without iss is read: {outcome:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_provider_refusal_declines_and_uses_up_the_flow() {
     let fixture = Fixture::new().await;
     let gate = fixture.gate(CONFIG);
