@@ -45,6 +45,7 @@ pub fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
         let writer = move || LogWriter(sink.clone());
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
             .with_writer(writer)
             .finish();
         let _ = tracing::subscriber::set_global_default(subscriber);
@@ -333,6 +334,34 @@ impl TestDatabase {
             }
         }
         all
+    }
+
+    /// Runs one statement on the database, as an operator (or a fault) would.
+    pub async fn execute(&self, sql: &'static str) {
+        match self.backend {
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+                sqlx::query(sql).execute(&mut conn).await.expect("statement");
+            }
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
+                sqlx::query(sql).execute(&mut conn).await.expect("statement");
+            }
+        }
+    }
+
+    /// Every pending elicitation expires now and is marked expired, as the sweeper marks it.
+    pub async fn sweep_elicitations_now(&self) {
+        self.execute(match self.backend {
+            Backend::Postgres => {
+                "UPDATE elicitations SET expires_at = now(), status = 'expired' WHERE status = 'pending'"
+            }
+            Backend::Sqlite => {
+                "UPDATE elicitations SET status = 'expired',
+                     expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) WHERE status = 'pending'"
+            }
+        })
+        .await;
     }
 
     /// Moves every elicitation's expiry into the past.
