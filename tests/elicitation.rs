@@ -567,7 +567,7 @@ backend_test!(
         let hold = s.fake.hold_code_exchanges();
         let page = tokio::spawn(async move { browser.get(&callback).await });
         hold.arrived().await;
-        s.database.sweep_elicitations_now().await;
+        s.database.expire_during_callback().await;
         hold.release();
         let page = page.await.expect("callback");
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);

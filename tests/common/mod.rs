@@ -350,15 +350,19 @@ impl TestDatabase {
         }
     }
 
-    /// Every pending elicitation expires now and is marked expired, as the sweeper marks it.
-    pub async fn sweep_elicitations_now(&self) {
+    /// Every pending elicitation is marked expired, as the sweeper marks it, with an expiry one
+    /// millisecond after the latest OAuth callback began (when it used its flow): it expired while
+    /// that callback was under way.
+    pub async fn expire_during_callback(&self) {
         self.execute(match self.backend {
             Backend::Postgres => {
-                "UPDATE elicitations SET expires_at = now(), status = 'expired' WHERE status = 'pending'"
+                "UPDATE elicitations SET status = 'expired',
+                     expires_at = (SELECT MAX(used_at) + interval '1 millisecond' FROM oauth_flows)
+                 WHERE status = 'pending'"
             }
             Backend::Sqlite => {
-                "UPDATE elicitations SET status = 'expired',
-                     expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) WHERE status = 'pending'"
+                "UPDATE elicitations SET status = 'expired', expires_at = (SELECT MAX(used_at) + 1 FROM oauth_flows)
+                 WHERE status = 'pending'"
             }
         })
         .await;
