@@ -33,7 +33,7 @@ use crate::vault::{KeyRing, VaultError};
 
 pub use connections::{
     CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ConnectionSummary, Connections, Disconnected,
-    StartedFlow,
+    ProviderErrorCode, StartedFlow,
 };
 pub use decision::{Credentials, Decision, ToolCall};
 pub use elicitations::{Ask, Elicitations};

@@ -340,14 +340,17 @@ pub trait Store: Send + Sync + 'static {
     /// was not retried, and their secrets should not outlive it.
     async fn delete_untaken_answers(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 
-    /// Saves the connection (replacing the principal's previous one at that provider), completes
-    /// the elicitation and appends `notification`, in one transaction. Returns whether the
-    /// elicitation was still pending (the connection is saved either way).
+    /// Completes the elicitation, appends `notification` to its session's log and saves the
+    /// connection (replacing the principal's previous one at that provider), in one transaction,
+    /// when the elicitation was unexpired at `started` (when its callback began) and is pending, or
+    /// has been marked expired since (the sweeper ran during the code exchange). False, and
+    /// nothing saved, otherwise: a connection is never saved without its elicitation's completion.
     async fn save_connection(
         &self,
         connection: &ConnectionRecord,
         elicitation: &ElicitationId,
         notification: &Value,
+        started: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
     async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError>;

@@ -450,19 +450,22 @@ impl Store for PostgresStore {
         c: &ConnectionRecord,
         elicitation: &ElicitationId,
         notification: &Value,
+        started: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        // One statement (atomic, one round trip): save the connection, complete the elicitation
-        // if still pending, append the notification to its session, and announce both changes.
+        // One statement (atomic, one round trip): complete the elicitation if its callback started
+        // in time, and only then save the connection, append the notification to its session and
+        // announce both changes.
         let (completed,): (bool,) = sqlx::query_as(sql!(
-            "WITH saved AS (
-                 INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            "WITH completed AS (UPDATE elicitations SET status = 'completed', completed_at = $10
+                 WHERE id = $11 AND status IN ('pending', 'expired') AND expires_at > $15 RETURNING session_id),
+             saved AS (
+                 INSERT INTO connections ({CONNECTION_COLUMNS})
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM completed
                  ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
                      refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at, scopes = EXCLUDED.scopes,
                      account_label = EXCLUDED.account_label, status = EXCLUDED.status, refresh_lease = NULL,
                      updated_at = EXCLUDED.updated_at
                  RETURNING principal),
-             completed AS (UPDATE elicitations SET status = 'completed', completed_at = $10
-                 WHERE id = $11 AND status = 'pending' RETURNING session_id),
              {}
              SELECT EXISTS (SELECT 1 FROM completed), {},
                  (SELECT pg_notify($13, $14) FROM saved) IS NULL",
@@ -483,6 +486,7 @@ impl Store for PostgresStore {
         .bind(notification)
         .bind(NOTIFY_CHANNEL)
         .bind(Notice::ConnectionsChanged(c.principal.clone()).encode())
+        .bind(started)
         .fetch_one(&self.pool)
         .await?;
         Ok(completed)

@@ -15,15 +15,23 @@ use crate::gate::{CallbackRefusal, GateError};
 use crate::state::RETRY_AFTER_SECONDS;
 use crate::store::ElicitationStatus;
 
-/// A page with a heading, a message and an optional next step.
+/// A page with a heading, a message, an optional next step and an optional link onward.
 #[derive(Template, Serialize)]
 #[template(path = "notice.html", blocks = ["title", "content"])]
 pub struct NoticePage {
     heading: String,
     message: String,
     next_step: Option<String>,
+    link: Option<Link>,
 }
 impl_page!(NoticePage, "notice.html");
+
+/// A link a notice page offers: where, and its words.
+#[derive(Serialize)]
+pub struct Link {
+    href: String,
+    text: String,
+}
 
 impl NoticePage {
     pub fn new(heading: &str, message: impl Into<String>, next_step: Option<&str>) -> Self {
@@ -31,9 +39,21 @@ impl NoticePage {
             heading: heading.to_owned(),
             message: message.into(),
             next_step: next_step.map(str::to_owned),
+            link: None,
         }
     }
+
+    pub fn with_link(mut self, href: impl Into<String>, text: &str) -> Self {
+        self.link = Some(Link {
+            href: href.into(),
+            text: text.to_owned(),
+        });
+        self
+    }
 }
+
+/// The words of the link back to an elicitation's page after a sign-in that did not finish.
+pub const START_AGAIN: &str = "Start the sign-in again";
 
 const ASK_AGAIN: &str = "Ask your assistant to try again if you still need it.";
 
@@ -66,8 +86,12 @@ pub enum PageError {
     /// The post's body did not arrive whole within `server.request_body_timeout`.
     #[error("the post did not arrive in time")]
     TooSlow,
-    #[error("the OAuth callback was refused: {0}")]
-    CallbackRefused(CallbackRefusal),
+    /// With the elicitation's page when it still takes a sign-in.
+    #[error("the OAuth callback was refused: {refusal}")]
+    CallbackRefused {
+        refusal: CallbackRefusal,
+        retry: Option<String>,
+    },
     #[error("the request ended while the form was being filled in")]
     EndedMeanwhile,
     #[error("a provider could not be reached")]
@@ -103,7 +127,7 @@ impl PageError {
             PageError::UnknownLink | PageError::UnknownRequest | PageError::UnknownForm => StatusCode::NOT_FOUND,
             PageError::NotYours | PageError::Forged | PageError::ForeignHost => StatusCode::FORBIDDEN,
             PageError::Closed(_) | PageError::EndedMeanwhile => StatusCode::GONE,
-            PageError::UnknownAction(_) | PageError::Unreadable | PageError::CallbackRefused(_) => {
+            PageError::UnknownAction(_) | PageError::Unreadable | PageError::CallbackRefused { .. } => {
                 StatusCode::BAD_REQUEST
             }
             PageError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -164,11 +188,17 @@ impl PageError {
                 "The form did not arrive in time. Nothing was saved.",
                 Some("Go back and submit it again."),
             ),
-            PageError::CallbackRefused(refusal) => NoticePage::new(
-                "Sign-in not completed",
-                refusal.to_string(),
-                Some("Nothing was stored."),
-            ),
+            PageError::CallbackRefused { refusal, retry } => {
+                let page = NoticePage::new(
+                    "Sign-in not completed",
+                    refusal.to_string(),
+                    Some("Nothing was stored."),
+                );
+                match retry {
+                    Some(url) => page.with_link(url.as_str(), START_AGAIN),
+                    None => page,
+                }
+            }
             PageError::EndedMeanwhile => NoticePage::new(
                 "Request closed",
                 "This request ended while you were filling in the form.",

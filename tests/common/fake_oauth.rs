@@ -8,7 +8,8 @@
 //!   `iss` in the redirect per RFC 9207 when [`FakeOptions::issuer`] is set). Nobody signs in: the
 //!   account set by [`FakeProvider::set_next_user`] is taken to have approved (or denied, see
 //!   [`AuthorizeOutcome`]) at once.
-//! * `POST /token` — `authorization_code` and `refresh_token` grants (RFC 6749 4.1.3, 6).
+//! * `POST /token` — `authorization_code` and `refresh_token` grants (RFC 6749 4.1.3, 6); code
+//!   exchanges can be held until the test lets them go on ([`FakeProvider::hold_code_exchanges`]).
 //! * `GET /userinfo` and `GET /api/me` — a protected resource taking `Authorization: Bearer`.
 //! * `POST /revoke` — token revocation (RFC 7009).
 //!
@@ -43,6 +44,8 @@ pub mod fake_slack;
 
 /// How long an authorization code may wait for its exchange.
 const CODE_LIFETIME: Duration = Duration::from_secs(60);
+/// How long a test waits for a held code exchange to arrive: it only guards against hanging.
+const HOLD_WAIT: Duration = Duration::from_secs(10);
 
 /// How the client must authenticate at `/token` and `/revoke`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +194,7 @@ impl FakeProvider {
             refresh_tokens: HashMap::new(),
             refreshes_in_flight: 0,
             stats: FakeStats::default(),
+            hold: None,
         })));
         let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
             .await
@@ -265,6 +269,50 @@ impl FakeProvider {
     pub fn stats(&self) -> FakeStats {
         self.shared.lock().stats.clone()
     }
+
+    /// From now on every code exchange at `/token` waits until the returned hold lets it go on:
+    /// a slow provider whose slowness the test controls.
+    pub fn hold_code_exchanges(&self) -> ExchangeHold {
+        let hold = ExchangeHold {
+            arrived: Arc::new(tokio::sync::Semaphore::new(0)),
+            released: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        self.shared.lock().hold = Some(hold.clone());
+        hold
+    }
+}
+
+/// Code exchanges held at `/token`: see [`FakeProvider::hold_code_exchanges`].
+#[derive(Clone)]
+pub struct ExchangeHold {
+    /// A permit per exchange that reached the hold.
+    arrived: Arc<tokio::sync::Semaphore>,
+    /// A permit per exchange allowed to go on.
+    released: Arc<tokio::sync::Semaphore>,
+}
+
+impl ExchangeHold {
+    /// Waits until a code exchange is being held (panics after [`HOLD_WAIT`]).
+    pub async fn arrived(&self) {
+        tokio::time::timeout(HOLD_WAIT, self.arrived.acquire())
+            .await
+            .expect("a code exchange within the wait")
+            .expect("the semaphore stays open")
+            .forget();
+    }
+
+    /// Lets one held code exchange go on.
+    pub fn release(&self) {
+        self.released.add_permits(1);
+    }
+
+    /// Inside `/token`: announces the exchange and waits to be released.
+    async fn pass(&self) {
+        self.arrived.add_permits(1);
+        if let Ok(permit) = self.released.acquire().await {
+            permit.forget();
+        }
+    }
 }
 
 /// Aborts the server task when the last [`FakeProvider`] handle goes away.
@@ -298,6 +346,7 @@ struct Inner {
     refresh_tokens: HashMap<String, RefreshRecord>,
     refreshes_in_flight: usize,
     stats: FakeStats,
+    hold: Option<ExchangeHold>,
 }
 
 struct CodeRecord {
@@ -687,7 +736,13 @@ async fn token(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) ->
         Err((error, description)) => return oauth_error(&options, error, description),
     };
     match params.get("grant_type") {
-        Some("authorization_code") => exchange_code(&shared, &options, &params, &client_id),
+        Some("authorization_code") => {
+            let hold = shared.lock().hold.clone();
+            if let Some(hold) = hold {
+                hold.pass().await;
+            }
+            exchange_code(&shared, &options, &params, &client_id)
+        }
         Some("refresh_token") => refresh(&shared, &params, &client_id).await,
         Some(_) => oauth_error(
             &options,
