@@ -9,6 +9,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 use url::Url;
 
+use super::redact::Redactor;
 use super::template::{Encoding, Placeholders, Template, Values};
 use super::{CallContext, Tool, ToolDefinition, ToolOutcome, ToolResult};
 use crate::config::{ConfigError, ToolConfig};
@@ -265,7 +266,8 @@ impl Tool for HttpTool {
             };
             request = request.bearer_auth(token.expose());
         }
-        match self.send(request).await {
+        let redactor = Redactor::new(context.credentials.secrets());
+        match self.send(request, &redactor).await {
             Sent::Answer(result) => ToolOutcome::Done(result),
             Sent::Unauthorized => match &self.bearer {
                 Some(provider) => ToolOutcome::CredentialRejected {
@@ -287,7 +289,7 @@ enum Sent {
 }
 
 impl HttpTool {
-    async fn send(&self, request: reqwest::RequestBuilder) -> Sent {
+    async fn send(&self, request: reqwest::RequestBuilder, redactor: &Redactor) -> Sent {
         let host = self.origin.ascii_serialization();
         let response = match request.send().await {
             Ok(response) => response,
@@ -303,11 +305,12 @@ impl HttpTool {
         if response.status() == reqwest::StatusCode::UNAUTHORIZED {
             return Sent::Unauthorized;
         }
-        Sent::Answer(self.read_answer(response, &host).await)
+        Sent::Answer(self.read_answer(response, &host, redactor).await)
     }
 
-    /// The tool result for an upstream answer: its text, JSON objects also as structured content.
-    async fn read_answer(&self, response: reqwest::Response, host: &str) -> ToolResult {
+    /// The tool result for an upstream answer: its text, JSON objects also as structured content,
+    /// with the call's secrets redacted before anything is cut.
+    async fn read_answer(&self, response: reqwest::Response, host: &str, redactor: &Redactor) -> ToolResult {
         let status = response.status();
         let is_json = response
             .headers()
@@ -332,7 +335,7 @@ impl HttpTool {
                 return ToolResult::error(format!("The connection to {host} failed while reading its answer"));
             }
         };
-        let text = String::from_utf8_lossy(&body).into_owned();
+        let text = redactor.text(&String::from_utf8_lossy(&body));
         if status.is_redirection() {
             return ToolResult::error(format!(
                 "{host} answered {status}, a redirect, which gatehouse does not follow"
@@ -343,7 +346,8 @@ impl HttpTool {
             return ToolResult::error(format!("{host} answered {status}: {excerpt}"));
         }
         match serde_json::from_str::<Value>(&text) {
-            Ok(value @ Value::Object(_)) if is_json => ToolResult::structured(value),
+            // Parsing decodes escapes: the strings are checked again as they now read.
+            Ok(value @ Value::Object(_)) if is_json => ToolResult::structured(redactor.value(value)),
             _ => ToolResult::text(text),
         }
     }
