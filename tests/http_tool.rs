@@ -174,6 +174,22 @@ backend_test!(
             serde_json::from_str(&log.lock().expect("log").pop().expect("request").body).expect("JSON body");
         assert_eq!(body, json!({"title": null, "count": null, "tags": null, "note": "by "}));
 
+        // A string body that is JSON: values are JSON-escaped inside its strings.
+        let title = "x\", \"admin\": true, \"y\": \"\\";
+        let result = client
+            .call(
+                "tools/call",
+                json!({"name": "json_text", "arguments": {"title": title}}),
+            )
+            .await;
+        assert_eq!(result["isError"], false, "{result}");
+        let seen = log.lock().expect("log").pop().expect("request");
+        assert_eq!(seen.json(), json!({"title": title, "source": "gatehouse"}));
+        assert!(
+            seen.headers
+                .contains(&("content-type".into(), "application/json".into()))
+        );
+
         let result = client
             .call("tools/call", json!({"name": "text", "arguments": {"msg": "hello"}}))
             .await;
@@ -443,6 +459,11 @@ fn tool_configuration_errors_name_their_key() {
         (
             "[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/a/../{{args.x}}\" }\ninput_schema = { type = \"object\", properties = { x = { type = \"string\" } } }\n",
             "tools[0].http.url",
+        ),
+        // A string body that is JSON with a placeholder outside a string value.
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { method = \"POST\", url = \"https://api.test/\", body = '{\"n\": {{args.x}}}' }\ninput_schema = { type = \"object\", properties = { x = { type = \"string\" } } }\n",
+            "tools[0].http.body",
         ),
     ];
     for (toml, key) in cases {

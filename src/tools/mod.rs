@@ -1,5 +1,6 @@
 //! Tools: the `Tool` trait, the registry built once from configuration, and the tool kinds.
 
+mod body;
 mod disconnect;
 mod http;
 mod redact;
