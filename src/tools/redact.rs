@@ -62,14 +62,12 @@ impl Redactor {
             Needles::Unbuildable => return REDACTED.to_owned(),
         };
         let mut found: Vec<Range<usize>> = needles.find_overlapping_iter(text).map(|m| m.range()).collect();
-        for decoded in [
-            json_unescaped(text),
-            percent_decoded(text, false),
-            percent_decoded(text, true),
-        ]
-        .into_iter()
-        .flatten()
-        {
+        // One decoded view at a time: each holds a position per byte of the text.
+        let views: [&dyn Fn() -> Option<Decoded>; 3] =
+            [&|| json_unescaped(text), &|| percent_decoded(text, false), &|| {
+                percent_decoded(text, true)
+            }];
+        for decoded in views.iter().filter_map(|view| view()) {
             found.extend(
                 needles
                     .find_overlapping_iter(&decoded.bytes)
@@ -126,9 +124,19 @@ impl Decoded {
         }
     }
 
+    /// Bytes decoded from one escape at `start`.
     fn push(&mut self, bytes: &[u8], start: usize) {
         self.bytes.extend_from_slice(bytes);
         self.starts.extend(std::iter::repeat_n(start, bytes.len()));
+    }
+
+    /// The text's bytes from `at` up to the next of `escapes` (or its end), as they are; returns
+    /// where they end.
+    fn push_until(&mut self, text: &str, at: usize, escapes: &[char]) -> usize {
+        let end = text[at..].find(escapes).map_or(text.len(), |i| at + i);
+        self.bytes.extend_from_slice(&text.as_bytes()[at..end]);
+        self.starts.extend(at..end);
+        end
     }
 
     /// The text that decoded to `range`, whole escapes included.
@@ -152,6 +160,10 @@ fn json_unescaped(text: &str) -> Option<Decoded> {
     let mut decoded = Decoded::with_capacity(bytes.len());
     let mut at = 0;
     while at < bytes.len() {
+        at = decoded.push_until(text, at, &['\\']);
+        if at == bytes.len() {
+            break;
+        }
         match json_escape(&bytes[at..]) {
             Some((len, c)) => {
                 decoded.push(c.encode_utf8(&mut [0; 4]).as_bytes(), at);
@@ -208,8 +220,13 @@ fn percent_decoded(text: &str, form: bool) -> Option<Decoded> {
     }
     let bytes = text.as_bytes();
     let mut decoded = Decoded::with_capacity(bytes.len());
+    let escapes: &[char] = if form { &['%', '+'] } else { &['%'] };
     let mut at = 0;
     while at < bytes.len() {
+        at = decoded.push_until(text, at, escapes);
+        if at == bytes.len() {
+            break;
+        }
         let escaped = (bytes[at] == b'%')
             .then(|| bytes.get(at + 1..at + 3).and_then(hex))
             .flatten()
