@@ -219,8 +219,7 @@ async fn call_tool(
             gate: &state.gate,
         };
         match tool.call(&context, &arguments).await {
-            ToolOutcome::Done(mut result) => {
-                result.redact(credentials.secrets());
+            ToolOutcome::Done(result) => {
                 if result.is_error {
                     let text = result
                         .content
