@@ -254,3 +254,27 @@ async fn age(database: &TestDatabase, id: &str) {
         }
     }
 }
+
+postgres_test!(
+    /// The cap holds across replicas: a session that B serves (cached, with a stream open there)
+    /// ends when one more `initialize` reaches A; B's stream closes and B answers its id with 404.
+    async fn a_session_ended_by_the_cap_on_one_replica_ends_on_the_others() {
+        let database = TestDatabase::new(Backend::Postgres).await;
+        let cap = "[mcp]\nmax_sessions_per_principal = 1\n";
+        let a = TestServer::start(&database, cap).await;
+        let b = TestServer::start(&database, cap).await;
+        let mut first = a.client();
+        first.initialize().await;
+        let on_b = first.on(&b);
+        assert_eq!(on_b.request("ping", json!({})).await.status, StatusCode::OK);
+        let mut stream = on_b.open_stream(None).await;
+        let mut second = a.client();
+        second.initialize().await;
+        while stream.next_event(WAIT).await.is_some() {}
+        assert!(stream.ended, "the stream on B closes");
+        assert_eq!(on_b.request("ping", json!({})).await.status, StatusCode::NOT_FOUND);
+        assert_eq!(second.on(&b).request("ping", json!({})).await.status, StatusCode::OK);
+        a.stop().await;
+        b.stop().await;
+    }
+);
