@@ -33,7 +33,7 @@ use crate::vault::{KeyRing, VaultError};
 
 pub use connections::{
     CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ConnectionSummary, Connections, Disconnected,
-    StartedFlow,
+    ProviderErrorCode, StartedFlow,
 };
 pub use decision::{Credentials, Decision, ToolCall};
 pub use elicitations::{Ask, Elicitations, Limits};
@@ -52,6 +52,13 @@ pub enum GateError {
     /// The principal has `max` elicitations pending already; nothing new was stored.
     #[error("{max} elicitations are pending already")]
     TooManyPending { max: usize },
+}
+
+impl GateError {
+    /// The database cannot be reached right now: the request may be retried shortly.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, GateError::Store(error) if error.is_unavailable())
+    }
 }
 
 /// What every room of the gate stands on.
