@@ -5,12 +5,15 @@ use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
 
 /// Pieces that have fooled URL, header and query handling somewhere: dot segments and their
-/// encodings, separators, line breaks, bidi controls, full-width dots, NUL.
+/// encodings, separators, line breaks, bidi controls and other invisible characters, full-width
+/// dots, NUL.
 #[rustfmt::skip]
 pub const HOSTILE: &[&str] = &[
     ".", "..", "%2e", "%2E", "%2e%2e", ".%2E", "%2f", "%2F", "%5c", "%00", "%", "%%", "%zz", "/", "\\", "?", "#",
     "&", "=", "+", ";", ":", "@", " ", "\t", "\r", "\n", "\r\n", "\0", "\u{7f}", "\u{85}", "\u{2028}", "\u{202e}",
     "\u{200b}", "\u{feff}", "\u{ff0e}", "\u{ff0f}", "é", "🦀", "{{", "}}", "https://evil.test/",
+    // Invisible too: a tag character (hidden text), a variation selector, a Hangul filler.
+    "\u{e0041}", "\u{fe0f}", "\u{3164}", "\u{34f}",
 ];
 
 /// Text of up to 12 pieces: hostile pieces, short words and arbitrary characters.
