@@ -5,8 +5,8 @@
 //!
 //! proptest on stable Rust stands in for cargo fuzz (which needs nightly). Each property runs
 //! PROPTEST_CASES cases (proptest's default, 256, when unset); .ci/run runs this file again with
-//! more. A failure prints the minimal failing input; a failure that was found and fixed is kept in
-//! proptest-regressions/ and replayed first on every run.
+//! more. A failure prints the minimal failing input; the seed of one that was found and fixed is
+//! kept in tests/proptest-regressions/ and replayed first on every run.
 
 mod callback;
 mod forms;
