@@ -48,6 +48,9 @@ const SESSION_CACHE_CAPACITY: usize = 100_000;
 const CONNECTION_CACHE_CAPACITY: usize = 100_000;
 const OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The `Retry-After` (seconds) of a 503 answered because the database cannot be reached.
+pub const RETRY_AFTER_SECONDS: &str = "1";
+
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<Config>,

@@ -850,13 +850,62 @@ backend_test!(
         let connection = connection(&pending.principal, now());
         for (n, expected) in [(1, true), (2, false)] {
             let completed = store
-                .save_connection(&connection, &pending.id, &notification(n))
+                .save_connection(&connection, &pending.id, &notification(n), now())
                 .await
                 .expect("save connection");
             assert_eq!(completed, expected);
         }
         assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
         assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Completed);
+    }
+);
+
+backend_test!(
+    /// Issue 9, item 14: a callback that started in time completes its elicitation even when the
+    /// sweeper expired it during the code exchange; otherwise nothing is saved.
+    async fn a_connection_is_saved_only_with_its_elicitations_completion(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let stored = async |e: &ElicitationRecord| store.connection(&e.principal, "github").await.expect("load");
+
+        let swept = asked(&store, "alice", "github:repo", None).await;
+        let started = now();
+        store
+            .expire_elicitations(swept.expires_at + Duration::seconds(1))
+            .await
+            .expect("sweep");
+        assert_eq!(status_of(&store, &swept.id).await, ElicitationStatus::Expired);
+        let saved = store
+            .save_connection(
+                &connection(&swept.principal, now()),
+                &swept.id,
+                &notification(1),
+                started,
+            )
+            .await
+            .expect("save connection");
+        assert!(saved, "expired after its callback started: completed");
+        assert_eq!(status_of(&store, &swept.id).await, ElicitationStatus::Completed);
+        assert_eq!(events_of(&store, &swept.session_id).await, vec![notification(1)]);
+        assert!(stored(&swept).await.is_some());
+
+        let late = asked(&store, "bob", "github:repo", None).await;
+        let declined = asked(&store, "carol", "github:repo", None).await;
+        let note = notification(2);
+        store
+            .finish_elicitation(ending(&declined.id, &note, now()), ElicitationStatus::Declined)
+            .await
+            .expect("decline");
+        for (e, started) in [(&late, late.expires_at + Duration::seconds(1)), (&declined, now())] {
+            let saved = store
+                .save_connection(&connection(&e.principal, now()), &e.id, &notification(3), started)
+                .await
+                .expect("save connection");
+            assert!(!saved, "{}", e.principal);
+            assert!(stored(e).await.is_none(), "{}: nothing saved", e.principal);
+            assert!(!events_of(&store, &e.session_id).await.contains(&notification(3)));
+        }
+        assert_eq!(status_of(&store, &late.id).await, ElicitationStatus::Pending);
+        assert_eq!(status_of(&store, &declined.id).await, ElicitationStatus::Declined);
     }
 );
 
@@ -946,7 +995,7 @@ postgres_test!(
         let principal = second.principal.clone();
         let at = now();
         store
-            .save_connection(&connection(&principal, at), &second.id, &notification(2))
+            .save_connection(&connection(&principal, at), &second.id, &notification(2), at)
             .await
             .expect("save connection");
         let connections_changed = Notice::ConnectionsChanged(principal.clone());

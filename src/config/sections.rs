@@ -68,6 +68,9 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<IpNet>,
     /// Largest accepted JSON-RPC body.
     pub max_request_bytes: usize,
+    /// A request body (`/mcp` and page posts) must arrive whole within this time, or 408.
+    #[serde(deserialize_with = "duration")]
+    pub request_body_timeout: Duration,
     /// Interval of SSE keep-alive comments, so proxies do not close idle streams.
     #[serde(deserialize_with = "duration")]
     pub sse_keep_alive: Duration,
@@ -86,6 +89,7 @@ impl Default for ServerConfig {
             allowed_origins: Vec::new(),
             trusted_proxies: Vec::new(),
             max_request_bytes: 1024 * 1024,
+            request_body_timeout: Duration::from_secs(30),
             sse_keep_alive: Duration::from_secs(15),
             sse_retry: Duration::from_secs(1),
             template_dir: None,

@@ -88,6 +88,10 @@ fn bad_values_name_their_key() {
     for (file, key) in [
         ("[server]\nbind = \"nowhere\"\n", "server.bind"),
         ("[server]\nsse_keep_alive = \"soon\"\n", "server.sse_keep_alive"),
+        (
+            "[server]\nrequest_body_timeout = \"0s\"\n",
+            "server.request_body_timeout",
+        ),
         ("[server]\nbnid = \"x\"\n", "server.bnid"),
         ("[database]\nurl = \"mysql://x\"\n", "database.url"),
         (

@@ -47,6 +47,12 @@ impl Config {
         if self.server.max_request_bytes < 1024 {
             return Err(ConfigError::key("server.max_request_bytes", "must be at least 1024"));
         }
+        if self.server.request_body_timeout.is_zero() {
+            return Err(ConfigError::key(
+                "server.request_body_timeout",
+                "must be longer than zero",
+            ));
+        }
         if self.server.sse_keep_alive.is_zero() {
             return Err(ConfigError::key("server.sse_keep_alive", "must be longer than zero"));
         }

@@ -33,7 +33,7 @@ use crate::vault::{KeyRing, VaultError};
 
 pub use connections::{
     CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ConnectionSummary, Connections, Disconnected,
-    StartedFlow,
+    ProviderErrorCode, StartedFlow,
 };
 pub use decision::{Credentials, Decision, ToolCall};
 pub use elicitations::{Ask, Elicitations};
@@ -49,6 +49,13 @@ pub enum GateError {
     /// The provider could not be reached to refresh a token; the call may be retried.
     #[error("{provider} could not be reached: {reason}")]
     ProviderUnavailable { provider: String, reason: String },
+}
+
+impl GateError {
+    /// The database cannot be reached right now: the request may be retried shortly.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, GateError::Store(error) if error.is_unavailable())
+    }
 }
 
 /// What every room of the gate stands on.

@@ -163,7 +163,7 @@ impl Fixture {
         let asked = self.ask(gate.elicitations(), session, "acme").await;
         let store = &self.backing.store;
         store
-            .save_connection(&connection, &asked.id, &json!({}))
+            .save_connection(&connection, &asked.id, &json!({}), now)
             .await
             .expect("save");
         self.backing.bus.connections_changed(principal);

@@ -15,7 +15,7 @@ use crate::domain::{LogLevel, Principal, SessionId};
 use crate::gate::{Credentials, Decision, GateError, ToolCall};
 use crate::jsonrpc::{self, METHOD_NOT_FOUND, RpcError, URL_ELICITATION_REQUIRED};
 use crate::state::AppState;
-use crate::store::{ElicitationRecord, SessionRecord};
+use crate::store::{ElicitationRecord, SessionRecord, StoreError};
 use crate::tools::{CallContext, ToolOutcome, ToolResult};
 
 /// Told to the model at `initialize`: how gated tools behave and what to do about it.
@@ -62,10 +62,11 @@ pub async fn initialize(
         log_level: None,
         created_at: Utc::now(),
     };
-    let record = state.sessions.create(record).await.map_err(|e| {
-        tracing::error!(error = %e, "could not persist a new session");
-        RpcError::internal()
-    })?;
+    let record = state
+        .sessions
+        .create(record)
+        .await
+        .map_err(|e| store_failure("could not persist a new session", &e))?;
     tracing::info!(session = ?record.id, principal = %record.principal, protocol = version, client = %record.client_info, "session started");
     let result = json!({
         "protocolVersion": version,
@@ -119,10 +120,11 @@ async fn set_level(state: &AppState, session: &SessionRecord, params: Map<String
         .ok_or_else(|| RpcError::invalid_params("logging/setLevel needs params.level"))?
         .parse()
         .map_err(RpcError::invalid_params)?;
-    state.sessions.set_log_level(&session.id, level).await.map_err(|e| {
-        tracing::error!(error = %e, "could not store the log level");
-        RpcError::internal()
-    })?;
+    state
+        .sessions
+        .set_log_level(&session.id, level)
+        .await
+        .map_err(|e| store_failure("could not store the log level", &e))?;
     Ok(json!({}))
 }
 
@@ -217,8 +219,7 @@ async fn call_tool(
             gate: &state.gate,
         };
         match tool.call(&context, &arguments).await {
-            ToolOutcome::Done(mut result) => {
-                result.redact(credentials.secrets());
+            ToolOutcome::Done(result) => {
                 if result.is_error {
                     let text = result
                         .content
@@ -309,8 +310,25 @@ async fn gate_call(
 }
 
 fn internal(error: GateError) -> RpcError {
-    tracing::error!(%error, "gate failed");
-    RpcError::internal()
+    match error {
+        GateError::Store(error) => store_failure("gate failed", &error),
+        other => {
+            tracing::error!(error = %other, "gate failed");
+            RpcError::internal()
+        }
+    }
+}
+
+/// What the client sees of a store failure, which is logged with `context`: during a database
+/// outage "unavailable" (HTTP 503), otherwise an internal error.
+pub fn store_failure(context: &str, error: &StoreError) -> RpcError {
+    if error.is_unavailable() {
+        tracing::warn!(%error, "{context}: the database is unavailable");
+        RpcError::unavailable()
+    } else {
+        tracing::error!(%error, "{context}");
+        RpcError::internal()
+    }
 }
 
 async fn decide(

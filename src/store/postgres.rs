@@ -97,6 +97,10 @@ fn announce_stored(channel: u8) -> String {
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
+/// How long a request waits for a connection. Short: while the database is down a request
+/// fails (503, retry) within this time instead of hanging.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
 pub struct PostgresStore {
     pool: PgPool,
 }
@@ -106,7 +110,7 @@ impl PostgresStore {
         let options: PgConnectOptions = url.parse()?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.application_name("gatehouse"))
             .await?;
         Ok(Self { pool })
@@ -446,19 +450,22 @@ impl Store for PostgresStore {
         c: &ConnectionRecord,
         elicitation: &ElicitationId,
         notification: &Value,
+        started: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        // One statement (atomic, one round trip): save the connection, complete the elicitation
-        // if still pending, append the notification to its session, and announce both changes.
+        // One statement (atomic, one round trip): complete the elicitation if its callback started
+        // in time, and only then save the connection, append the notification to its session and
+        // announce both changes.
         let (completed,): (bool,) = sqlx::query_as(sql!(
-            "WITH saved AS (
-                 INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            "WITH completed AS (UPDATE elicitations SET status = 'completed', completed_at = $10
+                 WHERE id = $11 AND status IN ('pending', 'expired') AND expires_at > $15 RETURNING session_id),
+             saved AS (
+                 INSERT INTO connections ({CONNECTION_COLUMNS})
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM completed
                  ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
                      refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at, scopes = EXCLUDED.scopes,
                      account_label = EXCLUDED.account_label, status = EXCLUDED.status, refresh_lease = NULL,
                      updated_at = EXCLUDED.updated_at
                  RETURNING principal),
-             completed AS (UPDATE elicitations SET status = 'completed', completed_at = $10
-                 WHERE id = $11 AND status = 'pending' RETURNING session_id),
              {}
              SELECT EXISTS (SELECT 1 FROM completed), {},
                  (SELECT pg_notify($13, $14) FROM saved) IS NULL",
@@ -479,6 +486,7 @@ impl Store for PostgresStore {
         .bind(notification)
         .bind(NOTIFY_CHANNEL)
         .bind(Notice::ConnectionsChanged(c.principal.clone()).encode())
+        .bind(started)
         .fetch_one(&self.pool)
         .await?;
         Ok(completed)

@@ -443,8 +443,22 @@ impl Store for SqliteStore {
         c: &ConnectionRecord,
         elicitation: &ElicitationId,
         notification: &Value,
+        started: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
+        // Completed first: without its elicitation the transaction is dropped and nothing saved.
+        let session: Option<(String,)> = sqlx::query_as(
+            "UPDATE elicitations SET status = 'completed', completed_at = ?2
+             WHERE id = ?1 AND status IN ('pending', 'expired') AND expires_at > ?3 RETURNING session_id",
+        )
+        .bind(elicitation.to_string())
+        .bind(millis(c.updated_at))
+        .bind(millis(started))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((session,)) = session else {
+            return Ok(false);
+        };
         sqlx::query(sql!(
             "INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
@@ -464,19 +478,9 @@ impl Store for SqliteStore {
         .bind(millis(c.updated_at))
         .execute(&mut *tx)
         .await?;
-        let session: Option<(String,)> = sqlx::query_as(
-            "UPDATE elicitations SET status = 'completed', completed_at = ?2
-             WHERE id = ?1 AND status = 'pending' RETURNING session_id",
-        )
-        .bind(elicitation.to_string())
-        .bind(millis(c.updated_at))
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((session,)) = &session {
-            append_in(&mut tx, session, notification).await?;
-        }
+        append_in(&mut tx, &session, notification).await?;
         tx.commit().await?;
-        Ok(session.is_some())
+        Ok(true)
     }
 
     async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {

@@ -48,6 +48,9 @@ pub enum Encoding {
     Header,
     /// As is (text bodies).
     Text,
+    /// JSON-escaped, for a place inside a JSON string (string bodies that are JSON): a value cannot
+    /// end the string.
+    JsonString,
     /// Text a person reads (call-scoped form descriptions): bidi controls and invisible characters
     /// are written as their code points, so a value cannot display as something else.
     Shown,
@@ -137,6 +140,26 @@ impl Template {
         self.keeps_path(&text, &spans).map(|_| ())
     }
 
+    /// The template's text with the placeholder at each index written as `marker(index, name)`,
+    /// where `name` is what the template has between `{{` and `}}` (`args.x`).
+    pub fn with_markers(&self, mut marker: impl FnMut(usize, &str) -> String) -> String {
+        let mut index = 0;
+        let mut out = String::new();
+        for part in &self.parts {
+            let name = match part {
+                Part::Literal(text) => {
+                    out.push_str(text);
+                    continue;
+                }
+                Part::Arg(name) => format!("args.{name}"),
+                Part::Form { form, field, .. } => format!("form.{form}.{field}"),
+            };
+            out.push_str(&marker(index, &name));
+            index += 1;
+        }
+        out
+    }
+
     /// The rendered text and where each placeholder's value went; `fill` gives a placeholder's
     /// description and value.
     fn render_with(
@@ -161,6 +184,10 @@ impl Template {
                     ));
                 }
                 Encoding::Header | Encoding::Text => out.push_str(&value),
+                Encoding::JsonString => {
+                    let quoted = Value::String(value).to_string();
+                    out.push_str(&quoted[1..quoted.len() - 1]);
+                }
                 Encoding::Shown => shown(&value, &mut out),
             }
             spans.push(Span {
