@@ -1,7 +1,8 @@
 //! The template renderer: for any argument and form values, a rendered URL is refused or keeps its
 //! template's origin, literal path prefix and path segments (a placeholder's segment decodes to its
 //! value); a header never carries a control character (so no CR/LF); text and body rendering never
-//! fail and write values exactly; and every output stays within a bound of the template and values.
+//! fail and write values exactly (inside their JSON string in a string body that is JSON); and every
+//! output stays within a bound of the template and values.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -364,6 +365,26 @@ proptest! {
                 prop_assert!(filling.key.len() < 12 || !why.contains(&filling.key), "the refusal repeats the secret: {why}");
             }
         }
+    }
+
+    /// In a string body that is JSON, a value stays inside its JSON string whatever it holds (quotes,
+    /// backslashes, line breaks): the body parses, and the string is the values written exactly.
+    #[test]
+    fn json_string_bodies_keep_values_inside_their_string((text, pieces) in text_template(), filling in filling()) {
+        let form = form();
+        let unquote = |text: &str| text.replace('"', "'");
+        let body = format!("{{\"k\": \"{}\"}}", unquote(&text));
+        let template = parse(&body, &form).map_err(TestCaseError::fail)?;
+        let rendered = render(&template, &filling, Encoding::JsonString).map_err(TestCaseError::fail)?;
+        let parsed: Value = serde_json::from_str(&rendered)?;
+        let pieces: Vec<Piece> = pieces
+            .into_iter()
+            .map(|piece| match piece {
+                Piece::Literal(text) => Piece::Literal(unquote(&text)),
+                placeholder => placeholder,
+            })
+            .collect();
+        prop_assert_eq!(parsed, serde_json::json!({"k": expected_text(&pieces, &filling)}));
     }
 
     /// Text bodies are the values written exactly; a body that is one placeholder keeps its value's
