@@ -25,7 +25,7 @@ use crate::providers::Providers;
 use crate::store::SessionRecord;
 
 pub use schema::InputSchema;
-pub use template::{Placeholders, Template, Values};
+pub use template::{Encoding, Placeholders, Template, Values};
 
 /// What a tool is, as `tools/list` shows it.
 #[derive(Debug, Clone)]
