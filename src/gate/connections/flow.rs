@@ -16,6 +16,7 @@ use super::{Connections, access_context, refresh_context};
 use crate::domain::Principal;
 use crate::gate::{GateError, after, sha256_hex};
 use crate::providers::{OAuthError, Provider};
+use crate::secret::Secret;
 use crate::store::{ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord};
 
 /// The one redirect URI of a deployment.
@@ -121,11 +122,12 @@ impl CallbackOutcome {
     }
 }
 
-/// What the provider sent the browser back with (the callback's query string).
+/// What the provider sent the browser back with (the callback's query string). `state` and `code`
+/// are bearer values for the flow, so `Debug` redacts them.
 #[derive(Debug, Clone)]
 pub struct CallbackParams {
-    state: String,
-    code: Option<String>,
+    state: Secret<String>,
+    code: Option<Secret<String>>,
     error: Option<ProviderErrorCode>,
     iss: Option<String>,
 }
@@ -149,15 +151,15 @@ impl CallbackParams {
             .filter(|s: &String| !s.is_empty() && s.len() <= MAX_STATE_LEN)
             .ok_or(CallbackRefusal::UnknownState)?;
         Ok(Self {
-            state,
-            code,
+            state: Secret::new(state),
+            code: code.map(Secret::new),
             error: error.as_deref().map(ProviderErrorCode::parse),
             iss,
         })
     }
 
     fn state_hash(&self) -> String {
-        sha256_hex(&self.state)
+        sha256_hex(self.state.expose())
     }
 }
 
@@ -315,7 +317,7 @@ impl Connections {
             tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, %error, "the provider answered the sign-in with an error");
             return Ok(failed(Some(error.clone())));
         }
-        let Some(code) = params.code.as_deref().filter(|c| !c.is_empty()) else {
+        let Some(code) = params.code.as_ref().map(|c| c.expose().as_str()).filter(|c| !c.is_empty()) else {
             tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, "the provider sent no authorization code");
             return Ok(CallbackOutcome::Refused {
                 refusal: CallbackRefusal::NoCode,
