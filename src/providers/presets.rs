@@ -129,8 +129,17 @@ mod tests {
         );
         // The Web API refuses a token with HTTP 200 and `ok: false`, other errors are answers.
         let refusal = slack.token_refused_when.expect("Slack refuses tokens in 200 answers");
-        for error in ["invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"] {
-            assert!(refusal.matches(&serde_json::json!({"ok": false, "error": error})), "{error}");
+        for error in [
+            "invalid_auth",
+            "not_authed",
+            "account_inactive",
+            "token_revoked",
+            "token_expired",
+        ] {
+            assert!(
+                refusal.matches(&serde_json::json!({"ok": false, "error": error})),
+                "{error}"
+            );
         }
         assert!(!refusal.matches(&serde_json::json!({"ok": false, "error": "channel_not_found"})));
         assert!(!refusal.matches(&serde_json::json!({"ok": true})));
