@@ -17,6 +17,7 @@ pub mod public_url;
 pub mod secret;
 pub mod state;
 pub mod store;
+pub mod text;
 pub mod tools;
 pub mod vault;
 pub mod web;

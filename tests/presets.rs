@@ -129,12 +129,18 @@ backend_test!(
         let page = Browser::new().sign_in(&url_of(&elicitation)).await;
         assert_eq!(page.status, StatusCode::BAD_GATEWAY, "{}", page.body);
         assert!(
-            page.body.contains("Slack did not complete the sign-in"),
+            page.body.contains("Slack answered with an error") && page.body.contains("(invalid_client_id)"),
             "{}",
             page.body
         );
         assert_eq!(database.query_count("SELECT COUNT(*) FROM connections").await, 0);
-        assert!(logged_text().contains("the provider refused: invalid_client_id"));
+        let logs = logged_text();
+        assert!(
+            logs.lines().any(|line| line.contains("WARN")
+                && line.contains("the provider refused the code exchange")
+                && line.contains("invalid_client_id")),
+            "{logs}"
+        );
         server.stop().await;
     }
 );

@@ -102,6 +102,15 @@ fn bad_values_name_their_key() {
             "[[tools]]\nname = \"t\"\n[tools.http]\nurl = \"http://x\"\ntimeout = 5\n",
             "tools[0].http.timeout",
         ),
+        (
+            "[mcp]\nmax_sessions_per_principal = 0\n",
+            "mcp.max_sessions_per_principal",
+        ),
+        (
+            "[elicitation]\nmax_pending_per_principal = 0\n",
+            "elicitation.max_pending_per_principal",
+        ),
+        ("[elicitation]\nretention = \"10m\"\n", "elicitation.retention"),
     ] {
         assert_eq!(key_of(load(file, &[]).unwrap_err()), key, "{file}");
     }

@@ -94,6 +94,21 @@ impl Config {
         if self.mcp.page_size == 0 {
             return Err(ConfigError::key("mcp.page_size", "must be at least 1"));
         }
+        if self.mcp.max_sessions_per_principal == 0 {
+            return Err(ConfigError::key("mcp.max_sessions_per_principal", "must be at least 1"));
+        }
+        if self.elicitation.max_pending_per_principal == 0 {
+            return Err(ConfigError::key(
+                "elicitation.max_pending_per_principal",
+                "must be at least 1",
+            ));
+        }
+        if self.elicitation.retention < Duration::from_secs(3600) {
+            return Err(ConfigError::key(
+                "elicitation.retention",
+                "must be at least 1h: a late callback or a retried call still looks its elicitation up",
+            ));
+        }
         if self.elicitation.ttl < Duration::from_secs(30) {
             return Err(ConfigError::key(
                 "elicitation.ttl",

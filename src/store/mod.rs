@@ -272,7 +272,16 @@ pub trait Store: Send + Sync + 'static {
     /// The database answers and every embedded migration has been applied.
     async fn check_ready(&self) -> Result<(), StoreError>;
 
-    async fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
+    /// Stores a new session and, in the same transaction, ends its principal's least recently
+    /// used sessions beyond `max_per_principal` (never the new one) with their events; returns
+    /// the ended sessions' ids. A principal's creations take turns, on every replica (on
+    /// PostgreSQL an advisory lock, announcing the ended sessions), so concurrent ones never
+    /// leave more.
+    async fn create_session(
+        &self,
+        session: &SessionRecord,
+        max_per_principal: usize,
+    ) -> Result<Vec<SessionId>, StoreError>;
 
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError>;
 
@@ -302,8 +311,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores a new pending elicitation, or returns the one already pending and unexpired for the
     /// same ask (two concurrent calls get the same one). One pending past its expiry is marked
-    /// expired first and never handed out again.
-    async fn insert_elicitation(&self, elicitation: &ElicitationRecord) -> Result<ElicitationRecord, StoreError>;
+    /// expired first and never handed out again. `None`, and nothing stored, when the principal
+    /// already has `max_pending` pending and unexpired elicitations; a principal's insertions take
+    /// turns (on every replica), so concurrent ones never exceed it.
+    async fn insert_elicitation(
+        &self,
+        elicitation: &ElicitationRecord,
+        max_pending: usize,
+    ) -> Result<Option<ElicitationRecord>, StoreError>;
 
     /// The elicitation for this ask that is pending and unexpired at `now`.
     async fn pending_elicitation(
@@ -325,6 +340,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Marks pending elicitations past their expiry as expired; returns how many.
     async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    /// Deletes the elicitations that ended (finished, or expired) before `cutoff`, with their flows
+    /// and answers; returns how many.
+    async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 
     async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError>;
 
@@ -458,6 +477,11 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Database, StoreE
             postgres: None,
         })
     }
+}
+
+/// A count or cap as SQL binds it.
+fn sql_count(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 fn connection_status_str(status: ConnectionStatus) -> &'static str {

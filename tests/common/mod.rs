@@ -382,7 +382,10 @@ impl TestDatabase {
             }
             Backend::Sqlite => {
                 let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
-                sqlx::query("UPDATE elicitations SET expires_at = 0")
+                // A minute ago, as on PostgreSQL: not so long ago that the retention sweep deletes it.
+                let minute_ago = (chrono::Utc::now() - chrono::Duration::minutes(1)).timestamp_millis();
+                sqlx::query("UPDATE elicitations SET expires_at = ?1")
+                    .bind(minute_ago)
                     .execute(&mut conn)
                     .await
                     .expect("update");
