@@ -144,3 +144,50 @@ backend_test!(
         server.stop().await;
     }
 );
+
+backend_test!(
+    /// Slack's Web API refuses a revoked token with HTTP 200 and `"error": "invalid_auth"`, not a
+    /// 401: the preset's `token_refused_when` makes that a refusal, so the connection breaks, the
+    /// call elicits a sign-in (its answer never reaches the model), and after it the call works.
+    async fn a_token_the_slack_api_refuses_breaks_the_connection(backend: Backend) {
+        let fake = fake_slack(|options| {
+            options.access_token_ttl = None;
+            options.refresh_tokens = false;
+        })
+        .await;
+        let (database, server, client, mut stream) = start(backend, &fake).await;
+        let elicitation = elicitations(&client.request("tools/call", post("hello")).await).remove(0);
+        let page = Browser::new().sign_in(&url_of(&elicitation)).await;
+        assert_eq!(page.status, StatusCode::OK, "callback page: {}", page.body);
+        stream.next_message(WAIT).await.expect("completion notification");
+        let result = client.call("tools/call", post("hello")).await;
+        assert_eq!(result["structuredContent"]["ok"], true, "{result}");
+
+        fake.revoke_everything();
+        let refused = client.request("tools/call", post("hello again")).await;
+        assert!(!refused.body.to_string().contains("invalid_auth"), "{}", refused.body);
+        let again = elicitations(&refused);
+        assert_eq!(again.len(), 1, "an `invalid_auth` answer elicits again");
+        assert_eq!(
+            database
+                .query_count("SELECT COUNT(*) FROM connections WHERE status = 'broken'")
+                .await,
+            1
+        );
+        let whoami = client.call("tools/call", json!({"name": "whoami"})).await;
+        assert_eq!(whoami["structuredContent"]["connections"][0]["status"], "needs sign-in");
+
+        let page = Browser::new().sign_in(&url_of(&again[0])).await;
+        assert_eq!(page.status, StatusCode::OK, "callback page: {}", page.body);
+        stream.next_message(WAIT).await.expect("completion notification");
+        let result = client.call("tools/call", post("hello again")).await;
+        assert_eq!(result["isError"], false, "{result}");
+        assert_eq!(result["structuredContent"]["ok"], true, "{result}");
+        assert_eq!(
+            fake.stats().api_bearer_tokens.last(),
+            fake.stats().issued_access_tokens.last(),
+            "the call used the new sign-in's token"
+        );
+        server.stop().await;
+    }
+);

@@ -23,7 +23,7 @@ use url::Url;
 
 pub use env::ENV_PREFIX;
 pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
-pub use providers::{ClientAuth, ProviderConfig};
+pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
 pub use sections::{
     DatabaseConfig, ElicitationConfig, IdentityConfig, IdentityMode, LogConfig, LogFormat, McpConfig, SecretsConfig,
     ServerConfig,

@@ -17,6 +17,15 @@ pub enum ClientAuth {
     Post,
 }
 
+/// A 2xx API answer that refuses the token: a JSON body whose value at `pointer` is one of
+/// `values` (a string, or a number or boolean written as text).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRefusedWhen {
+    pub pointer: String,
+    pub values: Vec<String>,
+}
+
 /// An OAuth 2 provider. A `preset` fills the URLs of a known provider; every key set here wins.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +61,9 @@ pub struct ProviderConfig {
     /// A JSON pointer to where the token answer holds the user's tokens (Slack: `/authed_user`);
     /// an answer without it is read at its top level.
     pub tokens_at: Option<String>,
+    /// How the provider's API refuses a token in a 2xx answer (Slack: HTTP 200 with
+    /// `"error": "invalid_auth"`); such an answer counts as a 401.
+    pub token_refused_when: Option<TokenRefusedWhen>,
     pub client_auth: Option<ClientAuth>,
     /// Extra authorize parameters (e.g. `access_type = "offline"`).
     #[serde(default)]

@@ -8,12 +8,13 @@ mod presets;
 
 use std::collections::BTreeMap;
 
+use serde_json::Value;
 use url::Url;
 
 pub use answers::{OAuthError, TokenResponse};
 pub use client::{Authorization, OAuthClient};
 
-use crate::config::{ClientAuth, Config, ConfigError, ProviderConfig};
+use crate::config::{ClientAuth, Config, ConfigError, ProviderConfig, TokenRefusedWhen};
 use crate::domain::is_identifier;
 use crate::secret::Secret;
 
@@ -48,7 +49,54 @@ pub struct Provider {
     /// A JSON pointer to the user's tokens in a token answer that nests them (Slack's
     /// `/authed_user`); answers without it are read at the top level.
     pub tokens_at: Option<String>,
+    /// How the provider's API refuses a token in a 2xx answer (Slack's `ok: false` answers).
+    pub token_refused_when: Option<TokenRefusal>,
     pub authorize_params: BTreeMap<String, String>,
+}
+
+/// A 2xx API answer that means the token was refused: its JSON value at `pointer` is one of
+/// `values`.
+#[derive(Debug, Clone)]
+pub struct TokenRefusal {
+    pointer: String,
+    values: Vec<String>,
+}
+
+impl TokenRefusal {
+    fn from_config(config: &TokenRefusedWhen, key: &str) -> Result<Self, ConfigError> {
+        json_pointer(&config.pointer, &format!("{key}.pointer"), "/error")?;
+        if config.values.is_empty() || config.values.iter().any(String::is_empty) {
+            return Err(ConfigError::key(
+                format!("{key}.values"),
+                "must list at least one value, none of them empty",
+            ));
+        }
+        Ok(Self {
+            pointer: config.pointer.clone(),
+            values: config.values.clone(),
+        })
+    }
+
+    /// Whether `answer` says the token was refused.
+    pub fn matches(&self, answer: &Value) -> bool {
+        let text = match answer.pointer(&self.pointer) {
+            Some(Value::String(text)) => text.clone(),
+            Some(scalar @ (Value::Number(_) | Value::Bool(_))) => scalar.to_string(),
+            _ => return false,
+        };
+        self.values.contains(&text)
+    }
+}
+
+/// Refuses anything but a JSON pointer to a member (`/name…`); `example` is shown in the error.
+fn json_pointer(pointer: &str, key: &str, example: &str) -> Result<(), ConfigError> {
+    if pointer.len() < 2 || !pointer.starts_with('/') {
+        return Err(ConfigError::key(
+            key,
+            format!("must be a JSON pointer like \"{example}\""),
+        ));
+    }
+    Ok(())
 }
 
 /// Parameters of the authorize URL that gatehouse sets itself.
@@ -107,11 +155,14 @@ impl Provider {
         {
             return invalid("account_label", "must be a JSON pointer like \"/login\"".into());
         }
-        if let Some(pointer) = &config.tokens_at
-            && (pointer.len() < 2 || !pointer.starts_with('/'))
-        {
-            return invalid("tokens_at", "must be a JSON pointer like \"/authed_user\"".into());
+        if let Some(pointer) = &config.tokens_at {
+            json_pointer(pointer, &format!("{key}.tokens_at"), "/authed_user")?;
         }
+        let token_refused_when = config
+            .token_refused_when
+            .as_ref()
+            .map(|when| TokenRefusal::from_config(when, &format!("{key}.token_refused_when")))
+            .transpose()?;
         let require_iss = match (config.require_iss, &config.issuer) {
             (Some(true), None) => return invalid("require_iss", "needs an `issuer` to require".into()),
             (required, issuer) => issuer.is_some() && required.unwrap_or(true),
@@ -166,6 +217,7 @@ impl Provider {
             scope_param,
             unlisted_scopes: config.unlisted_scopes,
             tokens_at: config.tokens_at,
+            token_refused_when,
             authorize_params: config.authorize_params,
         })
     }
@@ -297,9 +349,40 @@ mod tests {
                 "authorize_params.scope",
             ),
             ("preset = \"microsoft\"\nunlisted_scopes = [\"a b\"]", "unlisted_scopes"),
+            (
+                "preset = \"github\"\ntoken_refused_when = { pointer = \"error\", values = [\"x\"] }",
+                "token_refused_when.pointer",
+            ),
+            (
+                "preset = \"github\"\ntoken_refused_when = { pointer = \"/\", values = [\"x\"] }",
+                "token_refused_when.pointer",
+            ),
+            (
+                "preset = \"github\"\ntoken_refused_when = { pointer = \"/error\", values = [] }",
+                "token_refused_when.values",
+            ),
+            (
+                "preset = \"github\"\ntoken_refused_when = { pointer = \"/error\", values = [\"\"] }",
+                "token_refused_when.values",
+            ),
         ];
         for (extra, field) in cases {
             assert_eq!(key_of(extra), format!("providers[0].{field}"), "{extra}");
         }
+    }
+
+    #[test]
+    fn a_token_refusal_matches_the_value_at_its_pointer() {
+        let provider = provider(
+            "preset = \"github\"\ntoken_refused_when = { pointer = \"/error/code\", values = [\"190\", \"revoked\"] }",
+        )
+        .expect("provider");
+        let refusal = provider.token_refused_when.expect("a refusal rule");
+        assert!(refusal.matches(&serde_json::json!({"error": {"code": 190}})));
+        assert!(refusal.matches(&serde_json::json!({"error": {"code": "revoked"}})));
+        assert!(!refusal.matches(&serde_json::json!({"error": {"code": 4}})));
+        assert!(!refusal.matches(&serde_json::json!({"error": "revoked"})));
+        assert!(!refusal.matches(&serde_json::json!({"error": {"code": ["revoked"]}})));
+        assert!(!refusal.matches(&serde_json::json!(["revoked"])));
     }
 }

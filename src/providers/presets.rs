@@ -63,6 +63,7 @@ pub fn apply(config: &ProviderConfig, key: &str) -> Result<ProviderConfig, Confi
     merged.client_auth = merged.client_auth.or(preset.client_auth);
     merged.scope_param = merged.scope_param.or(preset.scope_param);
     merged.tokens_at = merged.tokens_at.or(preset.tokens_at);
+    merged.token_refused_when = merged.token_refused_when.or(preset.token_refused_when);
     if merged.unlisted_scopes.is_empty() {
         merged.unlisted_scopes = preset.unlisted_scopes;
     }
@@ -126,6 +127,22 @@ mod tests {
             slack.split_scopes("chat:write,channels:history"),
             ["channels:history", "chat:write"]
         );
+        // The Web API refuses a token with HTTP 200 and `ok: false`, other errors are answers.
+        let refusal = slack.token_refused_when.expect("Slack refuses tokens in 200 answers");
+        for error in [
+            "invalid_auth",
+            "not_authed",
+            "account_inactive",
+            "token_revoked",
+            "token_expired",
+        ] {
+            assert!(
+                refusal.matches(&serde_json::json!({"ok": false, "error": error})),
+                "{error}"
+            );
+        }
+        assert!(!refusal.matches(&serde_json::json!({"ok": false, "error": "channel_not_found"})));
+        assert!(!refusal.matches(&serde_json::json!({"ok": true})));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::{CallContext, Tool, ToolDefinition, ToolOutcome, ToolResult};
 use crate::config::{ConfigError, ToolConfig};
 use crate::forms::Form;
 use crate::gate::Requirement;
+use crate::providers::{Providers, TokenRefusal};
 
 /// Body text shown in an error result, at most.
 const ERROR_EXCERPT_BYTES: usize = 2048;
@@ -31,8 +32,14 @@ pub struct HttpTool {
     timeout: Duration,
     max_response_bytes: usize,
     /// The provider whose access token is sent as `Authorization: Bearer` (the first required).
-    bearer: Option<String>,
+    bearer: Option<Bearer>,
     client: reqwest::Client,
+}
+
+/// The provider whose token a tool sends, and how that provider's API refuses a token besides 401.
+struct Bearer {
+    provider: String,
+    refused_when: Option<TokenRefusal>,
 }
 
 impl HttpTool {
@@ -41,6 +48,7 @@ impl HttpTool {
         definition: ToolDefinition,
         forms: &[&Form],
         key: &str,
+        providers: &Providers,
         client: reqwest::Client,
     ) -> Result<Self, ConfigError> {
         let arguments = definition.input_schema.property_names();
@@ -110,7 +118,10 @@ impl HttpTool {
         let mut definition = definition;
         definition.read_only = matches!(method, Method::GET | Method::HEAD);
         let bearer = definition.requires.iter().find_map(|r| match r {
-            Requirement::Provider { provider, .. } => Some(provider.clone()),
+            Requirement::Provider { provider, .. } => Some(Bearer {
+                provider: provider.clone(),
+                refused_when: providers.get(provider).and_then(|p| p.token_refused_when.clone()),
+            }),
             Requirement::Form { .. } => None,
         });
         if bearer.is_some() && http.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
@@ -199,7 +210,7 @@ impl Tool for HttpTool {
                 )));
             }
         };
-        if let Some(provider) = &self.bearer {
+        if let Some(Bearer { provider, .. }) = &self.bearer {
             // The gate ran this tool only with a token for every provider it requires.
             let Some(token) = context.credentials.token(provider) else {
                 return ToolOutcome::CredentialRejected {
@@ -212,7 +223,7 @@ impl Tool for HttpTool {
         match self.send(request, &redactor).await {
             Sent::Answer(result) => ToolOutcome::Done(result),
             Sent::Unauthorized => match &self.bearer {
-                Some(provider) => ToolOutcome::CredentialRejected {
+                Some(Bearer { provider, .. }) => ToolOutcome::CredentialRejected {
                     provider: provider.clone(),
                 },
                 None => ToolOutcome::Done(ToolResult::error(format!(
@@ -226,7 +237,7 @@ impl Tool for HttpTool {
 
 enum Sent {
     Answer(ToolResult),
-    /// 401: the credentials were refused.
+    /// 401, or a 2xx answer the provider's `token_refused_when` matches: the token was refused.
     Unauthorized,
 }
 
@@ -247,12 +258,13 @@ impl HttpTool {
         if response.status() == reqwest::StatusCode::UNAUTHORIZED {
             return Sent::Unauthorized;
         }
-        Sent::Answer(self.read_answer(response, &host, redactor).await)
+        self.read_answer(response, &host, redactor).await
     }
 
     /// The tool result for an upstream answer: its text, JSON objects also as structured content,
-    /// with the call's secrets redacted before anything is cut.
-    async fn read_answer(&self, response: reqwest::Response, host: &str, redactor: &Redactor) -> ToolResult {
+    /// with the call's secrets redacted before anything is cut. A 2xx answer that refuses the
+    /// token is never shown.
+    async fn read_answer(&self, response: reqwest::Response, host: &str, redactor: &Redactor) -> Sent {
         let status = response.status();
         let is_json = response
             .headers()
@@ -262,36 +274,45 @@ impl HttpTool {
         let body = match read_bounded(response, self.max_response_bytes).await {
             Ok(body) => body,
             Err(ReadError::TooLarge) => {
-                return ToolResult::error(format!(
+                return Sent::Answer(ToolResult::error(format!(
                     "{host} sent more than {} bytes, the limit for this tool",
                     self.max_response_bytes
-                ));
+                )));
             }
             Err(ReadError::Timeout) => {
-                return ToolResult::error(format!(
+                return Sent::Answer(ToolResult::error(format!(
                     "{host} did not finish answering within {}",
                     humantime::format_duration(self.timeout)
-                ));
+                )));
             }
             Err(ReadError::Failed) => {
-                return ToolResult::error(format!("The connection to {host} failed while reading its answer"));
+                return Sent::Answer(ToolResult::error(format!(
+                    "The connection to {host} failed while reading its answer"
+                )));
             }
         };
+        let refused_when = self.bearer.as_ref().and_then(|b| b.refused_when.as_ref());
+        if status.is_success()
+            && let Some(refused_when) = refused_when
+            && serde_json::from_slice::<Value>(&body).is_ok_and(|answer| refused_when.matches(&answer))
+        {
+            return Sent::Unauthorized;
+        }
         let text = redactor.text(&String::from_utf8_lossy(&body));
         if status.is_redirection() {
-            return ToolResult::error(format!(
+            return Sent::Answer(ToolResult::error(format!(
                 "{host} answered {status}, a redirect, which gatehouse does not follow"
-            ));
+            )));
         }
         if !status.is_success() {
             let excerpt: String = text.chars().take(ERROR_EXCERPT_BYTES).collect();
-            return ToolResult::error(format!("{host} answered {status}: {excerpt}"));
+            return Sent::Answer(ToolResult::error(format!("{host} answered {status}: {excerpt}")));
         }
-        match serde_json::from_str::<Value>(&text) {
+        Sent::Answer(match serde_json::from_str::<Value>(&text) {
             // Parsing decodes escapes: the strings are checked again as they now read.
             Ok(value @ Value::Object(_)) if is_json => ToolResult::structured(redactor.value(value)),
             _ => ToolResult::text(text),
-        }
+        })
     }
 }
 

@@ -257,6 +257,7 @@ impl ToolRegistry {
                 definition,
                 &required_forms,
                 &key,
+                providers,
                 client.clone(),
             )?));
         }
