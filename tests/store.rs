@@ -12,6 +12,7 @@ use gatehouse::store::{
     FormAnswerRecord, FormValuesRecord, NOTIFY_CHANNEL, Notice, RefreshedTokens, SessionRecord, Store, StoreError,
 };
 use serde_json::{Value, json};
+use sqlx::Connection as _;
 use sqlx::postgres::PgListener;
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -1005,6 +1006,62 @@ postgres_test!(
                 .is_err(),
             "nothing else was announced"
         );
+    }
+);
+
+/// The process ids of the database's backends serving gatehouse, in order.
+async fn gatehouse_backends(database: &TestDatabase) -> Vec<i32> {
+    let mut conn = sqlx::PgConnection::connect(&database.url).await.expect("connect");
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = 'gatehouse' ORDER BY pid",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("backends")
+}
+
+postgres_test!(
+    /// Opening a connection over TLS costs a handshake that sqlx makes slow (issue 9, item 11):
+    /// the PostgreSQL pool opens all its connections at start, so no request waits for one.
+    async fn a_postgres_pool_opens_all_its_connections_at_start() {
+        let database = TestDatabase::new(Backend::Postgres).await;
+        let _opened = store::connect(&database.url, 4).await.expect("connect");
+        common::eventually("the pool's four connections open without any request", async || {
+            (gatehouse_backends(&database).await.len() == 4).then_some(())
+        })
+        .await;
+    }
+);
+
+postgres_test!(
+    /// A query dropped while it waits for the database (its client hung up) leaves the pool's
+    /// connection open: dropped ones were reopened all the time, each a slow TLS handshake
+    /// (issue 9, item 11).
+    async fn a_cancelled_query_keeps_its_postgres_connection() {
+        let database = TestDatabase::new(Backend::Postgres).await;
+        let store = store::connect(&database.url, 2).await.expect("connect").store;
+        store.migrate().await.expect("migrate");
+        let record = session("alice");
+        store.create_session(&record).await.expect("create");
+        let before = common::eventually("the pool's connections open", async || {
+            let backends = gatehouse_backends(&database).await;
+            (backends.len() == 2).then_some(backends)
+        })
+        .await;
+        for _ in 0..10 {
+            // Polled once, so dropped while it waits for the database.
+            tokio::select! {
+                biased;
+                _ = store.session(&record.id) => {}
+                () = std::future::ready(()) => {}
+            }
+        }
+        assert!(store.session(&record.id).await.expect("load").is_some());
+        common::eventually("the same connections serve the store", async || {
+            (gatehouse_backends(&database).await == before).then_some(())
+        })
+        .await;
     }
 );
 
