@@ -94,6 +94,31 @@ impl fmt::Display for ElicitationId {
     }
 }
 
+/// One GET stream of a session, on whichever replica holds it: a UUIDv7, never shown to clients;
+/// replicas name a stream by it when a resumed stream ends the older ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamId(uuid::Uuid);
+
+impl StreamId {
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::now_v7())
+    }
+}
+
+impl FromStr for StreamId {
+    type Err = uuid::Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        uuid::Uuid::try_parse(text).map(Self)
+    }
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
 /// The end user, as the identity mode established it; never taken from what a client claims.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -11,6 +11,9 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// MCP 2025-11-25: the request needs the user to complete URL-mode elicitations first.
 pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+/// A server error of ours (-32000..-32099): the service cannot answer right now (its database
+/// is unreachable); the same request may succeed a moment later.
+pub const SERVICE_UNAVAILABLE: i64 = -32010;
 
 /// A request id: MCP allows strings and integers, never null.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -74,6 +77,15 @@ impl RpcError {
     /// What clients see of a server fault; the cause is logged, never sent.
     pub fn internal() -> Self {
         Self::new(INTERNAL_ERROR, "Internal error")
+    }
+
+    /// What clients see while the service cannot answer (sent with HTTP 503 and `Retry-After`).
+    pub fn unavailable() -> Self {
+        Self::new(SERVICE_UNAVAILABLE, "service unavailable, retry shortly")
+    }
+
+    pub fn is_unavailable(&self) -> bool {
+        self.code == SERVICE_UNAVAILABLE
     }
 }
 

@@ -17,6 +17,7 @@ pub mod public_url;
 pub mod secret;
 pub mod state;
 pub mod store;
+pub mod text;
 pub mod tools;
 pub mod vault;
 pub mod web;
@@ -26,12 +27,14 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::http::StatusCode;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::trace::TraceLayer;
 
 pub use config::Config;
@@ -47,8 +50,26 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(mcp::router())
         .merge(web::router(&state))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_failure(log_failure),
+        )
         .with_state(state)
+}
+
+/// A response that failed (5xx), at the level it deserves: a bad or slow gateway is another
+/// service's fault (a provider that answered with an error), WARN; anything else is ours, ERROR.
+/// The cause was logged, with context, where it happened.
+fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
+    match class {
+        ServerErrorsFailureClass::StatusCode(status)
+            if status == StatusCode::BAD_GATEWAY || status == StatusCode::GATEWAY_TIMEOUT =>
+        {
+            tracing::warn!(%status, ?latency, "response failed");
+        }
+        class => tracing::error!(classification = %class, ?latency, "response failed"),
+    }
 }
 
 /// The span every request's logs carry. It records the path only, for every route: a query can

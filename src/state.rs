@@ -11,7 +11,7 @@ use url::Url;
 use crate::config::{Config, ConfigError};
 use crate::events::{self, Bus};
 use crate::forms::Forms;
-use crate::gate::{self, Backing, Connections, Elicitations, FormValues, Gate};
+use crate::gate::{self, Backing, Connections, Elicitations, FormValues, Gate, Limits};
 use crate::identity::Identity;
 use crate::mcp::sessions::{self, Sessions};
 use crate::providers::{OAuthClient, Providers};
@@ -47,6 +47,9 @@ const SESSION_CACHE_CAPACITY: usize = 100_000;
 /// Principals whose connections are cached per replica.
 const CONNECTION_CACHE_CAPACITY: usize = 100_000;
 const OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `Retry-After` (seconds) of a 503 answered because the database cannot be reached.
+pub const RETRY_AFTER_SECONDS: &str = "1";
 
 #[derive(Clone)]
 pub struct AppState {
@@ -91,7 +94,12 @@ impl AppState {
             connection_cache.clone(),
             database.postgres.is_none(),
         ));
-        let sessions = Arc::new(Sessions::new(database.store.clone(), session_cache, bus.clone()));
+        let sessions = Arc::new(Sessions::new(
+            database.store.clone(),
+            session_cache,
+            bus.clone(),
+            config.mcp.max_sessions_per_principal,
+        ));
 
         let mut tasks = Vec::new();
         if let Some(pool) = database.postgres {
@@ -114,7 +122,14 @@ impl AppState {
             vault: vault.clone(),
             public_url: public_url.clone(),
         };
-        let elicitations = Arc::new(Elicitations::new(backing.clone(), config.elicitation.ttl));
+        let elicitations = Arc::new(Elicitations::new(
+            backing.clone(),
+            Limits {
+                ttl: config.elicitation.ttl,
+                max_pending: config.elicitation.max_pending_per_principal,
+                retention: config.elicitation.retention,
+            },
+        ));
         let connections = Arc::new(Connections::new(
             backing.clone(),
             elicitations.clone(),

@@ -174,6 +174,22 @@ backend_test!(
             serde_json::from_str(&log.lock().expect("log").pop().expect("request").body).expect("JSON body");
         assert_eq!(body, json!({"title": null, "count": null, "tags": null, "note": "by "}));
 
+        // A string body that is JSON: values are JSON-escaped inside its strings.
+        let title = "x\", \"admin\": true, \"y\": \"\\";
+        let result = client
+            .call(
+                "tools/call",
+                json!({"name": "json_text", "arguments": {"title": title}}),
+            )
+            .await;
+        assert_eq!(result["isError"], false, "{result}");
+        let seen = log.lock().expect("log").pop().expect("request");
+        assert_eq!(seen.json(), json!({"title": title, "source": "gatehouse"}));
+        assert!(
+            seen.headers
+                .contains(&("content-type".into(), "application/json".into()))
+        );
+
         let result = client
             .call("tools/call", json!({"name": "text", "arguments": {"msg": "hello"}}))
             .await;
@@ -292,6 +308,119 @@ backend_test!(
     }
 );
 
+/// A saved secret with every kind of character an encoding escapes.
+const SECRET: &str = "sk-ü \"quo/te\"+plus & ~more~ 🔑 end";
+
+/// JSON as PHP writes it: `\/`, and `\uXXXX` for every non-ASCII character.
+fn php_json(text: &str) -> String {
+    let mut out = String::from("{\"echo\":\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '/' => out.push_str("\\/"),
+            c if c.is_ascii() => out.push(c),
+            c => c
+                .encode_utf16(&mut [0; 2])
+                .iter()
+                .for_each(|unit| out.push_str(&format!("\\u{unit:04x}"))),
+        }
+    }
+    out.push_str("\"}");
+    out
+}
+
+/// The upstream's answer when asked to echo `key` as `how`.
+fn leak(how: &str, key: &str) -> (StatusCode, &'static str, String) {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    let percent = percent_encoding::utf8_percent_encode(key, percent_encoding::NON_ALPHANUMERIC).to_string();
+    let (status, json, body) = match how {
+        "raw" => (StatusCode::OK, false, format!("you sent {key}")),
+        "base64" => (StatusCode::OK, false, STANDARD.encode(key)),
+        "base64url" => (StatusCode::OK, false, URL_SAFE_NO_PAD.encode(key)),
+        "blob" => (
+            StatusCode::OK,
+            false,
+            STANDARD.encode(format!("{{\"user\":\"ada\",\"key\":\"{key}\"}}")),
+        ),
+        "php" => (StatusCode::OK, false, php_json(key)),
+        "php-json" => (StatusCode::OK, true, php_json(key)),
+        "percent" => (StatusCode::OK, false, format!("https://api.test/?key={percent}")),
+        "percent-lower" => (StatusCode::OK, false, percent.to_lowercase()),
+        "form" => (
+            StatusCode::OK,
+            false,
+            url::form_urlencoded::byte_serialize(key.as_bytes()).collect(),
+        ),
+        // A long error whose excerpt (2,048 characters) would end 18 characters into the key.
+        _ => (
+            StatusCode::BAD_REQUEST,
+            false,
+            format!("{}{key} was refused", "x".repeat(2030)),
+        ),
+    };
+    (status, if json { "application/json" } else { "text/plain" }, body)
+}
+
+backend_test!(
+    /// An upstream that echoes the saved secret back, encoded or cut by the error excerpt, never
+    /// gets it to the model: every spelling is redacted, and redaction happens before the cut.
+    async fn echoed_secrets_are_redacted_in_every_encoding_and_never_cut(backend: Backend) {
+        let app = Router::new().route(
+            "/leak/{how}",
+            post(|Path(how): Path<String>, body: axum::Json<Value>| async move {
+                let (status, content_type, answer) = leak(&how, body.0["key"].as_str().unwrap_or_default());
+                (status, [("content-type", content_type)], answer)
+            }),
+        );
+        let addr = serve(app).await;
+        let database = TestDatabase::new(backend).await;
+        let toml = include_str!("fixtures/leaky_tool.toml").replace("UPSTREAM", &addr.to_string());
+        let server = TestServer::start(&database, &toml).await;
+        let mut client = server.client();
+        client.initialize().await;
+        let leaky = |how: &str| json!({"name": "leaky", "arguments": {"how": how}});
+        let first = client.request("tools/call", leaky("raw")).await;
+        let url = url_of(&elicitations(&first)[0]);
+        let browser = Browser::new();
+        let page = browser.get(&url).await;
+        let saved = browser
+            .post_form(
+                &url,
+                &server.base(),
+                &[("csrf", &page.csrf()), ("key", SECRET), ("action", "submit")],
+            )
+            .await;
+        assert_eq!(saved.status, reqwest::StatusCode::OK, "{}", saved.body);
+
+        let prefix: String = SECRET.chars().take(3).collect();
+        for how in [
+            "raw",
+            "base64",
+            "base64url",
+            "blob",
+            "php",
+            "php-json",
+            "percent",
+            "percent-lower",
+            "form",
+            "cut",
+        ] {
+            let result = client.call("tools/call", leaky(how)).await;
+            let shown = text(&result);
+            assert!(shown.contains("[redacted]"), "{how}: {result}");
+            let (_, _, echoed) = leak(how, SECRET);
+            for leaked in [echoed.as_str(), SECRET, &prefix] {
+                assert!(!shown.contains(leaked), "{how}: {leaked:?} in {result}");
+            }
+            if let Some(structured) = result.get("structuredContent") {
+                assert_eq!(structured, &json!({"echo": "[redacted]"}), "{how}");
+            }
+        }
+        server.stop().await;
+    }
+);
+
 #[test]
 fn tool_configuration_errors_name_their_key() {
     let cases = [
@@ -330,6 +459,11 @@ fn tool_configuration_errors_name_their_key() {
         (
             "[[tools]]\nname = \"t\"\nhttp = { url = \"https://api.test/a/../{{args.x}}\" }\ninput_schema = { type = \"object\", properties = { x = { type = \"string\" } } }\n",
             "tools[0].http.url",
+        ),
+        // A string body that is JSON with a placeholder outside a string value.
+        (
+            "[[tools]]\nname = \"t\"\nhttp = { method = \"POST\", url = \"https://api.test/\", body = '{\"n\": {{args.x}}}' }\ninput_schema = { type = \"object\", properties = { x = { type = \"string\" } } }\n",
+            "tools[0].http.body",
         ),
     ];
     for (toml, key) in cases {

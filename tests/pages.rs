@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{Backend, Browser, Page, TestDatabase, TestServer, captured_logs, logged_text};
+use std::time::Duration;
+
+use common::raw::trickle_body;
+use common::{Backend, Browser, HEADER_IDENTITY, Page, TestDatabase, TestServer, captured_logs, logged_text};
 use reqwest::StatusCode;
 use sqlx::Connection;
 
@@ -254,6 +257,57 @@ async fn every_view_of_a_form_gets_its_own_csrf_token() {
         let cancelled = browser.press(&url, &base, "cancel", token).await;
         assert_eq!(cancelled.status, StatusCode::SEE_OTHER, "{token}: {}", cancelled.body);
         assert_eq!(cancelled.location(), "/connections");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_post_trickled_in_is_cut_off_with_408() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, &format!("[server]\nrequest_body_timeout = \"1s\"\n{CONFIG}")).await;
+    for path in ["/connections", "/connections/forms/key"] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: 10000",
+            server.addr
+        );
+        let answer = trickle_body(server.addr, &head, Duration::from_millis(100)).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
+        assert!(answer.contains("The form did not arrive in time."), "{path}: {answer}");
+    }
+    server.stop().await;
+}
+
+/// With the default body deadline (30 s, longer than a test waits), an answer at all shows that
+/// the server did not wait for the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_post_is_refused_before_its_body_is_read() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, &format!("{HEADER_IDENTITY}{CONFIG}")).await;
+    let some_id = "0190b8e0-1c2d-7000-8000-000000000000";
+    let paths = [
+        "/connections".to_owned(),
+        "/connections/forms/key".to_owned(),
+        format!("/connect/{some_id}"),
+        format!("/forms/{some_id}"),
+    ];
+    for path in &paths {
+        let head = |extra: &str| {
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+                 Content-Length: 1000000000{extra}",
+                server.addr
+            )
+        };
+        let anonymous = trickle_body(server.addr, &head(""), Duration::from_millis(100)).await;
+        assert!(anonymous.starts_with("HTTP/1.1 401"), "{path}: {anonymous}");
+        let cross_site = trickle_body(
+            server.addr,
+            &head("\r\nX-Forwarded-User: alice\r\nOrigin: https://evil.example"),
+            Duration::from_millis(100),
+        )
+        .await;
+        assert!(cross_site.starts_with("HTTP/1.1 403"), "{path}: {cross_site}");
     }
     server.stop().await;
 }

@@ -167,3 +167,38 @@ postgres_test!(
         r.stop().await;
     }
 );
+
+postgres_test!(
+    async fn a_stream_resumed_on_b_replaces_the_stream_the_client_stopped_reading_on_a() {
+        let r = two_replicas().await;
+        let session = r.session();
+        let mut stale = r.client.open_stream(None).await;
+        let priming = stale.next_event(WAIT).await.expect("priming on A");
+        // The client stops reading the stream on A, keeps its connection, and resumes on B.
+        let mut resumed = r.client.on(&r.b).open_stream(priming.id.as_deref()).await;
+        assert!(resumed.next_event(WAIT).await.is_some(), "priming on B");
+        assert!(
+            stale.next_message(WAIT).await.is_none(),
+            "the stream on A carried nothing more"
+        );
+        assert!(stale.ended, "the stream on A ended");
+        // Appended through A, where the replaced stream was: all of them go to B.
+        for n in 1..=18 {
+            publish(&r.a, &session, &note(n)).await;
+        }
+        let mut seen = Vec::new();
+        while seen.len() < 18 {
+            let (_, message) = resumed
+                .next_message(WAIT)
+                .await
+                .unwrap_or_else(|| panic!("every event on the resumed stream; got {seen:?}"));
+            seen.push(message["params"]["data"]["n"].as_i64().expect("n"));
+        }
+        assert_eq!(seen, (1..=18).collect::<Vec<_>>(), "each once, in order");
+        assert!(
+            resumed.next_message(Duration::from_millis(500)).await.is_none(),
+            "and nothing twice"
+        );
+        r.stop().await;
+    }
+);

@@ -22,6 +22,10 @@ async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
     (database, store)
 }
 
+/// Caps the contract tests stay far below, except where a test is about them.
+const SESSION_CAP: usize = 64;
+const PENDING_CAP: usize = 32;
+
 fn session(principal: &str) -> SessionRecord {
     SessionRecord {
         id: SessionId::generate(),
@@ -39,7 +43,7 @@ backend_test!(
         store.migrate().await.expect("migrating twice is harmless");
         store.check_ready().await.expect("ready");
         let record = session("alice");
-        store.create_session(&record).await.expect("create");
+        store.create_session(&record, SESSION_CAP).await.expect("create");
         let loaded = store.session(&record.id).await.expect("load").expect("exists");
         assert_eq!(loaded.principal, record.principal);
         assert_eq!(loaded.client_info, record.client_info);
@@ -79,8 +83,8 @@ backend_test!(
         let (_database, store) = open(backend).await;
         let a = session("alice");
         let b = session("bob");
-        store.create_session(&a).await.expect("create a");
-        store.create_session(&b).await.expect("create b");
+        store.create_session(&a, SESSION_CAP).await.expect("create a");
+        store.create_session(&b, SESSION_CAP).await.expect("create b");
         for n in 1..=3 {
             let seq = store
                 .append_event(&a.id, &serde_json::json!({"n": n}))
@@ -127,7 +131,7 @@ backend_test!(
     async fn concurrent_appends_get_distinct_numbers(backend: Backend) {
         let (_database, store) = open(backend).await;
         let record = session("carol");
-        store.create_session(&record).await.expect("create");
+        store.create_session(&record, SESSION_CAP).await.expect("create");
         let tasks: Vec<_> = (0..20)
             .map(|n| {
                 let store = store.clone();
@@ -149,8 +153,8 @@ backend_test!(
         let (_database, store) = open(backend).await;
         let old = session("dave");
         let fresh = session("erin");
-        store.create_session(&old).await.expect("create");
-        store.create_session(&fresh).await.expect("create");
+        store.create_session(&old, SESSION_CAP).await.expect("create");
+        store.create_session(&fresh, SESSION_CAP).await.expect("create");
         let later = Utc::now() + chrono::Duration::hours(2);
         store
             .touch_sessions(std::slice::from_ref(&fresh.id), later)
@@ -181,7 +185,7 @@ backend_test!(
     async fn a_second_claim_of_the_same_events_loses(backend: Backend) {
         let (_database, store) = open(backend).await;
         let record = session("frank");
-        store.create_session(&record).await.expect("create");
+        store.create_session(&record, SESSION_CAP).await.expect("create");
         for n in 0..3 {
             store
                 .append_event(&record.id, &json!({ "n": n }))
@@ -268,11 +272,15 @@ fn elicitation(session: &SessionRecord, requirement: &str, call_key: Option<&str
 /// A new session of `owner` with a stored pending elicitation.
 async fn asked(store: &Arc<dyn Store>, owner: &str, requirement: &str, call_key: Option<&str>) -> ElicitationRecord {
     let record = session(owner);
-    store.create_session(&record).await.expect("create session");
     store
-        .insert_elicitation(&elicitation(&record, requirement, call_key))
+        .create_session(&record, SESSION_CAP)
+        .await
+        .expect("create session");
+    store
+        .insert_elicitation(&elicitation(&record, requirement, call_key), PENDING_CAP)
         .await
         .expect("insert elicitation")
+        .expect("under the cap")
 }
 
 fn values(owner: &str, form: &str, fields: Value, secrets: Option<Vec<u8>>, at: DateTime<Utc>) -> FormValuesRecord {
@@ -627,10 +635,16 @@ backend_test!(
     async fn pending_elicitations_are_told_apart_by_call_key(backend: Backend) {
         let (_database, store) = open(backend).await;
         let record = session("alice");
-        store.create_session(&record).await.expect("create");
+        store.create_session(&record, SESSION_CAP).await.expect("create");
         let insert = |key: Option<&'static str>| {
             let (store, asked) = (store.clone(), elicitation(&record, "form:deploy", key));
-            async move { store.insert_elicitation(&asked).await.expect("insert") }
+            async move {
+                store
+                    .insert_elicitation(&asked, PENDING_CAP)
+                    .await
+                    .expect("insert")
+                    .expect("under the cap")
+            }
         };
         let (k1, k1_again) = tokio::join!(insert(Some("k1")), insert(Some("k1")));
         assert_eq!(
@@ -681,9 +695,10 @@ backend_test!(
             .expect("load")
             .expect("exists");
         let without_key = store
-            .insert_elicitation(&elicitation(&record, "form:deploy", None))
+            .insert_elicitation(&elicitation(&record, "form:deploy", None), PENDING_CAP)
             .await
-            .expect("insert");
+            .expect("insert")
+            .expect("under the cap");
         for id in [declined.id, without_key.id] {
             store
                 .finish_elicitation(ending(&id, &notification(0), now()), ElicitationStatus::Declined)
@@ -734,12 +749,16 @@ backend_test!(
         assert_eq!(loaded.secrets.as_deref(), Some(ciphertext.as_slice()));
 
         let record = session("alice");
-        store.create_session(&record).await.expect("create");
+        store.create_session(&record, SESSION_CAP).await.expect("create");
         let asked = ElicitationRecord {
             detail: Some(hostile.clone()),
             ..elicitation(&record, "form:deploy", Some("key"))
         };
-        let pending = store.insert_elicitation(&asked).await.expect("insert");
+        let pending = store
+            .insert_elicitation(&asked, PENDING_CAP)
+            .await
+            .expect("insert")
+            .expect("under the cap");
         assert_eq!(pending.detail.as_deref(), Some(hostile.as_str()));
         assert!(
             store
@@ -823,17 +842,19 @@ backend_test!(
         assert_eq!(found.id, pending);
         assert_eq!((found.call_key, found.detail), (None, None));
         let again = store
-            .insert_elicitation(&elicitation(&record, "form:profile", None))
+            .insert_elicitation(&elicitation(&record, "form:profile", None), PENDING_CAP)
             .await
-            .expect("insert");
+            .expect("insert")
+            .expect("under the cap");
         assert_eq!(
             again.id, pending,
             "the recreated index still allows one pending without a call key"
         );
         let keyed = store
-            .insert_elicitation(&elicitation(&record, "form:profile", Some("key")))
+            .insert_elicitation(&elicitation(&record, "form:profile", Some("key")), PENDING_CAP)
             .await
-            .expect("insert");
+            .expect("insert")
+            .expect("under the cap");
         assert_ne!(keyed.id, pending);
         let reported = store
             .take_unreported_decline(ask(&record.principal, &record.id, "form:profile", None))
@@ -851,13 +872,62 @@ backend_test!(
         let connection = connection(&pending.principal, now());
         for (n, expected) in [(1, true), (2, false)] {
             let completed = store
-                .save_connection(&connection, &pending.id, &notification(n))
+                .save_connection(&connection, &pending.id, &notification(n), now())
                 .await
                 .expect("save connection");
             assert_eq!(completed, expected);
         }
         assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
         assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Completed);
+    }
+);
+
+backend_test!(
+    /// Issue 9, item 14: a callback that started in time completes its elicitation even when the
+    /// sweeper expired it during the code exchange; otherwise nothing is saved.
+    async fn a_connection_is_saved_only_with_its_elicitations_completion(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let stored = async |e: &ElicitationRecord| store.connection(&e.principal, "github").await.expect("load");
+
+        let swept = asked(&store, "alice", "github:repo", None).await;
+        let started = now();
+        store
+            .expire_elicitations(swept.expires_at + Duration::seconds(1))
+            .await
+            .expect("sweep");
+        assert_eq!(status_of(&store, &swept.id).await, ElicitationStatus::Expired);
+        let saved = store
+            .save_connection(
+                &connection(&swept.principal, now()),
+                &swept.id,
+                &notification(1),
+                started,
+            )
+            .await
+            .expect("save connection");
+        assert!(saved, "expired after its callback started: completed");
+        assert_eq!(status_of(&store, &swept.id).await, ElicitationStatus::Completed);
+        assert_eq!(events_of(&store, &swept.session_id).await, vec![notification(1)]);
+        assert!(stored(&swept).await.is_some());
+
+        let late = asked(&store, "bob", "github:repo", None).await;
+        let declined = asked(&store, "carol", "github:repo", None).await;
+        let note = notification(2);
+        store
+            .finish_elicitation(ending(&declined.id, &note, now()), ElicitationStatus::Declined)
+            .await
+            .expect("decline");
+        for (e, started) in [(&late, late.expires_at + Duration::seconds(1)), (&declined, now())] {
+            let saved = store
+                .save_connection(&connection(&e.principal, now()), &e.id, &notification(3), started)
+                .await
+                .expect("save connection");
+            assert!(!saved, "{}", e.principal);
+            assert!(stored(e).await.is_none(), "{}: nothing saved", e.principal);
+            assert!(!events_of(&store, &e.session_id).await.contains(&notification(3)));
+        }
+        assert_eq!(status_of(&store, &late.id).await, ElicitationStatus::Pending);
+        assert_eq!(status_of(&store, &declined.id).await, ElicitationStatus::Declined);
     }
 );
 
@@ -947,7 +1017,7 @@ postgres_test!(
         let principal = second.principal.clone();
         let at = now();
         store
-            .save_connection(&connection(&principal, at), &second.id, &notification(2))
+            .save_connection(&connection(&principal, at), &second.id, &notification(2), at)
             .await
             .expect("save connection");
         let connections_changed = Notice::ConnectionsChanged(principal.clone());
@@ -1072,24 +1142,34 @@ backend_test!(
     async fn an_overdue_elicitation_is_not_handed_out_again(backend: Backend) {
         let (_database, store) = open(backend).await;
         let record = session("alice");
-        store.create_session(&record).await.expect("create");
+        store.create_session(&record, SESSION_CAP).await.expect("create");
         for key in [None, Some("k1")] {
             let first = store
-                .insert_elicitation(&elicitation(&record, "form:deploy", key))
+                .insert_elicitation(&elicitation(&record, "form:deploy", key), PENDING_CAP)
                 .await
-                .expect("insert");
+                .expect("insert")
+                .expect("under the cap");
             let mut within = elicitation(&record, "form:deploy", key);
             within.created_at = first.expires_at - Duration::seconds(1);
             within.expires_at = within.created_at + Duration::minutes(10);
             assert_eq!(
-                store.insert_elicitation(&within).await.expect("insert").id,
+                store
+                    .insert_elicitation(&within, PENDING_CAP)
+                    .await
+                    .expect("insert")
+                    .expect("under the cap")
+                    .id,
                 first.id,
                 "{key:?}: reused before its expiry"
             );
             let mut retried = elicitation(&record, "form:deploy", key);
             retried.created_at = first.expires_at + Duration::seconds(1);
             retried.expires_at = retried.created_at + Duration::minutes(10);
-            let again = store.insert_elicitation(&retried).await.expect("insert after expiry");
+            let again = store
+                .insert_elicitation(&retried, PENDING_CAP)
+                .await
+                .expect("insert after expiry")
+                .expect("under the cap");
             assert_eq!(again.id, retried.id, "{key:?}: a new elicitation after the expiry");
             assert_eq!(again.status, ElicitationStatus::Pending);
             assert_eq!(
@@ -1119,7 +1199,10 @@ async fn a_new_sqlite_database_is_private_to_its_owner() {
     let database = TestDatabase::new(Backend::Sqlite).await;
     let store = store::connect(&database.url, 2).await.expect("connect").store;
     store.migrate().await.expect("migrate");
-    store.create_session(&session("alice")).await.expect("write");
+    store
+        .create_session(&session("alice"), SESSION_CAP)
+        .await
+        .expect("write");
     let path = database.url.trim_start_matches("sqlite://").to_owned();
     for file in [path.clone(), format!("{path}-wal"), format!("{path}-shm")] {
         let mode = std::fs::metadata(&file)
@@ -1129,3 +1212,224 @@ async fn a_new_sqlite_database_is_private_to_its_owner() {
         assert_eq!(mode & 0o077, 0, "{file} has mode {:o}", mode & 0o777);
     }
 }
+
+/// A session of `owner` created (and last used) `minutes_ago`.
+fn session_from(owner: &str, minutes_ago: i64) -> SessionRecord {
+    SessionRecord {
+        created_at: now() - Duration::minutes(minutes_ago),
+        ..session(owner)
+    }
+}
+
+async fn sessions_of(database: &TestDatabase, owner: &'static str) -> i64 {
+    let sql = match owner {
+        "alice" => "SELECT COUNT(*) FROM sessions WHERE principal = 'alice'",
+        "bob" => "SELECT COUNT(*) FROM sessions WHERE principal = 'bob'",
+        _ => "SELECT COUNT(*) FROM sessions WHERE principal = 'carol'",
+    };
+    database.query_count(sql).await
+}
+
+backend_test!(
+    /// Beyond the cap, creating a session ends the principal's least recently used one (by last
+    /// use, not by age) with its events, and never another principal's; concurrent creations
+    /// never leave more than the cap.
+    async fn sessions_beyond_the_cap_end_the_least_recently_used(backend: Backend) {
+        let (database, store) = open(backend).await;
+        let oldest = session_from("alice", 30);
+        let older = session_from("alice", 20);
+        let old = session_from("alice", 10);
+        let bobs = session_from("bob", 40);
+        for record in [&oldest, &older, &old, &bobs] {
+            assert!(store.create_session(record, 3).await.expect("create").is_empty());
+        }
+        store.append_event(&older.id, &json!({"n": 1})).await.expect("append");
+        store
+            .touch_sessions(std::slice::from_ref(&oldest.id), now())
+            .await
+            .expect("touch");
+        let ended = store.create_session(&session("alice"), 3).await.expect("create");
+        assert_eq!(ended, vec![older.id.clone()], "the least recently used one ends");
+        assert!(store.session(&older.id).await.expect("load").is_none());
+        assert!(events_of(&store, &older.id).await.is_empty(), "its events went with it");
+        assert!(
+            store.session(&oldest.id).await.expect("load").is_some(),
+            "used lately, kept"
+        );
+        assert_eq!(sessions_of(&database, "alice").await, 3);
+        assert_eq!(
+            sessions_of(&database, "bob").await,
+            1,
+            "another principal's are not counted"
+        );
+
+        let created: Vec<_> = (0..12).map(|_| session("carol")).collect();
+        let tasks: Vec<_> = created
+            .iter()
+            .map(|record| {
+                let (store, record) = (store.clone(), record.clone());
+                tokio::spawn(async move { store.create_session(&record, 3).await.expect("create") })
+            })
+            .collect();
+        let mut ended = Vec::new();
+        for task in tasks {
+            ended.extend(task.await.expect("join"));
+        }
+        assert_eq!(
+            sessions_of(&database, "carol").await,
+            3,
+            "concurrent creations keep the cap"
+        );
+        ended.sort();
+        ended.dedup();
+        assert_eq!(ended.len(), 9, "each ended session is reported once");
+    }
+);
+
+backend_test!(
+    /// At the cap, a new ask stores nothing and answers `None`, while an ask already pending is
+    /// still handed out; an expired or finished one frees its place; other principals are not
+    /// counted; concurrent insertions never exceed the cap.
+    async fn pending_elicitations_are_capped_per_principal(backend: Backend) {
+        let (database, store) = open(backend).await;
+        let record = session("alice");
+        store.create_session(&record, SESSION_CAP).await.expect("create");
+        let first = elicitation(&record, "form:pay", Some("k1"));
+        let second = elicitation(&record, "form:pay", Some("k2"));
+        for asked in [&first, &second] {
+            assert!(store.insert_elicitation(asked, 2).await.expect("insert").is_some());
+        }
+        let third = elicitation(&record, "form:pay", Some("k3"));
+        assert!(store.insert_elicitation(&third, 2).await.expect("insert").is_none());
+        assert!(
+            store.elicitation(&third.id).await.expect("load").is_none(),
+            "nothing stored"
+        );
+        let again = elicitation(&record, "form:pay", Some("k1"));
+        let reused = store.insert_elicitation(&again, 2).await.expect("insert");
+        assert_eq!(
+            reused.map(|e| e.id),
+            Some(first.id),
+            "a pending ask is handed out at the cap"
+        );
+        let bob = session("bob");
+        store.create_session(&bob, SESSION_CAP).await.expect("create");
+        let bobs = elicitation(&bob, "form:pay", Some("k1"));
+        assert!(store.insert_elicitation(&bobs, 2).await.expect("insert").is_some());
+
+        let done = notification(1);
+        assert!(
+            store
+                .finish_elicitation(ending(&first.id, &done, now()), ElicitationStatus::Declined)
+                .await
+                .expect("finish")
+        );
+        assert!(
+            store.insert_elicitation(&third, 2).await.expect("insert").is_some(),
+            "a place was freed"
+        );
+        assert_eq!(
+            database
+                .query_count("SELECT COUNT(*) FROM elicitations WHERE principal = 'alice' AND status = 'pending'")
+                .await,
+            2
+        );
+
+        let carol = session("carol");
+        store.create_session(&carol, SESSION_CAP).await.expect("create");
+        let tasks: Vec<_> = (0..10)
+            .map(|n| {
+                let (store, asked) = (store.clone(), elicitation(&carol, "form:pay", Some(&format!("c{n}"))));
+                tokio::spawn(async move { store.insert_elicitation(&asked, 3).await.expect("insert") })
+            })
+            .collect();
+        let mut stored = 0;
+        for task in tasks {
+            stored += usize::from(task.await.expect("join").is_some());
+        }
+        assert_eq!(stored, 3, "concurrent insertions keep the cap");
+        assert_eq!(
+            database
+                .query_count("SELECT COUNT(*) FROM elicitations WHERE principal = 'carol'")
+                .await,
+            3
+        );
+    }
+);
+
+backend_test!(
+    /// Elicitations that ended (finished or expired) before the cutoff are deleted with their
+    /// flows and answers; pending ones and ones that ended later are kept.
+    async fn ended_elicitations_are_deleted_after_the_retention_period(backend: Backend) {
+        let (database, store) = open(backend).await;
+        let record = session("alice");
+        store.create_session(&record, SESSION_CAP).await.expect("create");
+        let long_ago = now() - Duration::days(8);
+        let asked_long_ago = |call_key: &str| ElicitationRecord {
+            created_at: long_ago,
+            expires_at: long_ago + Duration::minutes(10),
+            ..elicitation(&record, "form:pay", Some(call_key))
+        };
+        let expired = asked_long_ago("expired");
+        let answered = asked_long_ago("answered");
+        for asked in [&expired, &answered] {
+            store
+                .insert_elicitation(asked, PENDING_CAP)
+                .await
+                .expect("insert")
+                .expect("stored");
+        }
+        assert!(
+            store
+                .save_form_answer(
+                    &answer(&answered, json!({"sure": true}), None),
+                    &notification(1),
+                    long_ago
+                )
+                .await
+                .expect("answer")
+        );
+        store
+            .insert_flow(&gatehouse::store::OAuthFlowRecord {
+                state_hash: "old-flow".into(),
+                elicitation_id: expired.id,
+                principal: principal("alice"),
+                provider: "github".into(),
+                scopes: vec![],
+                pkce_verifier: vec![1],
+                browser_hash: "browser".into(),
+                created_at: long_ago,
+                expires_at: long_ago + Duration::minutes(10),
+                used_at: None,
+            })
+            .await
+            .expect("flow");
+        let recent = elicitation(&record, "form:pay", Some("recent"));
+        let pending = elicitation(&record, "form:pay", Some("pending"));
+        for asked in [&recent, &pending] {
+            store
+                .insert_elicitation(asked, PENDING_CAP)
+                .await
+                .expect("insert")
+                .expect("stored");
+        }
+        let done = notification(2);
+        store
+            .finish_elicitation(ending(&recent.id, &done, now()), ElicitationStatus::Completed)
+            .await
+            .expect("finish");
+        assert_eq!(store.expire_elicitations(now()).await.expect("expire"), 1);
+
+        let cutoff = now() - Duration::days(7);
+        assert_eq!(store.delete_ended_elicitations(cutoff).await.expect("delete"), 2);
+        for gone in [&expired.id, &answered.id] {
+            assert!(store.elicitation(gone).await.expect("load").is_none());
+        }
+        for kept in [&recent.id, &pending.id] {
+            assert!(store.elicitation(kept).await.expect("load").is_some());
+        }
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM oauth_flows").await, 0);
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM form_answers").await, 0);
+        assert_eq!(store.delete_ended_elicitations(cutoff).await.expect("delete"), 0);
+    }
+);

@@ -861,3 +861,50 @@ backend_test!(
         server.stop().await;
     }
 );
+
+backend_test!(
+    async fn a_resumed_stream_replaces_the_stream_the_client_stopped_reading(backend: Backend) {
+        let (_database, server) = setup(backend, "").await;
+        let mut client = server.client();
+        client.initialize().await;
+        let session = client.session.clone().expect("session");
+        let mut stale = client.open_stream(None).await;
+        let priming = stale.next_event(WAIT).await.expect("priming");
+        // The client stops reading the first stream, keeps its connection, and resumes on a new one.
+        let mut resumed = client.open_stream(priming.id.as_deref()).await;
+        assert!(resumed.next_event(WAIT).await.is_some(), "priming");
+        for n in 1..=18 {
+            publish(&server, &session, &note(n)).await;
+        }
+        let mut seen = Vec::new();
+        while seen.len() < 18 {
+            let (_, message) = resumed
+                .next_message(WAIT)
+                .await
+                .unwrap_or_else(|| panic!("every event on the resumed stream; got {seen:?}"));
+            seen.push(message["params"]["data"]["n"].as_i64().expect("n"));
+        }
+        assert_eq!(seen, (1..=18).collect::<Vec<_>>(), "each once, in order");
+        assert!(
+            stale.next_message(WAIT).await.is_none(),
+            "the replaced stream carried none of them"
+        );
+        assert!(stale.ended, "the replaced stream ended");
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    async fn a_post_body_trickled_in_is_cut_off_with_408(backend: Backend) {
+        let (_database, server) = setup(backend, "[server]\nrequest_body_timeout = \"1s\"\n").await;
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Type: application/json\r\nContent-Length: 100000",
+            server.addr
+        );
+        let answer = common::raw::trickle_body(server.addr, &head, Duration::from_millis(100)).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("the request body did not arrive within 1s"), "{answer}");
+        server.stop().await;
+    }
+);

@@ -72,6 +72,7 @@ fn env_value(existing: Option<&toml::Value>, section: Option<&str>, leaf: &str, 
 const STRING_KEYS: &[(&str, &str)] = &[
     ("server", "bind"),
     ("server", "public_url"),
+    ("server", "request_body_timeout"),
     ("server", "sse_keep_alive"),
     ("server", "sse_retry"),
     ("server", "template_dir"),

@@ -30,8 +30,12 @@ pub struct ProviderConfig {
     pub userinfo_url: Option<Url>,
     /// JSON pointer into the userinfo answer for the account label (e.g. "/login").
     pub account_label: Option<String>,
-    /// RFC 9207: when set, an `iss` sent to the callback must equal it.
+    /// RFC 9207: when set, an `iss` sent to the callback must equal it, and no other provider's
+    /// callback may carry it.
     pub issuer: Option<String>,
+    /// Whether a callback without `iss` is refused (default: whenever `issuer` is set). False for
+    /// a provider that has an issuer but sends `iss` only sometimes.
+    pub require_iss: Option<bool>,
     pub revocation_url: Option<Url>,
     pub client_id: String,
     pub client_secret: Secret<String>,
@@ -39,6 +43,15 @@ pub struct ProviderConfig {
     #[serde(default)]
     pub scopes: Vec<String>,
     pub scope_separator: Option<String>,
+    /// The authorize parameter that carries the scopes (`scope`; Slack's user tokens: `user_scope`).
+    pub scope_param: Option<String>,
+    /// Scopes the provider grants without listing them in its token answers (Microsoft's
+    /// `offline_access`): counted as granted.
+    #[serde(default)]
+    pub unlisted_scopes: Vec<String>,
+    /// A JSON pointer to where the token answer holds the user's tokens (Slack: `/authed_user`);
+    /// an answer without it is read at its top level.
+    pub tokens_at: Option<String>,
     pub client_auth: Option<ClientAuth>,
     /// Extra authorize parameters (e.g. `access_type = "offline"`).
     #[serde(default)]

@@ -44,6 +44,13 @@ pub struct ElicitationConfig {
     /// a progressToken), which also keeps clients from timing the request out.
     #[serde(deserialize_with = "duration")]
     pub progress_interval: Duration,
+    /// Pending elicitations one principal may have at once; a call that would ask for one more
+    /// is refused (a tool error) and nothing is stored.
+    pub max_pending_per_principal: usize,
+    /// Finished and expired elicitations (and what hangs off them) are deleted this long after
+    /// they ended.
+    #[serde(deserialize_with = "duration")]
+    pub retention: Duration,
 }
 
 impl Default for ElicitationConfig {
@@ -52,6 +59,8 @@ impl Default for ElicitationConfig {
             ttl: Duration::from_secs(600),
             wait: Duration::from_secs(300),
             progress_interval: Duration::from_secs(10),
+            max_pending_per_principal: 32,
+            retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -68,6 +77,9 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<IpNet>,
     /// Largest accepted JSON-RPC body.
     pub max_request_bytes: usize,
+    /// A request body (`/mcp` and page posts) must arrive whole within this time, or 408.
+    #[serde(deserialize_with = "duration")]
+    pub request_body_timeout: Duration,
     /// Interval of SSE keep-alive comments, so proxies do not close idle streams.
     #[serde(deserialize_with = "duration")]
     pub sse_keep_alive: Duration,
@@ -86,6 +98,7 @@ impl Default for ServerConfig {
             allowed_origins: Vec::new(),
             trusted_proxies: Vec::new(),
             max_request_bytes: 1024 * 1024,
+            request_body_timeout: Duration::from_secs(30),
             sse_keep_alive: Duration::from_secs(15),
             sse_retry: Duration::from_secs(1),
             template_dir: None,
@@ -150,6 +163,9 @@ pub struct McpConfig {
     /// Sessions unused for this long are ended and their events dropped.
     #[serde(deserialize_with = "duration")]
     pub session_idle_timeout: Duration,
+    /// Live sessions one principal may hold; an `initialize` beyond it ends that principal's
+    /// least recently used session.
+    pub max_sessions_per_principal: usize,
 }
 
 impl Default for McpConfig {
@@ -157,6 +173,7 @@ impl Default for McpConfig {
         Self {
             page_size: 50,
             session_idle_timeout: Duration::from_secs(24 * 3600),
+            max_sessions_per_principal: 64,
         }
     }
 }

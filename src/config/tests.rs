@@ -88,6 +88,10 @@ fn bad_values_name_their_key() {
     for (file, key) in [
         ("[server]\nbind = \"nowhere\"\n", "server.bind"),
         ("[server]\nsse_keep_alive = \"soon\"\n", "server.sse_keep_alive"),
+        (
+            "[server]\nrequest_body_timeout = \"0s\"\n",
+            "server.request_body_timeout",
+        ),
         ("[server]\nbnid = \"x\"\n", "server.bnid"),
         ("[database]\nurl = \"mysql://x\"\n", "database.url"),
         (
@@ -98,6 +102,15 @@ fn bad_values_name_their_key() {
             "[[tools]]\nname = \"t\"\n[tools.http]\nurl = \"http://x\"\ntimeout = 5\n",
             "tools[0].http.timeout",
         ),
+        (
+            "[mcp]\nmax_sessions_per_principal = 0\n",
+            "mcp.max_sessions_per_principal",
+        ),
+        (
+            "[elicitation]\nmax_pending_per_principal = 0\n",
+            "elicitation.max_pending_per_principal",
+        ),
+        ("[elicitation]\nretention = \"10m\"\n", "elicitation.retention"),
     ] {
         assert_eq!(key_of(load(file, &[]).unwrap_err()), key, "{file}");
     }

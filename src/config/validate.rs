@@ -47,6 +47,12 @@ impl Config {
         if self.server.max_request_bytes < 1024 {
             return Err(ConfigError::key("server.max_request_bytes", "must be at least 1024"));
         }
+        if self.server.request_body_timeout.is_zero() {
+            return Err(ConfigError::key(
+                "server.request_body_timeout",
+                "must be longer than zero",
+            ));
+        }
         if self.server.sse_keep_alive.is_zero() {
             return Err(ConfigError::key("server.sse_keep_alive", "must be longer than zero"));
         }
@@ -87,6 +93,21 @@ impl Config {
         }
         if self.mcp.page_size == 0 {
             return Err(ConfigError::key("mcp.page_size", "must be at least 1"));
+        }
+        if self.mcp.max_sessions_per_principal == 0 {
+            return Err(ConfigError::key("mcp.max_sessions_per_principal", "must be at least 1"));
+        }
+        if self.elicitation.max_pending_per_principal == 0 {
+            return Err(ConfigError::key(
+                "elicitation.max_pending_per_principal",
+                "must be at least 1",
+            ));
+        }
+        if self.elicitation.retention < Duration::from_secs(3600) {
+            return Err(ConfigError::key(
+                "elicitation.retention",
+                "must be at least 1h: a late callback or a retried call still looks its elicitation up",
+            ));
         }
         if self.elicitation.ttl < Duration::from_secs(30) {
             return Err(ConfigError::key(

@@ -16,7 +16,7 @@ use sqlx::postgres::PgListener;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{ElicitationId, Principal, SessionId};
+use crate::domain::{ElicitationId, Principal, SessionId, StreamId};
 use crate::store::{ClientAction, Notice};
 use crate::store::{ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
 
@@ -29,11 +29,13 @@ struct Hub {
     answers: Mutex<HashMap<ElicitationId, Vec<mpsc::Sender<ClientAction>>>>,
     /// Open GET streams per session on this replica (in-call waits also subscribe to `wakers`,
     /// so their receivers do not count streams).
-    streams: Mutex<HashMap<SessionId, usize>>,
+    streams: Mutex<HashMap<SessionId, Vec<OpenStream>>>,
     cache: Arc<SessionCache>,
     connections: Arc<ConnectionCache>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
     connected: AtomicBool,
+    /// False while the LISTEN connection cannot be opened again: the database is down.
+    reachable: AtomicBool,
 }
 
 impl Hub {
@@ -45,6 +47,7 @@ impl Hub {
             cache,
             connections,
             connected: AtomicBool::new(in_process),
+            reachable: AtomicBool::new(true),
         }
     }
 
@@ -76,6 +79,10 @@ impl Hub {
                 }
                 return;
             }
+            Notice::Resumed(session, stream) => {
+                self.resumed_elsewhere(session, *stream);
+                return;
+            }
         };
         if let Some(sender) = self.lock().get(session) {
             sender.send_modify(|generation| *generation += 1);
@@ -97,26 +104,73 @@ impl Hub {
         }
     }
 
-    /// After notices may have been missed: forget cached sessions and wake every stream.
+    /// After notices may have been missed: forget cached sessions and wake every stream. A
+    /// resumed stream whose own notice was lost is older than every notice still to come.
     fn resync(&self) {
         self.cache.clear();
         self.connections.clear();
         for sender in self.lock().values() {
             sender.send_modify(|generation| *generation += 1);
         }
+        for open in self.open_streams().values_mut().flatten() {
+            open.armed = true;
+        }
     }
 
-    fn claim_stream(self: &Arc<Self>, session: &SessionId, limit: usize) -> Option<StreamSlot> {
-        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
-        let open = streams.entry(session.clone()).or_insert(0);
-        if *open >= limit {
+    /// A place for one more stream of `session`, or `None` when `limit` are open here. A resumed
+    /// stream first ends the session's streams here, and is not ended by other replicas' resumes
+    /// until its own notice has come back (`resumed_elsewhere`), since those were sent earlier.
+    fn claim_stream(self: &Arc<Self>, session: &SessionId, limit: usize, resumed: bool) -> Option<StreamSlot> {
+        let mut streams = self.open_streams();
+        let open = streams.entry(session.clone()).or_default();
+        if resumed {
+            for older in open.drain(..) {
+                older.ended.cancel();
+            }
+        }
+        if open.len() >= limit {
             return None;
         }
-        *open += 1;
+        let (id, ended) = (StreamId::generate(), CancellationToken::new());
+        open.push(OpenStream {
+            id,
+            ended: ended.clone(),
+            armed: !resumed,
+        });
         Some(StreamSlot {
             hub: self.clone(),
             session: session.clone(),
+            id,
+            ended,
         })
+    }
+
+    /// The bus carried a resume of `session` on `stream`. When the stream is here, this is its
+    /// own notice come back: from now on a resume elsewhere is newer. Otherwise the session's
+    /// streams here end, except resumed ones still waiting for their own notice (those resumed
+    /// concurrently, and their notice comes later, so they win).
+    fn resumed_elsewhere(&self, session: &SessionId, stream: StreamId) {
+        let mut streams = self.open_streams();
+        let Some(open) = streams.get_mut(session) else {
+            return;
+        };
+        if let Some(own) = open.iter_mut().find(|s| s.id == stream) {
+            own.armed = true;
+            return;
+        }
+        open.retain(|s| {
+            if s.armed {
+                s.ended.cancel();
+            }
+            !s.armed
+        });
+        if open.is_empty() {
+            streams.remove(session);
+        }
+    }
+
+    fn open_streams(&self) -> MutexGuard<'_, HashMap<SessionId, Vec<OpenStream>>> {
+        self.streams.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn sessions_with_streams(&self) -> Vec<SessionId> {
@@ -159,18 +213,42 @@ impl Drop for AnswerReceiver {
     }
 }
 
-/// One open GET stream of a session on this replica; dropping it frees its place.
+/// The hub's record of one open GET stream.
+struct OpenStream {
+    id: StreamId,
+    /// Cancelled when a resumed stream replaces this one.
+    ended: CancellationToken,
+    /// Whether another replica's resume ends it (see `Hub::claim_stream`).
+    armed: bool,
+}
+
+/// One open GET stream of a session on this replica; dropping it frees its place. A stream
+/// that a resumed one replaced has given up its place already and must end (`ended`).
 pub struct StreamSlot {
     hub: Arc<Hub>,
     session: SessionId,
+    id: StreamId,
+    ended: CancellationToken,
+}
+
+impl StreamSlot {
+    /// Whether a resumed stream replaced this one.
+    pub fn is_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Completes when a resumed stream replaces this one.
+    pub async fn ended(&self) {
+        self.ended.cancelled().await;
+    }
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        let mut streams = self.hub.streams.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut streams = self.hub.open_streams();
         if let Some(open) = streams.get_mut(&self.session) {
-            *open = open.saturating_sub(1);
-            if *open == 0 {
+            open.retain(|s| s.id != self.id);
+            if open.is_empty() {
                 streams.remove(&self.session);
             }
         }
@@ -234,7 +312,20 @@ impl Bus {
     /// A place for one more GET stream of `session` on this replica, or `None` when `limit`
     /// streams are open here already.
     pub fn claim_stream(&self, session: &SessionId, limit: usize) -> Option<StreamSlot> {
-        self.hub.claim_stream(session, limit)
+        self.hub.claim_stream(session, limit, false)
+    }
+
+    /// The place of a stream that resumes the session's events (`Last-Event-ID`): the client has
+    /// given up its older streams, so they end, here at once and on other replicas when the
+    /// notice reaches them, and new events go to this one. `None` only when `limit` is zero.
+    pub async fn resume_stream(&self, session: &SessionId, limit: usize) -> Result<Option<StreamSlot>, StoreError> {
+        let Some(slot) = self.hub.claim_stream(session, limit, true) else {
+            return Ok(None);
+        };
+        self.store
+            .broadcast(&Notice::Resumed(session.clone(), slot.id).encode())
+            .await?;
+        Ok(Some(slot))
     }
 
     /// Waits here for the client's answer to the `elicitation/create` for `elicitation`, until
@@ -261,10 +352,27 @@ impl Bus {
     pub fn is_connected(&self) -> bool {
         self.hub.connected.load(Ordering::Relaxed)
     }
+
+    /// False from when this replica's lost LISTEN connection could not be opened again until it
+    /// is listening again: the database is down, and requests are refused at once instead of
+    /// each waiting for the pool's acquire timeout. A LISTEN connection that is merely cut (the
+    /// database still answering) does not count. Always true in process.
+    pub fn is_database_reachable(&self) -> bool {
+        self.hub.reachable.load(Ordering::Relaxed)
+    }
 }
 
 const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(100);
-const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(5);
+/// Small: while the database is down, requests are refused until the bus is listening again.
+const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(1);
+
+/// Why a LISTEN connection's life ended.
+enum Lost {
+    /// It could not be opened: the database refuses or does not answer.
+    Opening(sqlx::Error),
+    /// It was open and failed.
+    Dropped(sqlx::Error),
+}
 
 /// Listens for other replicas' notices until `shutdown`, reconnecting with backoff.
 pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: CancellationToken) {
@@ -273,9 +381,14 @@ pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: Cancel
     loop {
         match listen_once(&pool, hub, &shutdown).await {
             Ok(()) => return,
-            Err(error) => {
+            Err(Lost::Dropped(error)) => {
                 hub.connected.store(false, Ordering::Relaxed);
                 tracing::warn!(%error, retry_in = ?delay, "bus connection lost; reconnecting");
+            }
+            Err(Lost::Opening(error)) => {
+                hub.connected.store(false, Ordering::Relaxed);
+                hub.reachable.store(false, Ordering::Relaxed);
+                tracing::warn!(%error, retry_in = ?delay, "database unreachable; refusing requests until the bus reconnects");
             }
         }
         tokio::select! {
@@ -286,30 +399,33 @@ pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: Cancel
     }
 }
 
-/// One LISTEN connection's life. Returns Ok at shutdown and Err when the connection fails.
-async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToken) -> Result<(), sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
+/// One LISTEN connection's life. Returns Ok at shutdown and Err when the connection cannot be
+/// opened or fails.
+async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToken) -> Result<(), Lost> {
+    let mut listener = PgListener::connect_with(pool).await.map_err(Lost::Opening)?;
     // Failures surface as errors so this function, not sqlx, decides when to resync.
     listener.ignore_pool_close_event(true);
     sqlx::query("SET application_name = 'gatehouse-bus'")
         .execute(&mut listener)
-        .await?;
-    listener.listen(NOTIFY_CHANNEL).await?;
+        .await
+        .map_err(Lost::Opening)?;
+    listener.listen(NOTIFY_CHANNEL).await.map_err(Lost::Opening)?;
     hub.connected.store(true, Ordering::Relaxed);
+    hub.reachable.store(true, Ordering::Relaxed);
     // Only now, with LISTEN active, can nothing more be missed: catch up on the gap.
     hub.resync();
     tracing::debug!("bus listening");
     loop {
         let notification = tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
-            received = listener.try_recv() => received?,
+            received = listener.try_recv() => received.map_err(Lost::Dropped)?,
         };
         match notification {
             Some(notification) => match Notice::parse(notification.payload()) {
                 Some(notice) => hub.notify(&notice),
                 None => tracing::warn!(payload = notification.payload(), "ignoring unknown bus notice"),
             },
-            None => return Err(sqlx::Error::Protocol("LISTEN connection closed".into())),
+            None => return Err(Lost::Dropped(sqlx::Error::Protocol("LISTEN connection closed".into()))),
         }
     }
 }
@@ -350,13 +466,54 @@ mod tests {
             true,
         ));
         let (a, b) = (SessionId::generate(), SessionId::generate());
-        let first = hub.claim_stream(&a, 2).expect("first");
-        let _second = hub.claim_stream(&a, 2).expect("second");
-        assert!(hub.claim_stream(&a, 2).is_none(), "the limit is reached");
-        assert!(hub.claim_stream(&b, 2).is_some(), "another session has its own count");
+        let first = hub.claim_stream(&a, 2, false).expect("first");
+        let _second = hub.claim_stream(&a, 2, false).expect("second");
+        assert!(hub.claim_stream(&a, 2, false).is_none(), "the limit is reached");
+        assert!(
+            hub.claim_stream(&b, 2, false).is_some(),
+            "another session has its own count"
+        );
         drop(first);
-        let _third = hub.claim_stream(&a, 2).expect("a dropped slot is free again");
-        assert!(hub.claim_stream(&a, 2).is_none());
+        let _third = hub.claim_stream(&a, 2, false).expect("a dropped slot is free again");
+        assert!(hub.claim_stream(&a, 2, false).is_none());
+    }
+
+    #[test]
+    fn a_resumed_stream_replaces_the_older_ones_here_and_elsewhere() {
+        let hub = Arc::new(Hub::new(
+            Arc::new(SessionCache::new(4)),
+            Arc::new(ConnectionCache::new(4)),
+            false,
+        ));
+        let (a, b) = (SessionId::generate(), SessionId::generate());
+        let older = [
+            hub.claim_stream(&a, 2, false).expect("first"),
+            hub.claim_stream(&a, 2, false).expect("second"),
+        ];
+        let other_session = hub.claim_stream(&b, 2, false).expect("b");
+        let resumed = hub
+            .claim_stream(&a, 2, true)
+            .expect("a resume replaces, so it has room");
+        assert!(older.iter().all(StreamSlot::is_ended), "the older streams here end");
+        assert!(!resumed.is_ended() && !other_session.is_ended());
+        let plain = hub
+            .claim_stream(&a, 2, false)
+            .expect("the ended ones gave up their places");
+
+        // Another replica's resume, sent before this one's came back: this one was concurrent, stays.
+        hub.notify(&Notice::Resumed(a.clone(), StreamId::generate()));
+        assert!(!resumed.is_ended(), "a resume whose own notice is still to come stays");
+        assert!(plain.is_ended(), "a plain stream is older than any resume it hears of");
+        // Its own notice came back: a resume elsewhere is newer from now on.
+        hub.notify(&Notice::Resumed(a.clone(), resumed.id));
+        assert!(!resumed.is_ended());
+        hub.notify(&Notice::Resumed(a.clone(), StreamId::generate()));
+        assert!(resumed.is_ended(), "replaced by a newer resume on another replica");
+        assert!(!other_session.is_ended(), "other sessions are not touched");
+        assert!(
+            !hub.streams.lock().expect("lock").contains_key(&a),
+            "nothing left behind"
+        );
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ use super::{Backing, GateError, Requirement, after};
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
 use crate::store::{AskKey, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
+use crate::text;
 
 /// What the user is asked for: one unmet requirement, in words.
 #[derive(Debug, Clone)]
@@ -40,24 +41,41 @@ impl Ask {
     }
 }
 
+/// How long elicitations last, how many a principal may have pending, how long ended ones are kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// How long the user has to finish in the browser.
+    pub ttl: Duration,
+    /// Pending elicitations one principal may have at once.
+    pub max_pending: usize,
+    /// How long an elicitation is kept after it ended (finished or expired).
+    pub retention: Duration,
+}
+
 pub struct Elicitations {
     backing: Backing,
-    ttl: Duration,
+    limits: Limits,
 }
 
 /// Longest client name kept from `clientInfo` (it is shown on pages).
 const MAX_CLIENT_NAME: usize = 100;
 
+/// Longest call-scoped description stored, in bytes: it holds the model's arguments.
+const MAX_DETAIL_BYTES: usize = 16 * 1024;
+
 impl Elicitations {
-    pub fn new(backing: Backing, ttl: Duration) -> Self {
-        Self { backing, ttl }
+    pub fn new(backing: Backing, limits: Limits) -> Self {
+        Self { backing, limits }
     }
 
     pub async fn get(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, GateError> {
         Ok(self.backing.store.elicitation(id).await?)
     }
 
-    /// The session's pending elicitation for this ask, or a new one.
+    /// The session's pending elicitation for this ask, or a new one; refused when the principal
+    /// has the most pending elicitations allowed. Refusing the new one, rather than expiring the
+    /// oldest, keeps every link the user was already given working: the model is told to have the
+    /// user finish those first.
     pub async fn ask(
         &self,
         principal: &Principal,
@@ -84,13 +102,20 @@ impl Elicitations {
             url: self.page_url(&ask.requirement, &id),
             client_name: client_name(session),
             created_at: now,
-            expires_at: after(now, self.ttl),
+            expires_at: after(now, self.limits.ttl),
             completed_at: None,
             call_key: ask.call_key.clone(),
-            detail: ask.detail.clone(),
+            detail: ask
+                .detail
+                .as_deref()
+                .map(|detail| text::bounded(detail, MAX_DETAIL_BYTES)),
         };
         // Two concurrent calls may both get here: the store keeps the first and returns it.
-        let stored = store.insert_elicitation(&record).await?;
+        let max = self.limits.max_pending;
+        let Some(stored) = store.insert_elicitation(&record, max).await? else {
+            tracing::info!(principal = %principal, max, "elicitation refused: too many pending");
+            return Err(GateError::TooManyPending { max });
+        };
         if stored.id == id {
             tracing::info!(elicitation = %id, principal = %principal, requirement = %stored.requirement, "elicitation created");
         }
@@ -171,6 +196,13 @@ impl Elicitations {
     /// Marks every pending elicitation past its expiry expired.
     pub async fn expire_overdue(&self, now: DateTime<Utc>) -> Result<u64, GateError> {
         Ok(self.backing.store.expire_elicitations(now).await?)
+    }
+
+    /// Deletes the elicitations that ended longer than the retention period before `now`, with
+    /// their flows and answers.
+    pub async fn forget_ended(&self, now: DateTime<Utc>) -> Result<u64, GateError> {
+        let cutoff = now - chrono::Duration::from_std(self.limits.retention).unwrap_or(chrono::Duration::MAX);
+        Ok(self.backing.store.delete_ended_elicitations(cutoff).await?)
     }
 }
 

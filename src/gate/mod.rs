@@ -33,10 +33,10 @@ use crate::vault::{KeyRing, VaultError};
 
 pub use connections::{
     CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ConnectionSummary, Connections, Disconnected,
-    StartedFlow,
+    ProviderErrorCode, StartedFlow,
 };
 pub use decision::{Credentials, Decision, ToolCall};
-pub use elicitations::{Ask, Elicitations};
+pub use elicitations::{Ask, Elicitations, Limits};
 pub use form_values::{FormValues, StoredValues};
 pub use requirement::{InvalidRequirement, Requirement};
 
@@ -49,6 +49,16 @@ pub enum GateError {
     /// The provider could not be reached to refresh a token; the call may be retried.
     #[error("{provider} could not be reached: {reason}")]
     ProviderUnavailable { provider: String, reason: String },
+    /// The principal has `max` elicitations pending already; nothing new was stored.
+    #[error("{max} elicitations are pending already")]
+    TooManyPending { max: usize },
+}
+
+impl GateError {
+    /// The database cannot be reached right now: the request may be retried shortly.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, GateError::Store(error) if error.is_unavailable())
+    }
 }
 
 /// What every room of the gate stands on.
@@ -93,19 +103,22 @@ impl Gate {
         &self.form_values
     }
 
-    /// Marks overdue elicitations expired, forgets long-expired flows and untaken call answers.
+    /// Marks overdue elicitations expired, forgets long-expired flows and untaken call answers,
+    /// and deletes elicitations that ended longer than their retention period ago.
     pub async fn sweep(&self) -> Result<(), GateError> {
         let now = Utc::now();
         let retention = now - chrono::Duration::from_std(RETENTION).unwrap_or_default();
         let expired = self.elicitations.expire_overdue(now).await?;
         let flows = self.connections.forget_flows_before(retention).await?;
         let answers = self.form_values.drop_untaken_answers(retention).await?;
-        if expired + flows + answers > 0 {
+        let forgotten = self.elicitations.forget_ended(now).await?;
+        if expired + flows + answers + forgotten > 0 {
             tracing::info!(
                 expired,
                 flows,
                 answers,
-                "swept expired elicitations, old flows and untaken call answers"
+                forgotten,
+                "swept expired elicitations, old flows, untaken call answers and ended elicitations"
             );
         }
         Ok(())

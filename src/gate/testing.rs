@@ -9,7 +9,7 @@ use serde_json::json;
 use url::Url;
 
 use super::connections::access_context;
-use super::{Ask, Backing, Connections, Elicitations, FormValues, Gate, Requirement};
+use super::{Ask, Backing, Connections, Elicitations, FormValues, Gate, Limits, Requirement};
 use crate::config::Config;
 use crate::domain::{Principal, SessionId};
 use crate::events::Bus;
@@ -73,7 +73,14 @@ impl Fixture {
     }
 
     pub fn elicitations(&self) -> Elicitations {
-        Elicitations::new(self.backing.clone(), Duration::from_secs(600))
+        Elicitations::new(
+            self.backing.clone(),
+            Limits {
+                ttl: Duration::from_secs(600),
+                max_pending: 32,
+                retention: Duration::from_secs(7 * 24 * 3600),
+            },
+        )
     }
 
     /// A session of `principal`'s, stored.
@@ -87,7 +94,7 @@ impl Fixture {
             log_level: None,
             created_at: Utc::now(),
         };
-        self.backing.store.create_session(&session).await.expect("session");
+        self.backing.store.create_session(&session, 64).await.expect("session");
         session
     }
 
@@ -163,7 +170,7 @@ impl Fixture {
         let asked = self.ask(gate.elicitations(), session, "acme").await;
         let store = &self.backing.store;
         store
-            .save_connection(&connection, &asked.id, &json!({}))
+            .save_connection(&connection, &asked.id, &json!({}), now)
             .await
             .expect("save");
         self.backing.bus.connections_changed(principal);

@@ -15,7 +15,8 @@ use crate::domain::{LogLevel, Principal, SessionId};
 use crate::gate::{Credentials, Decision, GateError, ToolCall};
 use crate::jsonrpc::{self, METHOD_NOT_FOUND, RpcError, URL_ELICITATION_REQUIRED};
 use crate::state::AppState;
-use crate::store::{ElicitationRecord, SessionRecord};
+use crate::store::{ElicitationRecord, SessionRecord, StoreError};
+use crate::text;
 use crate::tools::{CallContext, ToolOutcome, ToolResult};
 
 /// Told to the model at `initialize`: how gated tools behave and what to do about it.
@@ -27,7 +28,33 @@ tool again with the same arguments. Some tools instead ask the client to open th
 for the user. Never ask the user to paste passwords, API keys or tokens into the \
 conversation: the page collects them. Call `whoami` to see who the server thinks is calling.";
 
-/// Answers `initialize`: persists a new session and returns its id and the result.
+/// Largest `capabilities` object `initialize` accepts, serialized. gatehouse reads it (whether
+/// the client opens URLs) and so keeps it whole; real clients send a few hundred bytes.
+const MAX_CAPABILITIES_BYTES: usize = 16 * 1024;
+
+/// What is kept of `clientInfo`, each a string cut to [`MAX_CLIENT_INFO_BYTES`]. Not refused
+/// when larger, unlike `capabilities`: an `Implementation` may rightly carry large optional fields
+/// (icons as `data:` URIs, a description) that gatehouse never uses, and a client should not fail
+/// to connect over them. Only what pages and logs show is stored.
+const CLIENT_INFO_FIELDS: [&str; 3] = ["name", "title", "version"];
+const MAX_CLIENT_INFO_BYTES: usize = 256;
+
+fn serialized_len(value: &Value) -> usize {
+    serde_json::to_vec(value).map_or(usize::MAX, |bytes| bytes.len())
+}
+
+fn kept_client_info(info: &Map<String, Value>) -> Map<String, Value> {
+    CLIENT_INFO_FIELDS
+        .iter()
+        .filter_map(|field| {
+            let text = info.get(*field)?.as_str()?;
+            Some(((*field).to_owned(), json!(text::bounded(text, MAX_CLIENT_INFO_BYTES))))
+        })
+        .collect()
+}
+
+/// Answers `initialize`: persists a new session (ending the principal's least recently used one
+/// beyond the cap) and returns its id and the result.
 pub async fn initialize(
     state: &AppState,
     principal: Principal,
@@ -45,28 +72,45 @@ pub async fn initialize(
         .unwrap_or(LATEST_PROTOCOL_VERSION);
     let capabilities = match params.remove("capabilities") {
         None => json!({}),
-        Some(value @ Value::Object(_)) => value,
+        Some(value @ Value::Object(_)) if serialized_len(&value) <= MAX_CAPABILITIES_BYTES => value,
+        Some(Value::Object(_)) => {
+            return Err(RpcError::invalid_params(format!(
+                "params.capabilities is larger than {MAX_CAPABILITIES_BYTES} bytes"
+            )));
+        }
         Some(_) => return Err(RpcError::invalid_params("params.capabilities must be an object")),
     };
     let client_info = match params.remove("clientInfo") {
-        None => json!({}),
-        Some(value @ Value::Object(_)) => value,
+        None => Map::new(),
+        Some(Value::Object(info)) => kept_client_info(&info),
         Some(_) => return Err(RpcError::invalid_params("params.clientInfo must be an object")),
     };
     let record = SessionRecord {
         id: SessionId::generate(),
         principal,
         protocol_version: version.to_owned(),
-        client_info,
+        client_info: Value::Object(client_info),
         client_capabilities: capabilities,
         log_level: None,
         created_at: Utc::now(),
     };
-    let record = state.sessions.create(record).await.map_err(|e| {
-        tracing::error!(error = %e, "could not persist a new session");
-        RpcError::internal()
-    })?;
-    tracing::info!(session = ?record.id, principal = %record.principal, protocol = version, client = %record.client_info, "session started");
+    let (record, evicted) = state
+        .sessions
+        .create(record)
+        .await
+        .map_err(|e| store_failure("could not persist a new session", &e))?;
+    for ended in &evicted {
+        tracing::info!(session = ?ended, principal = %record.principal, "ended the least recently used session: the principal holds the most allowed");
+    }
+    let about = |field: &str| record.client_info.get(field).and_then(Value::as_str).unwrap_or("-");
+    tracing::info!(
+        session = ?record.id,
+        principal = %record.principal,
+        protocol = version,
+        client = about("name"),
+        client_version = about("version"),
+        "session started"
+    );
     let result = json!({
         "protocolVersion": version,
         "capabilities": {"tools": {"listChanged": false}, "logging": {}},
@@ -119,10 +163,11 @@ async fn set_level(state: &AppState, session: &SessionRecord, params: Map<String
         .ok_or_else(|| RpcError::invalid_params("logging/setLevel needs params.level"))?
         .parse()
         .map_err(RpcError::invalid_params)?;
-    state.sessions.set_log_level(&session.id, level).await.map_err(|e| {
-        tracing::error!(error = %e, "could not store the log level");
-        RpcError::internal()
-    })?;
+    state
+        .sessions
+        .set_log_level(&session.id, level)
+        .await
+        .map_err(|e| store_failure("could not store the log level", &e))?;
     Ok(json!({}))
 }
 
@@ -217,8 +262,7 @@ async fn call_tool(
             gate: &state.gate,
         };
         match tool.call(&context, &arguments).await {
-            ToolOutcome::Done(mut result) => {
-                result.redact(credentials.secrets());
+            ToolOutcome::Done(result) => {
                 if result.is_error {
                     let text = result
                         .content
@@ -309,8 +353,25 @@ async fn gate_call(
 }
 
 fn internal(error: GateError) -> RpcError {
-    tracing::error!(%error, "gate failed");
-    RpcError::internal()
+    match error {
+        GateError::Store(error) => store_failure("gate failed", &error),
+        other => {
+            tracing::error!(error = %other, "gate failed");
+            RpcError::internal()
+        }
+    }
+}
+
+/// What the client sees of a store failure, which is logged with `context`: during a database
+/// outage "unavailable" (HTTP 503), otherwise an internal error.
+pub fn store_failure(context: &str, error: &StoreError) -> RpcError {
+    if error.is_unavailable() {
+        tracing::warn!(%error, "{context}: the database is unavailable");
+        RpcError::unavailable()
+    } else {
+        tracing::error!(%error, "{context}");
+        RpcError::internal()
+    }
 }
 
 async fn decide(
@@ -328,6 +389,10 @@ async fn decide(
         )))),
         Err(GateError::ProviderUnavailable { provider, reason }) => Ok(Gated::Reply(ToolResult::error(format!(
             "{provider} cannot be reached right now ({reason}). Try again in a moment."
+        )))),
+        Err(GateError::TooManyPending { max }) => Ok(Gated::Reply(ToolResult::error(format!(
+            "The user already has {max} requests waiting in the browser, the most allowed. Ask the user to \
+             finish or decline the ones they were given (or wait until they expire), then call this tool again."
         )))),
         Err(error) => Err(internal(error)),
     }

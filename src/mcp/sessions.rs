@@ -1,5 +1,5 @@
 //! Sessions as the transport sees them: created at `initialize`, found through the cache, ended by
-//! DELETE or by idleness. Use is recorded in memory and written in batches, so a request costs no
+//! DELETE, by idleness, or by a newer one of their principal beyond its cap. Use is recorded in memory and written in batches, so a request costs no
 //! write.
 
 use std::collections::HashSet;
@@ -18,23 +18,31 @@ pub struct Sessions {
     cache: Arc<SessionCache>,
     bus: Arc<Bus>,
     used: Mutex<HashSet<SessionId>>,
+    /// Live sessions one principal may hold (`mcp.max_sessions_per_principal`).
+    max_per_principal: usize,
 }
 
 impl Sessions {
-    pub fn new(store: Arc<dyn Store>, cache: Arc<SessionCache>, bus: Arc<Bus>) -> Self {
+    pub fn new(store: Arc<dyn Store>, cache: Arc<SessionCache>, bus: Arc<Bus>, max_per_principal: usize) -> Self {
         Self {
             store,
             cache,
             bus,
             used: Mutex::new(HashSet::new()),
+            max_per_principal,
         }
     }
 
-    pub async fn create(&self, record: SessionRecord) -> Result<Arc<SessionRecord>, StoreError> {
-        self.store.create_session(&record).await?;
+    /// Stores a new session; beyond the principal's cap, its least recently used sessions end
+    /// (their streams too, on every replica). Returns the new session and the ended ones' ids.
+    pub async fn create(&self, record: SessionRecord) -> Result<(Arc<SessionRecord>, Vec<SessionId>), StoreError> {
+        let ended = self.store.create_session(&record, self.max_per_principal).await?;
+        for id in &ended {
+            self.bus.session_changed(id);
+        }
         let record = Arc::new(record);
         self.cache.insert(record.id.clone(), record.clone());
-        Ok(record)
+        Ok((record, ended))
     }
 
     pub async fn find(&self, id: &SessionId) -> Result<Option<Arc<SessionRecord>>, StoreError> {

@@ -4,6 +4,8 @@
 //! A stream first replays what the client asked to see again (after `Last-Event-ID`, up to the
 //! delivered mark), then delivers new events. New events are claimed in the database before they
 //! are written, so when a session has several streams, on any replicas, each event goes out on one.
+//! A stream that resumes with `Last-Event-ID` replaces the session's older streams: they end
+//! without claiming anything more, since a client that resumes has stopped reading them.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -25,7 +27,7 @@ use crate::store::{SessionRecord, Store, StoreError};
 const BATCH: i64 = 100;
 
 /// Opens the stream: `resume_after` is the client's `Last-Event-ID`; `slot` is its place among
-/// the session's streams on this replica, held until the stream ends.
+/// the session's streams on this replica, held until the stream ends or a resumed one replaces it.
 pub async fn open(
     state: &AppState,
     session: &SessionRecord,
@@ -51,7 +53,7 @@ pub async fn open(
         shutdown: state.shutdown.clone(),
         retry: state.config.server.sse_retry,
         closing: false,
-        _slot: slot,
+        slot,
     };
     let events = futures::stream::unfold(reader, Reader::next);
     let keep_alive = KeepAlive::new().interval(state.config.server.sse_keep_alive);
@@ -70,7 +72,7 @@ struct Reader {
     shutdown: CancellationToken,
     retry: Duration,
     closing: bool,
-    _slot: StreamSlot,
+    slot: StreamSlot,
 }
 
 /// What one read of the session's log found.
@@ -89,7 +91,8 @@ impl Reader {
             if let Some(event) = self.pending.pop_front() {
                 return Some((Ok(event), self));
             }
-            if self.closing {
+            // Replaced: claim nothing more, and end without a retry hint.
+            if self.closing || self.slot.is_ended() {
                 return None;
             }
             self.wake.borrow_and_update();
@@ -107,6 +110,7 @@ impl Reader {
             tokio::select! {
                 changed = self.wake.changed() => if changed.is_err() { self.close_with_retry() },
                 () = self.shutdown.cancelled() => self.close_with_retry(),
+                () = self.slot.ended() => return None,
             }
         }
     }

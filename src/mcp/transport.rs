@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
+use axum::http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN, RETRY_AFTER};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -19,9 +19,8 @@ use super::incall::{self, Outbox};
 use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, stream};
 use crate::domain::{ElicitationId, Principal, SessionId};
 use crate::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
-use crate::state::AppState;
-use crate::store::ClientAction;
-use crate::store::SessionRecord;
+use crate::state::{AppState, RETRY_AFTER_SECONDS};
+use crate::store::{ClientAction, SessionRecord, StoreError};
 
 pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 const PROTOCOL_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
@@ -53,26 +52,61 @@ impl Refusal {
 
     fn internal(context: &str, error: &dyn std::fmt::Display) -> Self {
         tracing::error!(%error, "{context}");
-        Self {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            id: None,
-            error: RpcError::internal(),
-        }
+        Self::failed(None, RpcError::internal())
+    }
+
+    /// A store failure, logged with `context`: 503 during a database outage, else 500.
+    fn store(context: &str, error: &StoreError) -> Self {
+        Self::failed(None, methods::store_failure(context, error))
+    }
+
+    /// A request that failed on our side with `error` (internal or unavailable).
+    fn failed(id: Option<RequestId>, error: RpcError) -> Self {
+        let status = if error.is_unavailable() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        };
+        Self { status, id, error }
     }
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            axum::Json(jsonrpc::error_response(self.id.as_ref(), &self.error)),
-        )
-            .into_response()
+        let body = jsonrpc::error_response(self.id.as_ref(), &self.error);
+        json_response(self.status, &body)
     }
 }
 
+/// A JSON body; a 503 also tells the client when to retry.
 fn json_response(status: StatusCode, body: &Value) -> Response {
-    (status, axum::Json(body)).into_response()
+    let mut response = (status, axum::Json(body)).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+    }
+    response
+}
+
+/// The answer to one request: 200 with its result or error, except that "unavailable" goes out
+/// with 503, so clients and proxies see an outage as one.
+fn answer(id: &RequestId, outcome: Result<Value, RpcError>) -> Response {
+    match outcome {
+        Ok(result) => json_response(StatusCode::OK, &jsonrpc::result_response(id, result)),
+        Err(error) if error.is_unavailable() => Refusal::failed(Some(id.clone()), error).into_response(),
+        Err(error) => json_response(StatusCode::OK, &jsonrpc::error_response(Some(id), &error)),
+    }
+}
+
+/// While the bus finds the database unreachable, requests are refused at once instead of each
+/// waiting for a database connection.
+fn check_database(state: &AppState) -> Result<(), Refusal> {
+    if state.bus.is_database_reachable() {
+        Ok(())
+    } else {
+        Err(Refusal::failed(None, RpcError::unavailable()))
+    }
 }
 
 fn accepted() -> Response {
@@ -160,7 +194,7 @@ async fn session(state: &AppState, headers: &HeaderMap, principal: &Principal) -
         .sessions
         .find(&id)
         .await
-        .map_err(|e| Refusal::internal("session lookup failed", &e))?;
+        .map_err(|e| Refusal::store("session lookup failed", &e))?;
     let record = record.ok_or_else(not_found)?;
     if &record.principal != principal {
         tracing::warn!(session = ?id, "session used by another principal");
@@ -172,9 +206,23 @@ async fn session(state: &AppState, headers: &HeaderMap, principal: &Principal) -
     Ok(record)
 }
 
+/// The whole body, within `server.max_request_bytes` and `server.request_body_timeout`: a body
+/// trickled in byte by byte must not hold a connection open for ever.
 async fn read_body(state: &AppState, body: Body) -> Result<Bytes, Refusal> {
     let limit = state.config.server.max_request_bytes;
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+    let deadline = state.config.server.request_body_timeout;
+    let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| {
+            Refusal::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "Request Timeout: the request body did not arrive within {}",
+                    humantime::format_duration(deadline)
+                ),
+            )
+        })?;
+    read.map_err(|e| {
         let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if too_large {
             Refusal::new(
@@ -229,6 +277,7 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
         ));
     }
     let principal = principal(state, &parts, peer)?;
+    check_database(state)?;
     let bytes = read_body(state, body).await?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| Refusal {
         status: StatusCode::BAD_REQUEST,
@@ -256,11 +305,8 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
             Ok(streamed_answer(state, session, principal, id, method, params))
         }
         Message::Request { id, method, params } => {
-            let body = match methods::handle(state, &session, &principal, &method, params, None).await {
-                Ok(result) => jsonrpc::result_response(&id, result),
-                Err(error) => jsonrpc::error_response(Some(&id), &error),
-            };
-            Ok(json_response(StatusCode::OK, &body))
+            let outcome = methods::handle(state, &session, &principal, &method, params, None).await;
+            Ok(answer(&id, outcome))
         }
         Message::Response { id, result } => {
             route_answer(state, &session, &id, result.as_ref()).await;
@@ -368,10 +414,7 @@ async fn initialize(
             response.headers_mut().insert(SESSION_HEADER, value);
             Ok(response)
         }
-        Err(error) => Ok(json_response(
-            StatusCode::OK,
-            &jsonrpc::error_response(Some(&id), &error),
-        )),
+        Err(error) => Ok(answer(&id, Err(error))),
     }
 }
 
@@ -463,6 +506,7 @@ pub async fn get(
         }
         check_protocol_header(&parts.headers)?;
         let principal = principal(&state, &parts, peer)?;
+        check_database(&state)?;
         let session = session(&state, &parts.headers, &principal).await?;
         let resume_after = match parts.headers.get(LAST_EVENT_ID) {
             None => None,
@@ -480,10 +524,16 @@ pub async fn get(
                     })?,
             ),
         };
-        let slot = state
-            .bus
-            .claim_stream(&session.id, MAX_STREAMS_PER_SESSION)
-            .ok_or_else(|| {
+        let slot = match resume_after {
+            // The client resumes: it has given up its older streams, which end on every replica.
+            Some(_) => state
+                .bus
+                .resume_stream(&session.id, MAX_STREAMS_PER_SESSION)
+                .await
+                .map_err(|e| Refusal::store("announcing a resumed stream failed", &e))?,
+            None => state.bus.claim_stream(&session.id, MAX_STREAMS_PER_SESSION),
+        };
+        let slot = slot.ok_or_else(|| {
                 tracing::info!(session = ?session.id, "refused a GET stream over the per-session limit");
                 Refusal::new(
                     StatusCode::TOO_MANY_REQUESTS,
@@ -494,7 +544,7 @@ pub async fn get(
             })?;
         stream::open(&state, &session, resume_after, slot)
             .await
-            .map_err(|e| Refusal::internal("opening event stream failed", &e))
+            .map_err(|e| Refusal::store("opening event stream failed", &e))
     };
     match opened.await {
         Ok(response) => response,
@@ -512,12 +562,13 @@ pub async fn delete(
         check_origin_and_host(&state, &parts.headers)?;
         check_protocol_header(&parts.headers)?;
         let principal = principal(&state, &parts, peer)?;
+        check_database(&state)?;
         let session = session(&state, &parts.headers, &principal).await?;
         state
             .sessions
             .end(&session.id)
             .await
-            .map_err(|e| Refusal::internal("ending session failed", &e))?;
+            .map_err(|e| Refusal::store("ending session failed", &e))?;
         tracing::debug!(session = ?session.id, "session ended by client");
         Ok::<_, Refusal>(StatusCode::NO_CONTENT.into_response())
     };

@@ -111,10 +111,23 @@ pub(super) fn revocation_answer(status: StatusCode) -> Result<HttpResponse, Unus
     }
 }
 
+/// Where a token answer holds the user's tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TokensAt<'a> {
+    /// At the top level, as RFC 6749 5.1 puts them.
+    Top,
+    /// Under this JSON pointer, which the answer must have: Slack's code exchange puts the user's
+    /// tokens under `/authed_user`, beside the app's own bot token at the top level.
+    Nested(&'a str),
+    /// Under this JSON pointer when the answer has it, else at the top level (Slack's refreshes).
+    NestedOrTop(&'a str),
+}
+
 /// A token endpoint's answer, in JSON or form encoding, success or error, rewritten as RFC 6749
-/// 5.1 and 5.2 put it: an error is a 400 whatever its status, and a success is a 200 carrying a
-/// non-empty `access_token`, a `token_type`, and only such other fields as oauth2 reads.
-pub(super) fn token_answer(status: StatusCode, body: &[u8]) -> Result<HttpResponse, Unusable> {
+/// 5.1 and 5.2 put it: an error is a 400 whatever its status (Slack's `{"ok":false,"error":..}`
+/// comes with a 200), and a success is a 200 carrying a non-empty `access_token`, a `token_type`,
+/// and only such other fields as oauth2 reads, taken from where `tokens_at` says.
+pub(super) fn token_answer(status: StatusCode, body: &[u8], tokens_at: TokensAt) -> Result<HttpResponse, Unusable> {
     let mut fields = parse_fields(body).ok_or_else(|| {
         Unusable(format!(
             "the token endpoint answered {status} with neither JSON nor form data"
@@ -130,6 +143,28 @@ pub(super) fn token_answer(status: StatusCode, body: &[u8]) -> Result<HttpRespon
     if !status.is_success() {
         return Err(Unusable(format!("the token endpoint answered {status}")));
     }
+    let pointer = match tokens_at {
+        TokensAt::Top => None,
+        TokensAt::Nested(pointer) | TokensAt::NestedOrTop(pointer) => Some(pointer),
+    };
+    let nested = pointer.and_then(|p| {
+        Value::Object(fields.clone())
+            .pointer(p)
+            .and_then(Value::as_object)
+            .cloned()
+    });
+    match (nested, tokens_at) {
+        (Some(nested), _) => fields = nested,
+        (None, TokensAt::Nested(pointer)) => {
+            return Err(Unusable(format!("the token endpoint sent no `{pointer}` object")));
+        }
+        (None, _) => {}
+    }
+    rfc6749_success(fields)
+}
+
+/// A successful token answer's fields as oauth2 reads them.
+fn rfc6749_success(mut fields: Map<String, Value>) -> Result<HttpResponse, Unusable> {
     let present = |fields: &Map<String, Value>, name: &str| {
         fields.get(name).and_then(Value::as_str).is_some_and(|s| !s.is_empty())
     };
@@ -193,7 +228,7 @@ pub(super) mod tests {
         let status = StatusCode::from_u16(status).expect("status");
         let hook = |request: HttpRequest| {
             *sent.lock().expect("lock") = Some(request);
-            let answer = token_answer(status, body.as_bytes());
+            let answer = token_answer(status, body.as_bytes(), provider.tokens_at(false));
             async move { answer }
         };
         let result = provider
@@ -320,6 +355,56 @@ pub(super) mod tests {
             .await
             .expect("tokens");
         assert!(odd.refresh_token.is_none() && odd.scope.is_none());
+    }
+
+    /// What oauth2 is handed for a 200 answer read at `tokens_at`, or why it is handed nothing.
+    fn rewritten(tokens_at: TokensAt, body: &str) -> Result<Value, String> {
+        match token_answer(StatusCode::OK, body.as_bytes(), tokens_at) {
+            Ok(answer) => Ok(serde_json::from_slice(answer.body()).expect("JSON")),
+            Err(Unusable(reason)) => Err(reason),
+        }
+    }
+
+    #[tokio::test]
+    async fn nested_tokens_are_read_where_the_provider_puts_them() {
+        // Slack's oauth.v2.access: the app's bot token at the top, the user's under authed_user.
+        let exchange = r#"{"ok":true,"access_token":"xoxb-bot","token_type":"bot","scope":"commands",
+            "refresh_token":"xoxe-1-bot","authed_user":{"id":"U1","scope":"chat:write,channels:history",
+            "access_token":"xoxp-user","token_type":"user","refresh_token":"xoxe-1-user","expires_in":43200}}"#;
+        assert_eq!(
+            rewritten(TokensAt::Nested("/authed_user"), exchange),
+            Ok(
+                serde_json::json!({"id": "U1", "scope": "chat:write,channels:history", "access_token": "xoxp-user",
+                "token_type": "user", "refresh_token": "xoxe-1-user", "expires_in": 43200})
+            )
+        );
+        let bot_only = r#"{"ok":true,"access_token":"xoxb-bot","token_type":"bot"}"#;
+        assert_eq!(
+            rewritten(TokensAt::Nested("/authed_user"), bot_only),
+            Err("the token endpoint sent no `/authed_user` object".into()),
+            "a code exchange without the user's tokens has none to store"
+        );
+        // Its refreshes answer at the top level.
+        let slack = provider("preset = \"slack\"").expect("slack");
+        let refreshed = r#"{"ok":true,"access_token":"xoxe.xoxp-2","token_type":"user","expires_in":43200,
+            "refresh_token":"xoxe-1-next","scope":"chat:write"}"#;
+        let tokens = refresh_answered(&slack, 200, refreshed).await.1.expect("tokens");
+        assert_eq!(tokens.access_token.expose(), "xoxe.xoxp-2");
+        assert_eq!(
+            tokens.refresh_token.as_ref().map(|t| t.expose().as_str()),
+            Some("xoxe-1-next")
+        );
+        assert_eq!(tokens.expires_in, Some(43200));
+        // Errors come as 200s with ok=false.
+        match refresh_answered(&slack, 200, r#"{"ok":false,"error":"invalid_refresh_token"}"#)
+            .await
+            .1
+        {
+            Err(OAuthError::Rejected { error, description }) => {
+                assert_eq!((error.as_str(), description), ("invalid_refresh_token", None));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -25,7 +25,9 @@ use serde_json::Value;
 use url::Url;
 
 use super::Provider;
-use super::answers::{OAuthError, TokenResponse, Unusable, read_limited, reason, revocation_answer, token_answer};
+use super::answers::{
+    OAuthError, TokenResponse, TokensAt, Unusable, read_limited, reason, revocation_answer, token_answer,
+};
 use crate::config::ClientAuth;
 use crate::secret::Secret;
 
@@ -78,6 +80,16 @@ impl Provider {
             .set_token_uri(TokenUrl::from_url(self.token_url.clone()))
     }
 
+    /// Where this provider's answer to a code exchange (`exchange`) or a refresh holds the user's
+    /// tokens: Slack nests them in the exchange's answer only.
+    pub(super) fn tokens_at(&self, exchange: bool) -> TokensAt<'_> {
+        match (&self.tokens_at, exchange) {
+            (None, _) => TokensAt::Top,
+            (Some(pointer), true) => TokensAt::Nested(pointer),
+            (Some(pointer), false) => TokensAt::NestedOrTop(pointer),
+        }
+    }
+
     /// Starts a sign-in: a fresh 256-bit `state` and PKCE S256 pair (RFC 7636), and the URL the
     /// browser goes to.
     pub fn authorize(&self, scopes: &[String], redirect_uri: &str) -> Authorization {
@@ -97,7 +109,12 @@ impl Provider {
         }
         // oauth2 joins scopes with spaces; one scope of them joined keeps this provider's separator.
         if !scopes.is_empty() {
-            request = request.add_scope(Scope::new(scopes.join(&self.scope_separator)));
+            let joined = scopes.join(&self.scope_separator);
+            request = if self.scope_param == "scope" {
+                request.add_scope(Scope::new(joined))
+            } else {
+                request.add_extra_param(self.scope_param.as_str(), joined)
+            };
         }
         for (name, value) in &self.authorize_params {
             request = request.add_extra_param(name.as_str(), value.as_str());
@@ -121,7 +138,8 @@ pub struct Authorization {
 /// Which endpoint answers, and so how its answer is read.
 #[derive(Clone, Copy)]
 enum Endpoint<'a> {
-    Token,
+    /// Read where the provider puts the user's tokens.
+    Token(TokensAt<'a>),
     /// Sent to this URL, whatever the scheme oauth2 was handed (see [`OAuthClient::revoke`]).
     Revocation(&'a Url),
 }
@@ -164,10 +182,10 @@ impl OAuthClient {
         let mut request = reqwest::Request::try_from(request).map_err(|e| Unusable(e.to_string()))?;
         *request.timeout_mut() = Some(PROVIDER_TIMEOUT);
         match endpoint {
-            Endpoint::Token => {
+            Endpoint::Token(tokens_at) => {
                 let response = self.http.execute(request).await.map_err(|e| Unusable(e.to_string()))?;
                 let status = response.status();
-                token_answer(status, &read_limited(response).await.map_err(Unusable)?)
+                token_answer(status, &read_limited(response).await.map_err(Unusable)?, tokens_at)
             }
             Endpoint::Revocation(url) => {
                 *request.url_mut() = url.clone();
@@ -192,7 +210,7 @@ impl OAuthClient {
             .exchange_code(AuthorizationCode::new(code.to_owned()))
             .set_pkce_verifier(PkceCodeVerifier::new(verifier.to_owned()))
             .set_redirect_uri(Cow::Owned(redirect))
-            .request_async(&self.hook(Endpoint::Token))
+            .request_async(&self.hook(Endpoint::Token(provider.tokens_at(true))))
             .await?;
         Ok(tokens.into())
     }
@@ -202,7 +220,7 @@ impl OAuthClient {
         let refresh_token = RefreshToken::new(refresh_token.to_owned());
         let tokens = client
             .exchange_refresh_token(&refresh_token)
-            .request_async(&self.hook(Endpoint::Token))
+            .request_async(&self.hook(Endpoint::Token(provider.tokens_at(false))))
             .await?;
         Ok(tokens.into())
     }
@@ -336,11 +354,11 @@ mod tests {
         ];
         let expected: BTreeMap<String, String> = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         assert_eq!(query, expected);
-        let github = provider("preset = \"github\"").expect("github");
-        let url = github.authorize(&["b".into(), "a".into()], "https://gh.example/cb").url;
-        assert!(url.query().is_some_and(|q| q.contains("scope=b%2Ca")), "{url}");
-        let bare = github.authorize(&[], "https://gh.example/cb").url;
-        assert!(!bare.query_pairs().any(|(k, _)| k == "scope"));
+        let slack = provider("preset = \"slack\"").expect("slack");
+        let url = slack.authorize(&["b".into(), "a".into()], "https://gh.example/cb").url;
+        assert!(url.query().is_some_and(|q| q.contains("user_scope=b%2Ca")), "{url}");
+        let bare = slack.authorize(&[], "https://gh.example/cb").url;
+        assert!(!bare.query_pairs().any(|(k, _)| k == "scope" || k == "user_scope"));
     }
 
     #[test]

@@ -33,11 +33,21 @@ pub struct Provider {
     pub account_label: Option<String>,
     /// RFC 9207: what an `iss` sent to the callback must equal (the gate checks it).
     pub issuer: Option<String>,
+    /// Whether a callback must carry `iss` (only ever with an `issuer`).
+    pub require_iss: bool,
     pub revocation_url: Option<Url>,
     /// Scopes every sign-in asks for.
     pub scopes: Vec<String>,
-    /// Joins scopes in the authorize URL (" ", or "," for GitHub).
+    /// Joins scopes in the authorize URL (" ", or "," for Slack).
     pub scope_separator: String,
+    /// The authorize parameter that carries the scopes (`scope`, or Slack's `user_scope`).
+    pub scope_param: String,
+    /// Counted as granted by every token answer, which never lists them (Microsoft's
+    /// `offline_access`).
+    pub unlisted_scopes: Vec<String>,
+    /// A JSON pointer to the user's tokens in a token answer that nests them (Slack's
+    /// `/authed_user`); answers without it are read at the top level.
+    pub tokens_at: Option<String>,
     pub authorize_params: BTreeMap<String, String>,
 }
 
@@ -97,6 +107,15 @@ impl Provider {
         {
             return invalid("account_label", "must be a JSON pointer like \"/login\"".into());
         }
+        if let Some(pointer) = &config.tokens_at
+            && (pointer.len() < 2 || !pointer.starts_with('/'))
+        {
+            return invalid("tokens_at", "must be a JSON pointer like \"/authed_user\"".into());
+        }
+        let require_iss = match (config.require_iss, &config.issuer) {
+            (Some(true), None) => return invalid("require_iss", "needs an `issuer` to require".into()),
+            (required, issuer) => issuer.is_some() && required.unwrap_or(true),
+        };
         if config.client_id.trim().is_empty() {
             return invalid("client_id", "must not be empty".into());
         }
@@ -107,9 +126,22 @@ impl Provider {
         if let Some(scope) = config.scopes.iter().find(|s| !one_scope(s)) {
             return invalid("scopes", format!("{scope:?} is not one scope"));
         }
+        if let Some(scope) = config.unlisted_scopes.iter().find(|s| !one_scope(s)) {
+            return invalid("unlisted_scopes", format!("{scope:?} is not one scope"));
+        }
+        let scope_param = config.scope_param.clone().unwrap_or_else(|| "scope".to_owned());
+        let one_name = !scope_param.is_empty()
+            && scope_param
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !one_name || (scope_param != "scope" && RESERVED_AUTHORIZE_PARAMS.contains(&scope_param.as_str())) {
+            return invalid("scope_param", format!("{scope_param:?} cannot carry the scopes"));
+        }
         let reserved = RESERVED_AUTHORIZE_PARAMS
             .iter()
-            .find(|p| config.authorize_params.contains_key(**p));
+            .copied()
+            .chain([scope_param.as_str()])
+            .find(|p| config.authorize_params.contains_key(*p));
         if let Some(param) = reserved {
             return invalid(
                 &format!("authorize_params.{param}"),
@@ -127,9 +159,13 @@ impl Provider {
             userinfo_url: config.userinfo_url,
             account_label: config.account_label,
             issuer: config.issuer,
+            require_iss,
             revocation_url: config.revocation_url,
             scopes: config.scopes,
             scope_separator: config.scope_separator.unwrap_or_else(|| " ".to_owned()),
+            scope_param,
+            unlisted_scopes: config.unlisted_scopes,
+            tokens_at: config.tokens_at,
             authorize_params: config.authorize_params,
         })
     }
@@ -142,12 +178,14 @@ impl Provider {
         scopes
     }
 
-    /// Splits a granted-scope string as this provider writes it.
+    /// The scopes a token answer's granted-scope string says, split as this provider writes it,
+    /// with the scopes it never lists.
     pub fn split_scopes(&self, text: &str) -> Vec<String> {
         let mut scopes: Vec<String> = text
             .split(|c: char| c.is_whitespace() || c == ',')
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
+            .chain(self.unlisted_scopes.iter().cloned())
             .collect();
         scopes.sort();
         scopes.dedup();
@@ -209,7 +247,7 @@ mod tests {
             )
             .url;
         let query: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
-        assert_eq!(query["scope"], "read:user,repo");
+        assert_eq!(query["scope"], "read:user repo");
         assert_eq!(query["code_challenge_method"], "S256");
         let entra = provider("preset = \"microsoft\"\ntenant = \"contoso.onmicrosoft.com\"").expect("entra");
         assert!(
@@ -244,5 +282,24 @@ mod tests {
             key_of("preset = \"github\"\naccount_label = \"login\""),
             "providers[0].account_label"
         );
+        let cases = [
+            ("preset = \"gitlab\"\nrequire_iss = true", "require_iss"),
+            ("preset = \"slack\"\ntokens_at = \"authed_user\"", "tokens_at"),
+            ("preset = \"slack\"\ntokens_at = \"/\"", "tokens_at"),
+            ("preset = \"github\"\nscope_param = \"state\"", "scope_param"),
+            ("preset = \"github\"\nscope_param = \"a b\"", "scope_param"),
+            (
+                "preset = \"slack\"\nauthorize_params = { user_scope = \"x\" }",
+                "authorize_params.user_scope",
+            ),
+            (
+                "preset = \"slack\"\nauthorize_params = { scope = \"x\" }",
+                "authorize_params.scope",
+            ),
+            ("preset = \"microsoft\"\nunlisted_scopes = [\"a b\"]", "unlisted_scopes"),
+        ];
+        for (extra, field) in cases {
+            assert_eq!(key_of(extra), format!("providers[0].{field}"), "{extra}");
+        }
     }
 }

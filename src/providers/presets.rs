@@ -51,10 +51,21 @@ pub fn apply(config: &ProviderConfig, key: &str) -> Result<ProviderConfig, Confi
     merged.token_url = merged.token_url.or(preset.token_url);
     merged.userinfo_url = merged.userinfo_url.or(preset.userinfo_url);
     merged.account_label = merged.account_label.or(preset.account_label);
-    merged.issuer = merged.issuer.or(preset.issuer);
+    // The preset's issuer names the preset's own server, and whether that server always sends it:
+    // a configuration that moves the authorize URL elsewhere (GitHub Enterprise, a GitLab of
+    // one's own) or names an issuer of its own inherits neither.
+    if config.authorize_url.is_none() && config.issuer.is_none() {
+        merged.issuer = preset.issuer;
+        merged.require_iss = merged.require_iss.or(preset.require_iss);
+    }
     merged.revocation_url = merged.revocation_url.or(preset.revocation_url);
     merged.scope_separator = merged.scope_separator.or(preset.scope_separator);
     merged.client_auth = merged.client_auth.or(preset.client_auth);
+    merged.scope_param = merged.scope_param.or(preset.scope_param);
+    merged.tokens_at = merged.tokens_at.or(preset.tokens_at);
+    if merged.unlisted_scopes.is_empty() {
+        merged.unlisted_scopes = preset.unlisted_scopes;
+    }
     merged.authorize_params = preset
         .authorize_params
         .into_iter()
@@ -65,6 +76,8 @@ pub fn apply(config: &ProviderConfig, key: &str) -> Result<ProviderConfig, Confi
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     #[test]
@@ -82,6 +95,87 @@ mod tests {
             );
             crate::providers::Provider::from_config(&config, "providers[0]").unwrap_or_else(|e| panic!("{name}: {e}"));
         }
+    }
+
+    /// The preset `name` as a provider, with `extra` lines of configuration.
+    fn preset(name: &str, extra: &str) -> crate::providers::Provider {
+        crate::providers::tests::provider(&format!("preset = \"{name}\"\n{extra}"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    /// The authorize URL's query for these scopes.
+    fn authorize_query(provider: &crate::providers::Provider, scopes: &[&str]) -> BTreeMap<String, String> {
+        let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+        let url = provider.authorize(&scopes, "https://gh.example/oauth/callback").url;
+        url.query_pairs().into_owned().collect()
+    }
+
+    #[test]
+    fn slack_asks_for_a_user_token_of_oauth_v2() {
+        let slack = preset("slack", "");
+        assert_eq!(slack.authorize_url.as_str(), "https://slack.com/oauth/v2/authorize");
+        assert_eq!(slack.token_url.as_str(), "https://slack.com/api/oauth.v2.access");
+        let query = authorize_query(&slack, &["channels:history", "chat:write"]);
+        assert_eq!(query["user_scope"], "channels:history,chat:write");
+        assert!(
+            !query.contains_key("scope"),
+            "`scope` would ask for a bot token: {query:?}"
+        );
+        assert_eq!(slack.tokens_at.as_deref(), Some("/authed_user"));
+        assert_eq!(
+            slack.split_scopes("chat:write,channels:history"),
+            ["channels:history", "chat:write"]
+        );
+    }
+
+    #[test]
+    fn issuers_that_are_sent_only_sometimes_are_not_required() {
+        for (name, issuer) in [
+            ("google", "https://accounts.google.com"),
+            ("github", "https://github.com/login/oauth"),
+        ] {
+            let provider = preset(name, "");
+            assert_eq!(provider.issuer.as_deref(), Some(issuer), "{name}");
+            assert!(!provider.require_iss, "{name} does not always send iss");
+        }
+        for name in ["slack", "microsoft", "gitlab", "atlassian"] {
+            assert_eq!(preset(name, "").issuer, None, "{name}");
+        }
+        // An issuer of one's own is required unless said otherwise.
+        let own = preset("google", "issuer = \"https://idp.acme.test\"");
+        assert!(own.require_iss);
+        // The preset's issuer names the preset's server, not one the configuration moves to.
+        let enterprise = preset(
+            "github",
+            "authorize_url = \"https://github.acme.test/login/oauth/authorize\"",
+        );
+        assert_eq!(enterprise.issuer, None);
+    }
+
+    #[test]
+    fn presets_ask_for_refresh_tokens_as_their_providers_document() {
+        let google = authorize_query(&preset("google", ""), &["openid"]);
+        assert_eq!(
+            (google["access_type"].as_str(), google["prompt"].as_str()),
+            ("offline", "consent")
+        );
+        let atlassian = authorize_query(&preset("atlassian", ""), &["offline_access", "read:me"]);
+        assert_eq!(atlassian["audience"], "api.atlassian.com");
+        assert_eq!(atlassian["scope"], "offline_access read:me");
+        // Microsoft grants offline_access without ever listing it: counted as granted, or a
+        // provider asking for it would ask again after every sign-in.
+        let microsoft = preset("microsoft", "scopes = [\"offline_access\", \"User.Read\"]");
+        assert_eq!(
+            microsoft.split_scopes("User.Read openid profile email"),
+            ["User.Read", "email", "offline_access", "openid", "profile"]
+        );
+        // GitHub documents space-delimited scopes and answers with commas.
+        let github = preset("github", "");
+        assert_eq!(
+            authorize_query(&github, &["read:user", "repo"])["scope"],
+            "read:user repo"
+        );
+        assert_eq!(github.split_scopes("repo,read:user"), ["read:user", "repo"]);
     }
 
     #[test]

@@ -30,14 +30,52 @@ pub use sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The database cannot be reached right now (see [`is_outage`]); the request may be retried.
+    #[error("database unavailable: {0}")]
+    Unavailable(sqlx::Error),
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("database not ready: {0}")]
     NotReady(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        if is_outage(&error) {
+            StoreError::Unavailable(error)
+        } else {
+            StoreError::Database(error)
+        }
+    }
+}
+
+impl StoreError {
+    /// The database cannot be reached right now: a retry later may succeed.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// PostgreSQL's SQLSTATE class of connection exceptions (`08...`), and the codes of a server
+/// going away: admin_shutdown, crash_shutdown, cannot_connect_now.
+const OUTAGE_SQLSTATE_CLASS: &str = "08";
+const OUTAGE_SQLSTATES: [&str; 3] = ["57P01", "57P02", "57P03"];
+
+/// Whether `error` says the database is unreachable (no connection within the pool's acquire
+/// timeout, a connection refused or cut, a server shutting down) rather than that a statement
+/// failed.
+fn is_outage(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(database) => database
+            .code()
+            .is_some_and(|code| code.starts_with(OUTAGE_SQLSTATE_CLASS) || OUTAGE_SQLSTATES.contains(&code.as_ref())),
+        _ => false,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +272,16 @@ pub trait Store: Send + Sync + 'static {
     /// The database answers and every embedded migration has been applied.
     async fn check_ready(&self) -> Result<(), StoreError>;
 
-    async fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
+    /// Stores a new session and, in the same transaction, ends its principal's least recently
+    /// used sessions beyond `max_per_principal` (never the new one) with their events; returns
+    /// the ended sessions' ids. A principal's creations take turns, on every replica (on
+    /// PostgreSQL an advisory lock, announcing the ended sessions), so concurrent ones never
+    /// leave more.
+    async fn create_session(
+        &self,
+        session: &SessionRecord,
+        max_per_principal: usize,
+    ) -> Result<Vec<SessionId>, StoreError>;
 
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError>;
 
@@ -264,8 +311,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores a new pending elicitation, or returns the one already pending and unexpired for the
     /// same ask (two concurrent calls get the same one). One pending past its expiry is marked
-    /// expired first and never handed out again.
-    async fn insert_elicitation(&self, elicitation: &ElicitationRecord) -> Result<ElicitationRecord, StoreError>;
+    /// expired first and never handed out again. `None`, and nothing stored, when the principal
+    /// already has `max_pending` pending and unexpired elicitations; a principal's insertions take
+    /// turns (on every replica), so concurrent ones never exceed it.
+    async fn insert_elicitation(
+        &self,
+        elicitation: &ElicitationRecord,
+        max_pending: usize,
+    ) -> Result<Option<ElicitationRecord>, StoreError>;
 
     /// The elicitation for this ask that is pending and unexpired at `now`.
     async fn pending_elicitation(
@@ -288,6 +341,10 @@ pub trait Store: Send + Sync + 'static {
     /// Marks pending elicitations past their expiry as expired; returns how many.
     async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError>;
 
+    /// Deletes the elicitations that ended (finished, or expired) before `cutoff`, with their flows
+    /// and answers; returns how many.
+    async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
+
     async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError>;
 
     async fn flow(&self, state_hash: &str) -> Result<Option<OAuthFlowRecord>, StoreError>;
@@ -302,14 +359,17 @@ pub trait Store: Send + Sync + 'static {
     /// was not retried, and their secrets should not outlive it.
     async fn delete_untaken_answers(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 
-    /// Saves the connection (replacing the principal's previous one at that provider), completes
-    /// the elicitation and appends `notification`, in one transaction. Returns whether the
-    /// elicitation was still pending (the connection is saved either way).
+    /// Completes the elicitation, appends `notification` to its session's log and saves the
+    /// connection (replacing the principal's previous one at that provider), in one transaction,
+    /// when the elicitation was unexpired at `started` (when its callback began) and is pending, or
+    /// has been marked expired since (the sweeper ran during the code exchange). False, and
+    /// nothing saved, otherwise: a connection is never saved without its elicitation's completion.
     async fn save_connection(
         &self,
         connection: &ConnectionRecord,
         elicitation: &ElicitationId,
         notification: &Value,
+        started: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
     async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError>;
@@ -419,6 +479,11 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Database, StoreE
     }
 }
 
+/// A count or cap as SQL binds it.
+fn sql_count(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
 fn connection_status_str(status: ConnectionStatus) -> &'static str {
     match status {
         ConnectionStatus::Active => "active",
@@ -446,4 +511,18 @@ fn check_migrations(migrator: &sqlx::migrate::Migrator, applied: &[(i64, bool)])
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_database_is_told_apart_from_a_failed_statement() {
+        let refused = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(StoreError::from(refused).is_unavailable());
+        assert!(StoreError::from(sqlx::Error::PoolTimedOut).is_unavailable());
+        assert!(!StoreError::from(sqlx::Error::RowNotFound).is_unavailable());
+        assert!(!StoreError::from(sqlx::Error::Protocol("unexpected message".into())).is_unavailable());
+    }
 }

@@ -10,6 +10,7 @@
 //! | `s <session>`              | [`Notice::Changed`]            | the session changed or ended              |
 //! | `c <principal>`            | [`Notice::ConnectionsChanged`] | the principal's connections changed       |
 //! | `a <elicitation> <action>` | [`Notice::Answered`]           | a client answered an in-call elicitation  |
+//! | `r <session> <stream>`     | [`Notice::Resumed`]            | a client resumed the session's stream     |
 //!
 //! A principal may contain spaces, so it is the whole rest of its payload. After a session, further
 //! fields are ignored: replicas of earlier versions sent the event's sequence number after it.
@@ -18,7 +19,7 @@
 //! the session of the elicitation a statement completes), the payload is built in SQL by the SQL
 //! twins of the encoder below ([`Notice::appended_sql`], [`Notice::changed_sql`]).
 
-use crate::domain::{ElicitationId, Principal, SessionId};
+use crate::domain::{ElicitationId, Principal, SessionId, StreamId};
 
 /// The channel every replica LISTENs on.
 pub const NOTIFY_CHANNEL: &str = "gatehouse";
@@ -27,6 +28,7 @@ const APPENDED: &str = "e";
 const CHANGED: &str = "s";
 const CONNECTIONS_CHANGED: &str = "c";
 const ANSWERED: &str = "a";
+const RESUMED: &str = "r";
 
 /// What a replica learns from the bus.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +42,9 @@ pub enum Notice {
     /// A client answered an in-call `elicitation/create`; the replica whose call waits for it
     /// takes it from here.
     Answered(ElicitationId, ClientAction),
+    /// A client resumed the session's events (`Last-Event-ID`) on the named stream: the
+    /// session's older streams end, on every replica.
+    Resumed(SessionId, StreamId),
 }
 
 /// A client's answer to `elicitation/create` in URL mode.
@@ -78,6 +83,7 @@ impl Notice {
             Notice::Changed(session) => format!("{CHANGED} {session}"),
             Notice::ConnectionsChanged(principal) => format!("{CONNECTIONS_CHANGED} {principal}"),
             Notice::Answered(elicitation, action) => format!("{ANSWERED} {elicitation} {}", action.as_str()),
+            Notice::Resumed(session, stream) => format!("{RESUMED} {session} {stream}"),
         }
     }
 
@@ -91,6 +97,10 @@ impl Notice {
             ANSWERED => {
                 let (id, action) = fields.split_once(' ')?;
                 Some(Notice::Answered(id.parse().ok()?, ClientAction::parse(action)?))
+            }
+            RESUMED => {
+                let (session, stream) = fields.split_once(' ')?;
+                Some(Notice::Resumed(session.parse().ok()?, stream.parse().ok()?))
             }
             _ => None,
         }
@@ -131,6 +141,7 @@ mod tests {
             Notice::Answered(elicitation, ClientAction::Accept),
             Notice::Answered(elicitation, ClientAction::Decline),
             Notice::Answered(elicitation, ClientAction::Cancel),
+            Notice::Resumed(SessionId::generate(), StreamId::generate()),
         ];
         for notice in notices {
             assert_eq!(Notice::parse(&notice.encode()), Some(notice));
@@ -146,7 +157,7 @@ mod tests {
             Some(Notice::Appended(id.clone())),
             "earlier versions sent the sequence number too"
         );
-        assert_eq!(Notice::parse(&format!("s {id}")), Some(Notice::Changed(id)));
+        assert_eq!(Notice::parse(&format!("s {id}")), Some(Notice::Changed(id.clone())));
         assert_eq!(
             Notice::parse("c Ada Lovelace"),
             Some(Notice::ConnectionsChanged(principal("Ada Lovelace")))
@@ -158,6 +169,13 @@ mod tests {
         );
         assert_eq!(Notice::parse(&format!("a {elicitation} maybe")), None);
         assert_eq!(Notice::parse("a not-an-id accept"), None);
+        let stream = StreamId::generate();
+        assert_eq!(
+            Notice::parse(&format!("r {id} {stream}")),
+            Some(Notice::Resumed(id.clone(), stream))
+        );
+        assert_eq!(Notice::parse(&format!("r {id}")), None, "a resume names its stream");
+        assert_eq!(Notice::parse(&format!("r {id} not-a-stream")), None);
         assert_eq!(Notice::parse("x y"), None);
         assert_eq!(Notice::parse("e not-an-id 1"), None);
         assert_eq!(Notice::parse("e"), None);

@@ -95,7 +95,40 @@ fn announce_stored(channel: u8) -> String {
     )
 }
 
+/// Makes `tx` wait for, and hold until it ends, the lock on `what` of `principal`, so that the
+/// principal's session creations (or new elicitations) take turns across replicas and each
+/// counts what the ones before it committed. Principals whose keys collide merely wait for each
+/// other.
+async fn lock_principal(tx: &mut Tx<'_>, what: &str, principal: &Principal) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(format!("{what} {}", principal.as_str()))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The elicitation for this ask that is pending and unexpired at `now`.
+fn pending_query<'q>(
+    ask: AskKey<'q>,
+    now: DateTime<Utc>,
+) -> QueryAs<'q, <ElicitationRecord as Stored>::Row<PostgresStore>> {
+    sqlx::query_as(sql!(
+        "SELECT {ELICITATION_COLUMNS} FROM elicitations
+         WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+             AND status = 'pending' AND expires_at > $5"
+    ))
+    .bind(ask.principal.as_str())
+    .bind(ask.session.as_str())
+    .bind(ask.requirement)
+    .bind(ask.call_key)
+    .bind(now)
+}
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// How long a request waits for a connection. Short: while the database is down a request
+/// fails (503, retry) within this time instead of hanging.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct PostgresStore {
     pool: PgPool,
@@ -117,7 +150,7 @@ impl PostgresStore {
             .max_lifetime(None)
             .test_before_acquire(false)
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(options.application_name("gatehouse"));
         // Like a pool that connects at once: an unreachable database fails the start.
         drop(pool.acquire().await?);
@@ -186,7 +219,13 @@ impl Store for PostgresStore {
         super::check_migrations(&MIGRATOR, &applied)
     }
 
-    async fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
+    async fn create_session(
+        &self,
+        session: &SessionRecord,
+        max_per_principal: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        lock_principal(&mut tx, "sessions", &session.principal).await?;
         sqlx::query(sql!(
             "INSERT INTO sessions ({SESSION_COLUMNS}, last_seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)"
         ))
@@ -197,9 +236,23 @@ impl Store for PostgresStore {
         .bind(&session.client_capabilities)
         .bind(session.log_level.map(LogLevel::as_str))
         .bind(session.created_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        let ended: Vec<(String,)> = sqlx::query_as(sql!(
+            "WITH gone AS (DELETE FROM sessions WHERE id IN (
+                 SELECT id FROM sessions WHERE principal = $1 AND id <> $2
+                 ORDER BY last_seen_at DESC, created_at DESC, id DESC OFFSET $3) RETURNING id)
+             SELECT id FROM gone, LATERAL (SELECT pg_notify($4, {})) AS notified",
+            Notice::changed_sql("id"),
+        ))
+        .bind(session.principal.as_str())
+        .bind(session.id.as_str())
+        .bind(super::sql_count(max_per_principal.saturating_sub(1)))
+        .bind(NOTIFY_CHANNEL)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        ended.iter().map(|(id,)| parse_session_id(id)).collect()
     }
 
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
@@ -298,11 +351,16 @@ impl Store for PostgresStore {
         Ok(row.map(|(seq,)| seq))
     }
 
-    async fn insert_elicitation(&self, e: &ElicitationRecord) -> Result<ElicitationRecord, StoreError> {
+    async fn insert_elicitation(
+        &self,
+        e: &ElicitationRecord,
+        max_pending: usize,
+    ) -> Result<Option<ElicitationRecord>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        lock_principal(&mut tx, "elicitations", &e.principal).await?;
         // A pending row past its expiry that the sweeper has not reached yet would hold the unique
         // index and be handed out again (its link answers 410), so it is expired first: the same
-        // update the sweeper makes, taken early. No transaction is needed: a concurrent insert
-        // either expires the same row or finds the fresh one this insert made.
+        // update the sweeper makes, taken early.
         sqlx::query(
             "UPDATE elicitations SET status = 'expired'
              WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
@@ -313,13 +371,32 @@ impl Store for PostgresStore {
         .bind(&e.requirement)
         .bind(&e.call_key)
         .bind(e.created_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        let insert = sqlx::query_as(sql!(
+        let pending = pending_query(e.ask_key(), e.created_at)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(ElicitationRecord::read::<Self>)
+            .transpose()?;
+        if pending.is_some() {
+            // Another call inserted it first: the one still pending is the answer.
+            tx.commit().await?;
+            return Ok(pending);
+        }
+        let (count,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM elicitations WHERE principal = $1 AND status = 'pending' AND expires_at > $2",
+        )
+        .bind(e.principal.as_str())
+        .bind(e.created_at)
+        .fetch_one(&mut *tx)
+        .await?;
+        if count >= super::sql_count(max_pending) {
+            tx.commit().await?;
+            return Ok(None);
+        }
+        let inserted = sqlx::query_as(sql!(
             "INSERT INTO elicitations ({ELICITATION_COLUMNS})
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-             ON CONFLICT (principal, session_id, requirement, (COALESCE(call_key, ''))) WHERE status = 'pending'
-             DO NOTHING RETURNING {ELICITATION_COLUMNS}"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING {ELICITATION_COLUMNS}"
         ))
         .bind(e.id.to_string())
         .bind(e.principal.as_str())
@@ -333,14 +410,11 @@ impl Store for PostgresStore {
         .bind(e.expires_at)
         .bind(e.completed_at)
         .bind(&e.call_key)
-        .bind(&e.detail);
-        if let Some(inserted) = self.record(insert).await? {
-            return Ok(inserted);
-        }
-        // Another call inserted it first: the one still pending (and unexpired) is the answer.
-        self.pending_elicitation(e.ask_key(), e.created_at)
-            .await?
-            .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+        .bind(&e.detail)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        ElicitationRecord::read::<Self>(inserted).map(Some)
     }
 
     async fn pending_elicitation(
@@ -348,17 +422,7 @@ impl Store for PostgresStore {
         ask: AskKey<'_>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
-        let query = sqlx::query_as(sql!(
-            "SELECT {ELICITATION_COLUMNS} FROM elicitations
-             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
-                 AND status = 'pending' AND expires_at > $5"
-        ))
-        .bind(ask.principal.as_str())
-        .bind(ask.session.as_str())
-        .bind(ask.requirement)
-        .bind(ask.call_key)
-        .bind(now);
-        self.record(query).await
+        self.record(pending_query(ask, now)).await
     }
 
     async fn elicitation(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, StoreError> {
@@ -398,6 +462,16 @@ impl Store for PostgresStore {
                 .bind(now)
                 .execute(&self.pool)
                 .await?;
+        Ok(result.rows_affected())
+    }
+
+    async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let result = sqlx::query(
+            "DELETE FROM elicitations WHERE status <> 'pending' AND COALESCE(completed_at, expires_at) < $1",
+        )
+        .bind(cutoff)
+        .execute(&self.pool)
+        .await?;
         Ok(result.rows_affected())
     }
 
@@ -458,19 +532,22 @@ impl Store for PostgresStore {
         c: &ConnectionRecord,
         elicitation: &ElicitationId,
         notification: &Value,
+        started: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        // One statement (atomic, one round trip): save the connection, complete the elicitation
-        // if still pending, append the notification to its session, and announce both changes.
+        // One statement (atomic, one round trip): complete the elicitation if its callback started
+        // in time, and only then save the connection, append the notification to its session and
+        // announce both changes.
         let (completed,): (bool,) = sqlx::query_as(sql!(
-            "WITH saved AS (
-                 INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            "WITH completed AS (UPDATE elicitations SET status = 'completed', completed_at = $10
+                 WHERE id = $11 AND status IN ('pending', 'expired') AND expires_at > $15 RETURNING session_id),
+             saved AS (
+                 INSERT INTO connections ({CONNECTION_COLUMNS})
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM completed
                  ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
                      refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at, scopes = EXCLUDED.scopes,
                      account_label = EXCLUDED.account_label, status = EXCLUDED.status, refresh_lease = NULL,
                      updated_at = EXCLUDED.updated_at
                  RETURNING principal),
-             completed AS (UPDATE elicitations SET status = 'completed', completed_at = $10
-                 WHERE id = $11 AND status = 'pending' RETURNING session_id),
              {}
              SELECT EXISTS (SELECT 1 FROM completed), {},
                  (SELECT pg_notify($13, $14) FROM saved) IS NULL",
@@ -491,6 +568,7 @@ impl Store for PostgresStore {
         .bind(notification)
         .bind(NOTIFY_CHANNEL)
         .bind(Notice::ConnectionsChanged(c.principal.clone()).encode())
+        .bind(started)
         .fetch_one(&self.pool)
         .await?;
         Ok(completed)

@@ -73,6 +73,23 @@ async fn finish_in(
     Ok(true)
 }
 
+/// The elicitation for this ask that is pending and unexpired at `now`.
+fn pending_query<'q>(
+    ask: AskKey<'q>,
+    now: DateTime<Utc>,
+) -> QueryAs<'q, <ElicitationRecord as Stored>::Row<SqliteStore>> {
+    sqlx::query_as(sql!(
+        "SELECT {ELICITATION_COLUMNS} FROM elicitations
+         WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4 AND status = 'pending'
+             AND expires_at > ?5"
+    ))
+    .bind(ask.principal.as_str())
+    .bind(ask.session.as_str())
+    .bind(ask.requirement)
+    .bind(ask.call_key)
+    .bind(millis(now))
+}
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 pub struct SqliteStore {
@@ -189,8 +206,14 @@ impl Store for SqliteStore {
         super::check_migrations(&MIGRATOR, &applied)
     }
 
-    async fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
+    async fn create_session(
+        &self,
+        session: &SessionRecord,
+        max_per_principal: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
         let created = millis(session.created_at);
+        // The INSERT takes SQLite's write lock, so creations take turns and each counts the others.
+        let mut tx = self.pool.begin().await?;
         sqlx::query(sql!(
             "INSERT INTO sessions ({SESSION_COLUMNS}, last_seen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)"
         ))
@@ -201,9 +224,21 @@ impl Store for SqliteStore {
         .bind(session.client_capabilities.to_string())
         .bind(session.log_level.map(LogLevel::as_str))
         .bind(created)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        let ended: Vec<(String,)> = sqlx::query_as(
+            "DELETE FROM sessions WHERE id IN (
+                 SELECT id FROM sessions WHERE principal = ?1 AND id <> ?2
+                 ORDER BY last_seen_at DESC, created_at DESC, id DESC LIMIT -1 OFFSET ?3)
+             RETURNING id",
+        )
+        .bind(session.principal.as_str())
+        .bind(session.id.as_str())
+        .bind(super::sql_count(max_per_principal.saturating_sub(1)))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        ended.iter().map(|(id,)| parse_session_id(id)).collect()
     }
 
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
@@ -285,7 +320,13 @@ impl Store for SqliteStore {
         Ok(row.map(|(seq,)| seq))
     }
 
-    async fn insert_elicitation(&self, e: &ElicitationRecord) -> Result<ElicitationRecord, StoreError> {
+    async fn insert_elicitation(
+        &self,
+        e: &ElicitationRecord,
+        max_pending: usize,
+    ) -> Result<Option<ElicitationRecord>, StoreError> {
+        // The UPDATE takes SQLite's write lock, so insertions take turns and the count is exact.
+        let mut tx = self.pool.begin().await?;
         // As on PostgreSQL: an overdue pending row the sweeper has not reached yet is expired first,
         // so it is never handed out again (its link answers 410).
         sqlx::query(
@@ -298,13 +339,32 @@ impl Store for SqliteStore {
         .bind(&e.requirement)
         .bind(&e.call_key)
         .bind(millis(e.created_at))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        let insert = sqlx::query_as(sql!(
+        let pending = pending_query(e.ask_key(), e.created_at)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(ElicitationRecord::read::<Self>)
+            .transpose()?;
+        if pending.is_some() {
+            // Another call inserted it first: the one still pending is the answer.
+            tx.commit().await?;
+            return Ok(pending);
+        }
+        let (count,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM elicitations WHERE principal = ?1 AND status = 'pending' AND expires_at > ?2",
+        )
+        .bind(e.principal.as_str())
+        .bind(millis(e.created_at))
+        .fetch_one(&mut *tx)
+        .await?;
+        if count >= super::sql_count(max_pending) {
+            tx.commit().await?;
+            return Ok(None);
+        }
+        let inserted = sqlx::query_as(sql!(
             "INSERT INTO elicitations ({ELICITATION_COLUMNS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-             ON CONFLICT (principal, session_id, requirement, COALESCE(call_key, '')) WHERE status = 'pending'
-             DO NOTHING RETURNING {ELICITATION_COLUMNS}"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING {ELICITATION_COLUMNS}"
         ))
         .bind(e.id.to_string())
         .bind(e.principal.as_str())
@@ -318,14 +378,11 @@ impl Store for SqliteStore {
         .bind(millis(e.expires_at))
         .bind(e.completed_at.map(millis))
         .bind(&e.call_key)
-        .bind(&e.detail);
-        if let Some(inserted) = self.record(insert).await? {
-            return Ok(inserted);
-        }
-        // Another call inserted it first: the one still pending (and unexpired) is the answer.
-        self.pending_elicitation(e.ask_key(), e.created_at)
-            .await?
-            .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+        .bind(&e.detail)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        ElicitationRecord::read::<Self>(inserted).map(Some)
     }
 
     async fn pending_elicitation(
@@ -333,17 +390,7 @@ impl Store for SqliteStore {
         ask: AskKey<'_>,
         now: DateTime<Utc>,
     ) -> Result<Option<ElicitationRecord>, StoreError> {
-        let query = sqlx::query_as(sql!(
-            "SELECT {ELICITATION_COLUMNS} FROM elicitations
-             WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4 AND status = 'pending'
-                 AND expires_at > ?5"
-        ))
-        .bind(ask.principal.as_str())
-        .bind(ask.session.as_str())
-        .bind(ask.requirement)
-        .bind(ask.call_key)
-        .bind(millis(now));
-        self.record(query).await
+        self.record(pending_query(ask, now)).await
     }
 
     async fn elicitation(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, StoreError> {
@@ -383,6 +430,16 @@ impl Store for SqliteStore {
                 .bind(millis(now))
                 .execute(&self.pool)
                 .await?;
+        Ok(result.rows_affected())
+    }
+
+    async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+        let result = sqlx::query(
+            "DELETE FROM elicitations WHERE status <> 'pending' AND COALESCE(completed_at, expires_at) < ?1",
+        )
+        .bind(millis(cutoff))
+        .execute(&self.pool)
+        .await?;
         Ok(result.rows_affected())
     }
 
@@ -443,8 +500,22 @@ impl Store for SqliteStore {
         c: &ConnectionRecord,
         elicitation: &ElicitationId,
         notification: &Value,
+        started: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
+        // Completed first: without its elicitation the transaction is dropped and nothing saved.
+        let session: Option<(String,)> = sqlx::query_as(
+            "UPDATE elicitations SET status = 'completed', completed_at = ?2
+             WHERE id = ?1 AND status IN ('pending', 'expired') AND expires_at > ?3 RETURNING session_id",
+        )
+        .bind(elicitation.to_string())
+        .bind(millis(c.updated_at))
+        .bind(millis(started))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((session,)) = session else {
+            return Ok(false);
+        };
         sqlx::query(sql!(
             "INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
@@ -464,19 +535,9 @@ impl Store for SqliteStore {
         .bind(millis(c.updated_at))
         .execute(&mut *tx)
         .await?;
-        let session: Option<(String,)> = sqlx::query_as(
-            "UPDATE elicitations SET status = 'completed', completed_at = ?2
-             WHERE id = ?1 AND status = 'pending' RETURNING session_id",
-        )
-        .bind(elicitation.to_string())
-        .bind(millis(c.updated_at))
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((session,)) = &session {
-            append_in(&mut tx, session, notification).await?;
-        }
+        append_in(&mut tx, &session, notification).await?;
         tx.commit().await?;
-        Ok(session.is_some())
+        Ok(true)
     }
 
     async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {

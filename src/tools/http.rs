@@ -9,6 +9,8 @@ use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 use url::Url;
 
+use super::body::Body;
+use super::redact::Redactor;
 use super::template::{Encoding, Placeholders, Template, Values};
 use super::{CallContext, Tool, ToolDefinition, ToolOutcome, ToolResult};
 use crate::config::{ConfigError, ToolConfig};
@@ -17,65 +19,6 @@ use crate::gate::Requirement;
 
 /// Body text shown in an error result, at most.
 const ERROR_EXCERPT_BYTES: usize = 2048;
-
-enum Body {
-    Text(Template),
-    Json(JsonTemplate),
-}
-
-/// A JSON document whose strings are templates, compiled once at start.
-enum JsonTemplate {
-    /// A string that is exactly one placeholder: its JSON value (null when left out).
-    Single(Template),
-    Text(Template),
-    Array(Vec<JsonTemplate>),
-    Object(Vec<(String, JsonTemplate)>),
-    Literal(Value),
-}
-
-impl JsonTemplate {
-    fn compile(value: &Value, key: &str, names: &Placeholders<'_>) -> Result<Self, ConfigError> {
-        Ok(match value {
-            Value::String(text) => {
-                let template = Template::parse(text, key, names)?;
-                if template.is_single_placeholder() {
-                    JsonTemplate::Single(template)
-                } else {
-                    JsonTemplate::Text(template)
-                }
-            }
-            Value::Array(items) => JsonTemplate::Array(
-                items
-                    .iter()
-                    .map(|item| Self::compile(item, key, names))
-                    .collect::<Result<_, _>>()?,
-            ),
-            Value::Object(map) => JsonTemplate::Object(
-                map.iter()
-                    .map(|(k, v)| Ok((k.clone(), Self::compile(v, key, names)?)))
-                    .collect::<Result<_, ConfigError>>()?,
-            ),
-            other => JsonTemplate::Literal(other.clone()),
-        })
-    }
-
-    fn render(&self, values: &Values<'_>) -> Result<Value, String> {
-        Ok(match self {
-            JsonTemplate::Single(template) => template.single_value(values).unwrap_or(Value::Null),
-            JsonTemplate::Text(template) => Value::String(template.render(values, Encoding::Text)?),
-            JsonTemplate::Array(items) => {
-                Value::Array(items.iter().map(|i| i.render(values)).collect::<Result<_, _>>()?)
-            }
-            JsonTemplate::Object(fields) => Value::Object(
-                fields
-                    .iter()
-                    .map(|(k, v)| Ok((k.clone(), v.render(values)?)))
-                    .collect::<Result<_, String>>()?,
-            ),
-            JsonTemplate::Literal(value) => value.clone(),
-        })
-    }
-}
 
 pub struct HttpTool {
     definition: ToolDefinition,
@@ -138,14 +81,16 @@ impl HttpTool {
         }
 
         let body_key = format!("{key}.http.body");
-        let body = match &http.body {
-            None => None,
-            Some(Value::String(text)) => Some(Body::Text(Template::parse(text, &body_key, &names)?)),
-            Some(document @ (Value::Object(_) | Value::Array(_))) => {
-                Some(Body::Json(JsonTemplate::compile(document, &body_key, &names)?))
-            }
-            Some(_) => return Err(ConfigError::key(body_key, "must be a string or a table")),
-        };
+        let content_type = http
+            .headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(CONTENT_TYPE.as_str()))
+            .map(|(_, value)| value.as_str());
+        let body = http
+            .body
+            .as_ref()
+            .map(|body| Body::from_config(body, &body_key, &names, content_type))
+            .transpose()?;
         if body.is_some() && matches!(method, Method::GET | Method::HEAD) {
             return Err(ConfigError::key(body_key, format!("a {method} request has no body")));
         }
@@ -200,15 +145,13 @@ impl HttpTool {
                 HeaderValue::from_str(&value).map_err(|_| format!("header {name} would not be a valid value"))?;
             request = request.header(name, value);
         }
-        match &self.body {
-            None => {}
-            Some(Body::Text(template)) => request = request.body(template.render(values, Encoding::Text)?),
-            Some(Body::Json(document)) => {
-                let has_content_type = self.headers.iter().any(|(name, _)| name == CONTENT_TYPE);
-                request = request.body(document.render(values)?.to_string());
-                if !has_content_type {
-                    request = request.header(CONTENT_TYPE, "application/json");
-                }
+        if let Some(body) = &self.body {
+            let (body, content_type) = body.render(values)?;
+            request = request.body(body);
+            if let Some(content_type) = content_type
+                && !self.headers.iter().any(|(name, _)| name == CONTENT_TYPE)
+            {
+                request = request.header(CONTENT_TYPE, content_type);
             }
         }
         Ok(request)
@@ -265,7 +208,8 @@ impl Tool for HttpTool {
             };
             request = request.bearer_auth(token.expose());
         }
-        match self.send(request).await {
+        let redactor = Redactor::new(context.credentials.secrets());
+        match self.send(request, &redactor).await {
             Sent::Answer(result) => ToolOutcome::Done(result),
             Sent::Unauthorized => match &self.bearer {
                 Some(provider) => ToolOutcome::CredentialRejected {
@@ -287,7 +231,7 @@ enum Sent {
 }
 
 impl HttpTool {
-    async fn send(&self, request: reqwest::RequestBuilder) -> Sent {
+    async fn send(&self, request: reqwest::RequestBuilder, redactor: &Redactor) -> Sent {
         let host = self.origin.ascii_serialization();
         let response = match request.send().await {
             Ok(response) => response,
@@ -303,11 +247,12 @@ impl HttpTool {
         if response.status() == reqwest::StatusCode::UNAUTHORIZED {
             return Sent::Unauthorized;
         }
-        Sent::Answer(self.read_answer(response, &host).await)
+        Sent::Answer(self.read_answer(response, &host, redactor).await)
     }
 
-    /// The tool result for an upstream answer: its text, JSON objects also as structured content.
-    async fn read_answer(&self, response: reqwest::Response, host: &str) -> ToolResult {
+    /// The tool result for an upstream answer: its text, JSON objects also as structured content,
+    /// with the call's secrets redacted before anything is cut.
+    async fn read_answer(&self, response: reqwest::Response, host: &str, redactor: &Redactor) -> ToolResult {
         let status = response.status();
         let is_json = response
             .headers()
@@ -332,7 +277,7 @@ impl HttpTool {
                 return ToolResult::error(format!("The connection to {host} failed while reading its answer"));
             }
         };
-        let text = String::from_utf8_lossy(&body).into_owned();
+        let text = redactor.text(&String::from_utf8_lossy(&body));
         if status.is_redirection() {
             return ToolResult::error(format!(
                 "{host} answered {status}, a redirect, which gatehouse does not follow"
@@ -343,7 +288,8 @@ impl HttpTool {
             return ToolResult::error(format!("{host} answered {status}: {excerpt}"));
         }
         match serde_json::from_str::<Value>(&text) {
-            Ok(value @ Value::Object(_)) if is_json => ToolResult::structured(value),
+            // Parsing decodes escapes: the strings are checked again as they now read.
+            Ok(value @ Value::Object(_)) if is_json => ToolResult::structured(redactor.value(value)),
             _ => ToolResult::text(text),
         }
     }

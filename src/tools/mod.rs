@@ -1,7 +1,9 @@
 //! Tools: the `Tool` trait, the registry built once from configuration, and the tool kinds.
 
+mod body;
 mod disconnect;
 mod http;
+mod redact;
 mod schema;
 mod template;
 mod whoami;
@@ -23,7 +25,7 @@ use crate::providers::Providers;
 use crate::store::SessionRecord;
 
 pub use schema::InputSchema;
-pub use template::{Placeholders, Template, Values};
+pub use template::{Encoding, Placeholders, Template, Values};
 
 /// What a tool is, as `tools/list` shows it.
 #[derive(Debug, Clone)]
@@ -123,38 +125,12 @@ impl ToolResult {
         }
     }
 
-    /// Replaces every occurrence of the call's secrets in the result: an upstream that echoes a
-    /// key back (in an error message, say) must not hand it to the model.
-    pub fn redact<'a>(&mut self, secrets: impl Iterator<Item = &'a str>) {
-        for secret in secrets.filter(|s| s.len() >= 4) {
-            for item in &mut self.content {
-                if let Some(Value::String(text)) = item.get_mut("text")
-                    && text.contains(secret)
-                {
-                    *text = text.replace(secret, "[redacted]");
-                }
-            }
-            if let Some(structured) = &mut self.structured {
-                redact_value(structured, secret);
-            }
-        }
-    }
-
     pub fn to_json(&self) -> Value {
         let mut result = json!({"content": self.content, "isError": self.is_error});
         if let Some(structured) = &self.structured {
             result["structuredContent"] = structured.clone();
         }
         result
-    }
-}
-
-fn redact_value(value: &mut Value, secret: &str) {
-    match value {
-        Value::String(text) if text.contains(secret) => *text = text.replace(secret, "[redacted]"),
-        Value::Array(items) => items.iter_mut().for_each(|v| redact_value(v, secret)),
-        Value::Object(map) => map.values_mut().for_each(|v| redact_value(v, secret)),
-        _ => {}
     }
 }
 

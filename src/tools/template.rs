@@ -6,6 +6,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 
+use icu_properties::CodePointSetData;
+use icu_properties::props::DefaultIgnorableCodePoint;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value};
 use url::Url;
@@ -46,6 +48,9 @@ pub enum Encoding {
     Header,
     /// As is (text bodies).
     Text,
+    /// JSON-escaped, for a place inside a JSON string (string bodies that are JSON): a value cannot
+    /// end the string.
+    JsonString,
     /// Text a person reads (call-scoped form descriptions): bidi controls and invisible characters
     /// are written as their code points, so a value cannot display as something else.
     Shown,
@@ -135,6 +140,26 @@ impl Template {
         self.keeps_path(&text, &spans).map(|_| ())
     }
 
+    /// The template's text with the placeholder at each index written as `marker(index, name)`,
+    /// where `name` is what the template has between `{{` and `}}` (`args.x`).
+    pub fn with_markers(&self, mut marker: impl FnMut(usize, &str) -> String) -> String {
+        let mut index = 0;
+        let mut out = String::new();
+        for part in &self.parts {
+            let name = match part {
+                Part::Literal(text) => {
+                    out.push_str(text);
+                    continue;
+                }
+                Part::Arg(name) => format!("args.{name}"),
+                Part::Form { form, field, .. } => format!("form.{form}.{field}"),
+            };
+            out.push_str(&marker(index, &name));
+            index += 1;
+        }
+        out
+    }
+
     /// The rendered text and where each placeholder's value went; `fill` gives a placeholder's
     /// description and value.
     fn render_with(
@@ -159,6 +184,10 @@ impl Template {
                     ));
                 }
                 Encoding::Header | Encoding::Text => out.push_str(&value),
+                Encoding::JsonString => {
+                    let quoted = Value::String(value).to_string();
+                    out.push_str(&quoted[1..quoted.len() - 1]);
+                }
                 Encoding::Shown => shown(&value, &mut out),
             }
             spans.push(Span {
@@ -245,23 +274,11 @@ fn shown(value: &str, out: &mut String) {
     }
 }
 
-/// Bidi controls (the Unicode `Bidi_Control` property) and characters that display as nothing:
-/// zero-width spaces and joiners, word joiner, invisible operators, byte order mark, soft hyphen,
-/// Mongolian vowel separator.
+/// Characters that display as nothing: Unicode's `Default_Ignorable_Code_Point` (which holds every
+/// bidi control), so also zero-width spaces and joiners, variation selectors, fillers, soft hyphen
+/// and tag characters (text hidden in plain sight).
 fn is_invisible(c: char) -> bool {
-    matches!(
-        c,
-        '\u{061C}'
-            | '\u{200E}'
-            | '\u{200F}'
-            | '\u{202A}'..='\u{202E}'
-            | '\u{2066}'..='\u{2069}'
-            | '\u{200B}'..='\u{200D}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{FEFF}'
-            | '\u{00AD}'
-            | '\u{180E}'
-    )
+    CodePointSetData::new::<DefaultIgnorableCodePoint>().contains(c)
 }
 
 /// Parses one placeholder's name.
@@ -469,7 +486,17 @@ mod tests {
             text,
             "Pay U+202E0001U+202C EUR to BobU+200BU+2066U+FEFFU+061C مرحبا 🦀?"
         );
-        for c in ['\u{200e}', '\u{200f}', '\u{202a}', '\u{2069}', '\u{200d}', '\u{2060}'] {
+        for c in [
+            '\u{200e}',
+            '\u{200f}',
+            '\u{202a}',
+            '\u{2069}',
+            '\u{200d}',
+            '\u{2060}',
+            '\u{e0041}',
+            '\u{fe0f}',
+            '\u{3164}',
+        ] {
             let text = render(&t, json!({ "amount": c.to_string() }), Encoding::Shown).expect("render");
             assert!(
                 !text.contains(c) && text.contains(&format!("U+{:04X}", u32::from(c))),

@@ -5,20 +5,19 @@
 use std::net::SocketAddr;
 
 use askama::Template;
-use axum::extract::rejection::FormRejection;
+use axum::Router;
 use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Form, Router};
 use serde::{Deserialize, Serialize};
 
-use super::error::{NoticePage, PageError};
-use super::extract::{Browser, CsrfBinding, OwnedElicitation, when};
+use super::error::{NoticePage, PageError, START_AGAIN};
+use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
 use super::response::PageResponse;
 use super::templates::impl_page;
-use crate::gate::{CALLBACK_PATH, CallbackOutcome, CallbackParams};
+use crate::gate::{CALLBACK_PATH, CallbackOutcome, CallbackParams, ProviderErrorCode};
 use crate::state::AppState;
 use crate::store::{ElicitationRecord, ElicitationStatus};
 
@@ -76,14 +75,9 @@ struct ConnectForm {
 async fn act(
     State(state): State<AppState>,
     OwnedElicitation { principal, elicitation }: OwnedElicitation,
-    headers: HeaderMap,
-    form: Result<Form<ConnectForm>, FormRejection>,
+    Posted(form): Posted<ConnectForm>,
 ) -> Result<Response, PageError> {
-    // An unreadable post cannot carry our token: it did not come from the page.
-    let Ok(Form(form)) = form else {
-        return Err(PageError::Forged);
-    };
-    CsrfBinding::new(PURPOSE, elicitation.id).check(&state, &headers, &principal, &form.csrf)?;
+    CsrfBinding::new(PURPOSE, elicitation.id).check(&state, &principal, &form.csrf)?;
     match form.action.as_str() {
         "decline" => Ok(declined(&state, &elicitation, "Declined", "declined")
             .await?
@@ -160,11 +154,12 @@ async fn callback(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
-    let refused = |refusal| {
+    let refused = |refusal, retry| {
         tracing::info!(%peer, reason = %refusal, "OAuth callback refused");
-        PageError::CallbackRefused(refusal)
+        PageError::CallbackRefused { refusal, retry }
     };
-    let params = CallbackParams::from_query(query.as_deref().unwrap_or_default()).map_err(refused)?;
+    let params =
+        CallbackParams::from_query(query.as_deref().unwrap_or_default()).map_err(|refusal| refused(refusal, None))?;
     let Browser(principal) = Browser::from_parts(&state, &headers, peer)?;
     let connections = state.gate.connections();
     let cookie_name = connections.flow_cookie_name(&params);
@@ -172,30 +167,55 @@ async fn callback(
         .callback(&principal, &params, cookie(&headers, &cookie_name))
         .await?
     {
-        CallbackOutcome::Refused(refusal) => return Err(refused(refusal)),
+        CallbackOutcome::Refused { refusal, retry } => return Err(refused(refusal, retry)),
         CallbackOutcome::Connected {
             provider_name,
             account_label,
             client_name,
-        } => PageResponse::new(NoticePage::new(
-            "Connected",
-            match account_label {
-                Some(label) => format!("Your {provider_name} account {label} is connected."),
-                None => format!("Your {provider_name} account is connected."),
-            },
-            Some(&format!("You can close this window and return to {client_name}.")),
-        )),
+        } => PageResponse::new(
+            NoticePage::new(
+                "Connected",
+                match account_label {
+                    Some(label) => format!("Your {provider_name} account {label} is connected."),
+                    None => format!("Your {provider_name} account is connected."),
+                },
+                Some(&format!("You can close this window and return to {client_name}.")),
+            )
+            .with_link("/connections", "See your connections"),
+        ),
         CallbackOutcome::Declined { provider_name } => PageResponse::new(NoticePage::new(
             "Declined",
             format!("You declined at {provider_name}. Your assistant has been told."),
             Some("You can close this window."),
         )),
-        CallbackOutcome::Failed { provider_name } => PageResponse::new(NoticePage::new(
-            "Sign-in failed",
-            format!("{provider_name} did not complete the sign-in."),
-            Some("Ask your assistant to try again."),
-        ))
+        CallbackOutcome::ProviderFailed {
+            provider_name,
+            error,
+            retry,
+        } => PageResponse::new(
+            NoticePage::new(
+                "Sign-in failed",
+                match error {
+                    Some(code) => format!(
+                        "{provider_name} answered with an error: {}. Nothing was stored.",
+                        in_words(&code)
+                    ),
+                    None => format!("{provider_name} could not be reached to finish the sign-in. Nothing was stored."),
+                },
+                Some("This is often temporary: try again."),
+            )
+            .with_link(retry, START_AGAIN),
+        )
         .with_status(StatusCode::BAD_GATEWAY),
+        CallbackOutcome::Unfinished { provider_name, retry } => PageResponse::new(
+            NoticePage::new(
+                "Sign-in did not finish",
+                format!("gatehouse could not record the answer from {provider_name}, so the sign-in did not finish."),
+                Some("Your request is still open: start again in a moment."),
+            )
+            .with_link(retry, START_AGAIN),
+        )
+        .with_status(StatusCode::SERVICE_UNAVAILABLE),
     };
     // The flow is used up: drop its cookie.
     let expired = format!(
@@ -203,4 +223,17 @@ async fn callback(
         secure_attribute(&state)
     );
     Ok(([(SET_COOKIE, header_value(&expired)?)], page).into_response())
+}
+
+/// A provider's OAuth error code in plain words, the code itself kept for whoever reports it.
+fn in_words(code: &ProviderErrorCode) -> String {
+    let words = match code.as_str() {
+        "server_error" => "it had a problem on its side",
+        "temporarily_unavailable" => "it is busy or down for a moment",
+        "invalid_scope" => "it does not grant the permissions asked for",
+        "invalid_grant" => "it did not accept the sign-in code",
+        "invalid_client" | "unauthorized_client" => "it does not accept gatehouse's registration",
+        _ => "it refused the sign-in",
+    };
+    format!("{words} ({code})")
 }

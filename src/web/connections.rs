@@ -2,17 +2,16 @@
 //! answers), with the means to take it back. Secrets are never shown, only that they are stored.
 
 use askama::Template;
+use axum::Router;
 use axum::extract::State;
-use axum::extract::rejection::FormRejection;
+use axum::http::StatusCode;
 use axum::http::header::LOCATION;
-use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Form, Router};
 use serde::{Deserialize, Serialize};
 
 use super::error::PageError;
-use super::extract::{Browser, CsrfBinding, when};
+use super::extract::{Browser, CsrfBinding, Posted, when};
 use super::response::PageResponse;
 use super::templates::impl_page;
 use crate::domain::Principal;
@@ -122,14 +121,9 @@ struct Action {
 async fn act(
     State(state): State<AppState>,
     Browser(principal): Browser,
-    headers: HeaderMap,
-    body: Result<Form<Action>, FormRejection>,
+    Posted(action): Posted<Action>,
 ) -> Result<PageResponse, PageError> {
-    // An unreadable post cannot carry our token: it did not come from the page.
-    let Ok(Form(action)) = body else {
-        return Err(PageError::Forged);
-    };
-    csrf().check(&state, &headers, &principal, &action.csrf)?;
+    csrf().check(&state, &principal, &action.csrf)?;
     let status = match (action.action.as_str(), action.provider, action.form) {
         ("disconnect", Some(provider), _) => match state.gate.connections().disconnect(&principal, &provider).await? {
             Disconnected::NothingConnected => format!("Nothing was connected at {provider}."),

@@ -4,24 +4,34 @@
 //! the request it broke; the user sees a generic message.
 
 use askama::Template;
-use axum::http::StatusCode;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::response::PageResponse;
 use super::templates::impl_page;
 use crate::gate::{CallbackRefusal, GateError};
+use crate::state::RETRY_AFTER_SECONDS;
 use crate::store::ElicitationStatus;
 
-/// A page with a heading, a message and an optional next step.
+/// A page with a heading, a message, an optional next step and an optional link onward.
 #[derive(Template, Serialize)]
 #[template(path = "notice.html", blocks = ["title", "content"])]
 pub struct NoticePage {
     heading: String,
     message: String,
     next_step: Option<String>,
+    link: Option<Link>,
 }
 impl_page!(NoticePage, "notice.html");
+
+/// A link a notice page offers: where, and its words.
+#[derive(Serialize)]
+pub struct Link {
+    href: String,
+    text: String,
+}
 
 impl NoticePage {
     pub fn new(heading: &str, message: impl Into<String>, next_step: Option<&str>) -> Self {
@@ -29,9 +39,21 @@ impl NoticePage {
             heading: heading.to_owned(),
             message: message.into(),
             next_step: next_step.map(str::to_owned),
+            link: None,
         }
     }
+
+    pub fn with_link(mut self, href: impl Into<String>, text: &str) -> Self {
+        self.link = Some(Link {
+            href: href.into(),
+            text: text.to_owned(),
+        });
+        self
+    }
 }
+
+/// The words of the link back to an elicitation's page after a sign-in that did not finish.
+pub const START_AGAIN: &str = "Start the sign-in again";
 
 const ASK_AGAIN: &str = "Ask your assistant to try again if you still need it.";
 
@@ -61,12 +83,22 @@ pub enum PageError {
     TooLarge,
     #[error("the post could not be read")]
     Unreadable,
-    #[error("the OAuth callback was refused: {0}")]
-    CallbackRefused(CallbackRefusal),
+    /// The post's body did not arrive whole within `server.request_body_timeout`.
+    #[error("the post did not arrive in time")]
+    TooSlow,
+    /// With the elicitation's page when it still takes a sign-in.
+    #[error("the OAuth callback was refused: {refusal}")]
+    CallbackRefused {
+        refusal: CallbackRefusal,
+        retry: Option<String>,
+    },
     #[error("the request ended while the form was being filled in")]
     EndedMeanwhile,
     #[error("a provider could not be reached")]
     ProviderUnavailable,
+    /// The database cannot be reached right now (logged where it was noticed).
+    #[error("the database is unavailable")]
+    Unavailable,
     /// Logged by the page layer with the request; the user sees a generic message.
     #[error("internal error: {0}")]
     Internal(String),
@@ -78,6 +110,10 @@ impl From<GateError> for PageError {
             GateError::ProviderUnavailable { provider, reason } => {
                 tracing::warn!(%provider, %reason, "a page could not reach a provider");
                 PageError::ProviderUnavailable
+            }
+            other if other.is_unavailable() => {
+                tracing::warn!(error = %other, "a page could not reach the database");
+                PageError::Unavailable
             }
             other => PageError::Internal(other.to_string()),
         }
@@ -91,11 +127,13 @@ impl PageError {
             PageError::UnknownLink | PageError::UnknownRequest | PageError::UnknownForm => StatusCode::NOT_FOUND,
             PageError::NotYours | PageError::Forged | PageError::ForeignHost => StatusCode::FORBIDDEN,
             PageError::Closed(_) | PageError::EndedMeanwhile => StatusCode::GONE,
-            PageError::UnknownAction(_) | PageError::Unreadable | PageError::CallbackRefused(_) => {
+            PageError::UnknownAction(_) | PageError::Unreadable | PageError::CallbackRefused { .. } => {
                 StatusCode::BAD_REQUEST
             }
             PageError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            PageError::TooSlow => StatusCode::REQUEST_TIMEOUT,
             PageError::ProviderUnavailable => StatusCode::BAD_GATEWAY,
+            PageError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             PageError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -145,11 +183,22 @@ impl PageError {
                 "The form could not be read. Nothing was saved.",
                 Some("Open the link from your assistant again."),
             ),
-            PageError::CallbackRefused(refusal) => NoticePage::new(
-                "Sign-in not completed",
-                refusal.to_string(),
-                Some("Nothing was stored."),
+            PageError::TooSlow => NoticePage::new(
+                "Form not received",
+                "The form did not arrive in time. Nothing was saved.",
+                Some("Go back and submit it again."),
             ),
+            PageError::CallbackRefused { refusal, retry } => {
+                let page = NoticePage::new(
+                    "Sign-in not completed",
+                    refusal.to_string(),
+                    Some("Nothing was stored."),
+                );
+                match retry {
+                    Some(url) => page.with_link(url.as_str(), START_AGAIN),
+                    None => page,
+                }
+            }
             PageError::EndedMeanwhile => NoticePage::new(
                 "Request closed",
                 "This request ended while you were filling in the form.",
@@ -158,6 +207,11 @@ impl PageError {
             PageError::ProviderUnavailable => NoticePage::new(
                 "Service unavailable",
                 "A service gatehouse needs could not be reached. Nothing was changed.",
+                Some("Try again in a moment."),
+            ),
+            PageError::Unavailable => NoticePage::new(
+                "Service unavailable",
+                "gatehouse cannot reach its database right now. Nothing was changed.",
                 Some("Try again in a moment."),
             ),
             PageError::Internal(_) => NoticePage::new(
@@ -174,8 +228,16 @@ impl IntoResponse for PageError {
         let mut response = PageResponse::new(self.notice())
             .with_status(self.status())
             .into_response();
-        if let PageError::Internal(cause) = self {
-            response.extensions_mut().insert(Failure(cause));
+        match self {
+            PageError::Internal(cause) => {
+                response.extensions_mut().insert(Failure(cause));
+            }
+            PageError::Unavailable => {
+                response
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+            }
+            _ => {}
         }
         response
     }

@@ -1,19 +1,20 @@
 //! What every page opened from an elicitation checks before it does anything: who the browser is
 //! (`Browser`), whether the request behind the link is theirs and still open
-//! (`OwnedElicitation`), and whether a form post came from our own page (CSRF token and Origin).
+//! (`OwnedElicitation`), a posted form, read only after those (`Posted`), and whether it came from
+//! our own page (the CSRF token; the `Origin` was checked before the body was read, see
+//! `response::refuse_foreign_requests`).
 
 use std::net::SocketAddr;
 
 use axum::Form;
-use axum::extract::rejection::FormRejection;
-use axum::extract::{ConnectInfo, FromRequestParts, Path};
-use axum::http::header::ORIGIN;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use rand::RngCore;
+use serde::de::DeserializeOwned;
 
 use super::error::PageError;
 use crate::domain::{ElicitationId, Principal};
@@ -115,41 +116,44 @@ impl CsrfBinding {
         format!("{nonce}.{mac}")
     }
 
-    /// A post came from our own page: no `Origin` that `/mcp` would refuse, and a token one of
-    /// the page's renderings carried.
-    pub fn check(
-        &self,
-        state: &AppState,
-        headers: &HeaderMap,
-        principal: &Principal,
-        token: &str,
-    ) -> Result<(), PageError> {
-        // The same rule as `/mcp`: our public origin, a configured one, or a loopback alias of
-        // the bound port when bound to loopback.
-        let cross_site = headers
-            .get(ORIGIN)
-            .is_some_and(|o| !o.to_str().is_ok_and(|o| state.origin_allowed(o)));
+    /// A post carried a token one of the page's renderings carried.
+    pub fn check(&self, state: &AppState, principal: &Principal, token: &str) -> Result<(), PageError> {
         let signed = token.split_once('.').is_some_and(|(nonce, mac)| {
             nonce.len() == NONCE_LEN
                 && state
                     .vault
                     .verify_mac(self.purpose, self.message(principal, nonce).as_bytes(), mac)
         });
-        if cross_site || !signed {
+        if !signed {
             return Err(PageError::Forged);
         }
         Ok(())
     }
 }
 
-/// A posted form's body, or why it could not be read.
-pub fn posted<T>(body: Result<Form<T>, FormRejection>) -> Result<T, PageError> {
-    match body {
-        Ok(Form(value)) => Ok(value),
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(PageError::TooLarge),
-        Err(rejection) => {
-            tracing::info!(reason = %rejection.body_text(), "unreadable form post");
-            Err(PageError::Unreadable)
+/// A posted form. As a body extractor it runs after every other one of its handler (identity, the
+/// elicitation's owner), so nobody unidentified makes the server wait for a body; and the body
+/// must arrive whole within `server.request_body_timeout`.
+pub struct Posted<T>(pub T);
+
+impl<T: DeserializeOwned + Send> FromRequest<AppState> for Posted<T> {
+    type Rejection = PageError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let deadline = state.config.server.request_body_timeout;
+        let read = tokio::time::timeout(deadline, Form::<T>::from_request(request, state))
+            .await
+            .map_err(|_| {
+                tracing::info!(?deadline, "a form post's body did not arrive in time");
+                PageError::TooSlow
+            })?;
+        match read {
+            Ok(Form(value)) => Ok(Posted(value)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(PageError::TooLarge),
+            Err(rejection) => {
+                tracing::info!(reason = %rejection.body_text(), "unreadable form post");
+                Err(PageError::Unreadable)
+            }
         }
     }
 }

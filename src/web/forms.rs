@@ -6,11 +6,9 @@
 use std::collections::BTreeSet;
 
 use askama::Template;
-use axum::Form as PostedForm;
 use axum::Router;
-use axum::extract::rejection::FormRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
@@ -18,7 +16,7 @@ use serde::Serialize;
 use super::connect::declined;
 use super::connections::redirect_to_connections;
 use super::error::{NoticePage, PageError};
-use super::extract::{Browser, CsrfBinding, OwnedElicitation, posted, when};
+use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
 use super::response::PageResponse;
 use super::templates::impl_page;
 use crate::domain::Principal;
@@ -177,7 +175,7 @@ enum Checked {
     Invalid(PageResponse),
 }
 
-async fn validated(state: &AppState, target: &Target<'_>, posted: &Posted) -> Result<Checked, PageError> {
+async fn validated(state: &AppState, target: &Target<'_>, posted: &Answers) -> Result<Checked, PageError> {
     let stored = stored(state, target).await?;
     let no_secrets = BTreeSet::new();
     let secret_names = stored.as_ref().map_or(&no_secrets, |s| &s.secret_names);
@@ -188,24 +186,18 @@ async fn validated(state: &AppState, target: &Target<'_>, posted: &Posted) -> Re
 }
 
 /// The posted pairs and the button pressed.
-struct Posted {
+struct Answers {
     pairs: Vec<(String, String)>,
     action: String,
 }
 
 /// The post, if it came from our page.
-fn read_post(
-    state: &AppState,
-    headers: &HeaderMap,
-    target: &Target<'_>,
-    body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
-) -> Result<Posted, PageError> {
-    let pairs = posted(body)?;
+fn read_post(state: &AppState, target: &Target<'_>, pairs: Vec<(String, String)>) -> Result<Answers, PageError> {
     let first = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     target
         .csrf()
-        .check(state, headers, target.principal, &first("csrf").unwrap_or_default())?;
-    Ok(Posted {
+        .check(state, target.principal, &first("csrf").unwrap_or_default())?;
+    Ok(Answers {
         action: first("action").unwrap_or_else(|| "submit".to_owned()),
         pairs,
     })
@@ -218,12 +210,11 @@ async fn show(State(state): State<AppState>, owned: OwnedElicitation) -> Result<
 async fn submit(
     State(state): State<AppState>,
     owned: OwnedElicitation,
-    headers: HeaderMap,
-    body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
+    Posted(pairs): Posted<Vec<(String, String)>>,
 ) -> Result<PageResponse, PageError> {
     let target = Target::answering(&state, &owned)?;
     let (form, elicitation, principal) = (target.form, &owned.elicitation, &owned.principal);
-    let posted = read_post(&state, &headers, &target, body)?;
+    let posted = read_post(&state, &target, pairs)?;
     match posted.action.as_str() {
         "cancel" => declined(&state, elicitation, "Cancelled", "cancelled").await,
         "submit" => {
@@ -285,8 +276,7 @@ async fn replace(
     State(state): State<AppState>,
     Browser(principal): Browser,
     Path(form): Path<String>,
-    headers: HeaderMap,
-    body: Result<PostedForm<Vec<(String, String)>>, FormRejection>,
+    Posted(pairs): Posted<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
     let form = user_form(&state, &form)?;
     let target = Target {
@@ -294,7 +284,7 @@ async fn replace(
         elicitation: None,
         principal: &principal,
     };
-    let posted = read_post(&state, &headers, &target, body)?;
+    let posted = read_post(&state, &target, pairs)?;
     if posted.action == "cancel" {
         return Ok(redirect_to_connections());
     }

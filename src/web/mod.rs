@@ -22,7 +22,7 @@ use serde_json::json;
 use std::time::Duration;
 
 use crate::mcp::MCP_PATH;
-use crate::state::AppState;
+use crate::state::{AppState, RETRY_AFTER_SECONDS};
 use response::PageResponse;
 use templates::impl_page;
 
@@ -31,12 +31,19 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/", get(index))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .merge(connect::router())
-        .merge(forms::router())
-        .merge(connections::router())
+        .merge(
+            Router::new()
+                .merge(connect::router())
+                .merge(forms::router())
+                .merge(connections::router())
+                .layer(middleware::from_fn_with_state(
+                    state.clone(),
+                    response::refuse_while_database_down,
+                )),
+        )
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            response::refuse_foreign_hosts,
+            response::refuse_foreign_requests,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), response::render_pages))
         .layer(middleware::map_response(response::security_headers))
@@ -91,5 +98,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
 /// 503 naming what is not ready, with a hint to probe again in a second.
 fn not_ready(database: &str, bus: &str) -> Response {
     let body = json!({"status": "not ready", "database": database, "bus": bus});
-    (StatusCode::SERVICE_UNAVAILABLE, [(RETRY_AFTER, "1")], Json(body)).into_response()
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(RETRY_AFTER, RETRY_AFTER_SECONDS)],
+        Json(body),
+    )
+        .into_response()
 }

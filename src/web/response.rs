@@ -1,15 +1,16 @@
 //! Pages as responses. A handler returns a `PageResponse` (a page and its status); the
 //! `render_pages` layer renders it with the operator's templates, which a plain `IntoResponse`
 //! cannot reach. `security_headers` puts the page headers on every response of the
-//! browser-facing routes, errors and redirects included; `refuse_foreign_hosts` gives the pages
-//! the Host check `/mcp` has.
+//! browser-facing routes, errors and redirects included; `refuse_foreign_requests` gives the pages
+//! the Host and Origin checks `/mcp` has; `refuse_while_database_down` answers 503 at once during an
+//! outage.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST, ORIGIN, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
     X_FRAME_OPTIONS,
 };
 use axum::http::{HeaderValue, StatusCode};
@@ -98,7 +99,10 @@ pub async fn render_pages(State(state): State<AppState>, request: Request, next:
 
 /// On a loopback-bound instance, a request whose `Host` is not this server's name is refused, as
 /// `/mcp` refuses it: a DNS name rebound to 127.0.0.1 must not let another site's page read ours.
-pub async fn refuse_foreign_hosts(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// A post from another site's page is refused by its `Origin`, by the rule of `/mcp` (our public
+/// origin, a configured one, or a loopback alias of the bound port when bound to loopback),
+/// before its body is read.
+pub async fn refuse_foreign_requests(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if state.bound_to_loopback() {
         let host = request.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
         if !state.host_allowed(host) {
@@ -109,6 +113,24 @@ pub async fn refuse_foreign_hosts(State(state): State<AppState>, request: Reques
             );
             return PageError::ForeignHost.into_response();
         }
+    }
+    let cross_site = !request.method().is_safe()
+        && request
+            .headers()
+            .get(ORIGIN)
+            .is_some_and(|o| !o.to_str().is_ok_and(|o| state.origin_allowed(o)));
+    if cross_site {
+        tracing::info!(path = request.uri().path(), "refused a page post from another origin");
+        return PageError::Forged.into_response();
+    }
+    next.run(request).await
+}
+
+/// While the bus finds the database unreachable, the pages that need it are refused at once
+/// (503) instead of each waiting for a database connection.
+pub async fn refuse_while_database_down(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if !state.bus.is_database_reachable() {
+        return PageError::Unavailable.into_response();
     }
     next.run(request).await
 }

@@ -8,9 +8,13 @@
 //!   `iss` in the redirect per RFC 9207 when [`FakeOptions::issuer`] is set). Nobody signs in: the
 //!   account set by [`FakeProvider::set_next_user`] is taken to have approved (or denied, see
 //!   [`AuthorizeOutcome`]) at once.
-//! * `POST /token` — `authorization_code` and `refresh_token` grants (RFC 6749 4.1.3, 6).
+//! * `POST /token` — `authorization_code` and `refresh_token` grants (RFC 6749 4.1.3, 6); code
+//!   exchanges can be held until the test lets them go on ([`FakeProvider::hold_code_exchanges`]).
 //! * `GET /userinfo` and `GET /api/me` — a protected resource taking `Authorization: Bearer`.
 //! * `POST /revoke` — token revocation (RFC 7009).
+//!
+//! [`Dialect::Slack`] answers the way Slack's OAuth v2 does instead (see `fake_slack`), and serves
+//! `GET /api/auth.test` and `POST /api/chat.postMessage` as its Web API.
 //!
 //! All state sits behind one `Arc<Mutex<..>>`; [`FakeProvider`] is a cheap, cloneable handle to it.
 //! The server task stops when the last handle is dropped. Malformed requests get 400s (or 401s),
@@ -34,8 +38,14 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use url::{Url, form_urlencoded};
 
+// A file beside this one, so the benchmark that includes this file by path finds it too.
+#[path = "fake_slack.rs"]
+pub mod fake_slack;
+
 /// How long an authorization code may wait for its exchange.
 const CODE_LIFETIME: Duration = Duration::from_secs(60);
+/// How long a test waits for a held code exchange to arrive: it only guards against hanging.
+const HOLD_WAIT: Duration = Duration::from_secs(10);
 
 /// How the client must authenticate at `/token` and `/revoke`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +66,16 @@ pub enum TokenFormat {
     /// `application/x-www-form-urlencoded`, as GitHub answers when the client does not send
     /// `Accept: application/json`. The HTTP status codes stay the same as with `Json`.
     Form,
+}
+
+/// Which provider's conventions the fake follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// RFC 6749 as written.
+    #[default]
+    Rfc6749,
+    /// Slack's OAuth v2 and Web API (`fake_slack`).
+    Slack,
 }
 
 /// What happens at the next `/authorize` that passes validation.
@@ -98,6 +118,8 @@ pub struct FakeOptions {
     pub scope_separator: char,
     /// Sleep this long inside each refresh, to widen race windows.
     pub refresh_delay_ms: u64,
+    /// Whose conventions the answers follow.
+    pub dialect: Dialect,
 }
 
 impl Default for FakeOptions {
@@ -114,6 +136,7 @@ impl Default for FakeOptions {
             granted_scopes: None,
             scope_separator: ' ',
             refresh_delay_ms: 0,
+            dialect: Dialect::Rfc6749,
         }
     }
 }
@@ -171,6 +194,7 @@ impl FakeProvider {
             refresh_tokens: HashMap::new(),
             refreshes_in_flight: 0,
             stats: FakeStats::default(),
+            hold: None,
         })));
         let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
             .await
@@ -184,6 +208,8 @@ impl FakeProvider {
             .route("/token", post(token))
             .route("/userinfo", get(protected_resource))
             .route("/api/me", get(protected_resource))
+            .route("/api/auth.test", get(protected_resource))
+            .route("/api/chat.postMessage", post(protected_resource))
             .route("/revoke", post(revoke))
             .with_state(shared.clone());
         let task = tokio::spawn(async move {
@@ -243,6 +269,50 @@ impl FakeProvider {
     pub fn stats(&self) -> FakeStats {
         self.shared.lock().stats.clone()
     }
+
+    /// From now on every code exchange at `/token` waits until the returned hold lets it go on:
+    /// a slow provider whose slowness the test controls.
+    pub fn hold_code_exchanges(&self) -> ExchangeHold {
+        let hold = ExchangeHold {
+            arrived: Arc::new(tokio::sync::Semaphore::new(0)),
+            released: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        self.shared.lock().hold = Some(hold.clone());
+        hold
+    }
+}
+
+/// Code exchanges held at `/token`: see [`FakeProvider::hold_code_exchanges`].
+#[derive(Clone)]
+pub struct ExchangeHold {
+    /// A permit per exchange that reached the hold.
+    arrived: Arc<tokio::sync::Semaphore>,
+    /// A permit per exchange allowed to go on.
+    released: Arc<tokio::sync::Semaphore>,
+}
+
+impl ExchangeHold {
+    /// Waits until a code exchange is being held (panics after [`HOLD_WAIT`]).
+    pub async fn arrived(&self) {
+        tokio::time::timeout(HOLD_WAIT, self.arrived.acquire())
+            .await
+            .expect("a code exchange within the wait")
+            .expect("the semaphore stays open")
+            .forget();
+    }
+
+    /// Lets one held code exchange go on.
+    pub fn release(&self) {
+        self.released.add_permits(1);
+    }
+
+    /// Inside `/token`: announces the exchange and waits to be released.
+    async fn pass(&self) {
+        self.arrived.add_permits(1);
+        if let Ok(permit) = self.released.acquire().await {
+            permit.forget();
+        }
+    }
 }
 
 /// Aborts the server task when the last [`FakeProvider`] handle goes away.
@@ -276,6 +346,7 @@ struct Inner {
     refresh_tokens: HashMap<String, RefreshRecord>,
     refreshes_in_flight: usize,
     stats: FakeStats,
+    hold: Option<ExchangeHold>,
 }
 
 struct CodeRecord {
@@ -487,8 +558,11 @@ fn token_body(format: TokenFormat, status: StatusCode, fields: &[(&str, Value)])
     response
 }
 
-/// An RFC 6749 5.2 error response; `invalid_client` is a 401, everything else a 400.
+/// An RFC 6749 5.2 error response; `invalid_client` is a 401, everything else a 400 (Slack: 200).
 fn oauth_error(options: &FakeOptions, error: &str, description: &str) -> Response {
+    if options.dialect == Dialect::Slack {
+        return fake_slack::error(error, description);
+    }
     let status = if error == "invalid_client" {
         StatusCode::UNAUTHORIZED
     } else {
@@ -558,7 +632,11 @@ async fn authorize(State(shared): State<Shared>, RawQuery(query): RawQuery) -> R
         match inner.outcome {
             AuthorizeOutcome::Approve => {
                 let code = random_token("code_");
-                let requested = split_scopes(params.get("scope"), inner.options.scope_separator);
+                let scope_param = match inner.options.dialect {
+                    Dialect::Rfc6749 => "scope",
+                    Dialect::Slack => "user_scope",
+                };
+                let requested = split_scopes(params.get(scope_param), inner.options.scope_separator);
                 let scopes = inner.options.granted_scopes.clone().unwrap_or(requested);
                 let grant = inner.next_grant;
                 inner.next_grant += 1;
@@ -658,7 +736,13 @@ async fn token(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) ->
         Err((error, description)) => return oauth_error(&options, error, description),
     };
     match params.get("grant_type") {
-        Some("authorization_code") => exchange_code(&shared, &options, &params, &client_id),
+        Some("authorization_code") => {
+            let hold = shared.lock().hold.clone();
+            if let Some(hold) = hold {
+                hold.pass().await;
+            }
+            exchange_code(&shared, &options, &params, &client_id)
+        }
         Some("refresh_token") => refresh(&shared, &params, &client_id).await,
         Some(_) => oauth_error(
             &options,
@@ -706,7 +790,10 @@ fn exchange_code(shared: &Shared, options: &FakeOptions, params: &Params, client
     let (grant, user, scopes) = (record.grant, record.user.clone(), record.scopes.clone());
     let refresh_scopes = inner.options.refresh_tokens.then_some(scopes.as_slice());
     let fields = inner.issue(grant, client_id, &user, &scopes, refresh_scopes);
-    token_body(options.token_format, StatusCode::OK, &fields)
+    match options.dialect {
+        Dialect::Rfc6749 => token_body(options.token_format, StatusCode::OK, &fields),
+        Dialect::Slack => fake_slack::exchange_answer(&user, &fields),
+    }
 }
 
 /// Decrements the in-flight refresh count however the request ends (even if the client hangs up
@@ -765,10 +852,14 @@ async fn refresh(shared: &Shared, params: &Params, client_id: &str) -> Response 
         record.revoked = true;
     }
     let fields = inner.issue(grant, client_id, &user, &scopes, rotated.as_deref());
-    token_body(options.token_format, StatusCode::OK, &fields)
+    match options.dialect {
+        Dialect::Rfc6749 => token_body(options.token_format, StatusCode::OK, &fields),
+        Dialect::Slack => fake_slack::refresh_answer(&fields),
+    }
 }
 
-/// `GET /userinfo` and `GET /api/me`: the signed-in account, for a valid bearer token.
+/// `GET /userinfo` and `GET /api/me` (and the Slack Web API's methods): the signed-in account, for
+/// a valid bearer token.
 async fn protected_resource(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -787,7 +878,11 @@ async fn protected_resource(State(shared): State<Shared>, headers: HeaderMap) ->
             .into_response();
     };
     inner.stats.api_bearer_tokens.push(token.clone());
-    match inner.access_tokens.get(&token).filter(|t| t.is_valid(Instant::now())) {
+    let valid = inner.access_tokens.get(&token).filter(|t| t.is_valid(Instant::now()));
+    if inner.options.dialect == Dialect::Slack {
+        return fake_slack::api_answer(valid.map(|record| record.user.as_str()));
+    }
+    match valid {
         Some(record) => axum::Json(json!({
             "login": record.user,
             "id": user_id(&record.user),

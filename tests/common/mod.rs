@@ -17,9 +17,11 @@ use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 pub mod browser;
+pub mod cluster;
 pub mod fake_oauth;
 pub mod local;
 pub mod mcp;
+pub mod raw;
 pub mod upstream;
 pub mod web;
 
@@ -45,6 +47,7 @@ pub fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
         let writer = move || LogWriter(sink.clone());
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
             .with_writer(writer)
             .finish();
         let _ = tracing::subscriber::set_global_default(subscriber);
@@ -335,6 +338,38 @@ impl TestDatabase {
         all
     }
 
+    /// Runs one statement on the database, as an operator (or a fault) would.
+    pub async fn execute(&self, sql: &'static str) {
+        match self.backend {
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+                sqlx::query(sql).execute(&mut conn).await.expect("statement");
+            }
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
+                sqlx::query(sql).execute(&mut conn).await.expect("statement");
+            }
+        }
+    }
+
+    /// Every pending elicitation is marked expired, as the sweeper marks it, with an expiry one
+    /// millisecond after the latest OAuth callback began (when it used its flow): it expired while
+    /// that callback was under way.
+    pub async fn expire_during_callback(&self) {
+        self.execute(match self.backend {
+            Backend::Postgres => {
+                "UPDATE elicitations SET status = 'expired',
+                     expires_at = (SELECT MAX(used_at) + interval '1 millisecond' FROM oauth_flows)
+                 WHERE status = 'pending'"
+            }
+            Backend::Sqlite => {
+                "UPDATE elicitations SET status = 'expired', expires_at = (SELECT MAX(used_at) + 1 FROM oauth_flows)
+                 WHERE status = 'pending'"
+            }
+        })
+        .await;
+    }
+
     /// Moves every elicitation's expiry into the past.
     pub async fn expire_elicitations(&self) {
         match self.backend {
@@ -347,7 +382,10 @@ impl TestDatabase {
             }
             Backend::Sqlite => {
                 let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
-                sqlx::query("UPDATE elicitations SET expires_at = 0")
+                // A minute ago, as on PostgreSQL: not so long ago that the retention sweep deletes it.
+                let minute_ago = (chrono::Utc::now() - chrono::Duration::minutes(1)).timestamp_millis();
+                sqlx::query("UPDATE elicitations SET expires_at = ?1")
+                    .bind(minute_ago)
                     .execute(&mut conn)
                     .await
                     .expect("update");

@@ -1,7 +1,9 @@
 //! The OAuth authorization code flow for a pending elicitation: starting it (256-bit `state`
 //! stored as a hash, PKCE verifier sealed, a cookie binding the browser) and its callback, which
 //! refuses anything that does not match the flow (nothing is stored then) and otherwise exchanges
-//! the code, saves the connection and completes the elicitation in one transaction.
+//! the code, saves the connection and completes the elicitation in one transaction. Every outcome
+//! says what is true afterwards (a reload looks the flow up) and, while the elicitation still
+//! takes a sign-in, where to start again.
 
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use rand::RngCore;
 use super::{Connections, access_context, refresh_context};
 use crate::domain::Principal;
 use crate::gate::{GateError, after, sha256_hex};
-use crate::providers::Provider;
+use crate::providers::{OAuthError, Provider};
 use crate::store::{ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord};
 
 /// The one redirect URI of a deployment.
@@ -49,11 +51,43 @@ pub enum CallbackRefusal {
     MissingIssuer,
     #[error("The provider sent no authorization code.")]
     NoCode,
+    #[error("The request ended while you were signing in. Ask your assistant to try again.")]
+    EndedMeanwhile,
 }
 
-/// How a callback ended for the user.
+/// An OAuth error code a provider sent (RFC 6749 4.1.2.1, 5.2), fit to log and show: up to 64
+/// characters of the RFC's set (printable ASCII but `"` and `\`); anything else reads `unreadable`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderErrorCode(String);
+
+impl ProviderErrorCode {
+    const MAX_LEN: usize = 64;
+
+    pub fn parse(text: &str) -> Self {
+        let readable = !text.is_empty()
+            && text.len() <= Self::MAX_LEN
+            && text
+                .bytes()
+                .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\');
+        Self(if readable { text } else { "unreadable" }.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ProviderErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How a callback ended for the user. `retry` is the elicitation's page while it still takes a
+/// new sign-in.
 #[derive(Debug, PartialEq)]
 pub enum CallbackOutcome {
+    /// The connection is stored and the client told (now, or by an earlier use of this flow).
     Connected {
         provider_name: String,
         account_label: Option<String>,
@@ -62,10 +96,29 @@ pub enum CallbackOutcome {
     Declined {
         provider_name: String,
     },
-    Failed {
+    /// The provider answered with an error, at the callback or its token endpoint (`error`: its
+    /// code, when it sent one). Nothing was stored; the elicitation is still pending.
+    ProviderFailed {
         provider_name: String,
+        error: Option<ProviderErrorCode>,
+        retry: String,
     },
-    Refused(CallbackRefusal),
+    /// The flow was used up, but gatehouse failed to finish (its database, typically): the
+    /// provider's answer is lost and the user must start again.
+    Unfinished {
+        provider_name: String,
+        retry: String,
+    },
+    Refused {
+        refusal: CallbackRefusal,
+        retry: Option<String>,
+    },
+}
+
+impl CallbackOutcome {
+    fn refused(refusal: CallbackRefusal) -> Self {
+        Self::Refused { refusal, retry: None }
+    }
 }
 
 /// What the provider sent the browser back with (the callback's query string).
@@ -73,7 +126,7 @@ pub enum CallbackOutcome {
 pub struct CallbackParams {
     state: String,
     code: Option<String>,
-    error: Option<String>,
+    error: Option<ProviderErrorCode>,
     iss: Option<String>,
 }
 
@@ -98,7 +151,7 @@ impl CallbackParams {
         Ok(Self {
             state,
             code,
-            error,
+            error: error.as_deref().map(ProviderErrorCode::parse),
             iss,
         })
     }
@@ -127,6 +180,11 @@ fn verifier_context(state_hash: &str) -> String {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The elicitation's page, while it still takes a new sign-in at `now`.
+fn still_open(elicitation: &ElicitationRecord, now: DateTime<Utc>) -> Option<String> {
+    (elicitation.status == ElicitationStatus::Pending && elicitation.expires_at > now).then(|| elicitation.url.clone())
 }
 
 impl Connections {
@@ -185,69 +243,111 @@ impl Connections {
     }
 
     /// The callback from the provider, in `principal`'s browser carrying `cookie` (the value of
-    /// the cookie named by `flow_cookie_name`). A refusal changes nothing; otherwise the flow is
-    /// used up and the elicitation ends, completed, declined or failed.
+    /// the cookie named by `flow_cookie_name`). A refusal changes nothing; a declined sign-in ends
+    /// the elicitation; a provider's error leaves it pending, to be tried again; a sign-in saves
+    /// the connection only together with the elicitation's completion.
     pub async fn callback(
         &self,
         principal: &Principal,
         params: &CallbackParams,
         cookie: Option<&str>,
     ) -> Result<CallbackOutcome, GateError> {
+        let started = Utc::now();
         let state_hash = params.state_hash();
         let Some(flow) = self.backing.store.flow(&state_hash).await? else {
-            return Ok(CallbackOutcome::Refused(CallbackRefusal::UnknownState));
+            return Ok(CallbackOutcome::refused(CallbackRefusal::UnknownState));
         };
-        let (provider, elicitation) = match self.check(&flow, principal, params, cookie).await? {
-            Checked::Matches(provider, elicitation) => (provider, *elicitation),
-            Checked::Refused(refusal) => return Ok(CallbackOutcome::Refused(refusal)),
-        };
-        if !self.backing.store.consume_flow(&state_hash, Utc::now()).await? {
-            return Ok(CallbackOutcome::Refused(CallbackRefusal::AlreadyUsed));
+        if flow.used_at.is_some() {
+            return self.used(&flow, principal).await;
         }
-        let provider_name = provider.name.clone();
-        if let Some(error) = &params.error {
-            tracing::info!(elicitation = %elicitation.id, provider = %provider.id, error, "provider answered with an error");
-            return Ok(if error == "access_denied" {
-                self.elicitations
-                    .finish(&elicitation, ElicitationStatus::Declined)
-                    .await?;
-                CallbackOutcome::Declined { provider_name }
-            } else {
-                self.elicitations
-                    .finish(&elicitation, ElicitationStatus::Failed)
-                    .await?;
-                CallbackOutcome::Failed { provider_name }
+        let (provider, elicitation) = match self.check(&flow, principal, params, cookie, started).await? {
+            Checked::Matches(provider, elicitation) => (provider, *elicitation),
+            Checked::Refused(refusal) => {
+                let retry = self.way_back(&flow, principal, started).await?;
+                return Ok(CallbackOutcome::Refused { refusal, retry });
+            }
+        };
+        if !self.backing.store.consume_flow(&state_hash, started).await? {
+            // Another callback of this flow, still under way.
+            let retry = self.way_back(&flow, principal, started).await?;
+            return Ok(CallbackOutcome::Refused {
+                refusal: CallbackRefusal::AlreadyUsed,
+                retry,
             });
         }
+        // From here on the flow is used up: a failure must not read as "nothing happened".
+        match self.finish_flow(provider, &flow, &elicitation, params, started).await {
+            Ok(outcome) => Ok(outcome),
+            Err(error) => {
+                tracing::error!(elicitation = %elicitation.id, provider = %provider.id, %error, "a used sign-in flow could not be finished");
+                Ok(CallbackOutcome::Unfinished {
+                    provider_name: provider.name.clone(),
+                    retry: elicitation.url,
+                })
+            }
+        }
+    }
+
+    /// The rest of a callback whose flow was just used: the provider's answer, the code
+    /// exchange, and the connection saved with the elicitation's completion.
+    async fn finish_flow(
+        &self,
+        provider: &Provider,
+        flow: &OAuthFlowRecord,
+        elicitation: &ElicitationRecord,
+        params: &CallbackParams,
+        started: DateTime<Utc>,
+    ) -> Result<CallbackOutcome, GateError> {
+        let provider_name = provider.name.clone();
+        let failed = |error: Option<ProviderErrorCode>| CallbackOutcome::ProviderFailed {
+            provider_name: provider.name.clone(),
+            error,
+            retry: elicitation.url.clone(),
+        };
+        if let Some(error) = &params.error {
+            if error.as_str() == "access_denied" {
+                tracing::info!(elicitation = %elicitation.id, provider = %provider.id, "declined at the provider");
+                self.elicitations
+                    .finish(elicitation, ElicitationStatus::Declined)
+                    .await?;
+                return Ok(CallbackOutcome::Declined { provider_name });
+            }
+            tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, %error, "the provider answered the sign-in with an error");
+            return Ok(failed(Some(error.clone())));
+        }
         let Some(code) = params.code.as_deref().filter(|c| !c.is_empty()) else {
-            self.elicitations
-                .finish(&elicitation, ElicitationStatus::Failed)
-                .await?;
-            return Ok(CallbackOutcome::Refused(CallbackRefusal::NoCode));
+            tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, "the provider sent no authorization code");
+            return Ok(CallbackOutcome::Refused {
+                refusal: CallbackRefusal::NoCode,
+                retry: Some(elicitation.url.clone()),
+            });
         };
         let verifier = self
             .backing
             .vault
-            .decrypt_str(&flow.pkce_verifier, &verifier_context(&state_hash))?;
+            .decrypt_str(&flow.pkce_verifier, &verifier_context(&flow.state_hash))?;
         let tokens = match self
             .oauth
             .exchange_code(provider, code, verifier.expose(), &self.redirect_uri())
             .await
         {
             Ok(tokens) => tokens,
-            Err(error) => {
-                tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, %error, "code exchange failed");
-                self.elicitations
-                    .finish(&elicitation, ElicitationStatus::Failed)
-                    .await?;
-                return Ok(CallbackOutcome::Failed { provider_name });
+            Err(OAuthError::Rejected { error, .. }) => {
+                let error = ProviderErrorCode::parse(&error);
+                tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, %error, "the provider refused the code exchange");
+                return Ok(failed(Some(error)));
+            }
+            Err(OAuthError::Unavailable(reason)) => {
+                tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, %reason, "the code exchange failed");
+                return Ok(failed(None));
             }
         };
         let account_label = self.oauth.account_label(provider, tokens.access_token.expose()).await;
+        let principal = &flow.principal;
         let vault = &self.backing.vault;
         let now = Utc::now();
         let connection = ConnectionRecord {
-            principal: flow.principal.clone(),
+            principal: principal.clone(),
             provider: provider.id.clone(),
             access_token: vault.encrypt_str(tokens.access_token.expose(), &access_context(principal, &provider.id)),
             refresh_token: tokens
@@ -266,14 +366,21 @@ impl Connections {
             updated_at: now,
         };
         let (store, connection, id) = (&self.backing.store, &connection, &elicitation.id);
-        self.elicitations
-            .finish_with(&elicitation, |notification| async move {
-                let completed = store.save_connection(connection, id, &notification).await?;
-                // Before the session's streams wake: a call waiting here decides on the new connection.
-                self.changed(principal);
-                Ok(completed)
+        let saved = self
+            .elicitations
+            .finish_with(elicitation, |notification| async move {
+                let saved = store.save_connection(connection, id, &notification, started).await?;
+                if saved {
+                    // Before the session's streams wake: a call waiting here decides on the new connection.
+                    self.changed(principal);
+                }
+                Ok(saved)
             })
             .await?;
+        if !saved {
+            tracing::info!(elicitation = %elicitation.id, provider = %provider.id, "the request ended during the sign-in; nothing stored");
+            return Ok(CallbackOutcome::refused(CallbackRefusal::EndedMeanwhile));
+        }
         tracing::info!(elicitation = %elicitation.id, principal = %principal, provider = %provider.id, "connected");
         Ok(CallbackOutcome::Connected {
             provider_name,
@@ -282,19 +389,62 @@ impl Connections {
         })
     }
 
-    /// Checks a callback against its flow, in the order that tells the user the most; nothing is
-    /// changed by a refusal.
+    /// A callback for a flow already used (a reload, or a browser retrying after a crash): what
+    /// that use left. Connected when it stored the connection and completed the elicitation;
+    /// otherwise refused, with the way back while the elicitation still takes a sign-in. Another
+    /// user learns nothing.
+    async fn used(&self, flow: &OAuthFlowRecord, principal: &Principal) -> Result<CallbackOutcome, GateError> {
+        let refused = |retry| CallbackOutcome::Refused {
+            refusal: CallbackRefusal::AlreadyUsed,
+            retry,
+        };
+        let (Some(provider), Some(used_at)) = (self.providers.get(&flow.provider), flow.used_at) else {
+            return Ok(refused(None));
+        };
+        if &flow.principal != principal {
+            return Ok(refused(None));
+        }
+        let Some(elicitation) = self.elicitations.get(&flow.elicitation_id).await? else {
+            return Ok(refused(None));
+        };
+        if elicitation.status == ElicitationStatus::Completed
+            && let Some(connection) = self.backing.store.connection(principal, &provider.id).await?
+            && connection.updated_at >= used_at
+        {
+            return Ok(CallbackOutcome::Connected {
+                provider_name: provider.name.clone(),
+                account_label: connection.account_label,
+                client_name: elicitation.client_name,
+            });
+        }
+        Ok(refused(still_open(&elicitation, Utc::now())))
+    }
+
+    /// Where the flow's own user can start again after a refusal: the elicitation's page, while
+    /// it takes a sign-in.
+    async fn way_back(
+        &self,
+        flow: &OAuthFlowRecord,
+        principal: &Principal,
+        now: DateTime<Utc>,
+    ) -> Result<Option<String>, GateError> {
+        if &flow.principal != principal {
+            return Ok(None);
+        }
+        let elicitation = self.elicitations.get(&flow.elicitation_id).await?;
+        Ok(elicitation.and_then(|e| still_open(&e, now)))
+    }
+
+    /// Checks a callback against an unused flow at `now`, in the order that tells the user the
+    /// most; nothing is changed by a refusal.
     async fn check(
         &self,
         flow: &OAuthFlowRecord,
         principal: &Principal,
         params: &CallbackParams,
         cookie: Option<&str>,
+        now: DateTime<Utc>,
     ) -> Result<Checked<'_>, GateError> {
-        let now = Utc::now();
-        if flow.used_at.is_some() {
-            return Ok(Checked::Refused(CallbackRefusal::AlreadyUsed));
-        }
         if flow.expires_at <= now {
             return Ok(Checked::Refused(CallbackRefusal::Expired));
         }
@@ -322,12 +472,13 @@ impl Connections {
     }
 
     /// RFC 9207 against mix-up (every provider shares one redirect URI): a provider with an
-    /// issuer must send it, and an `iss` of another configured provider is refused in any flow.
+    /// issuer must send it (unless it is known to send it only sometimes), and an `iss` of another
+    /// configured provider is refused in any flow.
     fn issuer_refusal(&self, provider: &Provider, iss: Option<&str>) -> Option<CallbackRefusal> {
         match (provider.issuer.as_deref(), iss) {
             (Some(expected), Some(iss)) if expected == iss => None,
-            (Some(_), None) => Some(CallbackRefusal::MissingIssuer),
-            (None, None) => None,
+            (Some(_), None) if provider.require_iss => Some(CallbackRefusal::MissingIssuer),
+            (_, None) => None,
             (None, Some(iss)) if !self.providers.iter().any(|p| p.issuer.as_deref() == Some(iss)) => None,
             _ => Some(CallbackRefusal::WrongIssuer),
         }

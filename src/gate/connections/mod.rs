@@ -17,7 +17,7 @@ use crate::providers::{OAuthClient, Provider, Providers};
 use crate::secret::Secret;
 use crate::store::{ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord};
 
-pub use flow::{CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, StartedFlow};
+pub use flow::{CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
 
 /// What a connection looks like to the user (never a token).
 pub struct ConnectionSummary {

@@ -149,32 +149,36 @@ async fn callbacks_that_do_not_match_their_flow_are_refused_and_change_nothing()
         );
     }
     let (params, cookie) = started(&gate, &asked, "&code=abc&iss=http%3A%2F%2F127.0.0.1%3A9").await;
-    let refused = |refusal| CallbackOutcome::Refused(refusal);
+    // Refused, with the way back to the still-open request for its own user only.
+    let refused = |refusal, own: bool| CallbackOutcome::Refused {
+        refusal,
+        retry: own.then(|| asked.url.clone()),
+    };
 
     let unknown = CallbackParams::from_query("state=forged&code=abc").expect("params");
     let outcome = connections
         .callback(alice, &unknown, Some(&cookie))
         .await
         .expect("callback");
-    assert_eq!(outcome, refused(CallbackRefusal::UnknownState));
+    assert_eq!(outcome, refused(CallbackRefusal::UnknownState, false));
     let outcome = connections
         .callback(alice, &params, Some("other"))
         .await
         .expect("callback");
-    assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser));
+    assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser, true));
     let outcome = connections.callback(alice, &params, None).await.expect("callback");
-    assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser));
+    assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser, true));
     let outcome = connections
         .callback(&principal("mallory"), &params, Some(&cookie))
         .await
         .expect("callback");
-    assert_eq!(outcome, refused(CallbackRefusal::OtherUser));
+    assert_eq!(outcome, refused(CallbackRefusal::OtherUser, false));
     let (wrong_iss, cookie2) = started(&gate, &asked, "&code=abc&iss=https%3A%2F%2Fevil.example").await;
     let outcome = connections
         .callback(alice, &wrong_iss, Some(&cookie2))
         .await
         .expect("callback");
-    assert_eq!(outcome, refused(CallbackRefusal::WrongIssuer));
+    assert_eq!(outcome, refused(CallbackRefusal::WrongIssuer, true));
 
     let still = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
     assert_eq!(still.status, ElicitationStatus::Pending, "refusals change nothing");
@@ -216,9 +220,10 @@ async fn callbacks_without_their_issuer_or_with_another_providers_are_refused() 
             .callback(alice, &params, Some(&cookie))
             .await
             .expect("callback");
+        let retry = Some(asked.url.clone());
         assert_eq!(
             outcome,
-            CallbackOutcome::Refused(refusal),
+            CallbackOutcome::Refused { refusal, retry },
             "{} {extra}",
             asked.requirement
         );
@@ -227,6 +232,43 @@ async fn callbacks_without_their_issuer_or_with_another_providers_are_refused() 
         let still = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
         assert_eq!(still.status, ElicitationStatus::Pending, "refusals change nothing");
     }
+}
+
+#[tokio::test]
+async fn an_issuer_sent_only_sometimes_is_checked_when_sent() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    let alice = &session.principal;
+    let connections = gate.connections();
+    let globex = fixture.ask(gate.elicitations(), &session, "globex").await;
+    for (extra, refusal) in [
+        (
+            "&error=access_denied&iss=http%3A%2F%2F127.0.0.1%3A9",
+            CallbackRefusal::WrongIssuer,
+        ),
+        (
+            "&error=access_denied&iss=https%3A%2F%2Fevil.example",
+            CallbackRefusal::WrongIssuer,
+        ),
+    ] {
+        let (params, cookie) = started(&gate, &globex, extra).await;
+        let outcome = connections
+            .callback(alice, &params, Some(&cookie))
+            .await
+            .expect("callback");
+        let retry = Some(globex.url.clone());
+        assert_eq!(outcome, CallbackOutcome::Refused { refusal, retry }, "{extra}");
+    }
+    let (silent, cookie) = started(&gate, &globex, "&error=access_denied").await;
+    let outcome = connections
+        .callback(alice, &silent, Some(&cookie))
+        .await
+        .expect("callback");
+    assert!(
+        matches!(outcome, CallbackOutcome::Declined { .. }),
+        "an answer without iss is read: {outcome:?}"
+    );
 }
 
 #[tokio::test]
@@ -253,24 +295,82 @@ async fn a_provider_refusal_declines_and_uses_up_the_flow() {
         .callback(&session.principal, &params, Some(&cookie))
         .await
         .expect("callback");
-    assert_eq!(replay, CallbackOutcome::Refused(CallbackRefusal::AlreadyUsed));
+    let ended = CallbackOutcome::Refused {
+        refusal: CallbackRefusal::AlreadyUsed,
+        retry: None,
+    };
+    assert_eq!(replay, ended, "declined: no way back");
 }
 
 #[tokio::test]
-async fn a_callback_without_a_code_fails_the_elicitation() {
+async fn provider_errors_store_nothing_and_keep_the_way_back() {
     let fixture = Fixture::new().await;
     let gate = fixture.gate(CONFIG);
     let session = fixture.session("alice").await;
+    let alice = &session.principal;
+    let connections = gate.connections();
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
-    let (params, cookie) = started(&gate, &asked, "&iss=http%3A%2F%2F127.0.0.1%3A9").await;
-    let outcome = gate
-        .connections()
-        .callback(&session.principal, &params, Some(&cookie))
+    let retry = Some(asked.url.clone());
+    let iss = "&iss=http%3A%2F%2F127.0.0.1%3A9";
+    let (params, cookie) = started(&gate, &asked, &format!("&error=server_error{iss}")).await;
+    let outcome = connections
+        .callback(alice, &params, Some(&cookie))
         .await
         .expect("callback");
-    assert_eq!(outcome, CallbackOutcome::Refused(CallbackRefusal::NoCode));
-    let failed = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
-    assert_eq!(failed.status, ElicitationStatus::Failed);
+    assert_eq!(
+        outcome,
+        CallbackOutcome::ProviderFailed {
+            provider_name: "ACME".into(),
+            error: Some(ProviderErrorCode::parse("server_error")),
+            retry: asked.url.clone(),
+        }
+    );
+    let (params, cookie) = started(&gate, &asked, iss).await;
+    let outcome = connections
+        .callback(alice, &params, Some(&cookie))
+        .await
+        .expect("callback");
+    let no_code = CallbackOutcome::Refused {
+        refusal: CallbackRefusal::NoCode,
+        retry: retry.clone(),
+    };
+    assert_eq!(outcome, no_code);
+    let still = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
+    assert_eq!(still.status, ElicitationStatus::Pending, "the request is still open");
+
+    let replay = connections
+        .callback(alice, &params, Some(&cookie))
+        .await
+        .expect("callback");
+    let used = |retry| CallbackOutcome::Refused {
+        refusal: CallbackRefusal::AlreadyUsed,
+        retry,
+    };
+    assert_eq!(replay, used(retry), "a reload: nothing stored, the way back");
+    let stranger = connections
+        .callback(&principal("mallory"), &params, Some(&cookie))
+        .await
+        .expect("callback");
+    assert_eq!(stranger, used(None), "another user learns nothing");
+}
+
+#[test]
+fn provider_error_codes_are_kept_only_when_readable() {
+    assert_eq!(ProviderErrorCode::parse("server_error").as_str(), "server_error");
+    for unreadable in [
+        "",
+        "line\nbreak",
+        "quote\"d",
+        "back\\slash",
+        "caf\u{e9}",
+        &"x".repeat(65),
+    ] {
+        assert_eq!(
+            ProviderErrorCode::parse(unreadable).as_str(),
+            "unreadable",
+            "{unreadable:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -289,7 +389,13 @@ async fn a_flow_for_an_elicitation_that_ended_is_refused_as_expired() {
         .callback(&session.principal, &params, Some(&cookie))
         .await
         .expect("callback");
-    assert_eq!(outcome, CallbackOutcome::Refused(CallbackRefusal::Expired));
+    assert_eq!(
+        outcome,
+        CallbackOutcome::Refused {
+            refusal: CallbackRefusal::Expired,
+            retry: None
+        }
+    );
 }
 
 #[tokio::test]
