@@ -1104,37 +1104,6 @@ postgres_test!(
     }
 );
 
-postgres_test!(
-    /// A query dropped while it waits for the database (its client hung up) leaves the pool's
-    /// connection open: dropped ones were reopened all the time, each a slow TLS handshake
-    /// (issue 9, item 11).
-    async fn a_cancelled_query_keeps_its_postgres_connection() {
-        let database = TestDatabase::new(Backend::Postgres).await;
-        let store = store::connect(&database.url, 2).await.expect("connect").store;
-        store.migrate().await.expect("migrate");
-        let record = session("alice");
-        store.create_session(&record).await.expect("create");
-        let before = common::eventually("the pool's connections open", async || {
-            let backends = gatehouse_backends(&database).await;
-            (backends.len() == 2).then_some(backends)
-        })
-        .await;
-        for _ in 0..10 {
-            // Polled once, so dropped while it waits for the database.
-            tokio::select! {
-                biased;
-                _ = store.session(&record.id) => {}
-                () = std::future::ready(()) => {}
-            }
-        }
-        assert!(store.session(&record.id).await.expect("load").is_some());
-        common::eventually("the same connections serve the store", async || {
-            (gatehouse_backends(&database).await == before).then_some(())
-        })
-        .await;
-    }
-);
-
 backend_test!(
     /// An ask retried after its elicitation expired, before the sweeper marked it, gets a new
     /// elicitation; the overdue one is expired, never handed out again. Within the expiry the

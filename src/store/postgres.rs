@@ -139,16 +139,13 @@ impl PostgresStore {
         let options: PgConnectOptions = url.parse()?;
         // Over TLS, opening a connection is slow: sqlx 0.9.0 leaves Nagle's algorithm on, so the
         // handshake's back-to-back writes each wait for the server's delayed ACK (about 140 ms per
-        // connection on loopback, 20 ms without TLS). So no request waits for one to open: all
-        // are opened in the background at start and kept (no idle timeout, no maximum lifetime),
-        // and an idle connection is not pinged when taken: a request cancelled during that ping
-        // (a client hanging up) threw the connection away, so connections were reopened all the
-        // time. A connection that broke while idle fails one query and is then replaced.
+        // connection on loopback, 20 ms without TLS). So that requests do not wait for one to
+        // open, all are opened in the background at start and kept (no idle timeout, no maximum
+        // lifetime).
         let pool = PgPoolOptions::new()
             .min_connections(max_connections)
             .idle_timeout(None)
             .max_lifetime(None)
-            .test_before_acquire(false)
             .max_connections(max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(options.application_name("gatehouse"));
