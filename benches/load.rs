@@ -6,8 +6,10 @@
 //!
 //! Measures `tools/call` throughput and latency at N concurrent clients (each with its own
 //! session), the server's resident memory with many idle GET streams open, and the whole
-//! URL-elicitation loop against a fake OAuth provider on two replicas. PostgreSQL comes from
-//! TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database of its own.
+//! URL-elicitation loop against a fake OAuth provider on two replicas, connected to PostgreSQL
+//! without TLS and then with it (`--loop-tls off|on|both`; TLS needs a server with `ssl = on`).
+//! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
+//! of its own.
 
 #[allow(dead_code)]
 #[path = "../tests/common/fake_oauth.rs"]
@@ -34,6 +36,30 @@ struct Options {
     skip_streams: bool,
     skip_loop: bool,
     loop_workers: usize,
+    loop_tls: Vec<Tls>,
+}
+
+/// The elicitation loop's connections to PostgreSQL: without TLS, or with it (`sslmode=require`).
+#[derive(Clone, Copy)]
+enum Tls {
+    Off,
+    On,
+}
+
+impl Tls {
+    fn sslmode(self) -> &'static str {
+        match self {
+            Tls::Off => "disable",
+            Tls::On => "require",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Tls::Off => "no TLS",
+            Tls::On => "TLS",
+        }
+    }
 }
 
 impl Options {
@@ -48,6 +74,7 @@ impl Options {
             skip_streams: false,
             skip_loop: false,
             loop_workers: 8,
+            loop_tls: vec![Tls::Off, Tls::On],
         };
         let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
         while let Some(arg) = args.next() {
@@ -67,6 +94,14 @@ impl Options {
                 "--skip-loop" => options.skip_loop = true,
                 "--loop-workers" => {
                     options.loop_workers = value()?.parse().map_err(|e| format!("--loop-workers: {e}"))?
+                }
+                "--loop-tls" => {
+                    options.loop_tls = match value()?.as_str() {
+                        "off" => vec![Tls::Off],
+                        "on" => vec![Tls::On],
+                        "both" => vec![Tls::Off, Tls::On],
+                        other => return Err(format!("--loop-tls: {other:?} is not off, on or both")),
+                    }
                 }
                 other => return Err(format!("unknown argument {other}")),
             }
@@ -349,8 +384,6 @@ struct Database {
 }
 
 async fn create_database() -> Result<Database, String> {
-    // No TLS to a database on loopback: sqlx's TLS path adds a ~100 ms p99 tail to round trips
-    // (measured: callback-to-notification p99 113 ms with sslmode=prefer, 25 ms without).
     let admin_url = std::env::var("TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable".into());
     let mut admin = sqlx::PgConnection::connect(&admin_url)
@@ -500,29 +533,60 @@ struct LoopResult {
 }
 
 /// The whole loop on two replicas: call, -32042, connect page, fake provider, callback,
-/// notification on the stream, retry. Every loop is a new user, so every loop signs in.
+/// notification on the stream, retry. Every loop is a new user, so every loop signs in. Runs once
+/// per `--loop-tls` mode, each with new replicas on the same database.
 async fn elicitation_loops(options: &Options, database: &Database) -> Result<(), String> {
     let fake = fake_oauth::FakeProvider::start(fake_oauth::FakeOptions::default()).await;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let config = dir.path().join("gatehouse.toml");
     std::fs::write(&config, loop_config(&fake)).map_err(|e| e.to_string())?;
+    println!(
+        "\n## URL-elicitation loop on two replicas ({} workers, {} s each, fake OAuth provider on loopback)\n",
+        options.loop_workers,
+        options.duration.as_secs()
+    );
+    println!(
+        "| database | browser on | loops/s | callback→notification p50 | p99 | loops | errors |\n|---|---|---|---|---|---|---|"
+    );
+    for &tls in &options.loop_tls {
+        let url = with_sslmode(&database.url, tls)?;
+        // A server without TLS would fail the replicas' start; say so in the table instead.
+        if let Err(error) = sqlx::PgConnection::connect(&url).await {
+            println!("| {} | PostgreSQL refused ({error}) | | | | | |", tls.label());
+            continue;
+        }
+        loops_on(options, &url, &config, tls).await?;
+    }
+    Ok(())
+}
+
+/// `url` with its `sslmode` set for `tls`.
+fn with_sslmode(url: &str, tls: Tls) -> Result<String, String> {
+    let mut url = url::Url::parse(url).map_err(|e| e.to_string())?;
+    let query: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(key, _)| key != "sslmode")
+        .map(|(key, value)| (key.into_owned(), value.into_owned()))
+        .collect();
+    url.query_pairs_mut()
+        .clear()
+        .extend_pairs(query)
+        .append_pair("sslmode", tls.sslmode());
+    Ok(url.to_string())
+}
+
+/// Both browser placements on two new replicas connected to PostgreSQL at `url`.
+async fn loops_on(options: &Options, url: &str, config: &std::path::Path, tls: Tls) -> Result<(), String> {
     let (port_a, port_b) = (local::free_port(), local::free_port());
     let public = format!("http://127.0.0.1:{port_a}");
-    let mut a = start_gatehouse(&database.url, port_a, Some((&config, &public)))?;
-    let mut b = start_gatehouse(&database.url, port_b, Some((&config, &public)))?;
+    let mut a = start_gatehouse(url, port_a, Some((config, &public)))?;
+    let mut b = start_gatehouse(url, port_b, Some((config, &public)))?;
     wait_until_up(&format!("http://127.0.0.1:{port_a}/healthz")).await?;
     wait_until_up(&format!("http://127.0.0.1:{port_b}/healthz")).await?;
     let replicas = (
         format!("http://127.0.0.1:{port_a}"),
         format!("http://127.0.0.1:{port_b}"),
     );
-
-    println!(
-        "\n## URL-elicitation loop on two replicas ({} workers, {} s each, fake OAuth provider on loopback)\n",
-        options.loop_workers,
-        options.duration.as_secs()
-    );
-    println!("| browser on | loops/s | callback→notification p50 | p99 | loops | errors |\n|---|---|---|---|---|---|");
     for (label, browser_on) in [
         ("same replica", BrowserOn::SameReplica),
         ("other replica", BrowserOn::OtherReplica),
@@ -531,7 +595,8 @@ async fn elicitation_loops(options: &Options, database: &Database) -> Result<(),
         let mut latencies = result.latencies;
         latencies.sort_unstable();
         println!(
-            "| {label} | {:.0} | {:.2} ms | {:.2} ms | {} | {} |",
+            "| {} | {label} | {:.0} | {:.2} ms | {:.2} ms | {} | {} |",
+            tls.label(),
             result.loops as f64 / result.seconds,
             percentile(&latencies, 0.50),
             percentile(&latencies, 0.99),

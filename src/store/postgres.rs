@@ -137,11 +137,20 @@ pub struct PostgresStore {
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
         let options: PgConnectOptions = url.parse()?;
+        // Over TLS, opening a connection is slow: sqlx 0.9.0 leaves Nagle's algorithm on, so the
+        // handshake's back-to-back writes each wait for the server's delayed ACK (about 140 ms per
+        // connection on loopback, 20 ms without TLS). So that requests do not wait for one to
+        // open, all are opened in the background at start and kept (no idle timeout, no maximum
+        // lifetime).
         let pool = PgPoolOptions::new()
+            .min_connections(max_connections)
+            .idle_timeout(None)
+            .max_lifetime(None)
             .max_connections(max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.application_name("gatehouse"))
-            .await?;
+            .connect_lazy_with(options.application_name("gatehouse"));
+        // Like a pool that connects at once: an unreachable database fails the start.
+        drop(pool.acquire().await?);
         Ok(Self { pool })
     }
 
