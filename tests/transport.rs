@@ -908,3 +908,43 @@ backend_test!(
         server.stop().await;
     }
 );
+
+/// The pids of the server's PostgreSQL connections.
+async fn gatehouse_backends(database: &TestDatabase) -> Vec<i32> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&database.url).await.expect("connect");
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = 'gatehouse' ORDER BY pid",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("backends")
+}
+
+postgres_test!(
+    /// A client that hangs up while its stream reads the log must not cost a connection: sqlx
+    /// closes one whose query is cancelled, and over TLS opening another is slow (issue 9, item 11).
+    async fn clients_hanging_up_on_their_streams_do_not_churn_connections() {
+        let (database, server) = setup(Backend::Postgres, "[database]\nmax_connections = 4\n").await;
+        let before = gatehouse_backends(&database).await;
+        assert!(!before.is_empty(), "the pool is open");
+        for n in 0..30 {
+            let mut client = server.client();
+            client.initialize().await;
+            let session = client.session.clone().expect("session");
+            let mut stream = client.open_stream(None).await;
+            assert!(stream.next_event(WAIT).await.is_some(), "priming");
+            publish(&server, &session, &note(n)).await;
+            assert!(stream.next_message(WAIT).await.is_some(), "the event");
+            // The stream reads the log again after writing the event; the client is gone by then.
+            drop(stream);
+        }
+        let mut client = server.client();
+        client.initialize().await;
+        let after = gatehouse_backends(&database).await;
+        let closed: Vec<_> = before.iter().filter(|pid| !after.contains(pid)).collect();
+        assert!(closed.is_empty(), "connections closed: {closed:?} of {before:?} (now {after:?})");
+        server.stop().await;
+    }
+);

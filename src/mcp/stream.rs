@@ -21,7 +21,7 @@ use super::PRIMING_SINCE;
 use crate::domain::SessionId;
 use crate::events::StreamSlot;
 use crate::state::AppState;
-use crate::store::{SessionRecord, Store, StoreError};
+use crate::store::{SessionRecord, Store, StoreError, StoredEvent};
 
 /// Events read from the log per query.
 const BATCH: i64 = 100;
@@ -96,13 +96,33 @@ impl Reader {
                 return None;
             }
             self.wake.borrow_and_update();
-            match self.read_log().await {
-                Ok(Read::Progress) => continue,
-                Ok(Read::UpToDate) => {}
-                Ok(Read::SessionGone) => return None,
-                Err(error) => {
+            let read = LogRead {
+                store: self.store.clone(),
+                session: self.session.clone(),
+                cursor: self.cursor,
+                replay_until: self.replay_until,
+            };
+            // In a task of its own, so a client hanging up cannot cancel the read halfway.
+            match tokio::spawn(read.run()).await {
+                Ok(Ok(found)) => {
+                    for event in found.events {
+                        self.push(event.seq, &event.message);
+                    }
+                    self.cursor = found.cursor;
+                    match found.read {
+                        Read::Progress => continue,
+                        Read::UpToDate => {}
+                        Read::SessionGone => return None,
+                    }
+                }
+                Ok(Err(error)) => {
                     // The client reconnects with Last-Event-ID and misses nothing.
                     tracing::warn!(%error, session = ?self.session, "event stream closed after a database error");
+                    self.close_with_retry();
+                    continue;
+                }
+                Err(error) => {
+                    tracing::error!(%error, session = ?self.session, "reading the event log failed");
                     self.close_with_retry();
                     continue;
                 }
@@ -120,49 +140,6 @@ impl Reader {
         self.closing = true;
     }
 
-    async fn read_log(&mut self) -> Result<Read, StoreError> {
-        if self.cursor < self.replay_until {
-            let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
-            let more = events.len() as i64 == BATCH;
-            let replay_until = self.replay_until;
-            for event in events.into_iter().take_while(|e| e.seq <= replay_until) {
-                self.push(event.seq, &event.message);
-            }
-            if !more {
-                self.cursor = self.cursor.max(self.replay_until);
-            }
-            return Ok(Read::Progress);
-        }
-        let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
-        let Some(last) = events.last().map(|e| e.seq) else {
-            // Nothing new: woken because the session changed, perhaps because it ended.
-            let exists = self.store.delivered_seq(&self.session).await?.is_some();
-            return Ok(if exists { Read::UpToDate } else { Read::SessionGone });
-        };
-        // Usually this stream's cursor is the delivered mark, and one claim settles it.
-        if self.store.claim_delivery(&self.session, self.cursor, last).await? {
-            for event in events {
-                self.push(event.seq, &event.message);
-            }
-            return Ok(Read::Progress);
-        }
-        let Some(delivered) = self.store.delivered_seq(&self.session).await? else {
-            return Ok(Read::SessionGone);
-        };
-        if delivered < self.cursor {
-            // The client resumed past the mark: claim from the mark, write what it has not seen.
-            if self.store.claim_delivery(&self.session, delivered, last).await? {
-                for event in events {
-                    self.push(event.seq, &event.message);
-                }
-            }
-        } else {
-            // Another stream claimed events up to the mark: they are that stream's to write.
-            self.cursor = delivered;
-        }
-        Ok(Read::Progress)
-    }
-
     fn push(&mut self, seq: i64, message: &serde_json::Value) {
         self.pending.push_back(
             Event::default()
@@ -171,5 +148,64 @@ impl Reader {
                 .data(message.to_string()),
         );
         self.cursor = seq;
+    }
+}
+
+/// One read of the session's log. It runs in a task of its own: sqlx closes a connection whose
+/// query (or the ping before handing it out) is cancelled, so a read dropped halfway by a client
+/// hanging up would cost a new connection, and over TLS opening one takes a slow handshake (see
+/// `store::postgres`). Events it claims but nobody writes are replayed on resume, like any event
+/// a dropped stream had claimed.
+struct LogRead {
+    store: Arc<dyn Store>,
+    session: SessionId,
+    cursor: i64,
+    replay_until: i64,
+}
+
+/// What a read found: the events to write, in order, and where the stream's cursor is after them.
+struct Found {
+    read: Read,
+    events: Vec<StoredEvent>,
+    cursor: i64,
+}
+
+impl LogRead {
+    async fn run(self) -> Result<Found, StoreError> {
+        let found = |read, events: Vec<StoredEvent>, cursor| Ok(Found { read, events, cursor });
+        if self.cursor < self.replay_until {
+            let mut events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
+            let more = events.len() as i64 == BATCH;
+            events.retain(|e| e.seq <= self.replay_until);
+            let mut cursor = events.last().map_or(self.cursor, |e| e.seq);
+            if !more {
+                cursor = cursor.max(self.replay_until);
+            }
+            return found(Read::Progress, events, cursor);
+        }
+        let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
+        let Some(last) = events.last().map(|e| e.seq) else {
+            // Nothing new: woken because the session changed, perhaps because it ended.
+            let exists = self.store.delivered_seq(&self.session).await?.is_some();
+            let read = if exists { Read::UpToDate } else { Read::SessionGone };
+            return found(read, Vec::new(), self.cursor);
+        };
+        // Usually this stream's cursor is the delivered mark, and one claim settles it.
+        if self.store.claim_delivery(&self.session, self.cursor, last).await? {
+            return found(Read::Progress, events, last);
+        }
+        let Some(delivered) = self.store.delivered_seq(&self.session).await? else {
+            return found(Read::SessionGone, Vec::new(), self.cursor);
+        };
+        if delivered < self.cursor {
+            // The client resumed past the mark: claim from the mark, write what it has not seen.
+            if self.store.claim_delivery(&self.session, delivered, last).await? {
+                return found(Read::Progress, events, last);
+            }
+            found(Read::Progress, Vec::new(), self.cursor)
+        } else {
+            // Another stream claimed events up to the mark: they are that stream's to write.
+            found(Read::Progress, Vec::new(), delivered)
+        }
     }
 }
