@@ -428,6 +428,9 @@ fn start_gatehouse(database_url: &str, port: u16, config: Option<(&std::path::Pa
             .arg("--config")
             .arg(file)
             .env("GATEHOUSE_SERVER__PUBLIC_URL", public_url);
+    } else {
+        // The load and the idle streams are one local user's sessions, far beyond the default cap.
+        command.env("GATEHOUSE_MCP__MAX_SESSIONS_PER_PRINCIPAL", "1000000");
     }
     command
         .arg("serve")
