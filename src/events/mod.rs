@@ -241,6 +241,11 @@ impl StreamSlot {
     pub async fn ended(&self) {
         self.ended.cancelled().await;
     }
+
+    /// Cancelled when a resumed stream replaces this one, for work done away from the slot.
+    pub fn replaced(&self) -> CancellationToken {
+        self.ended.clone()
+    }
 }
 
 impl Drop for StreamSlot {
@@ -384,6 +389,14 @@ pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: Cancel
             Err(Lost::Dropped(error)) => {
                 hub.connected.store(false, Ordering::Relaxed);
                 tracing::warn!(%error, retry_in = ?delay, "bus connection lost; reconnecting");
+            }
+            // Every connection handed out to requests is no outage: the pool had no room to try
+            // the database. With room left, a timeout means the database did not answer.
+            Err(Lost::Opening(error @ sqlx::Error::PoolTimedOut))
+                if pool.size() >= pool.options().get_max_connections() =>
+            {
+                hub.connected.store(false, Ordering::Relaxed);
+                tracing::warn!(%error, retry_in = ?delay, "bus connection lost and the pool is busy; reconnecting");
             }
             Err(Lost::Opening(error)) => {
                 hub.connected.store(false, Ordering::Relaxed);

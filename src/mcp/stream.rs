@@ -101,9 +101,12 @@ impl Reader {
                 session: self.session.clone(),
                 cursor: self.cursor,
                 replay_until: self.replay_until,
+                replaced: self.slot.replaced(),
             };
             // In a task of its own, so a client hanging up cannot cancel the read halfway.
             match tokio::spawn(read.run()).await {
+                // Replaced while reading: the resumed stream writes from here on.
+                Ok(Ok(_)) if self.slot.is_ended() => return None,
                 Ok(Ok(found)) => {
                     for event in found.events {
                         self.push(event.seq, &event.message);
@@ -161,6 +164,8 @@ struct LogRead {
     session: SessionId,
     cursor: i64,
     replay_until: i64,
+    /// Once cancelled, the read claims nothing more: the events are the resumed stream's.
+    replaced: CancellationToken,
 }
 
 /// What a read found: the events to write, in order, and where the stream's cursor is after them.
@@ -190,6 +195,9 @@ impl LogRead {
             let read = if exists { Read::UpToDate } else { Read::SessionGone };
             return found(read, Vec::new(), self.cursor);
         };
+        if self.replaced.is_cancelled() {
+            return found(Read::UpToDate, Vec::new(), self.cursor);
+        }
         // Usually this stream's cursor is the delivered mark, and one claim settles it.
         if self.store.claim_delivery(&self.session, self.cursor, last).await? {
             return found(Read::Progress, events, last);
@@ -197,7 +205,7 @@ impl LogRead {
         let Some(delivered) = self.store.delivered_seq(&self.session).await? else {
             return found(Read::SessionGone, Vec::new(), self.cursor);
         };
-        if delivered < self.cursor {
+        if delivered < self.cursor && !self.replaced.is_cancelled() {
             // The client resumed past the mark: claim from the mark, write what it has not seen.
             if self.store.claim_delivery(&self.session, delivered, last).await? {
                 return found(Read::Progress, events, last);
