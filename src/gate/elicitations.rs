@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Backing, GateError, Requirement, after};
+use super::{Backing, GateError, Requirement, after, before};
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
 use crate::store::{AskKey, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
@@ -201,7 +201,7 @@ impl Elicitations {
     /// Deletes the elicitations that ended longer than the retention period before `now`, with
     /// their flows and answers.
     pub async fn forget_ended(&self, now: DateTime<Utc>) -> Result<u64, GateError> {
-        let cutoff = now - chrono::Duration::from_std(self.limits.retention).unwrap_or(chrono::Duration::MAX);
+        let cutoff = before(now, self.limits.retention);
         Ok(self.backing.store.delete_ended_elicitations(cutoff).await?)
     }
 }

@@ -107,7 +107,7 @@ impl Gate {
     /// and deletes elicitations that ended longer than their retention period ago.
     pub async fn sweep(&self) -> Result<(), GateError> {
         let now = Utc::now();
-        let retention = now - chrono::Duration::from_std(RETENTION).unwrap_or_default();
+        let retention = before(now, RETENTION);
         let expired = self.elicitations.expire_overdue(now).await?;
         let flows = self.connections.forget_flows_before(retention).await?;
         let answers = self.form_values.drop_untaken_answers(retention).await?;
@@ -149,6 +149,15 @@ fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// `duration` before `now`, or the start of time when that is before it (a retention or idle
+/// timeout configured in millennia must not overflow the calendar).
+pub fn before(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(duration)
+        .ok()
+        .and_then(|duration| now.checked_sub_signed(duration))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
 fn sha256_hex(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
@@ -168,6 +177,17 @@ mod tests {
         assert_eq!(
             after(now, Duration::from_secs(10_000_000_000_000)),
             DateTime::<Utc>::MAX_UTC
+        );
+    }
+
+    #[test]
+    fn a_duration_before_the_calendar_starts_at_the_start_of_time() {
+        let now = Utc::now();
+        assert_eq!(before(now, Duration::from_secs(60)), now - chrono::Duration::seconds(60));
+        assert_eq!(before(now, Duration::from_secs(u64::MAX)), DateTime::<Utc>::MIN_UTC);
+        assert_eq!(
+            before(now, Duration::from_secs(10_000_000_000_000)),
+            DateTime::<Utc>::MIN_UTC
         );
     }
 }

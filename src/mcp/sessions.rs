@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::{LogLevel, SessionId};
 use crate::events::Bus;
+use crate::gate::before;
 use crate::store::{SessionCache, SessionRecord, Store, StoreError};
 
 pub struct Sessions {
@@ -106,7 +107,7 @@ pub async fn maintain(sessions: Arc<Sessions>, bus: Arc<Bus>, idle_timeout: Dura
         {
             tracing::warn!(%error, sessions = used.len(), "could not record session use");
         }
-        let cutoff = Utc::now() - chrono::Duration::from_std(idle_timeout).unwrap_or(chrono::Duration::MAX);
+        let cutoff = before(Utc::now(), idle_timeout);
         match sessions.store.delete_idle_sessions(cutoff).await {
             Ok(ended) => {
                 for id in &ended {
