@@ -59,12 +59,15 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// A response that failed (5xx), at the level it deserves: a bad or slow gateway is another
-/// service's fault (a provider that answered with an error), WARN; anything else is ours, ERROR.
-/// The cause was logged, with context, where it happened.
+/// service's fault (a provider that answered with an error), and 503 a database outage, WARN;
+/// anything else is ours, ERROR. The cause was logged, with context, where it happened.
 fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
     match class {
         ServerErrorsFailureClass::StatusCode(status)
-            if status == StatusCode::BAD_GATEWAY || status == StatusCode::GATEWAY_TIMEOUT =>
+            if matches!(
+                status,
+                StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+            ) =>
         {
             tracing::warn!(%status, ?latency, "response failed");
         }

@@ -207,7 +207,11 @@ async fn callback(
             .with_link(retry, START_AGAIN),
         )
         .with_status(StatusCode::BAD_GATEWAY),
-        CallbackOutcome::Unfinished { provider_name, retry } => PageResponse::new(
+        CallbackOutcome::Unfinished {
+            provider_name,
+            retry,
+            outage,
+        } => PageResponse::new(
             NoticePage::new(
                 "Sign-in did not finish",
                 format!("gatehouse could not record the answer from {provider_name}, so the sign-in did not finish."),
@@ -215,7 +219,11 @@ async fn callback(
             )
             .with_link(retry, START_AGAIN),
         )
-        .with_status(StatusCode::SERVICE_UNAVAILABLE),
+        .with_status(if outage {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }),
     };
     // The flow is used up: drop its cookie.
     let expired = format!(

@@ -109,6 +109,8 @@ pub enum CallbackOutcome {
     Unfinished {
         provider_name: String,
         retry: String,
+        /// The cause was a database outage (try again shortly), not a fault of ours.
+        outage: bool,
     },
     Refused {
         refusal: CallbackRefusal,
@@ -285,6 +287,7 @@ impl Connections {
                 Ok(CallbackOutcome::Unfinished {
                     provider_name: provider.name.clone(),
                     retry: elicitation.url,
+                    outage: error.is_unavailable(),
                 })
             }
         }
