@@ -12,7 +12,6 @@ use gatehouse::store::{
     FormAnswerRecord, FormValuesRecord, NOTIFY_CHANNEL, Notice, RefreshedTokens, SessionRecord, Store, StoreError,
 };
 use serde_json::{Value, json};
-use sqlx::Connection as _;
 use sqlx::postgres::PgListener;
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -1079,18 +1078,6 @@ postgres_test!(
     }
 );
 
-/// The process ids of the database's backends serving gatehouse, in order.
-async fn gatehouse_backends(database: &TestDatabase) -> Vec<i32> {
-    let mut conn = sqlx::PgConnection::connect(&database.url).await.expect("connect");
-    sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity
-         WHERE datname = current_database() AND application_name = 'gatehouse' ORDER BY pid",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .expect("backends")
-}
-
 postgres_test!(
     /// Opening a connection over TLS costs a handshake that sqlx makes slow (issue 9, item 11):
     /// the PostgreSQL pool opens all its connections at start, so no request waits for one.
@@ -1098,7 +1085,7 @@ postgres_test!(
         let database = TestDatabase::new(Backend::Postgres).await;
         let _opened = store::connect(&database.url, 4).await.expect("connect");
         common::eventually("the pool's four connections open without any request", async || {
-            (gatehouse_backends(&database).await.len() == 4).then_some(())
+            (database.gatehouse_backends().await.len() == 4).then_some(())
         })
         .await;
     }

@@ -276,6 +276,19 @@ impl TestDatabase {
             }
         }
     }
+
+    /// The pids of gatehouse's pooled PostgreSQL connections to this database (the bus's LISTEN
+    /// connection names itself apart).
+    pub async fn gatehouse_backends(&self) -> Vec<i32> {
+        let mut conn = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+        sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name = 'gatehouse' ORDER BY pid",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .expect("backends")
+    }
 }
 
 impl TestDatabase {
