@@ -105,16 +105,22 @@ async fn next_is_a_new_event(client: &McpClient, stream: &mut SseStream) {
     assert_eq!(next["method"], "notifications/message", "no second completion: {next}");
 }
 
+/// Replicas A and B behind one public URL (A's address, as a load balancer would give).
+async fn two_replicas(cluster: &Cluster, config: &str) -> (Replica, Replica, String) {
+    let a_port = free_port();
+    let public_url = format!("http://127.0.0.1:{a_port}");
+    let a = Replica::start(cluster, config, a_port, &public_url).await;
+    let b = Replica::start(cluster, config, free_port(), &public_url).await;
+    (a, b, public_url)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_mid_flow_leaves_the_flow_to_the_other() {
     let Some(cluster) = Cluster::start() else {
         return;
     };
     let (_fake, config) = provider().await;
-    let a_port = free_port();
-    let public_url = format!("http://127.0.0.1:{a_port}");
-    let a = Replica::start(&cluster, &config, a_port, &public_url).await;
-    let b = Replica::start(&cluster, &config, free_port(), &public_url).await;
+    let (a, b, public_url) = two_replicas(&cluster, &config).await;
     let mut client = McpClient::new(&a.mcp());
     client.initialize().await;
     let mut stream = client.open_stream(None).await;
@@ -148,10 +154,7 @@ async fn replicas_recover_from_a_database_restart_by_themselves() {
         return;
     };
     let (_fake, config) = provider().await;
-    let a_port = free_port();
-    let public_url = format!("http://127.0.0.1:{a_port}");
-    let a = Replica::start(&cluster, &config, a_port, &public_url).await;
-    let b = Replica::start(&cluster, &config, free_port(), &public_url).await;
+    let (a, b, _) = two_replicas(&cluster, &config).await;
     let mut client = McpClient::new(&a.mcp());
     client.initialize().await;
     let mut stream = on(&client, &b).open_stream(None).await;

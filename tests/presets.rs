@@ -46,6 +46,14 @@ fn post(text: &str) -> Value {
     json!({"name": "post", "arguments": {"channel": "C123", "text": text}})
 }
 
+/// A post elicits the Slack sign-in; the browser completes it and the client is told.
+async fn signs_in(client: &McpClient, stream: &mut SseStream) {
+    let elicitation = elicitations(&client.request("tools/call", post("hello")).await).remove(0);
+    let page = Browser::new().sign_in(&url_of(&elicitation)).await;
+    assert_eq!(page.status, StatusCode::OK, "callback page: {}", page.body);
+    stream.next_message(WAIT).await.expect("completion notification");
+}
+
 backend_test!(
     /// The Slack preset signs in for a user token (Slack's OAuth v2, not "Sign in with Slack"), so a
     /// tool that posts as the user gets the user's token, never the app's bot token; with token
@@ -53,10 +61,7 @@ backend_test!(
     async fn slack_tools_get_the_users_token_and_its_refreshes(backend: Backend) {
         let fake = fake_slack(|_| {}).await;
         let (database, server, client, mut stream) = start(backend, &fake).await;
-        let elicitation = elicitations(&client.request("tools/call", post("hello")).await).remove(0);
-        let page = Browser::new().sign_in(&url_of(&elicitation)).await;
-        assert_eq!(page.status, StatusCode::OK, "callback page: {}", page.body);
-        stream.next_message(WAIT).await.expect("completion notification");
+        signs_in(&client, &mut stream).await;
 
         let authorize: HashMap<_, _> = fake.stats().last_authorize_query.into_iter().collect();
         assert_eq!(authorize["user_scope"], "channels:history,chat:write");
@@ -105,10 +110,7 @@ backend_test!(
         })
         .await;
         let (database, server, client, mut stream) = start(backend, &fake).await;
-        let elicitation = elicitations(&client.request("tools/call", post("hello")).await).remove(0);
-        let page = Browser::new().sign_in(&url_of(&elicitation)).await;
-        assert_eq!(page.status, StatusCode::OK, "callback page: {}", page.body);
-        stream.next_message(WAIT).await.expect("completion notification");
+        signs_in(&client, &mut stream).await;
         let result = client.call("tools/call", post("hello")).await;
         assert_eq!(result["isError"], false, "{result}");
         assert_eq!(fake.stats().refreshes, 0);
@@ -156,10 +158,7 @@ backend_test!(
         })
         .await;
         let (database, server, client, mut stream) = start(backend, &fake).await;
-        let elicitation = elicitations(&client.request("tools/call", post("hello")).await).remove(0);
-        let page = Browser::new().sign_in(&url_of(&elicitation)).await;
-        assert_eq!(page.status, StatusCode::OK, "callback page: {}", page.body);
-        stream.next_message(WAIT).await.expect("completion notification");
+        signs_in(&client, &mut stream).await;
         let result = client.call("tools/call", post("hello")).await;
         assert_eq!(result["structuredContent"]["ok"], true, "{result}");
 
