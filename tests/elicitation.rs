@@ -517,9 +517,9 @@ backend_test!(
             logged.contains("WARN") && logged.contains("provider=fake") && logged.contains("error=server_error"),
             "{logged}"
         );
-        let ours = logs
-            .lines()
-            .find(|line| line.contains("ERROR") && line.contains("response failed") && line.contains("502 Bad Gateway"));
+        let ours = logs.lines().find(|line| {
+            line.contains("ERROR") && line.contains("response failed") && line.contains("502 Bad Gateway")
+        });
         assert!(ours.is_none(), "a provider's error is not logged as ours: {ours:?}");
 
         // The token endpoint refuses the code: the same page, with its error.

@@ -935,7 +935,10 @@ postgres_test!(
         client.initialize().await;
         let after = database.gatehouse_backends().await;
         let closed: Vec<_> = before.iter().filter(|pid| !after.contains(pid)).collect();
-        assert!(closed.is_empty(), "connections closed: {closed:?} of {before:?} (now {after:?})");
+        assert!(
+            closed.is_empty(),
+            "connections closed: {closed:?} of {before:?} (now {after:?})"
+        );
         server.stop().await;
     }
 );

@@ -183,7 +183,10 @@ mod tests {
     #[test]
     fn a_duration_before_the_calendar_starts_at_the_start_of_time() {
         let now = Utc::now();
-        assert_eq!(before(now, Duration::from_secs(60)), now - chrono::Duration::seconds(60));
+        assert_eq!(
+            before(now, Duration::from_secs(60)),
+            now - chrono::Duration::seconds(60)
+        );
         assert_eq!(before(now, Duration::from_secs(u64::MAX)), DateTime::<Utc>::MIN_UTC);
         assert_eq!(
             before(now, Duration::from_secs(10_000_000_000_000)),

@@ -320,7 +320,12 @@ impl Connections {
             tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, %error, "the provider answered the sign-in with an error");
             return Ok(failed(Some(error.clone())));
         }
-        let Some(code) = params.code.as_ref().map(|c| c.expose().as_str()).filter(|c| !c.is_empty()) else {
+        let Some(code) = params
+            .code
+            .as_ref()
+            .map(|c| c.expose().as_str())
+            .filter(|c| !c.is_empty())
+        else {
             tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, "the provider sent no authorization code");
             return Ok(CallbackOutcome::Refused {
                 refusal: CallbackRefusal::NoCode,

@@ -470,5 +470,8 @@ async fn a_call_waits_for_another_replicas_refresh_and_uses_its_token() {
 fn callback_params_never_show_their_code_or_state() {
     let params = CallbackParams::from_query("state=the-state-value&code=the-code-value&iss=x").expect("parsed");
     let shown = format!("{params:?}");
-    assert!(!shown.contains("the-state-value") && !shown.contains("the-code-value"), "{shown}");
+    assert!(
+        !shown.contains("the-state-value") && !shown.contains("the-code-value"),
+        "{shown}"
+    );
 }
