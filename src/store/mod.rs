@@ -263,7 +263,7 @@ pub struct RefreshLease {
 }
 
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: ConnectionStore + FormStore + Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
     /// Applies the backend's pending migrations.
@@ -359,6 +359,19 @@ pub trait Store: Send + Sync + 'static {
     /// was not retried, and their secrets should not outlive it.
     async fn delete_untaken_answers(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 
+    /// Claims the events after `from` up to `to` for the calling stream: true when the delivered
+    /// mark was still `from` and is now `to`, false when another stream claimed them first. This is
+    /// how each new event is written to only one of a session's streams, across replicas.
+    async fn claim_delivery(&self, session: &SessionId, from: i64, to: i64) -> Result<bool, StoreError>;
+
+    /// Sends a notice (a [`Notice::encode`] payload) to every replica's bus (PostgreSQL NOTIFY). On
+    /// SQLite there is one process and the bus delivers in process, so this does nothing.
+    async fn broadcast(&self, payload: &str) -> Result<(), StoreError>;
+}
+
+/// Connections: saved with their elicitation's completion, looked up, broken, refreshed.
+#[async_trait]
+pub trait ConnectionStore: Send + Sync {
     /// Completes the elicitation, appends `notification` to its session's log and saves the
     /// connection (replacing the principal's previous one at that provider), in one transaction,
     /// when the elicitation was unexpired at `started` (when its callback began) and is pending, or
@@ -408,7 +421,11 @@ pub trait Store: Send + Sync + 'static {
         provider: &str,
         tokens: &RefreshedTokens,
     ) -> Result<(), StoreError>;
+}
 
+/// Form values, user-scoped and call-scoped answers.
+#[async_trait]
+pub trait FormStore: Send + Sync {
     /// Saves the principal's values for a form (replacing earlier ones; created_at kept from the
     /// first save) and, when `elicitation` is given and still pending and unexpired at `now`,
     /// completes it and appends `notification` to its session's log, in one transaction (on
@@ -444,15 +461,6 @@ pub trait Store: Send + Sync + 'static {
     /// call; a key without a call key matches nothing), deleted as it is returned: each answer is
     /// used by exactly one call, even when two calls race for it.
     async fn take_form_answer(&self, ask: AskKey<'_>) -> Result<Option<FormAnswerRecord>, StoreError>;
-
-    /// Claims the events after `from` up to `to` for the calling stream: true when the delivered
-    /// mark was still `from` and is now `to`, false when another stream claimed them first. This is
-    /// how each new event is written to only one of a session's streams, across replicas.
-    async fn claim_delivery(&self, session: &SessionId, from: i64, to: i64) -> Result<bool, StoreError>;
-
-    /// Sends a notice (a [`Notice::encode`] payload) to every replica's bus (PostgreSQL NOTIFY). On
-    /// SQLite there is one process and the bus delivers in process, so this does nothing.
-    async fn broadcast(&self, payload: &str) -> Result<(), StoreError>;
 }
 
 /// An opened database: the store, and on PostgreSQL the pool the bus listens on.

@@ -1,6 +1,9 @@
 //! The embedded store for one process on a laptop: a file in WAL mode. Other processes must not
 //! share the file (the bus of a SQLite deployment is in process).
 
+mod connections;
+mod forms;
+
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -17,8 +20,9 @@ use super::rows::{
     SESSION_COLUMNS, Stored, parse_session_id,
 };
 use super::{
-    AskKey, Backend, ConnectionRecord, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord,
-    FormValuesRecord, OAuthFlowRecord, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
+    AskKey, Backend, ConnectionRecord, ConnectionStore, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord,
+    FormStore, FormValuesRecord, OAuthFlowRecord, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError,
+    StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 use crate::private_file::create_private_file;
@@ -493,245 +497,6 @@ impl Store for SqliteStore {
             .execute(&self.pool)
             .await?;
         Ok(result.rows_affected())
-    }
-
-    async fn save_connection(
-        &self,
-        c: &ConnectionRecord,
-        elicitation: &ElicitationId,
-        notification: &Value,
-        started: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        // Completed first: without its elicitation the transaction is dropped and nothing saved.
-        let session: Option<(String,)> = sqlx::query_as(
-            "UPDATE elicitations SET status = 'completed', completed_at = ?2
-             WHERE id = ?1 AND status IN ('pending', 'expired') AND expires_at > ?3 RETURNING session_id",
-        )
-        .bind(elicitation.to_string())
-        .bind(millis(c.updated_at))
-        .bind(millis(started))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((session,)) = session else {
-            return Ok(false);
-        };
-        sqlx::query(sql!(
-            "INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-             ON CONFLICT (principal, provider) DO UPDATE SET access_token = EXCLUDED.access_token,
-                 refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at, scopes = EXCLUDED.scopes,
-                 account_label = EXCLUDED.account_label, status = EXCLUDED.status, refresh_lease = NULL,
-                 updated_at = EXCLUDED.updated_at"
-        ))
-        .bind(c.principal.as_str())
-        .bind(&c.provider)
-        .bind(&c.access_token)
-        .bind(&c.refresh_token)
-        .bind(c.expires_at.map(millis))
-        .bind(c.scopes.join(" "))
-        .bind(&c.account_label)
-        .bind(super::connection_status_str(c.status))
-        .bind(millis(c.created_at))
-        .bind(millis(c.updated_at))
-        .execute(&mut *tx)
-        .await?;
-        append_in(&mut tx, &session, notification).await?;
-        tx.commit().await?;
-        Ok(true)
-    }
-
-    async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError> {
-        let query = sqlx::query_as(sql!(
-            "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = ?1 AND provider = ?2"
-        ))
-        .bind(principal.as_str())
-        .bind(provider);
-        self.record(query).await
-    }
-
-    async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionRecord>, StoreError> {
-        let query = sqlx::query_as(sql!(
-            "SELECT {CONNECTION_COLUMNS} FROM connections WHERE principal = ?1 ORDER BY provider"
-        ))
-        .bind(principal.as_str());
-        self.records(query).await
-    }
-
-    async fn delete_connection(
-        &self,
-        principal: &Principal,
-        provider: &str,
-    ) -> Result<Option<ConnectionRecord>, StoreError> {
-        let query = sqlx::query_as(sql!(
-            "DELETE FROM connections WHERE principal = ?1 AND provider = ?2 RETURNING {CONNECTION_COLUMNS}"
-        ))
-        .bind(principal.as_str())
-        .bind(provider);
-        self.record(query).await
-    }
-
-    async fn mark_connection_broken(
-        &self,
-        principal: &Principal,
-        provider: &str,
-        seen_updated_at: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let result = sqlx::query(
-            "UPDATE connections SET status = 'broken', refresh_lease = NULL
-             WHERE principal = ?1 AND provider = ?2 AND updated_at = ?3",
-        )
-        .bind(principal.as_str())
-        .bind(provider)
-        .bind(millis(seen_updated_at))
-        .execute(&self.pool)
-        .await?;
-        Ok(result.rows_affected() == 1)
-    }
-
-    async fn acquire_refresh_lease(
-        &self,
-        connection: &ConnectionRecord,
-        lease: RefreshLease,
-    ) -> Result<Option<ConnectionRecord>, StoreError> {
-        let query = sqlx::query_as(sql!(
-            "UPDATE connections SET refresh_lease = ?3
-             WHERE principal = ?1 AND provider = ?2 AND status = 'active' AND (refresh_lease IS NULL OR refresh_lease <= ?4)
-             RETURNING {CONNECTION_COLUMNS}"
-        ))
-        .bind(connection.principal.as_str())
-        .bind(&connection.provider)
-        .bind(millis(lease.until))
-        .bind(millis(lease.now));
-        self.record(query).await
-    }
-
-    async fn store_refreshed(
-        &self,
-        principal: &Principal,
-        provider: &str,
-        t: &RefreshedTokens,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE connections SET access_token = ?3, refresh_token = COALESCE(?4, refresh_token), expires_at = ?5,
-                 scopes = COALESCE(?6, scopes), refresh_lease = NULL, updated_at = ?7
-             WHERE principal = ?1 AND provider = ?2",
-        )
-        .bind(principal.as_str())
-        .bind(provider)
-        .bind(&t.access_token)
-        .bind(&t.refresh_token)
-        .bind(t.expires_at.map(millis))
-        .bind(t.scopes.as_ref().map(|s| s.join(" ")))
-        .bind(millis(Utc::now()))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn save_form_values(
-        &self,
-        v: &FormValuesRecord,
-        elicitation: Option<&ElicitationId>,
-        notification: &Value,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(sql!(
-            "INSERT INTO form_values ({FORM_VALUES_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (principal, form) DO UPDATE SET fields = EXCLUDED.fields, secrets = EXCLUDED.secrets,
-                 updated_at = EXCLUDED.updated_at"
-        ))
-        .bind(v.principal.as_str())
-        .bind(&v.form)
-        .bind(v.fields.to_string())
-        .bind(&v.secrets)
-        .bind(millis(v.created_at))
-        .bind(millis(v.updated_at))
-        .execute(&mut *tx)
-        .await?;
-        let completed = match elicitation {
-            Some(id) => finish_in(&mut tx, id, ElicitationStatus::Completed, notification, now).await?,
-            None => false,
-        };
-        tx.commit().await?;
-        Ok(completed)
-    }
-
-    async fn form_values(&self, principal: &Principal, form: &str) -> Result<Option<FormValuesRecord>, StoreError> {
-        let query = sqlx::query_as(sql!(
-            "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = ?1 AND form = ?2"
-        ))
-        .bind(principal.as_str())
-        .bind(form);
-        self.record(query).await
-    }
-
-    async fn all_form_values(&self, principal: &Principal) -> Result<Vec<FormValuesRecord>, StoreError> {
-        let query = sqlx::query_as(sql!(
-            "SELECT {FORM_VALUES_COLUMNS} FROM form_values WHERE principal = ?1 ORDER BY form"
-        ))
-        .bind(principal.as_str());
-        self.records(query).await
-    }
-
-    async fn delete_form_values(&self, principal: &Principal, form: &str) -> Result<bool, StoreError> {
-        let result = sqlx::query("DELETE FROM form_values WHERE principal = ?1 AND form = ?2")
-            .bind(principal.as_str())
-            .bind(form)
-            .execute(&self.pool)
-            .await?;
-        Ok(result.rows_affected() > 0)
-    }
-
-    async fn save_form_answer(
-        &self,
-        answer: &FormAnswerRecord,
-        notification: &Value,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        // Completing first takes the write lock and decides whether this answer is the one kept.
-        if !finish_in(
-            &mut tx,
-            &answer.elicitation_id,
-            ElicitationStatus::Completed,
-            notification,
-            now,
-        )
-        .await?
-        {
-            return Ok(false);
-        }
-        sqlx::query(sql!(
-            "INSERT INTO form_answers ({FORM_ANSWER_COLUMNS}) VALUES (?1, ?2, ?3, ?4)"
-        ))
-        .bind(answer.elicitation_id.to_string())
-        .bind(answer.fields.to_string())
-        .bind(&answer.secrets)
-        .bind(millis(answer.created_at))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(true)
-    }
-
-    async fn take_form_answer(&self, ask: AskKey<'_>) -> Result<Option<FormAnswerRecord>, StoreError> {
-        // One writing statement: it holds the write lock from the search to the delete, so two
-        // racing calls cannot both find the same answer.
-        let query = sqlx::query_as(sql!(
-            "DELETE FROM form_answers WHERE elicitation_id = (
-                 SELECT answer.elicitation_id FROM form_answers answer
-                 JOIN elicitations e ON e.id = answer.elicitation_id
-                 WHERE e.principal = ?1 AND e.session_id = ?2 AND e.requirement = ?3 AND e.call_key = ?4
-                     AND e.status = 'completed'
-                 ORDER BY e.completed_at DESC, e.id DESC LIMIT 1)
-             RETURNING {FORM_ANSWER_COLUMNS}"
-        ))
-        .bind(ask.principal.as_str())
-        .bind(ask.session.as_str())
-        .bind(ask.requirement)
-        .bind(ask.call_key);
-        self.record(query).await
     }
 
     async fn broadcast(&self, _payload: &str) -> Result<(), StoreError> {
