@@ -5,6 +5,9 @@
 //! Wake-ups carry no payload: a woken stream reads the log after its own cursor, so a lost or
 //! duplicated wake-up can delay an event but never skip or repeat one. When the LISTEN connection
 //! drops, every stream is woken once the new connection is listening, which covers the gap.
+//!
+//! Changed upstream tool catalogues are announced the same way, to whoever subscribed
+//! (`Bus::subscribe_catalogues`), by upstream id; after a gap, by [`EVERY_UPSTREAM`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,12 +16,19 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::postgres::PgListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ElicitationId, Principal, SessionId, StreamId};
 use crate::store::{ClientAction, Notice};
 use crate::store::{ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
+
+/// What catalogue subscribers receive when any catalogue may have changed unannounced (this
+/// replica's LISTEN connection was re-opened): reload every one. No upstream id looks like it.
+pub const EVERY_UPSTREAM: &str = "*";
+
+/// Changed catalogues queued per subscriber; one that falls further behind reloads them all.
+const CATALOGUE_QUEUE: usize = 64;
 
 /// Local fan-out: one watch channel per session that has a stream open on this replica, and the
 /// in-call elicitations waiting here for their client's answer. Private: callers say what they
@@ -32,6 +42,8 @@ struct Hub {
     streams: Mutex<HashMap<SessionId, Vec<OpenStream>>>,
     cache: Arc<SessionCache>,
     connections: Arc<ConnectionCache>,
+    /// The ids of upstreams whose stored catalogue changed, to every catalogue subscriber.
+    catalogues: broadcast::Sender<String>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
     connected: AtomicBool,
     /// False while the LISTEN connection cannot be opened again: the database is down.
@@ -46,6 +58,7 @@ impl Hub {
             streams: Mutex::new(HashMap::new()),
             cache,
             connections,
+            catalogues: broadcast::channel(CATALOGUE_QUEUE).0,
             connected: AtomicBool::new(in_process),
             reachable: AtomicBool::new(true),
         }
@@ -83,6 +96,10 @@ impl Hub {
                 self.resumed_elsewhere(session, *stream);
                 return;
             }
+            Notice::CatalogueChanged(upstream) => {
+                self.catalogue_changed(upstream);
+                return;
+            }
         };
         if let Some(sender) = self.lock().get(session) {
             sender.send_modify(|generation| *generation += 1);
@@ -104,11 +121,18 @@ impl Hub {
         }
     }
 
-    /// After notices may have been missed: forget cached sessions and wake every stream. A
-    /// resumed stream whose own notice was lost is older than every notice still to come.
+    fn catalogue_changed(&self, upstream: &str) {
+        // An error only says that nobody subscribed.
+        let _ = self.catalogues.send(upstream.to_owned());
+    }
+
+    /// After notices may have been missed: forget cached sessions, wake every stream and have
+    /// every catalogue reloaded. A resumed stream whose own notice was lost is older than every
+    /// notice still to come.
     fn resync(&self) {
         self.cache.clear();
         self.connections.clear();
+        self.catalogue_changed(EVERY_UPSTREAM);
         for sender in self.lock().values() {
             sender.send_modify(|generation| *generation += 1);
         }
@@ -307,6 +331,23 @@ impl Bus {
     /// from the store's NOTIFY).
     pub fn connections_changed(&self, principal: &Principal) {
         self.hub.notify(&Notice::ConnectionsChanged(principal.clone()));
+    }
+
+    /// An upstream's stored catalogue changed here (`save_catalogue` returned true): tell the
+    /// catalogue subscribers here (the PostgreSQL store also NOTIFYs the other replicas, and this
+    /// one again).
+    pub fn catalogue_changed(&self, upstream: &str) {
+        self.hub.notify(&Notice::CatalogueChanged(upstream.to_owned()));
+    }
+
+    /// The ids of upstreams whose stored catalogue changed, on any replica, from now on: reload
+    /// each from the store. [`EVERY_UPSTREAM`] means any may have changed unannounced (the bus
+    /// reconnected): reload them all. So does [`broadcast::error::RecvError::Lagged`], which a
+    /// receiver more than 64 changes behind gets instead of the ones it missed. A change may be
+    /// received twice (on PostgreSQL, the local announcement and its NOTIFY); reloading is
+    /// idempotent.
+    pub fn subscribe_catalogues(&self) -> broadcast::Receiver<String> {
+        self.hub.catalogues.subscribe()
     }
 
     /// A receiver that changes whenever the session's log or record may have changed.

@@ -104,3 +104,33 @@ async fn notify_wakes_only_that_sessions_streams() {
     drop(rx_b);
     assert_eq!(hub.sessions_with_streams(), vec![a]);
 }
+
+#[test]
+fn catalogue_changes_reach_every_subscriber_and_a_gap_asks_for_a_full_reload() {
+    let hub = Hub::new(Arc::new(SessionCache::new(4)), Arc::new(ConnectionCache::new(4)), false);
+    hub.notify(&Notice::CatalogueChanged("unheard".into()));
+    let (mut first, mut second) = (hub.catalogues.subscribe(), hub.catalogues.subscribe());
+    hub.notify(&Notice::CatalogueChanged("github".into()));
+    hub.notify(&Notice::Appended(SessionId::generate()));
+    hub.resync();
+    for receiver in [&mut first, &mut second] {
+        assert_eq!(receiver.try_recv().ok().as_deref(), Some("github"));
+        assert_eq!(
+            receiver.try_recv().ok().as_deref(),
+            Some(EVERY_UPSTREAM),
+            "after a reconnection, every catalogue is reloaded"
+        );
+        assert!(
+            receiver.try_recv().is_err(),
+            "nothing else, nothing from before subscribing"
+        );
+    }
+
+    for n in 0..=CATALOGUE_QUEUE {
+        hub.notify(&Notice::CatalogueChanged(format!("upstream-{n}")));
+    }
+    assert!(
+        matches!(first.try_recv(), Err(broadcast::error::TryRecvError::Lagged(1))),
+        "a subscriber too far behind is told so, and reloads everything"
+    );
+}
