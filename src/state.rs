@@ -156,6 +156,12 @@ impl AppState {
         )?);
         upstreams.load().await?;
         tasks.push(tokio::spawn(upstreams.clone().maintain(shutdown.clone())));
+        let calls = Arc::new(crate::mcp::RunningCalls::default());
+        tasks.push(tokio::spawn(crate::mcp::listen_for_calls(
+            calls.clone(),
+            bus.clone(),
+            shutdown.clone(),
+        )));
         let state = Self {
             config: Arc::new(config),
             store: database.store,
@@ -163,7 +169,7 @@ impl AppState {
             bus,
             tools: Arc::new(tools),
             upstreams,
-            calls: Arc::new(crate::mcp::RunningCalls::default()),
+            calls,
             identity: Arc::new(identity),
             gate,
             templates,

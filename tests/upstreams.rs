@@ -308,3 +308,89 @@ backend_test!(
         assert_eq!(after["structuredContent"]["upstreams"][0]["ready"], true, "{after}");
     }
 );
+
+postgres_test!(
+    async fn a_catalogue_listed_on_one_replica_reaches_the_clients_of_another() {
+        let Some(s) = setup(Backend::Postgres, &[], "").await else {
+            return;
+        };
+        let b = TestServer::start(&s.database, &gatehouse_config(&s.fake, &s.upstream, "")).await;
+        let bob = client_of(&b, "bob").await;
+        let mut stream = bob.open_stream(None).await;
+        let listed_on_b = || async {
+            tool_names(&bob.call("tools/list", json!({})).await)
+        };
+        assert!(!listed_on_b().await.contains(&"gh_whoami".to_owned()));
+
+        // Alice connects on replica A, which lists the upstream's tools.
+        let alice = client_of(&s.server, "alice").await;
+        connect_first(&s, &alice, "alice").await;
+        let changed = next_list_changed(&mut stream).await;
+        assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
+        let names = listed_on_b().await;
+        assert!(names.contains(&"gh_whoami".to_owned()) && !names.contains(&"gh_connect".to_owned()), "{names:?}");
+
+        // The upstream says its list changed: gatehouse lists it again, and B's clients hear of it.
+        let grew = alice.call("tools/call", json!({"name": "gh_grow", "arguments": {"stream": "request"}})).await;
+        assert_eq!(text(&grew), "grew");
+        next_list_changed(&mut stream).await;
+        assert!(listed_on_b().await.contains(&"gh_grown".to_owned()));
+    }
+);
+
+/// The next `notifications/tools/list_changed` on a session's stream.
+async fn next_list_changed(stream: &mut common::SseStream) -> Value {
+    loop {
+        let (_, message) = stream.next_message(WAIT).await.expect("a list_changed notification");
+        if message["method"] == "notifications/tools/list_changed" {
+            return message;
+        }
+    }
+}
+
+postgres_test!(
+    async fn a_cancellation_and_an_answer_sent_to_another_replica_reach_the_call() {
+        let Some(s) = setup(Backend::Postgres, &[], "").await else {
+            return;
+        };
+        let b = TestServer::start(&s.database, &gatehouse_config(&s.fake, &s.upstream, "")).await;
+        let alice = client_of(&s.server, "alice").await;
+        connect_first(&s, &alice, "alice").await;
+        let alice_on_b = alice.on(&b);
+
+        // The call runs on A; the client's answer to the relayed elicitation reaches B.
+        let mut stream = alice
+            .request_stream("tools/call", json!({"name": "gh_ask_color", "arguments": {}}))
+            .await;
+        let (_, request) = stream.next_message(WAIT).await.expect("the relayed elicitation");
+        let answer = alice_on_b
+            .post_raw(
+                &json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"color": "plum"}}}),
+                &[],
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::ACCEPTED);
+        let (_, result) = stream.next_message(WAIT).await.expect("the answer");
+        assert_eq!(text(&result["result"]), "you chose plum", "{result}");
+
+        // The call runs on A; the client's cancellation reaches B.
+        let id = alice.next_id.load(std::sync::atomic::Ordering::Relaxed);
+        let mut stream = alice
+            .request_stream(
+                "tools/call",
+                json!({"name": "gh_slow", "arguments": {"seconds": 30}, "_meta": {"progressToken": 1}}),
+            )
+            .await;
+        eventually("the upstream runs the call", async || {
+            s.upstream.seen().await.iter().any(|e| e["kind"] == "tool" && e["name"] == "slow").then_some(())
+        })
+        .await;
+        alice_on_b.notify("notifications/cancelled", json!({"requestId": id})).await;
+        let (_, answer) = stream.next_message(WAIT).await.expect("the answer");
+        assert_eq!(answer["result"]["isError"], true, "{answer}");
+        eventually("the upstream is told", async || {
+            s.upstream.seen().await.iter().any(|e| e["kind"] == "cancelled").then_some(())
+        })
+        .await;
+    }
+);

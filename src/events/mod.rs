@@ -29,6 +29,11 @@ pub const EVERY_UPSTREAM: &str = "*";
 
 /// Changed catalogues queued per subscriber; one that falls further behind reloads them all.
 const CATALOGUE_QUEUE: usize = 64;
+/// Cancellations and relayed answers from other replicas queued for this one's running calls; a
+/// listener further behind loses the oldest (their calls end by their own timeouts).
+const CALL_NOTICE_QUEUE: usize = 256;
+/// The largest NOTIFY payload PostgreSQL takes is 8000 bytes.
+const MAX_NOTICE_BYTES: usize = 7900;
 
 /// Local fan-out: one watch channel per session that has a stream open on this replica, and the
 /// in-call elicitations waiting here for their client's answer. Private: callers say what they
@@ -44,6 +49,8 @@ struct Hub {
     connections: Arc<ConnectionCache>,
     /// The ids of upstreams whose stored catalogue changed, to every catalogue subscriber.
     catalogues: broadcast::Sender<String>,
+    /// Cancellations and relayed answers that other replicas received for calls that may run here.
+    calls: broadcast::Sender<Notice>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
     connected: AtomicBool,
     /// False while the LISTEN connection cannot be opened again: the database is down.
@@ -59,6 +66,7 @@ impl Hub {
             cache,
             connections,
             catalogues: broadcast::channel(CATALOGUE_QUEUE).0,
+            calls: broadcast::channel(CALL_NOTICE_QUEUE).0,
             connected: AtomicBool::new(in_process),
             reachable: AtomicBool::new(true),
         }
@@ -98,6 +106,11 @@ impl Hub {
             }
             Notice::CatalogueChanged(upstream) => {
                 self.catalogue_changed(upstream);
+                return;
+            }
+            Notice::CallCancelled(..) | Notice::RelayAnswered(..) => {
+                // An error only says that nobody listens.
+                let _ = self.calls.send(notice.clone());
                 return;
             }
         };
@@ -348,6 +361,22 @@ impl Bus {
     /// idempotent.
     pub fn subscribe_catalogues(&self) -> broadcast::Receiver<String> {
         self.hub.catalogues.subscribe()
+    }
+
+    /// Tells the other replicas of a cancellation or a relayed answer that no call here took.
+    /// False when the notice is too large for a NOTIFY (an answer of several kilobytes).
+    pub async fn tell_replicas(&self, notice: &Notice) -> Result<bool, StoreError> {
+        let payload = notice.encode();
+        if payload.len() > MAX_NOTICE_BYTES {
+            return Ok(false);
+        }
+        self.store.broadcast(&payload).await?;
+        Ok(true)
+    }
+
+    /// Cancellations and relayed answers other replicas received, for the calls running here.
+    pub fn subscribe_calls(&self) -> broadcast::Receiver<Notice> {
+        self.hub.calls.subscribe()
     }
 
     /// A receiver that changes whenever the session's log or record may have changed.

@@ -16,7 +16,8 @@ use uuid::Uuid;
 use super::incall::{self, Outbox};
 use crate::domain::ElicitationId;
 use crate::state::AppState;
-use crate::store::{ClientAction, SessionRecord};
+use crate::events::Bus;
+use crate::store::{ClientAction, Notice, SessionRecord};
 use crate::domain::SessionId;
 use crate::jsonrpc::{self, RequestId};
 use crate::tools::CallStream;
@@ -62,16 +63,8 @@ impl RunningCalls {
         }
     }
 
-    /// The client cancelled its request `params.requestId`; false when no such call runs here.
-    pub fn cancel(&self, session: &SessionId, params: Option<&Value>) -> bool {
-        let id = match params.and_then(|p| p.get("requestId")) {
-            Some(Value::String(id)) => RequestId::String(id.clone()),
-            Some(Value::Number(n)) => match n.as_i64() {
-                Some(n) => RequestId::Number(n),
-                None => return false,
-            },
-            _ => return false,
-        };
+    /// The client cancelled its request `id`; false when no such call runs here.
+    fn cancel(&self, session: &SessionId, id: RequestId) -> bool {
         match lock(&self.cancels).get(&(session.clone(), id)) {
             Some(token) => {
                 token.cancel();
@@ -82,7 +75,7 @@ impl RunningCalls {
     }
 
     /// The client answered a relayed request; false when nobody here waits for that answer.
-    pub fn answer(&self, session: &SessionId, id: &str, answer: Answer) -> bool {
+    fn answer(&self, session: &SessionId, id: &str, answer: Answer) -> bool {
         let mut replies = lock(&self.replies);
         match replies.get(id) {
             Some((owner, _)) if owner == session => {}
@@ -91,6 +84,60 @@ impl RunningCalls {
         match replies.remove(id) {
             Some((_, sender)) => sender.send(answer).is_ok(),
             None => false,
+        }
+    }
+}
+
+fn request_id(value: &Value) -> Option<RequestId> {
+    match value {
+        Value::String(id) => Some(RequestId::String(id.clone())),
+        Value::Number(n) => n.as_i64().map(RequestId::Number),
+        _ => None,
+    }
+}
+
+/// A client's `notifications/cancelled`: the call stops here, or on whichever replica runs it.
+pub async fn cancel(state: &AppState, session: &SessionId, params: Option<&Value>) {
+    let Some(id) = params.and_then(|p| p.get("requestId")) else {
+        return;
+    };
+    let Some(request) = request_id(id) else { return };
+    if state.calls.cancel(session, request) {
+        return;
+    }
+    let notice = Notice::CallCancelled(session.clone(), id.to_string());
+    if let Err(error) = state.bus.tell_replicas(&notice).await {
+        tracing::warn!(%error, "could not pass a cancellation on to the other replicas");
+    }
+}
+
+/// Applies what other replicas received for the calls running here, until shutdown.
+pub async fn listen(calls: Arc<RunningCalls>, bus: Arc<Bus>, shutdown: CancellationToken) {
+    let mut notices = bus.subscribe_calls();
+    loop {
+        let notice = tokio::select! {
+            () = shutdown.cancelled() => return,
+            notice = notices.recv() => notice,
+        };
+        match notice {
+            Ok(Notice::CallCancelled(session, id)) => {
+                if let Some(id) = serde_json::from_str(&id).ok().as_ref().and_then(request_id) {
+                    calls.cancel(&session, id);
+                }
+            }
+            Ok(Notice::RelayAnswered(session, relay, answer)) => {
+                let answer: Value = serde_json::from_str(&answer).unwrap_or(Value::Null);
+                let answer = match (answer.get("result"), answer.get("error")) {
+                    (Some(result), _) => Ok(result.clone()),
+                    (None, error) => Err(error.cloned().unwrap_or(Value::Null)),
+                };
+                calls.answer(&session, &relay, answer);
+            }
+            Ok(_) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "missed cancellations or relayed answers from other replicas");
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         }
     }
 }
@@ -148,8 +195,19 @@ impl CallStream for StreamChannel {
 pub async fn route_answer(state: &AppState, session: &SessionRecord, id: &RequestId, answer: Result<Value, Value>) {
     let RequestId::String(text) = id else { return };
     if text.starts_with(RELAYED_ID_PREFIX) {
-        if !state.calls.answer(&session.id, text, answer) {
-            tracing::info!(session = ?session.id, "an answer to a relayed request found no call waiting for it here");
+        let wire = match &answer {
+            Ok(result) => serde_json::json!({ "result": result }),
+            Err(error) => serde_json::json!({ "error": error }),
+        };
+        if state.calls.answer(&session.id, text, answer) {
+            return;
+        }
+        // The call waits on another replica, if anywhere.
+        let notice = Notice::RelayAnswered(session.id.clone(), text.clone(), wire.to_string());
+        match state.bus.tell_replicas(&notice).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(session = ?session.id, "an answer to a relayed request is too large to pass on to another replica"),
+            Err(error) => tracing::warn!(%error, "could not pass an answer on to the other replicas"),
         }
         return;
     }

@@ -16,7 +16,7 @@ use axum::routing::post;
 
 use crate::state::AppState;
 
-pub use calls::RunningCalls;
+pub use calls::{RunningCalls, listen as listen_for_calls};
 
 /// Newest first; `initialize` answers with the client's version when it is listed, else the newest.
 pub const SUPPORTED_PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];

@@ -314,8 +314,8 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
             Ok(accepted())
         }
         Message::Notification { method, params } => {
-            if method == "notifications/cancelled" && !state.calls.cancel(&session.id, params.as_ref()) {
-                tracing::debug!(session = ?session.id, "a cancellation named no call running here");
+            if method == "notifications/cancelled" {
+                calls::cancel(state, &session.id, params.as_ref()).await;
             }
             Ok(accepted())
         }

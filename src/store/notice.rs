@@ -12,6 +12,8 @@
 //! | `a <elicitation> <action>` | [`Notice::Answered`]           | a client answered an in-call elicitation  |
 //! | `r <session> <stream>`     | [`Notice::Resumed`]            | a client resumed the session's stream     |
 //! | `t <upstream>`             | [`Notice::CatalogueChanged`]   | an upstream's tool catalogue changed      |
+//! | `x <session> <id>`         | [`Notice::CallCancelled`]      | a client cancelled its request `id` (JSON) |
+//! | `y <session> <relay> <answer>` | [`Notice::RelayAnswered`]  | a client answered a relayed request (JSON) |
 //!
 //! A principal may contain spaces, so it is the whole rest of its payload. After a session, further
 //! fields are ignored: replicas of earlier versions sent the event's sequence number after it. An
@@ -33,6 +35,8 @@ const CONNECTIONS_CHANGED: &str = "c";
 const ANSWERED: &str = "a";
 const RESUMED: &str = "r";
 const CATALOGUE_CHANGED: &str = "t";
+const CALL_CANCELLED: &str = "x";
+const RELAY_ANSWERED: &str = "y";
 
 /// What a replica learns from the bus.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +55,11 @@ pub enum Notice {
     Resumed(SessionId, StreamId),
     /// The named upstream's stored tool catalogue changed: replicas reload it.
     CatalogueChanged(String),
+    /// A client cancelled the request whose id is this JSON text; the replica running it stops it.
+    CallCancelled(SessionId, String),
+    /// A client answered the relayed request named (an id without spaces) with this JSON text
+    /// (`{"result": ...}` or `{"error": ...}`); the replica whose call waits takes it from here.
+    RelayAnswered(SessionId, String, String),
 }
 
 /// A client's answer to `elicitation/create` in URL mode.
@@ -91,6 +100,8 @@ impl Notice {
             Notice::Answered(elicitation, action) => format!("{ANSWERED} {elicitation} {}", action.as_str()),
             Notice::Resumed(session, stream) => format!("{RESUMED} {session} {stream}"),
             Notice::CatalogueChanged(upstream) => format!("{CATALOGUE_CHANGED} {upstream}"),
+            Notice::CallCancelled(session, id) => format!("{CALL_CANCELLED} {session} {id}"),
+            Notice::RelayAnswered(session, relay, answer) => format!("{RELAY_ANSWERED} {session} {relay} {answer}"),
         }
     }
 
@@ -110,6 +121,15 @@ impl Notice {
                 Some(Notice::Resumed(session.parse().ok()?, stream.parse().ok()?))
             }
             CATALOGUE_CHANGED => is_upstream_id(fields).then(|| Notice::CatalogueChanged(fields.to_owned())),
+            CALL_CANCELLED => {
+                let (session, id) = fields.split_once(' ')?;
+                Some(Notice::CallCancelled(session.parse().ok()?, id.to_owned()))
+            }
+            RELAY_ANSWERED => {
+                let (session, rest) = fields.split_once(' ')?;
+                let (relay, answer) = rest.split_once(' ')?;
+                Some(Notice::RelayAnswered(session.parse().ok()?, relay.to_owned(), answer.to_owned()))
+            }
             _ => None,
         }
     }
@@ -161,6 +181,13 @@ mod tests {
             Notice::Resumed(SessionId::generate(), StreamId::generate()),
             Notice::CatalogueChanged("github".into()),
             Notice::CatalogueChanged("my-notes_2".into()),
+            Notice::CallCancelled(SessionId::generate(), "\"a request id with spaces\"".into()),
+            Notice::CallCancelled(SessionId::generate(), "7".into()),
+            Notice::RelayAnswered(
+                SessionId::generate(),
+                "gatehouse-relay-1".into(),
+                "{\"result\": {\"action\": \"accept\"}}".into(),
+            ),
         ];
         for notice in notices {
             assert_eq!(Notice::parse(&notice.encode()), Some(notice));
@@ -206,7 +233,9 @@ mod tests {
         assert_eq!(Notice::parse("t "), None, "a catalogue notice names its upstream");
         assert_eq!(Notice::parse("t two words"), None, "an upstream id is an identifier");
         assert_eq!(Notice::parse("t caf\u{e9}"), None);
-        assert_eq!(Notice::parse("x y"), None);
+        assert_eq!(Notice::parse("x y"), None, "a cancellation names a session and a request");
+        assert_eq!(Notice::parse(&format!("x {id}")), None);
+        assert_eq!(Notice::parse(&format!("y {id} relay")), None, "an answer carries the answer");
         assert_eq!(Notice::parse("e not-an-id 1"), None);
         assert_eq!(Notice::parse("e"), None);
         assert_eq!(Notice::parse(""), None);

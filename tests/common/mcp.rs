@@ -144,10 +144,10 @@ impl McpClient {
             // the response; what came before (progress, log messages) is not the caller's here.
             String::from_utf8_lossy(&bytes)
                 .lines()
+                .rev()
                 .filter_map(|line| line.strip_prefix("data:"))
                 .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-                .filter(|message| message.get("id").is_some() && message.get("method").is_none())
-                .last()
+                .find(|message| message.get("id").is_some() && message.get("method").is_none())
                 .unwrap_or(Value::Null)
         } else {
             serde_json::from_slice(&bytes).expect("JSON body")
