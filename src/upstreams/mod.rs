@@ -47,6 +47,8 @@ pub use upstream::Upstream;
 pub const REFRESH_AFTER: Duration = Duration::from_secs(600);
 /// How often idle sessions close and catalogues needing no credentials are listed again.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long shutdown waits for upstream sessions to close.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 /// Refreshes waiting at once; more are dropped (one waiting already covers them).
 const REFRESH_QUEUE: usize = 64;
 
@@ -69,6 +71,37 @@ pub struct Core {
 pub struct Upstreams {
     core: Arc<Core>,
     refresh: Mutex<Option<mpsc::Receiver<String>>>,
+}
+
+/// Pages of `tools/list` read from one upstream, at most.
+const MAX_LIST_PAGES: usize = 100;
+
+/// The upstream's tools (all pages, up to [`catalogue::MAX_TOOLS`] tools and [`MAX_LIST_PAGES`]
+/// pages), within `timeout`. Written here rather than with rmcp's `list_all_tools`, which follows
+/// cursors without bound and without a deadline.
+async fn list_tools(session: &pool::Session, timeout: Duration) -> Result<Vec<Value>, String> {
+    let peer = session.service.peer();
+    let listing = async {
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+            let page = peer.list_tools(Some(params)).await.map_err(|e| e.to_string())?;
+            tools.extend(page.tools.iter().filter_map(|t| serde_json::to_value(t).ok()));
+            if tools.len() >= catalogue::MAX_TOOLS {
+                tools.truncate(catalogue::MAX_TOOLS);
+                break;
+            }
+            cursor = page.next_cursor;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(tools)
+    };
+    tokio::time::timeout(timeout, listing)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {}", humantime::format_duration(timeout))))
 }
 
 /// The client for upstream MCP servers: no redirects (a redirect could carry a user's token
@@ -213,9 +246,7 @@ impl Upstreams {
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => {
-                    for upstream in &self.core.upstreams {
-                        self.core.pool.close_idle(std::slice::from_ref(upstream));
-                    }
+                    self.core.pool.close_everything(SHUTDOWN_WAIT).await;
                     return;
                 }
                 Some(upstream) = refresh.recv() => self.core.list(&upstream).await,
@@ -295,7 +326,7 @@ impl Core {
         let listing = match self.pool.newest_of(id) {
             Some(session) => {
                 let principal = session.principal.clone();
-                (session.service.peer().list_all_tools().await, principal)
+                (list_tools(&session, upstream.timeout).await, principal)
             }
             None if upstream.requires.is_empty() => {
                 let opening = Opening {
@@ -304,7 +335,7 @@ impl Core {
                 };
                 match self.pool.open_unpooled(upstream, opening).await {
                     Ok(session) => {
-                        let listed = session.service.peer().list_all_tools().await;
+                        let listed = list_tools(&session, upstream.timeout).await;
                         pool::close(Arc::new(session));
                         (listed, None)
                     }
@@ -323,11 +354,6 @@ impl Core {
                 return;
             }
         };
-        let tools: Vec<Value> = tools
-            .into_iter()
-            .take(catalogue::MAX_TOOLS)
-            .filter_map(|t| serde_json::to_value(t).ok())
-            .collect();
         let tools = Value::Array(tools);
         let record = CatalogueRecord {
             upstream: id.to_owned(),

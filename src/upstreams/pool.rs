@@ -233,6 +233,18 @@ impl Pool {
         }
     }
 
+    /// At shutdown: ends every session (HTTP sessions deleted at the upstream, processes stopped),
+    /// waiting at most `wait` for them.
+    pub async fn close_everything(&self, wait: Duration) {
+        let sessions: Vec<Arc<Session>> = self.lock().drain().map(|(_, session)| session).collect();
+        let closing = sessions.into_iter().filter_map(Arc::into_inner).map(|session| async move {
+            let _ = session.service.cancel().await;
+        });
+        if tokio::time::timeout(wait, futures::future::join_all(closing)).await.is_err() {
+            tracing::warn!("some upstream sessions did not close in time");
+        }
+    }
+
     /// Closes every session of `principal` (their credentials are gone).
     pub fn close_all_of(&self, principal: &Principal) {
         let closed: Vec<Arc<Session>> = {
