@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::service::{RunningService, RoleClient};
-use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
+use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
@@ -237,10 +237,16 @@ impl Pool {
     /// waiting at most `wait` for them.
     pub async fn close_everything(&self, wait: Duration) {
         let sessions: Vec<Arc<Session>> = self.lock().drain().map(|(_, session)| session).collect();
-        let closing = sessions.into_iter().filter_map(Arc::into_inner).map(|session| async move {
-            let _ = session.service.cancel().await;
-        });
-        if tokio::time::timeout(wait, futures::future::join_all(closing)).await.is_err() {
+        let closing = sessions
+            .into_iter()
+            .filter_map(Arc::into_inner)
+            .map(|session| async move {
+                let _ = session.service.cancel().await;
+            });
+        if tokio::time::timeout(wait, futures::future::join_all(closing))
+            .await
+            .is_err()
+        {
             tracing::warn!("some upstream sessions did not close in time");
         }
     }
@@ -377,7 +383,11 @@ async fn log_stderr(
     loop {
         line.clear();
         // At most a line's worth at a time: the rest of a longer line comes as the next one.
-        match (&mut lines).take(MAX_STDERR_LINE as u64).read_until(b'\n', &mut line).await {
+        match (&mut lines)
+            .take(MAX_STDERR_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await
+        {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
