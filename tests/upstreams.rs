@@ -397,6 +397,48 @@ backend_test!(
     }
 );
 
+backend_test!(
+    async fn a_session_the_upstream_forgot_is_initialized_again(backend: Backend) {
+        let Some(s) = setup(backend, &[], "").await else {
+            return;
+        };
+        let alice = client_of(&s.server, "alice").await;
+        connect_first(&s, &alice, "alice").await;
+        alice
+            .call("tools/call", json!({"name": "gh_whoami", "arguments": {}}))
+            .await;
+        let session = s
+            .upstream
+            .seen()
+            .await
+            .iter()
+            .rev()
+            .find(|e| e["method"] == "tools/call")
+            .expect("a call")["session"]
+            .as_str()
+            .expect("session")
+            .to_owned();
+        // The upstream ends the session (as a restart would): its next request there gets 404.
+        let token = s.fake.issue_token("alice", &["read"]);
+        let ended = reqwest::Client::new()
+            .delete(s.upstream.url())
+            .bearer_auth(&token)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+            .await
+            .expect("DELETE");
+        assert!(ended.status().is_success(), "{}", ended.status());
+        let result = alice
+            .call("tools/call", json!({"name": "gh_whoami", "arguments": {}}))
+            .await;
+        assert_eq!(result["structuredContent"]["login"], "alice", "{result}");
+        let seen = s.upstream.seen().await;
+        let last = seen.iter().rev().find(|e| e["method"] == "tools/call").expect("a call");
+        assert_ne!(last["session"], session, "the call went on a new session");
+    }
+);
+
 postgres_test!(
     async fn a_catalogue_listed_on_one_replica_reaches_the_clients_of_another() {
         let Some(s) = setup(Backend::Postgres, &[], "").await else {
