@@ -1,0 +1,300 @@
+//! Section "upstream": `tools/call` to a fast MCP server directly and through gatehouse's
+//! `[[upstreams]]`, back to back at the same concurrency, then gatehouse's memory per held
+//! upstream session with many users.
+
+use std::future::Future;
+use std::path::Path;
+
+use serde_json::json;
+
+use super::fast_upstream::FastUpstream;
+use super::{
+    ACCEPT, Database, LoadResult, Options, Target, call_load, initialize, local, settled_rss_kib, start_gatehouse,
+    tool_succeeded, wait_until_up,
+};
+
+/// The upstream's tool as gatehouse names it: `<id>_<tool>`.
+const GATED_TOOL: &str = "fast_echo";
+
+pub(super) async fn section(options: &Options, database: &Database) -> Result<(), String> {
+    let upstream = FastUpstream::start().await?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let config = dir.path().join("gatehouse.toml");
+    std::fs::write(&config, gatehouse_config(&upstream.url)).map_err(|e| e.to_string())?;
+    let mut outcome = side_by_side(options, database, &config, &upstream).await;
+    if outcome.is_ok() {
+        outcome = held_sessions(options, database, &config, &upstream).await;
+    }
+    upstream.stop().await;
+    outcome
+}
+
+/// Header identity (each client is a principal of its own) and the fast upstream, no requirements.
+fn gatehouse_config(upstream_url: &str) -> String {
+    format!(
+        "{}\n[[upstreams]]\nid = \"fast\"\nurl = \"{upstream_url}\"\nrequires = []\n",
+        include_str!("../../tests/fixtures/header_identity.toml")
+    )
+}
+
+/// A gatehouse on `config`, its `/mcp` URL once it answers.
+async fn start(database: &Database, config: &Path) -> Result<(tokio::process::Child, String), String> {
+    let port = local::free_port();
+    let public = format!("http://127.0.0.1:{port}");
+    let gatehouse = start_gatehouse(&database.url, port, Some((config, &public)))?;
+    wait_until_up(&format!("{public}/healthz")).await?;
+    Ok((gatehouse, format!("{public}/mcp")))
+}
+
+/// Direct, then through gatehouse with one principal per client: throughput, latency, CPU.
+async fn side_by_side(
+    options: &Options,
+    database: &Database,
+    config: &Path,
+    upstream: &FastUpstream,
+) -> Result<(), String> {
+    println!(
+        "\n## tools/call to an upstream MCP server (rmcp, in the bench process) at {} clients, direct and through gatehouse ({} s measured after {} s warm-up)\n",
+        options.clients,
+        options.duration.as_secs(),
+        options.warmup.as_secs()
+    );
+    println!(
+        "| path | calls/s | p50 ms | p99 ms | calls | errors | CPU per call: gatehouse | bench (clients + upstream) |\n|---|---|---|---|---|---|---|---|"
+    );
+    let direct = Target {
+        name: "direct (echo)",
+        url: upstream.url.clone(),
+        tool: "echo",
+        arguments: json!({"text": "hello"}),
+        users: None,
+    };
+    let (sessions_before, bench_cpu) = (upstream.open_sessions().await, cpu_micros(None));
+    let direct_result = call_load(&direct, options.clients, options.warmup, options.duration).await?;
+    let bench_cpu = per_call(bench_cpu, cpu_micros(None), &direct_result);
+    row(direct.name, &direct_result, None, bench_cpu);
+    let direct_held = upstream.open_sessions().await.saturating_sub(sessions_before);
+
+    let (mut gatehouse, url) = start(database, config).await?;
+    let outcome = through_gatehouse(options, upstream, &gatehouse, url).await;
+    let _ = gatehouse.kill().await;
+    let (through, held) = outcome?;
+    let rate = |r: &LoadResult| r.calls as f64 / r.seconds;
+    println!(
+        "\nupstream sessions opened: {direct_held} by the direct clients, {held} by gatehouse for {} principals",
+        options.clients
+    );
+    println!(
+        "gatehouse / direct throughput: {:.2} (goal ≥ 0.90); p50 added: {:.2} ms (goal ≤ 1 ms); p99 added: {:.2} ms",
+        rate(&through) / rate(&direct_result),
+        through.p50_ms - direct_result.p50_ms,
+        through.p99_ms - direct_result.p99_ms
+    );
+    Ok(())
+}
+
+/// The through-gatehouse row; returns its result and how many upstream sessions it opened.
+async fn through_gatehouse(
+    options: &Options,
+    upstream: &FastUpstream,
+    gatehouse: &tokio::process::Child,
+    url: String,
+) -> Result<(LoadResult, usize), String> {
+    let pid = gatehouse.id().ok_or("gatehouse exited")?;
+    let http = reqwest::Client::new();
+    // One call first, so a gatehouse that cannot reach the upstream says why instead of a row of errors.
+    let probe = initialize(&http, &url, Some("bench-upstream-probe")).await?;
+    if let Err(answer) = call_once(&http, &url, "bench-upstream-probe", &probe).await? {
+        return Err(format!("{GATED_TOOL} through gatehouse failed: {answer}"));
+    }
+    let sessions_before = upstream.open_sessions().await;
+    let target = Target {
+        name: "through gatehouse (fast_echo, a principal per client)",
+        url,
+        tool: GATED_TOOL,
+        arguments: json!({"text": "hello"}),
+        users: Some("bench-upstream-client-"),
+    };
+    let (gatehouse_cpu, bench_cpu) = (cpu_micros(Some(pid)), cpu_micros(None));
+    let result = call_load(&target, options.clients, options.warmup, options.duration).await?;
+    let gatehouse_cpu = per_call(gatehouse_cpu, cpu_micros(Some(pid)), &result);
+    let bench_cpu = per_call(bench_cpu, cpu_micros(None), &result);
+    row(target.name, &result, gatehouse_cpu, bench_cpu);
+    let held = upstream.open_sessions().await.saturating_sub(sessions_before);
+    Ok((result, held))
+}
+
+/// `users` principals each call the upstream's tool once on a fresh gatehouse; its resident
+/// memory before and after, against the sessions the upstream itself counts.
+async fn held_sessions(
+    options: &Options,
+    database: &Database,
+    config: &Path,
+    upstream: &FastUpstream,
+) -> Result<(), String> {
+    let users = options.upstream_users;
+    println!("\n## {users} users' upstream sessions held at once\n");
+    let (mut gatehouse, url) = start(database, config).await?;
+    let outcome = measure_held(users, upstream, &gatehouse, &url).await;
+    let _ = gatehouse.kill().await;
+    outcome
+}
+
+async fn measure_held(
+    users: usize,
+    upstream: &FastUpstream,
+    gatehouse: &tokio::process::Child,
+    url: &str,
+) -> Result<(), String> {
+    let pid = gatehouse.id().ok_or("gatehouse exited")?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .map_err(|e| e.to_string())?;
+    // A few users first, so what every first call sets up once is in place before measuring.
+    let warm = open_sessions(&http, url, "bench-upstream-warm-", 10).await?;
+    let (_, warm_failures) = call_all(&http, url, warm).await?;
+    if warm_failures > 0 {
+        return Err(format!("{warm_failures} of 10 warm-up calls failed"));
+    }
+    // The users' gatehouse sessions exist before the "before" reading: the difference is what
+    // their calls added, upstream sessions above all.
+    let sessions = open_sessions(&http, url, "bench-upstream-user-", users).await?;
+    let (upstream_before, initializes_before) = (upstream.open_sessions().await, upstream.initializes());
+    let rss_before = settled_rss_kib(pid).await?;
+    let (first_failure, failures) = call_all(&http, url, sessions).await?;
+    let rss_after = settled_rss_kib(pid).await?;
+    let held = upstream.open_sessions().await.saturating_sub(upstream_before);
+    let initialized = upstream.initializes().saturating_sub(initializes_before);
+    if let Some(answer) = first_failure {
+        eprintln!("{failures} calls failed; the first: {answer}");
+    }
+    println!(
+        "| users | calls ok | upstream sessions held (initializes) | RSS before calls | RSS after | per upstream session |\n|---|---|---|---|---|---|"
+    );
+    let per_session = if held == 0 {
+        "n/a".to_owned()
+    } else {
+        format!("{:.1} KiB", (rss_after as f64 - rss_before as f64) / held as f64)
+    };
+    println!(
+        "| {users} | {} | {held} ({initialized}) | {:.1} MiB | {:.1} MiB | {per_session} |",
+        users - failures,
+        rss_before as f64 / 1024.0,
+        rss_after as f64 / 1024.0
+    );
+    Ok(())
+}
+
+/// One gatehouse session for each of `count` users named `{prefix}{i}`: (user, session id).
+async fn open_sessions(
+    http: &reqwest::Client,
+    url: &str,
+    prefix: &str,
+    count: usize,
+) -> Result<Vec<(String, String)>, String> {
+    in_parallel((0..count).map(|i| {
+        let (http, url, user) = (http.clone(), url.to_owned(), format!("{prefix}{i}"));
+        async move {
+            let session = initialize(&http, &url, Some(&user)).await?;
+            Ok((user, session))
+        }
+    }))
+    .await
+}
+
+/// Each session calls the upstream's tool once: the first failed answer, and how many failed.
+async fn call_all(
+    http: &reqwest::Client,
+    url: &str,
+    sessions: Vec<(String, String)>,
+) -> Result<(Option<String>, usize), String> {
+    let answers = in_parallel(sessions.into_iter().map(|(user, session)| {
+        let (http, url) = (http.clone(), url.to_owned());
+        async move { call_once(&http, &url, &user, &session).await }
+    }))
+    .await?;
+    let failures = answers.iter().filter(|a| a.is_err()).count();
+    let first = answers.into_iter().find_map(Result::err);
+    Ok((first, failures))
+}
+
+/// One call of the upstream's tool as `user`: Ok(()) for a successful result, else the answer.
+async fn call_once(http: &reqwest::Client, url: &str, user: &str, session: &str) -> Result<Result<(), String>, String> {
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": GATED_TOOL, "arguments": {"text": "hello"}}});
+    let response = http
+        .post(url)
+        .header("accept", ACCEPT)
+        .header("x-forwarded-user", user)
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&call)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response.text().await.map_err(|e| e.to_string())?;
+    Ok(if status.is_success() && tool_succeeded(&body) {
+        Ok(())
+    } else {
+        Err(format!("{status}: {body}"))
+    })
+}
+
+/// Runs the tasks 32 at a time; their outputs in order, or the first error.
+async fn in_parallel<T, F>(tasks: impl Iterator<Item = F>) -> Result<Vec<T>, String>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, String>> + Send + 'static,
+{
+    let mut done = Vec::new();
+    let mut running = Vec::with_capacity(32);
+    for task in tasks {
+        running.push(tokio::spawn(task));
+        if running.len() == 32 {
+            for handle in running.drain(..) {
+                done.push(handle.await.map_err(|e| e.to_string())??);
+            }
+        }
+    }
+    for handle in running {
+        done.push(handle.await.map_err(|e| e.to_string())??);
+    }
+    Ok(done)
+}
+
+/// CPU time (user + system) a process has used, in microseconds; this process when `None`.
+fn cpu_micros(pid: Option<u32>) -> Option<u64> {
+    let path = pid.map_or_else(|| "/proc/self/stat".to_owned(), |pid| format!("/proc/{pid}/stat"));
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces: state is
+    // field 3, utime 14 and stime 15.
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = u64::try_from(ticks).ok().filter(|&t| t > 0)?;
+    Some((utime + stime) * 1_000_000 / ticks)
+}
+
+/// CPU microseconds per successful call between two readings.
+fn per_call(before: Option<u64>, after: Option<u64>, result: &LoadResult) -> Option<f64> {
+    let used = after?.checked_sub(before?)?;
+    (result.all_calls > 0).then(|| used as f64 / result.all_calls as f64)
+}
+
+fn row(name: &str, result: &LoadResult, gatehouse_cpu: Option<f64>, bench_cpu: Option<f64>) {
+    let micros = |cpu: Option<f64>| cpu.map_or_else(|| "n/a".to_owned(), |c| format!("{c:.0} µs"));
+    println!(
+        "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} |",
+        result.calls as f64 / result.seconds,
+        result.p50_ms,
+        result.p99_ms,
+        result.calls,
+        result.errors,
+        micros(gatehouse_cpu),
+        micros(bench_cpu)
+    );
+}
