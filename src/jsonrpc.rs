@@ -16,7 +16,7 @@ pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 pub const SERVICE_UNAVAILABLE: i64 = -32010;
 
 /// A request id: MCP allows strings and integers, never null.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(untagged)]
 pub enum RequestId {
     Number(i64),
@@ -32,18 +32,19 @@ pub enum Message {
     },
     Notification {
         method: String,
+        params: Option<Value>,
     },
-    /// A client's answer to a request the server sent: its result, or None for an error.
+    /// A client's answer to a request the server sent: its result, or its error.
     Response {
         id: RequestId,
-        result: Option<Value>,
+        answer: Result<Value, Value>,
     },
 }
 
 impl Message {
     pub fn method(&self) -> Option<&str> {
         match self {
-            Message::Request { method, .. } | Message::Notification { method } => Some(method),
+            Message::Request { method, .. } | Message::Notification { method, .. } => Some(method),
             Message::Response { .. } => None,
         }
     }
@@ -143,13 +144,16 @@ pub fn classify(value: Value) -> Result<Message, (Option<RequestId>, RpcError)> 
         }
         return Ok(match id {
             Some(id) => Message::Request { id, method, params },
-            None => Message::Notification { method },
+            None => Message::Notification { method, params },
         });
     }
     match id {
         Some(id) if object.contains_key("result") || object.contains_key("error") => Ok(Message::Response {
             id,
-            result: object.remove("result"),
+            answer: match object.remove("result") {
+                Some(result) => Ok(result),
+                None => Err(object.remove("error").unwrap_or(Value::Null)),
+            },
         }),
         id => Err((
             id,

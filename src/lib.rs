@@ -19,6 +19,7 @@ pub mod state;
 pub mod store;
 pub mod text;
 pub mod tools;
+pub mod upstreams;
 pub mod vault;
 pub mod web;
 

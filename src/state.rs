@@ -18,6 +18,7 @@ use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
 use crate::store::{self, ConnectionCache, SessionCache, Store, StoreError};
 use crate::tools::ToolRegistry;
+use crate::upstreams::Upstreams;
 use crate::vault::{KeyRing, VaultError};
 use crate::web::templates::Templates;
 
@@ -58,6 +59,10 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     pub bus: Arc<Bus>,
     pub tools: Arc<ToolRegistry>,
+    /// Upstream MCP servers whose tools gatehouse offers beside its own.
+    pub upstreams: Arc<Upstreams>,
+    /// Calls running on this replica that a client may cancel.
+    pub calls: Arc<crate::mcp::RunningCalls>,
     pub identity: Arc<Identity>,
     pub gate: Arc<Gate>,
     pub templates: Arc<Templates>,
@@ -78,6 +83,7 @@ impl AppState {
         let forms = Arc::new(Forms::from_config(&config.forms)?);
         let templates = Arc::new(Templates::load(config.server.template_dir.as_deref())?);
         let tools = ToolRegistry::from_config(&config, &providers, &forms, client.clone())?;
+        let upstreams = Upstreams::parse(&config, &providers, &forms)?;
         let vault = Arc::new(key_ring(&config)?);
         let public_url = Arc::new(PublicUrl::new(&config.public_url()));
         let database = store::connect(config.database.url.expose(), config.database.max_connections).await?;
@@ -137,15 +143,33 @@ impl AppState {
             OAuthClient::new(client),
             connection_cache,
         ));
+        let forms_for_upstreams = forms.clone();
         let form_values = Arc::new(FormValues::new(backing, elicitations.clone(), forms));
         let gate = Arc::new(Gate::new(elicitations, connections, form_values));
         tasks.push(tokio::spawn(gate::sweep_periodically(gate.clone(), shutdown.clone())));
+        let upstreams = Arc::new(Upstreams::new(
+            upstreams,
+            forms_for_upstreams,
+            tools.names(),
+            database.store.clone(),
+            bus.clone(),
+        )?);
+        upstreams.load().await?;
+        tasks.push(tokio::spawn(upstreams.clone().maintain(shutdown.clone())));
+        let calls = Arc::new(crate::mcp::RunningCalls::default());
+        tasks.push(tokio::spawn(crate::mcp::listen_for_calls(
+            calls.clone(),
+            bus.clone(),
+            shutdown.clone(),
+        )));
         let state = Self {
             config: Arc::new(config),
             store: database.store,
             sessions,
             bus,
             tools: Arc::new(tools),
+            upstreams,
+            calls,
             identity: Arc::new(identity),
             gate,
             templates,

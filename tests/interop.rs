@@ -4,82 +4,15 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
 
 use axum::Router;
 use axum::extract::Path as UrlPath;
 use axum::routing::get;
+use common::python::{python_sdk, unavailable};
 use common::upstream::serve;
 use common::{Backend, TestDatabase, TestServer, confirm_payment, pay_arguments, pay_tool, repo, text};
 use serde_json::{Value, json};
-
-const PYTHON_SDK: &str = "mcp==2.3.0";
-
-/// A peer that cannot be set up: a loud skip, or a failure under `CI=true`.
-fn unavailable(what: &str, why: &str) {
-    let message = format!("\n!!! {what} is unavailable ({why}): this interop test is SKIPPED.\n");
-    assert!(
-        std::env::var("CI").map_or(true, |v| v != "true"),
-        "CI=true requires {what}: {message}"
-    );
-    eprintln!("{message}");
-}
-
-fn run(command: &mut Command) -> Result<std::process::Output, String> {
-    let output = command.output().map_err(|e| format!("cannot run {command:?}: {e}"))?;
-    if output.status.success() {
-        Ok(output)
-    } else {
-        Err(format!(
-            "{command:?} failed ({}):\n{}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
-}
-
-static VENV: Mutex<()> = Mutex::new(());
-
-/// A virtualenv under target/ with the official Python SDK.
-fn python_with_sdk() -> Result<PathBuf, String> {
-    let _guard = VENV.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let venv = repo().join("target/interop-venv");
-    let python = venv.join("bin/python");
-    let ready = python.exists()
-        && Command::new(&python)
-            .args([
-                "-c",
-                "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'",
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !ready {
-        run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
-        run(Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            PYTHON_SDK,
-        ]))?;
-    }
-    Ok(python)
-}
-
-/// The Python interpreter of [`python_with_sdk`], or None (after saying so) when it cannot be set up.
-async fn python_sdk() -> Option<PathBuf> {
-    match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
-        Ok(python) => Some(python),
-        Err(why) => {
-            unavailable("the Python MCP SDK", &why);
-            None
-        }
-    }
-}
 
 /// An upstream that greets whoever its path names.
 async fn upstream() -> SocketAddr {

@@ -2,8 +2,8 @@
 //! at start. Errors name the offending key so an operator can fix the file without reading code.
 //!
 //! This module owns loading (file, environment layer, typing, validation) and the error type; the
-//! submodules own one part each: `sections` the server's own sections, `providers`, `forms` and
-//! `tools` the configured lists, `env` the environment layer, `duration` durations in the file, and
+//! submodules own one part each: `sections` the server's own sections, `providers`, `forms`,
+//! `tools` and `upstreams` the configured lists, `env` the environment layer, `duration` durations in the file, and
 //! `validate` the checks across keys. It imports only leaf modules (`secret`), so every other
 //! module may build on it.
 
@@ -13,6 +13,7 @@ mod forms;
 mod providers;
 mod sections;
 mod tools;
+mod upstreams;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ pub use sections::{
     ServerConfig,
 };
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
+pub use upstreams::{UpstreamConfig, UpstreamOverride};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -62,6 +64,7 @@ pub struct Config {
     pub providers: Vec<ProviderConfig>,
     pub forms: Vec<FormConfig>,
     pub tools: Vec<ToolConfig>,
+    pub upstreams: Vec<UpstreamConfig>,
 }
 
 /// Where the configuration comes from: an optional file plus the process environment.

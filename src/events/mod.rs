@@ -5,6 +5,9 @@
 //! Wake-ups carry no payload: a woken stream reads the log after its own cursor, so a lost or
 //! duplicated wake-up can delay an event but never skip or repeat one. When the LISTEN connection
 //! drops, every stream is woken once the new connection is listening, which covers the gap.
+//!
+//! Changed upstream tool catalogues are announced the same way, to whoever subscribed
+//! (`Bus::subscribe_catalogues`), by upstream id; after a gap, by [`EVERY_UPSTREAM`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,12 +16,24 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::postgres::PgListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ElicitationId, Principal, SessionId, StreamId};
 use crate::store::{ClientAction, Notice};
 use crate::store::{ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
+
+/// What catalogue subscribers receive when any catalogue may have changed unannounced (this
+/// replica's LISTEN connection was re-opened): reload every one. No upstream id looks like it.
+pub const EVERY_UPSTREAM: &str = "*";
+
+/// Changed catalogues queued per subscriber; one that falls further behind reloads them all.
+const CATALOGUE_QUEUE: usize = 64;
+/// Cancellations and relayed answers from other replicas queued for this one's running calls; a
+/// listener further behind loses the oldest (their calls end by their own timeouts).
+const CALL_NOTICE_QUEUE: usize = 256;
+/// The largest NOTIFY payload PostgreSQL takes is 8000 bytes.
+const MAX_NOTICE_BYTES: usize = 7900;
 
 /// Local fan-out: one watch channel per session that has a stream open on this replica, and the
 /// in-call elicitations waiting here for their client's answer. Private: callers say what they
@@ -32,6 +47,10 @@ struct Hub {
     streams: Mutex<HashMap<SessionId, Vec<OpenStream>>>,
     cache: Arc<SessionCache>,
     connections: Arc<ConnectionCache>,
+    /// The ids of upstreams whose stored catalogue changed, to every catalogue subscriber.
+    catalogues: broadcast::Sender<String>,
+    /// Cancellations and relayed answers that other replicas received for calls that may run here.
+    calls: broadcast::Sender<Notice>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
     connected: AtomicBool,
     /// False while the LISTEN connection cannot be opened again: the database is down.
@@ -46,6 +65,8 @@ impl Hub {
             streams: Mutex::new(HashMap::new()),
             cache,
             connections,
+            catalogues: broadcast::channel(CATALOGUE_QUEUE).0,
+            calls: broadcast::channel(CALL_NOTICE_QUEUE).0,
             connected: AtomicBool::new(in_process),
             reachable: AtomicBool::new(true),
         }
@@ -83,6 +104,15 @@ impl Hub {
                 self.resumed_elsewhere(session, *stream);
                 return;
             }
+            Notice::CatalogueChanged(upstream) => {
+                self.catalogue_changed(upstream);
+                return;
+            }
+            Notice::CallCancelled(..) | Notice::RelayAnswered(..) => {
+                // An error only says that nobody listens.
+                let _ = self.calls.send(notice.clone());
+                return;
+            }
         };
         if let Some(sender) = self.lock().get(session) {
             sender.send_modify(|generation| *generation += 1);
@@ -104,11 +134,18 @@ impl Hub {
         }
     }
 
-    /// After notices may have been missed: forget cached sessions and wake every stream. A
-    /// resumed stream whose own notice was lost is older than every notice still to come.
+    fn catalogue_changed(&self, upstream: &str) {
+        // An error only says that nobody subscribed.
+        let _ = self.catalogues.send(upstream.to_owned());
+    }
+
+    /// After notices may have been missed: forget cached sessions, wake every stream and have
+    /// every catalogue reloaded. A resumed stream whose own notice was lost is older than every
+    /// notice still to come.
     fn resync(&self) {
         self.cache.clear();
         self.connections.clear();
+        self.catalogue_changed(EVERY_UPSTREAM);
         for sender in self.lock().values() {
             sender.send_modify(|generation| *generation += 1);
         }
@@ -309,6 +346,39 @@ impl Bus {
         self.hub.notify(&Notice::ConnectionsChanged(principal.clone()));
     }
 
+    /// An upstream's stored catalogue changed here (`save_catalogue` returned true): tell the
+    /// catalogue subscribers here (the PostgreSQL store also NOTIFYs the other replicas, and this
+    /// one again).
+    pub fn catalogue_changed(&self, upstream: &str) {
+        self.hub.notify(&Notice::CatalogueChanged(upstream.to_owned()));
+    }
+
+    /// The ids of upstreams whose stored catalogue changed, on any replica, from now on: reload
+    /// each from the store. [`EVERY_UPSTREAM`] means any may have changed unannounced (the bus
+    /// reconnected): reload them all. So does [`broadcast::error::RecvError::Lagged`], which a
+    /// receiver more than 64 changes behind gets instead of the ones it missed. A change may be
+    /// received twice (on PostgreSQL, the local announcement and its NOTIFY); reloading is
+    /// idempotent.
+    pub fn subscribe_catalogues(&self) -> broadcast::Receiver<String> {
+        self.hub.catalogues.subscribe()
+    }
+
+    /// Tells the other replicas of a cancellation or a relayed answer that no call here took.
+    /// False when the notice is too large for a NOTIFY (an answer of several kilobytes).
+    pub async fn tell_replicas(&self, notice: &Notice) -> Result<bool, StoreError> {
+        let payload = notice.encode();
+        if payload.len() > MAX_NOTICE_BYTES {
+            return Ok(false);
+        }
+        self.store.broadcast(&payload).await?;
+        Ok(true)
+    }
+
+    /// Cancellations and relayed answers other replicas received, for the calls running here.
+    pub fn subscribe_calls(&self) -> broadcast::Receiver<Notice> {
+        self.hub.calls.subscribe()
+    }
+
     /// A receiver that changes whenever the session's log or record may have changed.
     pub fn subscribe(&self, session: &SessionId) -> watch::Receiver<u64> {
         self.hub.subscribe(session)
@@ -444,109 +514,4 @@ async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToke
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn every_waiter_on_an_elicitation_gets_the_answer() {
-        let hub = Arc::new(Hub::new(
-            Arc::new(SessionCache::new(4)),
-            Arc::new(ConnectionCache::new(4)),
-            true,
-        ));
-        let elicitation = ElicitationId::generate();
-        let mut first = hub.await_answer(elicitation);
-        let mut second = hub.await_answer(elicitation);
-        hub.notify(&Notice::Answered(elicitation, ClientAction::Accept));
-        assert_eq!(first.recv().await, Some(ClientAction::Accept));
-        assert_eq!(second.recv().await, Some(ClientAction::Accept));
-        drop(first);
-        hub.notify(&Notice::Answered(elicitation, ClientAction::Decline));
-        assert_eq!(
-            second.recv().await,
-            Some(ClientAction::Decline),
-            "the other waiter stays"
-        );
-        drop(second);
-        assert!(hub.answers.lock().expect("lock").is_empty(), "nothing left behind");
-    }
-
-    #[test]
-    fn stream_slots_are_counted_per_session_and_freed_on_drop() {
-        let hub = Arc::new(Hub::new(
-            Arc::new(SessionCache::new(4)),
-            Arc::new(ConnectionCache::new(4)),
-            true,
-        ));
-        let (a, b) = (SessionId::generate(), SessionId::generate());
-        let first = hub.claim_stream(&a, 2, false).expect("first");
-        let _second = hub.claim_stream(&a, 2, false).expect("second");
-        assert!(hub.claim_stream(&a, 2, false).is_none(), "the limit is reached");
-        assert!(
-            hub.claim_stream(&b, 2, false).is_some(),
-            "another session has its own count"
-        );
-        drop(first);
-        let _third = hub.claim_stream(&a, 2, false).expect("a dropped slot is free again");
-        assert!(hub.claim_stream(&a, 2, false).is_none());
-    }
-
-    #[test]
-    fn a_resumed_stream_replaces_the_older_ones_here_and_elsewhere() {
-        let hub = Arc::new(Hub::new(
-            Arc::new(SessionCache::new(4)),
-            Arc::new(ConnectionCache::new(4)),
-            false,
-        ));
-        let (a, b) = (SessionId::generate(), SessionId::generate());
-        let older = [
-            hub.claim_stream(&a, 2, false).expect("first"),
-            hub.claim_stream(&a, 2, false).expect("second"),
-        ];
-        let other_session = hub.claim_stream(&b, 2, false).expect("b");
-        let resumed = hub
-            .claim_stream(&a, 2, true)
-            .expect("a resume replaces, so it has room");
-        assert!(older.iter().all(StreamSlot::is_ended), "the older streams here end");
-        assert!(!resumed.is_ended() && !other_session.is_ended());
-        let plain = hub
-            .claim_stream(&a, 2, false)
-            .expect("the ended ones gave up their places");
-
-        // Another replica's resume, sent before this one's came back: this one was concurrent, stays.
-        hub.notify(&Notice::Resumed(a.clone(), StreamId::generate()));
-        assert!(!resumed.is_ended(), "a resume whose own notice is still to come stays");
-        assert!(plain.is_ended(), "a plain stream is older than any resume it hears of");
-        // Its own notice came back: a resume elsewhere is newer from now on.
-        hub.notify(&Notice::Resumed(a.clone(), resumed.id));
-        assert!(!resumed.is_ended());
-        hub.notify(&Notice::Resumed(a.clone(), StreamId::generate()));
-        assert!(resumed.is_ended(), "replaced by a newer resume on another replica");
-        assert!(!other_session.is_ended(), "other sessions are not touched");
-        assert!(
-            !hub.streams.lock().expect("lock").contains_key(&a),
-            "nothing left behind"
-        );
-    }
-
-    #[tokio::test]
-    async fn notify_wakes_only_that_sessions_streams() {
-        let hub = Hub::new(
-            Arc::new(SessionCache::new(10)),
-            Arc::new(ConnectionCache::new(10)),
-            true,
-        );
-        let (a, b) = (SessionId::generate(), SessionId::generate());
-        let mut rx_a = hub.subscribe(&a);
-        let rx_b = hub.subscribe(&b);
-        hub.notify(&Notice::Appended(a.clone()));
-        assert!(rx_a.has_changed().expect("open"));
-        assert!(!rx_b.has_changed().expect("open"));
-        rx_a.borrow_and_update();
-        hub.resync();
-        assert!(rx_a.has_changed().expect("open") && rx_b.has_changed().expect("open"));
-        assert_eq!(hub.sessions_with_streams().len(), 2);
-        drop(rx_b);
-        assert_eq!(hub.sessions_with_streams(), vec![a]);
-    }
-}
+mod tests;

@@ -178,6 +178,43 @@ impl Gate {
         Ok(Decision::Elicit(elicitations))
     }
 
+    /// What `principal` still lacks for `requires`, one sentence each, without asking for anything
+    /// or calling a provider: for `whoami` and the connections page. Call-scoped forms are asked
+    /// for on every call and so are always listed.
+    pub async fn unmet(&self, principal: &Principal, requires: &[Requirement]) -> Result<Vec<String>, GateError> {
+        let connections = self.connections.summaries(principal).await?;
+        let mut unmet = Vec::new();
+        for requirement in requires {
+            match requirement {
+                Requirement::Provider { provider, scopes } => {
+                    let Some(provider) = self.connections.provider(provider) else {
+                        continue;
+                    };
+                    let connected = connections.iter().any(|c| {
+                        c.provider == provider.id && c.active && scopes.iter().all(|s| c.scopes.contains(s))
+                    });
+                    if !connected {
+                        unmet.push(sign_in(provider, scopes.clone()).message);
+                    }
+                }
+                Requirement::Form { form } => {
+                    let Some(form) = self.form_values.forms().get(form) else {
+                        continue;
+                    };
+                    match form.scope {
+                        FormScope::Call => unmet.push(format!("Confirm each call in the browser: {}.", form.title)),
+                        FormScope::User => {
+                            if self.form_values.user_values(principal, &form.id).await?.is_none() {
+                                unmet.push(fill_in(form, None, None).message);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(unmet)
+    }
+
     /// The provider refused the token a call used: its connection is broken (unless it was
     /// refreshed meanwhile) and the next decision elicits a new sign-in.
     pub async fn credential_rejected(

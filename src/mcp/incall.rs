@@ -41,6 +41,11 @@ impl Outbox {
     pub async fn send(&self, message: Value) -> bool {
         self.sender.send(message).await.is_ok()
     }
+
+    /// Completes when the client has gone away.
+    pub async fn closed(&self) {
+        self.sender.closed().await;
+    }
 }
 
 /// How waiting for the user ended.

@@ -8,16 +8,18 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 
+use super::calls::StreamChannel;
 use super::incall::{self, Outbox, Waited};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::config::ElicitMode;
 use crate::domain::{LogLevel, Principal, SessionId};
-use crate::gate::{Credentials, Decision, GateError, ToolCall};
-use crate::jsonrpc::{self, METHOD_NOT_FOUND, RpcError, URL_ELICITATION_REQUIRED};
+use crate::gate::{Credentials, Decision, GateError, Requirement, ToolCall};
+use crate::jsonrpc::{self, METHOD_NOT_FOUND, RequestId, RpcError, URL_ELICITATION_REQUIRED};
 use crate::state::AppState;
 use crate::store::{ElicitationRecord, SessionRecord, StoreError};
 use crate::text;
-use crate::tools::{CallContext, ToolOutcome, ToolResult};
+use crate::tools::{CallContext, CallStream, Tool, ToolOutcome, ToolResult};
+use tokio_util::sync::CancellationToken;
 
 /// Told to the model at `initialize`: how gated tools behave and what to do about it.
 const INSTRUCTIONS: &str = "Some tools on this server act on the user's accounts at other services or need \
@@ -113,7 +115,7 @@ pub async fn initialize(
     );
     let result = json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}, "logging": {}},
+        "capabilities": {"tools": {"listChanged": !state.upstreams.is_empty()}, "logging": {}},
         "serverInfo": {"name": "gatehouse", "title": "gatehouse", "version": env!("CARGO_PKG_VERSION")},
         "instructions": INSTRUCTIONS,
     });
@@ -121,23 +123,35 @@ pub async fn initialize(
 }
 
 /// Whether the request's answer goes out as an SSE stream: a call to a tool that asks for what
-/// it misses within the call (`elicit = "request"`), from a client that can open URLs.
+/// it misses within the call (`elicit = "request"`), from a client that can open URLs; or a call
+/// to an upstream's tool whose client may be sent something while it runs (progress it asked
+/// for, log messages, the upstream's elicitations).
 pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, params: Option<&Value>) -> bool {
-    method == "tools/call"
-        && supports_url_elicitation(session)
-        && params
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .and_then(|name| state.tools.get(name))
-            .is_some_and(|tool| tool.definition().elicit == ElicitMode::Request)
+    if method != "tools/call" {
+        return false;
+    }
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return false;
+    };
+    if let Some(tool) = state.tools.get(name) {
+        return supports_url_elicitation(session) && tool.definition().elicit == ElicitMode::Request;
+    }
+    let Some(tool) = state.upstreams.tool(name) else {
+        return false;
+    };
+    (supports_url_elicitation(session) && tool.definition().elicit == ElicitMode::Request)
+        || params.and_then(|p| p.pointer("/_meta/progressToken")).is_some()
+        || session.client_capabilities.get("elicitation").is_some()
+        || session.log_level.is_some()
 }
 
-/// Answers a request within an established session. `outbox` is the request's own SSE stream,
-/// when it has one.
+/// Answers the request `id` within an established session. `outbox` is the request's own SSE
+/// stream, when it has one.
 pub async fn handle(
     state: &AppState,
     session: &Arc<SessionRecord>,
     principal: &Principal,
+    id: &RequestId,
     method: &str,
     params: Option<Value>,
     outbox: Option<&Outbox>,
@@ -147,7 +161,10 @@ pub async fn handle(
         "ping" => Ok(json!({})),
         "logging/setLevel" => set_level(state, session, params).await,
         "tools/list" => list_tools(state, params),
-        "tools/call" => call_tool(state, session, principal, params, outbox).await,
+        "tools/call" => {
+            let running = state.calls.start(&session.id, id);
+            call_tool(state, session, principal, params, outbox, &running.cancelled).await
+        }
         "initialize" => Err(RpcError::new(
             jsonrpc::INVALID_REQUEST,
             "the session is already initialized",
@@ -180,16 +197,29 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
     std::str::from_utf8(&bytes).ok()?.strip_prefix("offset:")?.parse().ok()
 }
 
+/// gatehouse's own tools, then the upstreams' in configuration order.
 fn list_tools(state: &AppState, params: Map<String, Value>) -> Result<Value, RpcError> {
+    let upstream_tools = state.upstreams.tools();
+    let total = state.tools.len() + upstream_tools.len();
     let offset = match params.get("cursor") {
         None | Some(Value::Null) => 0,
         Some(Value::String(cursor)) => decode_cursor(cursor)
-            .filter(|offset| *offset <= state.tools.len())
+            .filter(|offset| *offset <= total)
             .ok_or_else(|| RpcError::invalid_params("params.cursor is not a cursor this server gave out"))?,
         Some(_) => return Err(RpcError::invalid_params("params.cursor must be a string")),
     };
-    let (page, next) = state.tools.page(offset, state.config.mcp.page_size);
-    let mut result = json!({"tools": page.iter().map(|t| t.definition().to_json()).collect::<Vec<_>>()});
+    let end = offset.saturating_add(state.config.mcp.page_size).min(total);
+    let next = (end < total).then_some(end);
+    let page: Vec<Value> = state
+        .tools
+        .all()
+        .iter()
+        .chain(upstream_tools.iter())
+        .skip(offset)
+        .take(end - offset)
+        .map(|t| t.definition().to_json())
+        .collect();
+    let mut result = json!({ "tools": page });
     if let Some(next) = next {
         result["nextCursor"] = json!(encode_cursor(next));
     }
@@ -202,6 +232,7 @@ async fn call_tool(
     principal: &Principal,
     mut params: Map<String, Value>,
     outbox: Option<&Outbox>,
+    cancelled: &CancellationToken,
 ) -> Result<Value, RpcError> {
     let progress_token = params
         .get("_meta")
@@ -217,10 +248,13 @@ async fn call_tool(
         Some(Value::Object(arguments)) => arguments,
         Some(_) => return Err(RpcError::invalid_params("params.arguments must be an object")),
     };
-    let tool = state
-        .tools
-        .get(&name)
-        .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?;
+    let tool: Arc<dyn Tool> = match state.tools.get(&name) {
+        Some(tool) => tool.clone(),
+        None => state
+            .upstreams
+            .tool(&name)
+            .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?,
+    };
     if let Err(problems) = tool.definition().input_schema.check(&arguments) {
         let result = ToolResult::error(format!("Invalid arguments for {name}: {}.", problems.join("; ")));
         return Ok(result.to_json());
@@ -234,12 +268,14 @@ async fn call_tool(
     .await;
     let definition = tool.definition();
     let details = definition.form_details(&arguments);
-    let call = ToolCall {
-        tool: &name,
-        requires: &definition.requires,
-        arguments: &arguments,
-        details: &details,
-    };
+    let mut requires = definition.requires.clone();
+    let stream: Option<Arc<dyn CallStream>> = outbox.map(|outbox| {
+        Arc::new(StreamChannel {
+            outbox: outbox.clone(),
+            session: session.id.clone(),
+            calls: state.calls.clone(),
+        }) as Arc<dyn CallStream>
+    });
     let waiting = match (outbox, definition.elicit) {
         (Some(outbox), ElicitMode::Request) => Some(Waiting {
             outbox,
@@ -248,8 +284,15 @@ async fn call_tool(
         }),
         _ => None,
     };
-    // A rejected token breaks its connection, so the second decision elicits; one retry suffices.
-    for _ in 0..2 {
+    // A rejected token breaks its connection, so the second decision elicits; missing scopes join
+    // the requirements, so the next decision asks for them. Three rounds cover both.
+    for _ in 0..3 {
+        let call = ToolCall {
+            tool: &name,
+            requires: &requires,
+            arguments: &arguments,
+            details: &details,
+        };
         let credentials = match gate_call(state, session, principal, &call, waiting.as_ref()).await? {
             Gated::Run(credentials) => credentials,
             Gated::Reply(result) => return Ok(result.to_json()),
@@ -260,6 +303,10 @@ async fn call_tool(
             session,
             credentials: &credentials,
             gate: &state.gate,
+            stream: stream.clone(),
+            progress_token: progress_token.as_ref(),
+            cancelled,
+            offerings: state.upstreams.as_ref(),
         };
         match tool.call(&context, &arguments).await {
             ToolOutcome::Done(result) => {
@@ -287,10 +334,72 @@ async fn call_tool(
                     .await
                     .map_err(internal)?;
             }
+            ToolOutcome::ScopesMissing { provider, scopes } => {
+                tracing::info!(tool = name, %provider, ?scopes, "the upstream wants more scopes: asking the user to grant them");
+                if !add_scopes(&mut requires, &provider, scopes) {
+                    return Ok(ToolResult::error(format!(
+                        "{name} needs permissions the connected {provider} account has not granted, and asking again                          did not help. Ask the user to check the account's permissions."
+                    ))
+                    .to_json());
+                }
+            }
+            ToolOutcome::UrlElicitations(elicitations) => return relay_url_elicitations(session, elicitations),
         }
     }
     Ok(ToolResult::error(format!(
         "{name} could not use the connected account; ask the user to sign in again."
+    ))
+    .to_json())
+}
+
+/// Adds `scopes` to the call's requirement for `provider`; false when it holds them all already
+/// (asking again cannot help).
+fn add_scopes(requires: &mut Vec<Requirement>, provider: &str, scopes: Vec<String>) -> bool {
+    let existing = requires.iter_mut().find_map(|r| match r {
+        Requirement::Provider { provider: p, scopes } if p == provider => Some(scopes),
+        _ => None,
+    });
+    match existing {
+        Some(held) => {
+            let before = held.len();
+            for scope in scopes {
+                if !held.contains(&scope) {
+                    held.push(scope);
+                }
+            }
+            held.len() > before
+        }
+        None => {
+            requires.push(Requirement::Provider {
+                provider: provider.to_owned(),
+                scopes,
+            });
+            true
+        }
+    }
+}
+
+/// An upstream's own -32042, passed on with its URLs; for clients without URL mode, a result
+/// with the links.
+fn relay_url_elicitations(session: &SessionRecord, elicitations: Vec<Value>) -> Result<Value, RpcError> {
+    if supports_url_elicitation(session) {
+        return Err(
+            RpcError::new(URL_ELICITATION_REQUIRED, "This request requires more information.")
+                .with_data(json!({ "elicitations": elicitations })),
+        );
+    }
+    let steps: Vec<String> = elicitations
+        .iter()
+        .map(|e| {
+            let message = e.get("message").and_then(Value::as_str).unwrap_or("A step in the browser is needed.");
+            let url = e.get("url").and_then(Value::as_str).unwrap_or("");
+            format!("- {message} Open: {url}")
+        })
+        .collect();
+    Ok(ToolResult::error(format!(
+        "The user must first complete a step in their browser:\n{}\nShow the link to the user, ask them to open it and \
+         finish there, then call this tool again with the same arguments.",
+        steps.join("\n")
     ))
     .to_json())
 }

@@ -4,6 +4,7 @@
 //! with the links, or `elicitation/create` within the call. What a requirement is (a sign-in, a
 //! form) is the gate's business.
 
+mod calls;
 mod incall;
 mod methods;
 pub mod sessions;
@@ -14,6 +15,8 @@ use axum::Router;
 use axum::routing::post;
 
 use crate::state::AppState;
+
+pub use calls::{RunningCalls, listen as listen_for_calls};
 
 /// Newest first; `initialize` answers with the client's version when it is listed, else the newest.
 pub const SUPPORTED_PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];

@@ -15,12 +15,13 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::Value;
 
-use super::incall::{self, Outbox};
+use super::calls;
+use super::incall::Outbox;
 use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, stream};
-use crate::domain::{ElicitationId, Principal, SessionId};
+use crate::domain::{Principal, SessionId};
 use crate::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
 use crate::state::{AppState, RETRY_AFTER_SECONDS};
-use crate::store::{ClientAction, SessionRecord, StoreError};
+use crate::store::{SessionRecord, StoreError};
 
 pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 const PROTOCOL_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
@@ -305,14 +306,19 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
             Ok(streamed_answer(state, session, principal, id, method, params))
         }
         Message::Request { id, method, params } => {
-            let outcome = methods::handle(state, &session, &principal, &method, params, None).await;
+            let outcome = methods::handle(state, &session, &principal, &id, &method, params, None).await;
             Ok(answer(&id, outcome))
         }
-        Message::Response { id, result } => {
-            route_answer(state, &session, &id, result.as_ref()).await;
+        Message::Response { id, answer } => {
+            calls::route_answer(state, &session, &id, answer).await;
             Ok(accepted())
         }
-        Message::Notification { .. } => Ok(accepted()),
+        Message::Notification { method, params } => {
+            if method == "notifications/cancelled" {
+                calls::cancel(state, &session.id, params.as_ref()).await;
+            }
+            Ok(accepted())
+        }
     }
 }
 
@@ -330,7 +336,7 @@ fn streamed_answer(
     let (outbox, receiver) = Outbox::channel();
     let task_state = state.clone();
     tokio::spawn(async move {
-        let body = match methods::handle(&task_state, &session, &principal, &method, params, Some(&outbox)).await {
+        let body = match methods::handle(&task_state, &session, &principal, &id, &method, params, Some(&outbox)).await {
             Ok(result) => jsonrpc::result_response(&id, result),
             Err(error) => jsonrpc::error_response(Some(&id), &error),
         };
@@ -341,47 +347,6 @@ fn streamed_answer(
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(state.config.server.sse_keep_alive))
         .into_response()
-}
-
-/// A client's answer to one of our `elicitation/create` requests, sent to the call that waits for
-/// it wherever it runs. Answers to anything else, or for another session, are ignored.
-async fn route_answer(state: &AppState, session: &SessionRecord, id: &RequestId, result: Option<&Value>) {
-    let RequestId::String(text) = id else { return };
-    let Some(elicitation) = text
-        .strip_prefix(incall::REQUEST_ID_PREFIX)
-        .and_then(|rest| rest.parse::<ElicitationId>().ok())
-    else {
-        return;
-    };
-    // An error answer means the client could not ask the user: the same as a dismissal.
-    let action = match result {
-        None => ClientAction::Cancel,
-        Some(result) => match result
-            .get("action")
-            .and_then(Value::as_str)
-            .and_then(ClientAction::parse)
-        {
-            Some(action) => action,
-            None => {
-                tracing::info!(%elicitation, "ignoring an elicitation answer without a valid action");
-                return;
-            }
-        },
-    };
-    match state.gate.elicitations().get(&elicitation).await {
-        Ok(Some(record)) if record.session_id == session.id => {}
-        Ok(_) => {
-            tracing::warn!(%elicitation, session = ?session.id, "an elicitation answer from another session was ignored");
-            return;
-        }
-        Err(error) => {
-            tracing::error!(%error, "could not load an answered elicitation");
-            return;
-        }
-    }
-    if let Err(error) = state.bus.answer(elicitation, action).await {
-        tracing::error!(%error, %elicitation, "could not route an elicitation answer");
-    }
 }
 
 async fn initialize(
@@ -473,7 +438,7 @@ async fn handle_batch(
                 ),
             ),
             Ok(Message::Request { id, method, params }) => {
-                match methods::handle(state, &session, principal, &method, params, None).await {
+                match methods::handle(state, &session, principal, &id, &method, params, None).await {
                     Ok(result) => jsonrpc::result_response(&id, result),
                     Err(error) => jsonrpc::error_response(Some(&id), &error),
                 }

@@ -10,6 +10,7 @@ macro_rules! sql {
 }
 
 mod cache;
+mod catalogues;
 mod notice;
 mod postgres;
 mod rows;
@@ -24,6 +25,7 @@ use serde_json::Value;
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
 pub use cache::{Cache, ConnectionCache, SessionCache};
+pub use catalogues::{CatalogueRecord, CatalogueStore};
 pub use notice::{ClientAction, NOTIFY_CHANNEL, Notice};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
@@ -263,7 +265,7 @@ pub struct RefreshLease {
 }
 
 #[async_trait]
-pub trait Store: ConnectionStore + FormStore + Send + Sync + 'static {
+pub trait Store: ConnectionStore + FormStore + CatalogueStore + Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
     /// Applies the backend's pending migrations.

@@ -11,9 +11,14 @@
 //! | `c <principal>`            | [`Notice::ConnectionsChanged`] | the principal's connections changed       |
 //! | `a <elicitation> <action>` | [`Notice::Answered`]           | a client answered an in-call elicitation  |
 //! | `r <session> <stream>`     | [`Notice::Resumed`]            | a client resumed the session's stream     |
+//! | `t <upstream>`             | [`Notice::CatalogueChanged`]   | an upstream's tool catalogue changed      |
+//! | `x <session> <id>`         | [`Notice::CallCancelled`]      | a client cancelled its request `id` (JSON) |
+//! | `y <session> <relay> <answer>` | [`Notice::RelayAnswered`]  | a client answered a relayed request (JSON) |
 //!
 //! A principal may contain spaces, so it is the whole rest of its payload. After a session, further
-//! fields are ignored: replicas of earlier versions sent the event's sequence number after it.
+//! fields are ignored: replicas of earlier versions sent the event's sequence number after it. An
+//! upstream id is an identifier (ASCII letters, digits, `-`, `_`); a payload naming anything else
+//! is not read.
 //!
 //! Where a statement notifies for rows only the database knows (the sessions an idle sweep deletes,
 //! the session of the elicitation a statement completes), the payload is built in SQL by the SQL
@@ -29,6 +34,9 @@ const CHANGED: &str = "s";
 const CONNECTIONS_CHANGED: &str = "c";
 const ANSWERED: &str = "a";
 const RESUMED: &str = "r";
+const CATALOGUE_CHANGED: &str = "t";
+const CALL_CANCELLED: &str = "x";
+const RELAY_ANSWERED: &str = "y";
 
 /// What a replica learns from the bus.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +53,13 @@ pub enum Notice {
     /// A client resumed the session's events (`Last-Event-ID`) on the named stream: the
     /// session's older streams end, on every replica.
     Resumed(SessionId, StreamId),
+    /// The named upstream's stored tool catalogue changed: replicas reload it.
+    CatalogueChanged(String),
+    /// A client cancelled the request whose id is this JSON text; the replica running it stops it.
+    CallCancelled(SessionId, String),
+    /// A client answered the relayed request named (an id without spaces) with this JSON text
+    /// (`{"result": ...}` or `{"error": ...}`); the replica whose call waits takes it from here.
+    RelayAnswered(SessionId, String, String),
 }
 
 /// A client's answer to `elicitation/create` in URL mode.
@@ -84,6 +99,9 @@ impl Notice {
             Notice::ConnectionsChanged(principal) => format!("{CONNECTIONS_CHANGED} {principal}"),
             Notice::Answered(elicitation, action) => format!("{ANSWERED} {elicitation} {}", action.as_str()),
             Notice::Resumed(session, stream) => format!("{RESUMED} {session} {stream}"),
+            Notice::CatalogueChanged(upstream) => format!("{CATALOGUE_CHANGED} {upstream}"),
+            Notice::CallCancelled(session, id) => format!("{CALL_CANCELLED} {session} {id}"),
+            Notice::RelayAnswered(session, relay, answer) => format!("{RELAY_ANSWERED} {session} {relay} {answer}"),
         }
     }
 
@@ -101,6 +119,16 @@ impl Notice {
             RESUMED => {
                 let (session, stream) = fields.split_once(' ')?;
                 Some(Notice::Resumed(session.parse().ok()?, stream.parse().ok()?))
+            }
+            CATALOGUE_CHANGED => is_upstream_id(fields).then(|| Notice::CatalogueChanged(fields.to_owned())),
+            CALL_CANCELLED => {
+                let (session, id) = fields.split_once(' ')?;
+                Some(Notice::CallCancelled(session.parse().ok()?, id.to_owned()))
+            }
+            RELAY_ANSWERED => {
+                let (session, rest) = fields.split_once(' ')?;
+                let (relay, answer) = rest.split_once(' ')?;
+                Some(Notice::RelayAnswered(session.parse().ok()?, relay.to_owned(), answer.to_owned()))
             }
             _ => None,
         }
@@ -120,6 +148,15 @@ impl Notice {
 
 fn first_field(fields: &str) -> &str {
     fields.split(' ').next().unwrap_or(fields)
+}
+
+/// Whether `text` can be an upstream's id: a non-empty identifier of ASCII letters, digits, `-`
+/// and `_`.
+fn is_upstream_id(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 #[cfg(test)]
@@ -142,6 +179,15 @@ mod tests {
             Notice::Answered(elicitation, ClientAction::Decline),
             Notice::Answered(elicitation, ClientAction::Cancel),
             Notice::Resumed(SessionId::generate(), StreamId::generate()),
+            Notice::CatalogueChanged("github".into()),
+            Notice::CatalogueChanged("my-notes_2".into()),
+            Notice::CallCancelled(SessionId::generate(), "\"a request id with spaces\"".into()),
+            Notice::CallCancelled(SessionId::generate(), "7".into()),
+            Notice::RelayAnswered(
+                SessionId::generate(),
+                "gatehouse-relay-1".into(),
+                "{\"result\": {\"action\": \"accept\"}}".into(),
+            ),
         ];
         for notice in notices {
             assert_eq!(Notice::parse(&notice.encode()), Some(notice));
@@ -176,7 +222,20 @@ mod tests {
         );
         assert_eq!(Notice::parse(&format!("r {id}")), None, "a resume names its stream");
         assert_eq!(Notice::parse(&format!("r {id} not-a-stream")), None);
-        assert_eq!(Notice::parse("x y"), None);
+        assert_eq!(
+            Notice::parse("t linear"),
+            Some(Notice::CatalogueChanged("linear".into()))
+        );
+        assert_eq!(
+            Notice::parse("t Team-MCP_1"),
+            Some(Notice::CatalogueChanged("Team-MCP_1".into()))
+        );
+        assert_eq!(Notice::parse("t "), None, "a catalogue notice names its upstream");
+        assert_eq!(Notice::parse("t two words"), None, "an upstream id is an identifier");
+        assert_eq!(Notice::parse("t caf\u{e9}"), None);
+        assert_eq!(Notice::parse("x y"), None, "a cancellation names a session and a request");
+        assert_eq!(Notice::parse(&format!("x {id}")), None);
+        assert_eq!(Notice::parse(&format!("y {id} relay")), None, "an answer carries the answer");
         assert_eq!(Notice::parse("e not-an-id 1"), None);
         assert_eq!(Notice::parse("e"), None);
         assert_eq!(Notice::parse(""), None);

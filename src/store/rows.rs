@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{
-    ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord,
-    OAuthFlowRecord, SessionRecord, StoreError,
+    CatalogueRecord, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, FormAnswerRecord,
+    FormValuesRecord, OAuthFlowRecord, SessionRecord, StoreError,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -226,6 +226,31 @@ impl Stored for FormAnswerRecord {
             fields: N::json(row.fields, "form answer fields")?,
             secrets: row.secrets,
             created_at: N::time(row.created_at)?,
+        })
+    }
+}
+
+pub(super) const CATALOGUE_COLUMNS: &str = "upstream, tools, digest, listed_by, listed_at";
+
+#[derive(sqlx::FromRow)]
+pub(super) struct CatalogueRow<N: Native> {
+    upstream: String,
+    tools: N::Json,
+    digest: String,
+    listed_by: Option<String>,
+    listed_at: N::Time,
+}
+
+impl Stored for CatalogueRecord {
+    type Row<N: Native> = CatalogueRow<N>;
+
+    fn read<N: Native>(row: CatalogueRow<N>) -> Result<Self, StoreError> {
+        Ok(CatalogueRecord {
+            upstream: row.upstream,
+            tools: N::json(row.tools, "upstream tools")?,
+            digest: row.digest,
+            listed_by: row.listed_by.as_deref().map(parse_principal).transpose()?,
+            listed_at: N::time(row.listed_at)?,
         })
     }
 }

@@ -36,6 +36,7 @@ impl Disconnect {
                 elicit: ElicitMode::Error,
                 elicit_timeout: Duration::ZERO,
                 form_details: Vec::new(),
+                listed: None,
             },
         }
     }
@@ -49,7 +50,11 @@ impl Tool for Disconnect {
 
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
         let provider = arguments.get("provider").and_then(Value::as_str).unwrap_or_default();
-        let result = match context.gate.connections().disconnect(context.principal, provider).await {
+        let disconnected = context.gate.connections().disconnect(context.principal, provider).await;
+        if matches!(disconnected, Ok(Disconnected::Revoked | Disconnected::NoRevocation | Disconnected::RevocationFailed)) {
+            context.offerings.end_sessions_of(context.principal);
+        }
+        let result = match disconnected {
             Ok(Disconnected::NothingConnected) => ToolResult::error(format!(
                 "There is no connection to `{provider}`; whoami lists the connections."
             )),

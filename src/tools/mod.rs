@@ -17,6 +17,8 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::config::{Config, ConfigError, ElicitMode};
 use crate::domain::Principal;
 use crate::forms::{Form, FormScope, Forms};
@@ -24,6 +26,7 @@ use crate::gate::{Credentials, Gate, Requirement};
 use crate::providers::Providers;
 use crate::store::SessionRecord;
 
+pub use redact::Redactor;
 pub use schema::InputSchema;
 pub use template::{Encoding, Placeholders, Template, Values};
 
@@ -42,10 +45,16 @@ pub struct ToolDefinition {
     pub elicit_timeout: Duration,
     /// The description of each call-scoped form the tool requires, with the call's arguments.
     pub form_details: Vec<(String, Template)>,
+    /// What `tools/list` shows instead of the above, when another server defined the tool (its
+    /// schemas, annotations and icons as it listed them, under gatehouse's name for it).
+    pub listed: Option<Value>,
 }
 
 impl ToolDefinition {
     pub fn to_json(&self) -> Value {
+        if let Some(listed) = &self.listed {
+            return listed.clone();
+        }
         let mut tool = json!({
             "name": self.name,
             "description": self.description,
@@ -76,12 +85,48 @@ impl ToolDefinition {
     }
 }
 
+/// What a running call may say to its client while it runs, on the call's own stream.
+#[async_trait]
+pub trait CallStream: Send + Sync {
+    /// Sends a notification; false when the client has gone away.
+    async fn notify(&self, method: &str, params: Value) -> bool;
+
+    /// Sends a request and waits for the client's answer: `Ok(result)` or `Err(error object)`.
+    /// `None` when the client went away first.
+    async fn request(&self, method: &str, params: Value) -> Option<Result<Value, Value>>;
+
+    /// Completes when the client has gone away.
+    async fn gone(&self);
+}
+
+/// An upstream MCP server as `whoami` shows it.
+pub struct Offering {
+    pub id: String,
+    pub tools: usize,
+    pub requires: Vec<Requirement>,
+}
+
+/// The upstream servers on offer (implemented by the upstreams, which build on the tools).
+pub trait Offerings: Send + Sync {
+    fn offerings(&self) -> Vec<Offering>;
+
+    /// Ends the principal's upstream sessions: credentials they were opened with are gone.
+    fn end_sessions_of(&self, principal: &Principal);
+}
+
 /// Who is calling, through which session, with which provider tokens.
 pub struct CallContext<'a> {
     pub principal: &'a Principal,
     pub session: &'a SessionRecord,
     pub credentials: &'a Credentials,
     pub gate: &'a Gate,
+    /// The call's own stream, when its answer is streamed.
+    pub stream: Option<Arc<dyn CallStream>>,
+    /// The client's `progressToken` for this call.
+    pub progress_token: Option<&'a Value>,
+    /// Cancelled when the client cancels the call (`notifications/cancelled`).
+    pub cancelled: &'a CancellationToken,
+    pub offerings: &'a dyn Offerings,
 }
 
 /// How a call ended.
@@ -91,6 +136,15 @@ pub enum ToolOutcome {
     CredentialRejected {
         provider: String,
     },
+    /// The provider's token lacks these scopes (an upstream's 403 `insufficient_scope`): the user
+    /// must grant them.
+    ScopesMissing {
+        provider: String,
+        scopes: Vec<String>,
+    },
+    /// The tool wants the user to open these URLs first (an upstream's own -32042): the
+    /// `elicitations` entries of its error data, passed on as they are.
+    UrlElicitations(Vec<Value>),
 }
 
 /// A `CallToolResult`. Failures the model can act on are results with `is_error`, not errors.
@@ -144,7 +198,7 @@ pub trait Tool: Send + Sync {
 }
 
 /// Call-scoped forms show the call's arguments: their placeholders must name this tool's arguments.
-fn form_details(
+pub fn form_details(
     forms: &[&Form],
     arguments: &BTreeSet<String>,
     key: &str,
@@ -165,6 +219,36 @@ fn form_details(
         .collect()
 }
 
+/// Parses `key.requires`. Nothing can satisfy a provider or a form that is not configured, and
+/// running the tool without it would bypass the gate: such a configuration is refused.
+pub fn parse_requirements(
+    texts: &[String],
+    key: &str,
+    providers: &Providers,
+    forms: &Forms,
+) -> Result<Vec<Requirement>, ConfigError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(j, text)| {
+            let requirement_key = format!("{key}.requires[{j}]");
+            let requirement =
+                Requirement::parse(text).map_err(|e| ConfigError::key(&requirement_key, e.to_string()))?;
+            match &requirement {
+                Requirement::Provider { provider, .. } if providers.get(provider).is_none() => Err(ConfigError::key(
+                    requirement_key,
+                    format!("names provider `{provider}`, which is not configured"),
+                )),
+                Requirement::Form { form } if forms.get(form).is_none() => Err(ConfigError::key(
+                    requirement_key,
+                    format!("names form `{form}`, which is not configured"),
+                )),
+                Requirement::Provider { .. } | Requirement::Form { .. } => Ok(requirement),
+            }
+        })
+        .collect()
+}
+
 /// Every tool, in a stable order for pagination, found by name.
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
@@ -172,7 +256,7 @@ pub struct ToolRegistry {
 }
 
 /// MCP tool names: 1 to 128 of `A-Z a-z 0-9 _ - .`.
-fn valid_tool_name(name: &str) -> bool {
+pub fn valid_tool_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
         && name
             .bytes()
@@ -206,31 +290,7 @@ impl ToolRegistry {
                     format!("a tool named `{}` already exists", tool.name),
                 ));
             }
-            let requires = tool
-                .requires
-                .iter()
-                .enumerate()
-                .map(|(j, text)| {
-                    let requirement_key = format!("{key}.requires[{j}]");
-                    let requirement =
-                        Requirement::parse(text).map_err(|e| ConfigError::key(&requirement_key, e.to_string()))?;
-                    // Nothing can satisfy a provider or a form that is not configured, and running the
-                    // tool without it would bypass the gate: refuse the configuration instead.
-                    match &requirement {
-                        Requirement::Provider { provider, .. } if providers.get(provider).is_none() => {
-                            Err(ConfigError::key(
-                                requirement_key,
-                                format!("names provider `{provider}`, which is not configured"),
-                            ))
-                        }
-                        Requirement::Form { form } if forms.get(form).is_none() => Err(ConfigError::key(
-                            requirement_key,
-                            format!("names form `{form}`, which is not configured"),
-                        )),
-                        Requirement::Provider { .. } | Requirement::Form { .. } => Ok(requirement),
-                    }
-                })
-                .collect::<Result<Vec<Requirement>, ConfigError>>()?;
+            let requires = parse_requirements(&tool.requires, &key, providers, forms)?;
             let required_forms: Vec<&Form> = requires
                 .iter()
                 .filter_map(|r| match r {
@@ -251,6 +311,7 @@ impl ToolRegistry {
                 elicit: tool.elicit,
                 elicit_timeout: tool.elicit_timeout.unwrap_or(config.elicitation.wait),
                 form_details,
+                listed: None,
             };
             tools.push(Arc::new(http::HttpTool::from_config(
                 tool,
@@ -269,15 +330,18 @@ impl ToolRegistry {
         Ok(Self { tools, by_name })
     }
 
+    /// Every tool's name.
+    pub fn names(&self) -> std::collections::HashSet<String> {
+        self.by_name.keys().cloned().collect()
+    }
+
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.by_name.get(name).map(|&i| &self.tools[i])
     }
 
-    /// Tools from `offset`, at most `size`, and the offset of the next page if any.
-    pub fn page(&self, offset: usize, size: usize) -> (&[Arc<dyn Tool>], Option<usize>) {
-        let start = offset.min(self.tools.len());
-        let end = start.saturating_add(size).min(self.tools.len());
-        (&self.tools[start..end], (end < self.tools.len()).then_some(end))
+    /// Every tool, built-ins first.
+    pub fn all(&self) -> &[Arc<dyn Tool>] {
+        &self.tools
     }
 
     pub fn len(&self) -> usize {
@@ -342,16 +406,6 @@ mod tests {
             registry.get("weather").expect("tool").definition().to_json()["annotations"]["readOnlyHint"],
             json!(true)
         );
-    }
-
-    #[test]
-    fn pages_cover_every_tool_once() {
-        let registry = registry(&format!("{TOOL}{}", TOOL.replace("weather", "news"))).expect("registry");
-        let (first, next) = registry.page(0, 2);
-        assert_eq!(first.len(), 2);
-        let (second, after) = registry.page(next.expect("more"), 2);
-        assert_eq!((second.len(), after), (2, None));
-        assert_eq!(registry.page(99, 2).0.len(), 0);
     }
 
     #[test]

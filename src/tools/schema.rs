@@ -48,6 +48,13 @@ impl InputSchema {
         Ok(Self { schema: schema.clone() })
     }
 
+    /// Any object: for a tool whose own server checks its arguments.
+    pub fn open() -> Self {
+        Self {
+            schema: json!({"type": "object"}),
+        }
+    }
+
     pub fn as_json(&self) -> &Value {
         &self.schema
     }

@@ -1,5 +1,6 @@
-//! `whoami`: the calling principal, the session, and the connected accounts, so a user (or
-//! model) can see who gatehouse believes is calling. It never shows a token.
+//! `whoami`: the calling principal, the session, the connected accounts, and the upstream servers
+//! with what each still needs, so a user (or model) can see who gatehouse believes is calling and
+//! what it can use. It never shows a token.
 
 use std::time::Duration;
 
@@ -21,7 +22,8 @@ impl Whoami {
                 title: Some("Who am I".into()),
                 description:
                     "Shows who gatehouse believes is calling (the principal), the MCP session in use, and the \
-                              accounts connected at other services (with their scopes, never their tokens)."
+                              accounts connected at other services (with their scopes, never their tokens), and the \
+                              upstream MCP servers with what each still needs before its tools can be used."
                         .into(),
                 input_schema: InputSchema::from_config(None, "whoami").expect("the empty schema is valid"),
                 read_only: true,
@@ -29,6 +31,7 @@ impl Whoami {
                 elicit: ElicitMode::Error,
                 elicit_timeout: Duration::ZERO,
                 form_details: Vec::new(),
+                listed: None,
             },
         }
     }
@@ -62,6 +65,22 @@ impl Tool for Whoami {
                 })
             })
             .collect();
+        let mut upstreams = Vec::new();
+        for offering in context.offerings.offerings() {
+            let needs = match context.gate.unmet(context.principal, &offering.requires).await {
+                Ok(needs) => needs,
+                Err(error) => {
+                    tracing::error!(%error, "checking what an upstream needs failed");
+                    return ToolOutcome::Done(ToolResult::error("Could not check the upstream servers; try again later."));
+                }
+            };
+            upstreams.push(json!({
+                "upstream": offering.id,
+                "tools": offering.tools,
+                "ready": needs.is_empty(),
+                "needs": needs,
+            }));
+        }
         ToolOutcome::Done(ToolResult::structured(json!({
             "principal": context.principal.as_str(),
             "session": {
@@ -70,6 +89,7 @@ impl Tool for Whoami {
                 "startedAt": session.created_at.to_rfc3339(),
             },
             "connections": connections,
+            "upstreams": upstreams,
         })))
     }
 }

@@ -18,6 +18,7 @@ use crate::domain::Principal;
 use crate::forms::FormScope;
 use crate::gate::Disconnected;
 use crate::state::AppState;
+use crate::tools::Offerings;
 
 pub const CONNECTIONS_PATH: &str = "/connections";
 const PURPOSE: &str = "connections";
@@ -45,6 +46,14 @@ struct FormRow {
     lines: Vec<(String, String)>,
 }
 
+/// An upstream MCP server and what the user still lacks for its tools.
+#[derive(Serialize)]
+struct UpstreamRow {
+    id: String,
+    tools: usize,
+    needs: Vec<String>,
+}
+
 #[derive(Template, Serialize)]
 #[template(path = "connections.html", blocks = ["title", "content"])]
 struct ConnectionsPage {
@@ -52,6 +61,7 @@ struct ConnectionsPage {
     status: Option<String>,
     connections: Vec<ConnectionRow>,
     forms: Vec<FormRow>,
+    upstreams: Vec<UpstreamRow>,
     csrf: String,
 }
 impl_page!(ConnectionsPage, "connections.html");
@@ -97,11 +107,20 @@ async fn render(state: &AppState, principal: &Principal, status: Option<String>)
             }
         })
         .collect();
+    let mut upstreams = Vec::new();
+    for offering in state.upstreams.offerings() {
+        upstreams.push(UpstreamRow {
+            needs: state.gate.unmet(principal, &offering.requires).await?,
+            id: offering.id,
+            tools: offering.tools,
+        });
+    }
     Ok(PageResponse::new(ConnectionsPage {
         principal: principal.to_string(),
         status,
         connections,
         forms,
+        upstreams,
         csrf: csrf().token(state, principal),
     }))
 }
@@ -144,5 +163,7 @@ async fn act(
         }
         _ => return Err(PageError::UnknownAction("Choose Disconnect or Delete.")),
     };
+    // Sessions opened with what was just removed end here, at once.
+    state.upstreams.end_sessions_of(&principal);
     render(&state, &principal, Some(status)).await
 }

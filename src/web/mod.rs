@@ -59,11 +59,11 @@ struct IndexPage {
 impl_page!(IndexPage, "index.html");
 
 async fn index(State(state): State<AppState>) -> PageResponse {
-    let (tools, _) = state.tools.page(0, usize::MAX);
+    let tools = state.tools.all().iter().cloned().chain(state.upstreams.tools());
     PageResponse::new(IndexPage {
         mcp_url: state.public_url.at(MCP_PATH),
         version: env!("CARGO_PKG_VERSION"),
-        tools: tools.iter().map(|t| t.definition().name.clone()).collect(),
+        tools: tools.map(|t| t.definition().name.clone()).collect(),
     })
 }
 

@@ -265,6 +265,26 @@ impl FakeProvider {
         inner.codes.values_mut().for_each(|c| c.used = true);
     }
 
+    /// An access token for `login` with `scopes`, as if that user had just approved the configured
+    /// client (a grant of its own, no refresh token, [`FakeOptions::access_token_ttl`] applies):
+    /// for tests that need a valid token without going through `/authorize`, e.g. to call an
+    /// upstream that checks tokens at `/userinfo` directly. Counted in
+    /// [`FakeStats::issued_access_tokens`]; [`FakeProvider::revoke_everything`] revokes it too.
+    pub fn issue_token(&self, login: &str, scopes: &[&str]) -> String {
+        let mut inner = self.shared.lock();
+        let grant = inner.next_grant;
+        inner.next_grant += 1;
+        let client_id = inner.options.client_id.clone();
+        let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+        let fields = inner.issue(grant, &client_id, login, &scopes, None);
+        fields
+            .iter()
+            .find(|(name, _)| *name == "access_token")
+            .and_then(|(_, value)| value.as_str())
+            .expect("issue() always names the access token")
+            .to_owned()
+    }
+
     /// A snapshot of the counters and observations.
     pub fn stats(&self) -> FakeStats {
         self.shared.lock().stats.clone()

@@ -132,9 +132,23 @@ impl McpClient {
             .expect("POST /mcp");
         let status = response.status();
         let headers = response.headers().clone();
+        let streamed = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
         let bytes = response.bytes().await.expect("body");
         let body = if bytes.is_empty() {
             Value::Null
+        } else if streamed {
+            // An answer streamed as SSE (as a server may answer any request): its last message is
+            // the response; what came before (progress, log messages) is not the caller's here.
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .rev()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+                .find(|message| message.get("id").is_some() && message.get("method").is_none())
+                .unwrap_or(Value::Null)
         } else {
             serde_json::from_slice(&bytes).expect("JSON body")
         };

@@ -21,6 +21,8 @@ pub mod cluster;
 pub mod fake_oauth;
 pub mod local;
 pub mod mcp;
+pub mod mcp_upstreams;
+pub mod python;
 pub mod raw;
 pub mod upstream;
 pub mod web;

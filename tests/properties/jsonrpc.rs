@@ -114,14 +114,18 @@ fn check_classified(
                     prop_assert_eq!(member("params"), params.as_ref());
                     prop_assert!(is_valid_request(value));
                 }
-                Message::Notification { method } => {
+                Message::Notification { method, params } => {
                     prop_assert_eq!(member("id"), None);
                     prop_assert_eq!(member("method"), Some(&json!(method)));
+                    prop_assert_eq!(member("params"), params.as_ref());
                     prop_assert!(is_valid_request(value));
                 }
-                Message::Response { id, result } => {
+                Message::Response { id, answer } => {
                     prop_assert_eq!(member("id"), Some(&json!(id)));
-                    prop_assert_eq!(member("result"), result.as_ref());
+                    match &answer {
+                        Ok(result) => prop_assert_eq!(member("result"), Some(result)),
+                        Err(error) => prop_assert_eq!(member("error").unwrap_or(&Value::Null), error),
+                    }
                     prop_assert!(is_valid_response(value));
                 }
             }
@@ -183,19 +187,22 @@ proptest! {
             other => prop_assert!(false, "a request read as {other:?}"),
         }
         match jsonrpc::classify(jsonrpc::notification(&method, Value::Object(params))) {
-            Ok(Message::Notification { method: read }) => prop_assert_eq!(&read, &method),
+            Ok(Message::Notification { method: read, .. }) => prop_assert_eq!(&read, &method),
             other => prop_assert!(false, "a notification read as {other:?}"),
         }
         match jsonrpc::classify(jsonrpc::result_response(&id, result.clone())) {
-            Ok(Message::Response { id: read_id, result: read }) => {
+            Ok(Message::Response { id: read_id, answer: read }) => {
                 prop_assert_eq!(read_id, id.clone());
-                prop_assert_eq!(read, Some(result));
+                prop_assert_eq!(read, Ok(result));
             }
             other => prop_assert!(false, "a result read as {other:?}"),
         }
         let error = RpcError::new(-32000, "failed").with_data(json!({"why": method}));
         match jsonrpc::classify(jsonrpc::error_response(Some(&id), &error)) {
-            Ok(Message::Response { id: read_id, result: None }) => prop_assert_eq!(read_id, id),
+            Ok(Message::Response { id: read_id, answer: Err(read) }) => {
+                prop_assert_eq!(read_id, id);
+                prop_assert_eq!(read["code"].clone(), json!(-32000));
+            }
             other => prop_assert!(false, "an error read as {other:?}"),
         }
     }

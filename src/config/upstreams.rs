@@ -1,0 +1,73 @@
+//! `[[upstreams]]`: upstream MCP servers whose tools gatehouse lists and gates, reached over
+//! Streamable HTTP (`url`) or as a local process per user speaking stdio (`command`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::ElicitMode;
+use super::duration::{duration, optional_duration};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Names the upstream in logs and pages, and its tools `<id>_<tool>` unless `prefix` says otherwise.
+    pub id: String,
+    /// Streamable HTTP endpoint; exactly one of `url` and `command`.
+    pub url: Option<String>,
+    /// A program and its arguments, run without a shell: one process per user.
+    pub command: Option<Vec<String>>,
+    /// As for `[[tools]]`: `provider`, `provider:scopes`, `form:ID`.
+    #[serde(default)]
+    pub requires: Vec<String>,
+    /// Extra HTTP headers (`url` upstreams), templates over `{{form.ID.FIELD}}`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The process's environment (`command` upstreams), templates over `{{form.ID.FIELD}}`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Only these tools are listed and callable; their names stand in before any listing succeeded.
+    pub tools: Option<Vec<String>>,
+    /// Put before each tool's name; `<id>_` when absent, nothing when "".
+    pub prefix: Option<String>,
+    /// How long one call to the upstream may take.
+    #[serde(default = "default_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// `command` upstreams: processes running at once, across users; the oldest idle one stops
+    /// for a new one, and when none is idle the call is refused.
+    #[serde(default = "default_max_processes")]
+    pub max_processes: usize,
+    /// `command` upstreams: a process that served no call for this long stops.
+    #[serde(default = "default_idle_timeout", deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// Per-tool extra requirements and in-call confirmation.
+    #[serde(default)]
+    pub overrides: Vec<UpstreamOverride>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamOverride {
+    /// The upstream's own name of the tool (without prefix).
+    pub tool: String,
+    /// Requirements on top of the upstream's.
+    #[serde(default)]
+    pub requires: Vec<String>,
+    #[serde(default)]
+    pub elicit: ElicitMode,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub elicit_timeout: Option<Duration>,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_max_processes() -> usize {
+    50
+}
+
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(600)
+}

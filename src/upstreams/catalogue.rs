@@ -1,0 +1,179 @@
+//! An upstream's tools as gatehouse offers them: built from the catalogue the upstream listed (or,
+//! before any listing succeeded, from the allow-list's names), prefixed, filtered by the
+//! allow-list, bounded, and never shadowing a tool gatehouse has already.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+
+use serde_json::{Value, json};
+
+use super::Core;
+use super::tool::UpstreamTool;
+use super::upstream::Upstream;
+use crate::config::ElicitMode;
+use crate::forms::{Form, FormScope, Forms};
+use crate::gate::Requirement;
+use crate::text;
+use crate::tools::{InputSchema, ToolDefinition, form_details, valid_tool_name};
+
+/// Tools taken from one upstream's listing, at most.
+pub const MAX_TOOLS: usize = 1000;
+/// One tool's definition as listed, serialized, at most; a larger one is left out.
+const MAX_TOOL_BYTES: usize = 64 * 1024;
+/// A description is cut (visibly) beyond this.
+const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+
+/// One upstream's offered tools.
+pub struct Catalogue {
+    /// The stored catalogue's digest; `None` for the allow-list stand-ins.
+    pub digest: Option<String>,
+    pub tools: Vec<Arc<UpstreamTool>>,
+}
+
+/// What the catalogue needs to know of the rest of gatehouse.
+pub struct Context<'a> {
+    pub forms: &'a Forms,
+    /// Names taken by gatehouse's own tools and by earlier upstreams.
+    pub taken: &'a HashSet<String>,
+    pub core: Weak<Core>,
+}
+
+impl Catalogue {
+    /// Until a listing succeeds: the allow-list's names with a placeholder description, or,
+    /// without an allow-list, one tool that connects the user and lists the upstream's tools.
+    pub fn stand_ins(upstream: &Arc<Upstream>, context: &Context<'_>) -> Self {
+        let Some(allow) = &upstream.allow else {
+            return Self {
+                digest: None,
+                tools: connect_tool(upstream, context).into_iter().collect(),
+            };
+        };
+        let tools = allow
+            .iter()
+            .filter_map(|name| {
+                let listed = json!({
+                    "name": name,
+                    "description": format!(
+                        "A tool of the `{}` server. Its full description appears once a user has connected to it.",
+                        upstream.id
+                    ),
+                    "inputSchema": {"type": "object"},
+                });
+                tool(upstream, &listed, context)
+            })
+            .collect();
+        Self { digest: None, tools }
+    }
+
+    /// The tools of a listing (`tools` as the upstream answered `tools/list`).
+    pub fn from_listing(upstream: &Arc<Upstream>, tools: &Value, digest: String, context: &Context<'_>) -> Self {
+        let tools = tools
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|listed| {
+                let fits = serde_json::to_vec(listed).is_ok_and(|bytes| bytes.len() <= MAX_TOOL_BYTES);
+                if !fits {
+                    tracing::warn!(upstream = %upstream.id, name = ?listed.get("name"), "left out a tool whose definition is larger than {MAX_TOOL_BYTES} bytes");
+                }
+                fits
+            })
+            .filter_map(|listed| tool(upstream, listed, context))
+            .take(MAX_TOOLS)
+            .collect();
+        Self {
+            digest: Some(digest),
+            tools,
+        }
+    }
+}
+
+/// `<prefix>connect`: meets the upstream's requirements (a sign-in, a form), then lists its tools.
+fn connect_tool(upstream: &Arc<Upstream>, context: &Context<'_>) -> Option<Arc<UpstreamTool>> {
+    let name = upstream.exposed_name("connect");
+    if !valid_tool_name(&name) || context.taken.contains(&name) {
+        tracing::warn!(upstream = %upstream.id, tool = %name, "cannot offer the tool that connects to the upstream: its name is taken");
+        return None;
+    }
+    let definition = ToolDefinition {
+        description: format!(
+            "Connects the user to the `{}` MCP server (signing in or filling in what it needs in the browser), \
+             then lists its tools. Call this first: the server's tools appear once a user has connected.",
+            upstream.id
+        ),
+        name,
+        title: Some(format!("Connect to {}", upstream.id)),
+        input_schema: InputSchema::open(),
+        read_only: true,
+        requires: upstream.requires.clone(),
+        elicit: ElicitMode::Error,
+        elicit_timeout: upstream.elicit_timeout,
+        form_details: Vec::new(),
+        listed: None,
+    };
+    Some(Arc::new(UpstreamTool::new(upstream.clone(), None, definition, context.core.clone())))
+}
+
+/// gatehouse's tool for one listed tool, or `None` (logged) when it cannot be offered.
+fn tool(upstream: &Arc<Upstream>, listed: &Value, context: &Context<'_>) -> Option<Arc<UpstreamTool>> {
+    let name = listed.get("name").and_then(Value::as_str)?;
+    if !upstream.offers(name) {
+        return None;
+    }
+    let exposed = upstream.exposed_name(name);
+    if !valid_tool_name(&exposed) {
+        tracing::warn!(upstream = %upstream.id, tool = %text::bounded(name, 200), "left out a tool whose name is not a valid MCP tool name once prefixed");
+        return None;
+    }
+    if context.taken.contains(&exposed) {
+        tracing::warn!(upstream = %upstream.id, tool = %exposed, "left out a tool whose name another tool has already; set `prefix`");
+        return None;
+    }
+    let mut shown = listed.clone();
+    shown["name"] = json!(exposed);
+    let description = listed.get("description").and_then(Value::as_str).unwrap_or("");
+    let description = text::bounded(description, MAX_DESCRIPTION_BYTES);
+    shown["description"] = json!(description);
+    let input_schema = listed
+        .get("inputSchema")
+        .and_then(|schema| InputSchema::from_config(Some(schema), "inputSchema").ok())
+        // An upstream schema gatehouse cannot read is passed on, and the upstream checks.
+        .unwrap_or_else(InputSchema::open);
+    let requires = upstream.requirements_of(name);
+    let forms: Vec<&Form> = requires
+        .iter()
+        .filter_map(|r| match r {
+            Requirement::Form { form } => context.forms.get(form).filter(|f| f.scope == FormScope::Call),
+            Requirement::Provider { .. } => None,
+        })
+        .collect();
+    let form_details = match form_details(&forms, &input_schema.property_names(), &format!("upstreams.{}", upstream.id)) {
+        Ok(details) => details,
+        Err(error) => {
+            tracing::warn!(upstream = %upstream.id, tool = %exposed, %error, "a confirmation form's description names arguments the tool does not have; it is shown without them");
+            Vec::new()
+        }
+    };
+    let extra = upstream.overrides.get(name);
+    let definition = ToolDefinition {
+        name: exposed,
+        title: listed.get("title").and_then(Value::as_str).map(str::to_owned),
+        description,
+        read_only: listed
+            .pointer("/annotations/readOnlyHint")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        input_schema,
+        requires,
+        elicit: extra.map_or(ElicitMode::Error, |e| e.elicit),
+        elicit_timeout: extra.map_or(upstream.elicit_timeout, |e| e.elicit_timeout),
+        form_details,
+        listed: Some(shown),
+    };
+    Some(Arc::new(UpstreamTool::new(
+        upstream.clone(),
+        Some(name.to_owned()),
+        definition,
+        context.core.clone(),
+    )))
+}

@@ -1,0 +1,407 @@
+//! Upstream MCP servers: gatehouse lists their tools beside its own and forwards gated calls to
+//! them on each user's own session, with that user's credentials.
+//!
+//! - `upstream`: one configured upstream, parsed once;
+//! - `catalogue`: its tools as offered (prefixed, filtered, bounded);
+//! - `tool`: one of them as a gatehouse tool, forwarding a call;
+//! - `pool`: the sessions per (user, upstream), HTTP or a process each;
+//! - `relay`: what the upstream sends while a call runs, passed to that call's client;
+//! - `failure`: what an upstream's failure means for the call.
+//!
+//! Catalogues are persisted (shared by replicas, kept across restarts) and refreshed when a user's
+//! session opens and the stored one is older than [`REFRESH_AFTER`], when the upstream says its
+//! list changed, and, for upstreams that need no credentials, periodically. A changed catalogue is
+//! announced to the other replicas through the store and to every client with a stream open as
+//! `notifications/tools/list_changed`.
+
+mod catalogue;
+mod failure;
+mod pool;
+mod relay;
+mod tool;
+mod upstream;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, ConfigError};
+use crate::domain::Principal;
+use crate::events::{Bus, EVERY_UPSTREAM};
+use crate::forms::Forms;
+use crate::jsonrpc;
+use crate::providers::Providers;
+use crate::store::{CatalogueRecord, Store, StoreError};
+use crate::tools::{Offering, Offerings, Tool};
+
+use catalogue::{Catalogue, Context};
+use pool::{Opening, Pool};
+pub use upstream::Upstream;
+
+/// A stored catalogue older than this is listed again when a user's session opens.
+pub const REFRESH_AFTER: Duration = Duration::from_secs(600);
+/// How often idle sessions close and catalogues needing no credentials are listed again.
+const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(30);
+/// Refreshes waiting at once; more are dropped (one waiting already covers them).
+const REFRESH_QUEUE: usize = 64;
+
+/// What the catalogues and calls share.
+pub struct Core {
+    this: std::sync::Weak<Core>,
+    upstreams: Vec<Arc<Upstream>>,
+    pool: Pool,
+    catalogues: RwLock<HashMap<String, Arc<Catalogue>>>,
+    /// When this replica last listed each upstream.
+    listed_at: Mutex<HashMap<String, Instant>>,
+    refresh: mpsc::Sender<String>,
+    forms: Arc<Forms>,
+    /// Names of gatehouse's own tools, which upstream tools may not shadow.
+    own_tools: HashSet<String>,
+    store: Arc<dyn Store>,
+    bus: Arc<Bus>,
+}
+
+pub struct Upstreams {
+    core: Arc<Core>,
+    refresh: Mutex<Option<mpsc::Receiver<String>>>,
+}
+
+/// The client for upstream MCP servers: no redirects (a redirect could carry a user's token
+/// elsewhere), bounded connection time, TLS through rustls with ring and the Mozilla roots.
+fn http_client() -> Result<reqwest13::Client, ConfigError> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConfigError::key("upstreams", format!("cannot set up TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest13::Client::builder()
+        .redirect(reqwest13::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(concat!("gatehouse/", env!("CARGO_PKG_VERSION")))
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|e| ConfigError::key("upstreams", format!("cannot build the HTTP client: {e}")))
+}
+
+impl Upstreams {
+    /// Parses and checks `[[upstreams]]`.
+    pub fn parse(config: &Config, providers: &Providers, forms: &Forms) -> Result<Vec<Upstream>, ConfigError> {
+        let mut upstreams: Vec<Upstream> = Vec::new();
+        for (i, upstream) in config.upstreams.iter().enumerate() {
+            let key = format!("upstreams[{i}]");
+            if upstreams.iter().any(|u| u.id == upstream.id) {
+                return Err(ConfigError::key(
+                    format!("{key}.id"),
+                    format!("an upstream named `{}` exists already", upstream.id),
+                ));
+            }
+            upstreams.push(Upstream::from_config(upstream, &key, config, providers, forms)?);
+        }
+        Ok(upstreams)
+    }
+
+    pub fn new(
+        upstreams: Vec<Upstream>,
+        forms: Arc<Forms>,
+        own_tools: HashSet<String>,
+        store: Arc<dyn Store>,
+        bus: Arc<Bus>,
+    ) -> Result<Self, ConfigError> {
+        for upstream in upstreams.iter().filter(|u| u.allow.is_none() && !u.requires.is_empty()) {
+            tracing::warn!(upstream = %upstream.id, "lists no tools until a user has called one of them; set `tools` to list them from the start");
+        }
+        let upstreams: Vec<Arc<Upstream>> = upstreams.into_iter().map(Arc::new).collect();
+        let client = http_client()?;
+        let (refresh, receiver) = mpsc::channel(REFRESH_QUEUE);
+        let core = Arc::new_cyclic(|weak| {
+            let taken = own_tools.clone();
+            let mut catalogues = HashMap::new();
+            let mut taken_so_far = taken;
+            for upstream in &upstreams {
+                let context = Context {
+                    forms: &forms,
+                    taken: &taken_so_far,
+                    core: weak.clone(),
+                };
+                let catalogue = Catalogue::stand_ins(upstream, &context);
+                taken_so_far.extend(catalogue.tools.iter().map(|t| t.definition().name.clone()));
+                catalogues.insert(upstream.id.clone(), Arc::new(catalogue));
+            }
+            Core {
+                this: weak.clone(),
+                upstreams,
+                pool: Pool::new(client, refresh.clone()),
+                catalogues: RwLock::new(catalogues),
+                listed_at: Mutex::new(HashMap::new()),
+                refresh,
+                forms,
+                own_tools,
+                store,
+                bus,
+            }
+        });
+        Ok(Self {
+            core,
+            refresh: Mutex::new(Some(receiver)),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.core.upstreams.is_empty()
+    }
+
+    /// Every upstream tool on offer, in configuration order.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        let catalogues = self.core.catalogues.read().unwrap_or_else(PoisonError::into_inner);
+        self.core
+            .upstreams
+            .iter()
+            .filter_map(|u| catalogues.get(&u.id))
+            .flat_map(|c| c.tools.iter().map(|t| t.clone() as Arc<dyn Tool>))
+            .collect()
+    }
+
+    pub fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        let catalogues = self.core.catalogues.read().unwrap_or_else(PoisonError::into_inner);
+        catalogues
+            .values()
+            .flat_map(|c| c.tools.iter())
+            .find(|t| t.definition().name == name)
+            .map(|t| t.clone() as Arc<dyn Tool>)
+    }
+
+    /// The configured upstreams, for pages and `whoami`.
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.core.upstreams
+    }
+
+    /// How many tools each upstream offers now.
+    pub fn tool_count(&self, upstream: &str) -> usize {
+        let catalogues = self.core.catalogues.read().unwrap_or_else(PoisonError::into_inner);
+        catalogues.get(upstream).map_or(0, |c| c.tools.len())
+    }
+
+    /// Upstream sessions open on this replica.
+    pub fn open_sessions(&self) -> usize {
+        self.core.pool.open_count()
+    }
+
+    /// Reads the stored catalogues, which replace the allow-lists' stand-ins.
+    pub async fn load(&self) -> Result<(), StoreError> {
+        for record in self.core.store.catalogues().await? {
+            self.core.adopt(&record);
+        }
+        Ok(())
+    }
+
+    /// Refreshes catalogues and closes idle sessions until shutdown.
+    pub async fn maintain(self: Arc<Self>, shutdown: CancellationToken) {
+        let Some(mut refresh) = self.refresh.lock().unwrap_or_else(PoisonError::into_inner).take() else {
+            return;
+        };
+        let mut changes = self.core.bus.subscribe_catalogues();
+        let mut tick = tokio::time::interval(MAINTENANCE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => {
+                    for upstream in &self.core.upstreams {
+                        self.core.pool.close_idle(std::slice::from_ref(upstream));
+                    }
+                    return;
+                }
+                Some(upstream) = refresh.recv() => self.core.list(&upstream).await,
+                change = changes.recv() => match change {
+                    Ok(upstream) if upstream != EVERY_UPSTREAM => self.core.reload(&upstream).await,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if let Err(error) = self.load().await {
+                            tracing::warn!(%error, "could not reload the upstream catalogues");
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tick.tick() => {
+                    self.core.pool.close_idle(&self.core.upstreams);
+                    for upstream in self.core.upstreams.iter().filter(|u| u.requires.is_empty()) {
+                        if self.core.is_stale(&upstream.id) {
+                            self.core.list(&upstream.id).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Offerings for Upstreams {
+    fn offerings(&self) -> Vec<Offering> {
+        self.core
+            .upstreams
+            .iter()
+            .map(|u| Offering {
+                id: u.id.clone(),
+                tools: self.tool_count(&u.id),
+                requires: u.requires.clone(),
+            })
+            .collect()
+    }
+
+    fn end_sessions_of(&self, principal: &Principal) {
+        self.core.pool.close_all_of(principal);
+    }
+}
+
+impl Core {
+    fn upstream(&self, id: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| u.id == id)
+    }
+
+    fn is_stale(&self, upstream: &str) -> bool {
+        let listed_at = self.listed_at.lock().unwrap_or_else(PoisonError::into_inner);
+        listed_at.get(upstream).is_none_or(|at| at.elapsed() >= REFRESH_AFTER)
+    }
+
+    /// A user's session with the upstream just opened: list through it if the catalogue is stale.
+    fn listed_through(&self, upstream: &str) {
+        if self.is_stale(upstream) {
+            // A full queue holds refreshes already; this one adds nothing.
+            let _ = self.refresh.try_send(upstream.to_owned());
+        }
+    }
+
+    /// Lists the upstream's tools through the most recently used open session (or, when it needs
+    /// no credentials, a session of its own) and saves the catalogue. Returns the tools offered
+    /// afterwards.
+    async fn refresh(&self, id: &str) -> Vec<Arc<tool::UpstreamTool>> {
+        self.list(id).await;
+        let catalogues = self.catalogues.read().unwrap_or_else(PoisonError::into_inner);
+        catalogues.get(id).map(|c| c.tools.clone()).unwrap_or_default()
+    }
+
+    async fn list(&self, id: &str) {
+        let Some(upstream) = self.upstream(id) else { return };
+        self.listed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_owned(), Instant::now());
+        let listing = match self.pool.newest_of(id) {
+            Some(session) => {
+                let principal = session.principal.clone();
+                (session.service.peer().list_all_tools().await, principal)
+            }
+            None if upstream.requires.is_empty() => {
+                let opening = Opening {
+                    bearer: None,
+                    values: Vec::new(),
+                };
+                match self.pool.open_unpooled(upstream, opening).await {
+                    Ok(session) => {
+                        let listed = session.service.peer().list_all_tools().await;
+                        pool::close(Arc::new(session));
+                        (listed, None)
+                    }
+                    Err(error) => {
+                        tracing::warn!(upstream = %id, %error, "could not list the upstream's tools");
+                        return;
+                    }
+                }
+            }
+            None => return,
+        };
+        let (tools, listed_by) = match listing {
+            (Ok(tools), listed_by) => (tools, listed_by),
+            (Err(error), _) => {
+                tracing::warn!(upstream = %id, %error, "could not list the upstream's tools");
+                return;
+            }
+        };
+        let tools: Vec<Value> = tools
+            .into_iter()
+            .take(catalogue::MAX_TOOLS)
+            .filter_map(|t| serde_json::to_value(t).ok())
+            .collect();
+        let tools = Value::Array(tools);
+        let record = CatalogueRecord {
+            upstream: id.to_owned(),
+            digest: CatalogueRecord::digest_of(&tools),
+            tools,
+            listed_by,
+            listed_at: Utc::now(),
+        };
+        match self.store.save_catalogue(&record).await {
+            Ok(_) => {
+                if self.adopt(&record) {
+                    self.bus.catalogue_changed(id);
+                    tracing::info!(upstream = %id, tools = self.tool_count(id), "the upstream's catalogue changed");
+                    self.announce().await;
+                }
+            }
+            Err(error) => tracing::warn!(upstream = %id, %error, "could not store the upstream's catalogue"),
+        }
+    }
+
+    fn tool_count(&self, upstream: &str) -> usize {
+        let catalogues = self.catalogues.read().unwrap_or_else(PoisonError::into_inner);
+        catalogues.get(upstream).map_or(0, |c| c.tools.len())
+    }
+
+    /// Another replica stored a new catalogue.
+    async fn reload(&self, id: &str) {
+        match self.store.catalogue(id).await {
+            Ok(Some(record)) => {
+                if self.adopt(&record) {
+                    self.announce().await;
+                }
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(upstream = %id, %error, "could not read the upstream's catalogue"),
+        }
+    }
+
+    /// Offers the stored catalogue's tools; false when they are offered already.
+    fn adopt(&self, record: &CatalogueRecord) -> bool {
+        let Some(upstream) = self.upstream(&record.upstream) else {
+            return false;
+        };
+        let mut catalogues = self.catalogues.write().unwrap_or_else(PoisonError::into_inner);
+        if catalogues
+            .get(&record.upstream)
+            .is_some_and(|c| c.digest.as_deref() == Some(record.digest.as_str()))
+        {
+            return false;
+        }
+        // Names are taken by gatehouse's tools and by the upstreams configured before this one.
+        let mut taken = self.own_tools.clone();
+        for earlier in self.upstreams.iter().take_while(|u| u.id != record.upstream) {
+            if let Some(catalogue) = catalogues.get(&earlier.id) {
+                taken.extend(catalogue.tools.iter().map(|t| t.definition().name.clone()));
+            }
+        }
+        let context = Context {
+            forms: &self.forms,
+            taken: &taken,
+            core: self.this.clone(),
+        };
+        let catalogue = Catalogue::from_listing(upstream, &record.tools, record.digest.clone(), &context);
+        catalogues.insert(record.upstream.clone(), Arc::new(catalogue));
+        true
+    }
+
+    /// Tells every client with a stream open here that the tool list changed.
+    async fn announce(&self) {
+        let message = jsonrpc::notification("notifications/tools/list_changed", json!({}));
+        for session in self.bus.sessions_with_streams() {
+            if let Err(error) = self.bus.publish(&session, &message).await {
+                tracing::warn!(%error, "could not tell a client that the tool list changed");
+            }
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! Upstream MCP sessions: one per (principal, upstream), opened on the first call with that
+//! user's credentials, reused while those credentials stay the same, never shared between users.
+//! HTTP sessions go through rmcp's Streamable HTTP client (which re-initializes a session the
+//! upstream answers 404 for); stdio sessions are a process each. Both are bounded per upstream:
+//! the least recently used idle session closes for a new one, and idle sessions close after the
+//! upstream's `idle_timeout`.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::service::{RunningService, RoleClient};
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
+use rmcp::transport::TokioChildProcess;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::sync::mpsc;
+
+use super::relay::{Handler, Relay};
+use super::upstream::{Transport, Upstream};
+use crate::domain::Principal;
+use crate::secret::Secret;
+use crate::tools::Redactor;
+
+/// Variables a stdio upstream inherits from gatehouse's environment; nothing else of it (which
+/// holds gatehouse's own secrets) reaches the process.
+const INHERITED_ENV: [&str; 7] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER"];
+/// Longest stderr line of a stdio upstream that is logged whole.
+const MAX_STDERR_LINE: usize = 4096;
+
+/// What a session was opened with: the user's token and rendered headers or environment.
+pub struct Opening {
+    pub bearer: Option<Secret<String>>,
+    /// Rendered `headers` (HTTP) or `env` (stdio).
+    pub values: Vec<(String, Secret<String>)>,
+}
+
+impl Opening {
+    fn fingerprint(&self) -> [u8; 32] {
+        let mut hash = Sha256::new();
+        if let Some(bearer) = &self.bearer {
+            hash.update(bearer.expose().as_bytes());
+        }
+        hash.update([0]);
+        for (name, value) in &self.values {
+            hash.update(name.as_bytes());
+            hash.update([0]);
+            hash.update(value.expose().as_bytes());
+            hash.update([0]);
+        }
+        hash.finalize().into()
+    }
+
+    fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.bearer
+            .iter()
+            .chain(self.values.iter().map(|(_, v)| v))
+            .map(|s| s.expose().as_str())
+    }
+}
+
+/// One open upstream session.
+pub struct Session {
+    pub upstream: String,
+    /// `None` for a session gatehouse opened on its own to list the tools of an upstream that
+    /// needs no credentials.
+    pub principal: Option<Principal>,
+    pub service: RunningService<RoleClient, Handler>,
+    pub relay: Arc<Relay>,
+    fingerprint: [u8; 32],
+    last_used: Mutex<Instant>,
+}
+
+impl Session {
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_used.lock().unwrap_or_else(PoisonError::into_inner).elapsed()
+    }
+
+    /// Idle: no call runs on it.
+    fn is_idle(&self) -> bool {
+        !self.relay.is_busy()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The upstream refused the credentials (401) or the scopes (403) at `initialize`.
+    #[error("refused: {challenge}")]
+    Refused { challenge: String, status: Refusal },
+    #[error("all {0} sessions of this upstream are busy")]
+    Full(usize),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Why the upstream refused, as its `WWW-Authenticate` says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    Unauthorized,
+    InsufficientScope(Vec<String>),
+}
+
+type Key = (Principal, String);
+
+pub struct Pool {
+    sessions: Mutex<HashMap<Key, Arc<Session>>>,
+    client: reqwest13::Client,
+    list_changed: mpsc::Sender<String>,
+}
+
+impl Pool {
+    pub fn new(client: reqwest13::Client, list_changed: mpsc::Sender<String>) -> Self {
+        Self {
+            sessions: Mutex::new(HashMap::new()),
+            client,
+            list_changed,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sessions open now.
+    pub fn open_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The principal's session with the upstream, opened (or reopened, when the credentials
+    /// changed or the old one closed) with `opening`. The bool says whether it is new.
+    pub async fn session(
+        &self,
+        upstream: &Upstream,
+        principal: &Principal,
+        opening: Opening,
+    ) -> Result<(Arc<Session>, bool), OpenError> {
+        let key = (principal.clone(), upstream.id.clone());
+        let fingerprint = opening.fingerprint();
+        let stale = {
+            let mut sessions = self.lock();
+            match sessions.get(&key) {
+                Some(session) if session.fingerprint == fingerprint && !session.service.is_closed() => {
+                    session.touch();
+                    return Ok((session.clone(), false));
+                }
+                Some(_) => sessions.remove(&key),
+                None => None,
+            }
+        };
+        if let Some(stale) = stale {
+            close(stale);
+        }
+        self.make_room(upstream)?;
+        let session = Arc::new(self.open(upstream, Some(principal), opening, fingerprint).await?);
+        let replaced = self.lock().insert(key, session.clone());
+        if let Some(replaced) = replaced {
+            // Another call of the same user opened one meanwhile; the newer one stays.
+            close(replaced);
+        }
+        Ok((session, true))
+    }
+
+    /// Closes the session after the upstream refused its credentials, so the next call opens
+    /// a new one.
+    pub fn forget(&self, session: &Arc<Session>) {
+        let Some(principal) = &session.principal else { return };
+        let key = (principal.clone(), session.upstream.clone());
+        let removed = {
+            let mut sessions = self.lock();
+            match sessions.get(&key) {
+                Some(current) if Arc::ptr_eq(current, session) => sessions.remove(&key),
+                _ => None,
+            }
+        };
+        if let Some(removed) = removed {
+            close(removed);
+        }
+    }
+
+    /// Below the upstream's bound, the least recently used idle session closing if need be.
+    fn make_room(&self, upstream: &Upstream) -> Result<(), OpenError> {
+        let limit = match &upstream.transport {
+            Transport::Http { max_sessions, .. } => *max_sessions,
+            Transport::Stdio { max_processes, .. } => *max_processes,
+        };
+        let evicted = {
+            let mut sessions = self.lock();
+            let open: Vec<(&Key, &Arc<Session>)> = sessions.iter().filter(|(k, _)| k.1 == upstream.id).collect();
+            if open.len() < limit {
+                return Ok(());
+            }
+            let oldest = open
+                .iter()
+                .filter(|(_, s)| s.is_idle())
+                .max_by_key(|(_, s)| s.idle_for())
+                .map(|(k, _)| (*k).clone());
+            match oldest {
+                Some(key) => sessions.remove(&key),
+                None => return Err(OpenError::Full(limit)),
+            }
+        };
+        if let Some(evicted) = evicted {
+            tracing::info!(upstream = %upstream.id, principal = ?evicted.principal, "closed the least recently used upstream session to open another");
+            close(evicted);
+        }
+        Ok(())
+    }
+
+    /// Closes the sessions of `upstreams` that have been idle longer than their idle timeout.
+    pub fn close_idle(&self, upstreams: &[Arc<Upstream>]) {
+        let idle: Vec<Arc<Session>> = {
+            let mut sessions = self.lock();
+            let keys: Vec<Key> = sessions
+                .iter()
+                .filter(|(key, session)| {
+                    let timeout = upstreams.iter().find(|u| u.id == key.1).map(|u| u.idle_timeout);
+                    session.service.is_closed()
+                        || (session.is_idle() && timeout.is_some_and(|t| session.idle_for() >= t))
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            keys.iter().filter_map(|key| sessions.remove(key)).collect()
+        };
+        for session in idle {
+            tracing::debug!(upstream = %session.upstream, principal = ?session.principal, "closing an idle upstream session");
+            close(session);
+        }
+    }
+
+    /// Closes every session of `principal` (their credentials are gone).
+    pub fn close_all_of(&self, principal: &Principal) {
+        let closed: Vec<Arc<Session>> = {
+            let mut sessions = self.lock();
+            let keys: Vec<Key> = sessions.keys().filter(|k| &k.0 == principal).cloned().collect();
+            keys.iter().filter_map(|key| sessions.remove(key)).collect()
+        };
+        for session in closed {
+            close(session);
+        }
+    }
+
+    /// The most recently used open session with the upstream.
+    pub fn newest_of(&self, upstream: &str) -> Option<Arc<Session>> {
+        self.lock()
+            .iter()
+            .filter(|(key, session)| key.1 == upstream && !session.service.is_closed())
+            .min_by_key(|(_, session)| session.idle_for())
+            .map(|(_, session)| session.clone())
+    }
+
+    /// A session outside the pool, for gatehouse's own use; close it with [`close`].
+    pub async fn open_unpooled(&self, upstream: &Upstream, opening: Opening) -> Result<Session, OpenError> {
+        let fingerprint = opening.fingerprint();
+        self.open(upstream, None, opening, fingerprint).await
+    }
+
+    async fn open(
+        &self,
+        upstream: &Upstream,
+        principal: Option<&Principal>,
+        opening: Opening,
+        fingerprint: [u8; 32],
+    ) -> Result<Session, OpenError> {
+        let relay = Relay::new(&upstream.id, self.list_changed.clone());
+        let handler = Handler(relay.clone());
+        let service = match &upstream.transport {
+            Transport::Http { url, .. } => {
+                let mut headers = HashMap::new();
+                for (name, value) in &opening.values {
+                    let name = reqwest::header::HeaderName::try_from(name.as_str())
+                        .map_err(|_| OpenError::Failed(format!("header {name} is not a valid name")))?;
+                    let value = reqwest::header::HeaderValue::from_str(value.expose())
+                        .map_err(|_| OpenError::Failed(format!("header {name} would not be a valid value")))?;
+                    headers.insert(name, value);
+                }
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(headers)
+                    .reinit_on_expired_session(true);
+                if let Some(bearer) = &opening.bearer {
+                    config = config.auth_header(bearer.expose().clone());
+                }
+                let transport = StreamableHttpClientTransport::with_client(self.client.clone(), config);
+                timed(handler.serve(transport), upstream.timeout).await?
+            }
+            Transport::Stdio { program, args, .. } => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).env_clear().kill_on_drop(true);
+                for name in INHERITED_ENV {
+                    if let Some(value) = std::env::var_os(name) {
+                        command.env(name, value);
+                    }
+                }
+                for (name, value) in &opening.values {
+                    command.env(name, value.expose());
+                }
+                let (process, stderr) = TokioChildProcess::builder(command)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| OpenError::Failed(format!("cannot start `{program}`: {e}")))?;
+                if let Some(stderr) = stderr {
+                    let redactor = Redactor::new(opening.secrets());
+                    tokio::spawn(log_stderr(stderr, redactor, upstream.id.clone(), principal.cloned()));
+                }
+                timed(handler.serve(process), upstream.timeout).await?
+            }
+        };
+        tracing::info!(upstream = %upstream.id, ?principal, "opened an upstream session");
+        Ok(Session {
+            upstream: upstream.id.clone(),
+            principal: principal.cloned(),
+            service,
+            relay,
+            fingerprint,
+            last_used: Mutex::new(Instant::now()),
+        })
+    }
+}
+
+/// Opening a session (connecting, starting a process, `initialize`) within the upstream's timeout.
+async fn timed<F, E>(opening: F, timeout: Duration) -> Result<RunningService<RoleClient, Handler>, OpenError>
+where
+    F: Future<Output = Result<RunningService<RoleClient, Handler>, E>>,
+    E: Into<rmcp::service::ClientInitializeError>,
+{
+    match tokio::time::timeout(timeout, opening).await {
+        Err(_) => Err(OpenError::Failed(format!(
+            "did not finish initializing within {}",
+            humantime::format_duration(timeout)
+        ))),
+        Ok(Ok(service)) => Ok(service),
+        Ok(Err(error)) => {
+            let error: rmcp::service::ClientInitializeError = error.into();
+            match super::failure::refusal(&error) {
+                Some((status, challenge)) => Err(OpenError::Refused { challenge, status }),
+                None => Err(OpenError::Failed(error.to_string())),
+            }
+        }
+    }
+}
+
+/// Ends a session in the background: an HTTP session is deleted at the upstream, a process stops.
+pub fn close(session: Arc<Session>) {
+    tokio::spawn(async move {
+        if let Some(session) = Arc::into_inner(session) {
+            let _ = session.service.cancel().await;
+        }
+    });
+}
+
+/// Logs what a stdio upstream writes to stderr, line by line, with the user's secrets redacted.
+async fn log_stderr(
+    stderr: tokio::process::ChildStderr,
+    redactor: Redactor,
+    upstream: String,
+    principal: Option<Principal>,
+) {
+    let mut lines = BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // At most a line's worth at a time: the rest of a longer line comes as the next one.
+        match (&mut lines).take(MAX_STDERR_LINE as u64).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        tracing::warn!(%upstream, ?principal, stderr = %redactor.text(text.trim_end()), "upstream process wrote to stderr");
+    }
+}

@@ -1,0 +1,217 @@
+//! The client side of one upstream session (an rmcp `ClientHandler`): what the upstream sends
+//! while calls run goes to the clients whose calls they are. Progress notifications carry the
+//! progress token gatehouse gave the upstream request, which names the call exactly; log messages
+//! and the upstream's own requests (`elicitation/create`) name no request, so they go to the
+//! newest call still running on the session (the usual case is one call at a time).
+//!
+//! rmcp handles each notification in a task of its own, so two progress notifications may reach
+//! the handler out of order: one that does not advance the call's progress is dropped, so the
+//! client sees progress only increase, as MCP requires.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rmcp::ClientHandler;
+#[allow(deprecated)]
+use rmcp::model::LoggingMessageNotificationParam;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    ErrorData, FormElicitationCapability, Implementation, ProgressNotificationParam, ProgressToken, UrlElicitationCapability,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::tools::CallStream;
+
+/// A call running on the session: where its messages go.
+struct Running {
+    token: ProgressToken,
+    /// The client's own progress token, if it asked for progress.
+    client_token: Option<Value>,
+    /// The call's own stream, when its answer is streamed: nothing reaches a call without one.
+    stream: Option<Arc<dyn CallStream>>,
+    /// Which `elicitation/create` modes the client declared.
+    form: bool,
+    url: bool,
+    /// The progress last passed on.
+    progress: f64,
+}
+
+/// Shared by the session's handler and the calls on it.
+pub struct Relay {
+    upstream: String,
+    running: Mutex<Vec<Running>>,
+    /// Told when the upstream says its tool list changed.
+    list_changed: mpsc::Sender<String>,
+}
+
+/// While a call runs; unregisters it when dropped.
+pub struct RunningCall {
+    relay: Arc<Relay>,
+    token: ProgressToken,
+}
+
+impl Drop for RunningCall {
+    fn drop(&mut self) {
+        self.relay.lock().retain(|call| call.token != self.token);
+    }
+}
+
+impl Relay {
+    pub fn new(upstream: &str, list_changed: mpsc::Sender<String>) -> Arc<Self> {
+        Arc::new(Self {
+            upstream: upstream.to_owned(),
+            running: Mutex::new(Vec::new()),
+            list_changed,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Running>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether any call is running on the session.
+    pub fn is_busy(&self) -> bool {
+        !self.lock().is_empty()
+    }
+
+    /// Registers a call whose upstream request carries `token`; messages for it go to `stream`.
+    pub fn register(
+        self: &Arc<Self>,
+        token: ProgressToken,
+        client_token: Option<Value>,
+        stream: Option<Arc<dyn CallStream>>,
+        client_capabilities: &Value,
+    ) -> RunningCall {
+        let elicitation = client_capabilities.get("elicitation");
+        // A client that declares `elicitation: {}` supports form mode (2025-06-18 and later).
+        let form = elicitation
+            .is_some_and(|e| e.get("form").is_some_and(Value::is_object) || e.as_object().is_some_and(|o| o.is_empty()));
+        let url = elicitation.and_then(|e| e.get("url")).is_some_and(Value::is_object);
+        self.lock().push(Running {
+            token: token.clone(),
+            client_token,
+            stream,
+            form,
+            url,
+            progress: f64::NEG_INFINITY,
+        });
+        RunningCall {
+            relay: self.clone(),
+            token,
+        }
+    }
+
+    /// Where progress `progress` of the call with `token` goes, unless it does not advance.
+    fn stream_for_progress(&self, token: &ProgressToken, progress: f64) -> Option<(Arc<dyn CallStream>, Value)> {
+        let mut running = self.lock();
+        let call = running.iter_mut().find(|call| &call.token == token)?;
+        if progress <= call.progress {
+            return None;
+        }
+        call.progress = progress;
+        Some((call.stream.clone()?, call.client_token.clone()?))
+    }
+
+    /// The stream of the newest call that has one and is `wanted`.
+    fn newest(&self, wanted: impl Fn(&Running) -> bool) -> Option<Arc<dyn CallStream>> {
+        self.lock()
+            .iter()
+            .rev()
+            .filter(|call| wanted(call))
+            .find_map(|call| call.stream.clone())
+    }
+}
+
+/// The handler rmcp runs for the session.
+#[derive(Clone)]
+pub struct Handler(pub Arc<Relay>);
+
+impl ClientHandler for Handler {
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        let Some((stream, client_token)) = self.0.stream_for_progress(&params.progress_token, params.progress) else {
+            return;
+        };
+        let mut progress = json!({"progressToken": client_token, "progress": params.progress});
+        if let Some(total) = params.total {
+            progress["total"] = json!(total);
+        }
+        if let Some(message) = params.message {
+            progress["message"] = json!(message);
+        }
+        stream.notify("notifications/progress", progress).await;
+    }
+
+    // Logging is deprecated from protocol 2026-07-28 on (SEP-2577), but the upstreams of 2025-11-25
+    // still send it, and gatehouse's clients of that revision still read it.
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let Some(stream) = self.0.newest(|_| true) else { return };
+        let logger = params.logger.unwrap_or_else(|| self.0.upstream.clone());
+        let message = json!({"level": params.level, "logger": logger, "data": params.data});
+        stream.notify("notifications/message", message).await;
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let url_mode = matches!(request, ElicitRequestParams::UrlElicitationParams { .. });
+        let Some(stream) = self.0.newest(|call| if url_mode { call.url } else { call.form }) else {
+            let mode = if url_mode { "url" } else { "form" };
+            return Err(ErrorData::invalid_request(
+                format!("the client of this call cannot answer {mode}-mode elicitations"),
+                None,
+            ));
+        };
+        let params = serde_json::to_value(&request)
+            .map_err(|e| ErrorData::internal_error(format!("cannot relay the elicitation: {e}"), None))?;
+        match stream.request("elicitation/create", params).await {
+            Some(Ok(result)) => serde_json::from_value(result).map_err(|_| {
+                ErrorData::internal_error("the client's answer to the elicitation was not an ElicitResult", None)
+            }),
+            Some(Err(error)) => {
+                let message = error.get("message").and_then(Value::as_str).unwrap_or("the client refused");
+                Err(ErrorData::internal_error(
+                    format!("the client could not ask the user: {message}"),
+                    None,
+                ))
+            }
+            None => Err(ErrorData::internal_error("the client went away", None)),
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        // A full queue already holds a refresh to do; one more adds nothing.
+        let _ = self.0.list_changed.try_send(self.0.upstream.clone());
+    }
+
+    async fn on_custom_notification(&self, notification: CustomNotification, _context: NotificationContext<RoleClient>) {
+        // The upstream finished one of its own URL elicitations: the client retries on this.
+        if notification.method == "notifications/elicitation/complete"
+            && let Some(stream) = self.0.newest(|call| call.url)
+        {
+            stream
+                .notify(&notification.method, notification.params.unwrap_or_else(|| json!({})))
+                .await;
+        }
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::default())
+                .with_url(UrlElicitationCapability::default()),
+        );
+        ClientConfig::new(
+            capabilities,
+            Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")).with_title("gatehouse"),
+        )
+    }
+}

@@ -1,0 +1,308 @@
+//! A tool of an upstream MCP server, as a gatehouse tool: once the gate has let the call through,
+//! it is forwarded on the user's own upstream session with the user's credentials, and what the
+//! upstream answers (or how it fails) becomes the call's outcome.
+
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientNotification,
+    ClientRequest, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use serde_json::{Map, Value};
+
+use super::Core;
+use super::failure;
+use super::pool::{OpenError, Opening, Refusal, Session};
+use super::upstream::{Transport, Upstream};
+use crate::secret::Secret;
+use crate::text;
+use crate::tools::{CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolOutcome, ToolResult, Values};
+
+/// JSON-RPC error code of an upstream asking for URL-mode elicitation first.
+const URL_ELICITATION_REQUIRED: i32 = -32042;
+/// An upstream's error message shown to the model, at most.
+const MAX_ERROR_MESSAGE_BYTES: usize = 512;
+
+pub struct UpstreamTool {
+    upstream: Arc<Upstream>,
+    /// The upstream's own name of the tool; `None` for the stand-in that connects the user and
+    /// lists the upstream's tools, offered while nobody has listed them yet.
+    name: Option<String>,
+    definition: ToolDefinition,
+    core: Weak<Core>,
+}
+
+impl UpstreamTool {
+    pub fn new(upstream: Arc<Upstream>, name: Option<String>, definition: ToolDefinition, core: Weak<Core>) -> Self {
+        Self {
+            upstream,
+            name,
+            definition,
+            core,
+        }
+    }
+
+    fn failed(&self, sentence: impl Into<String>) -> ToolOutcome {
+        ToolOutcome::Done(ToolResult::error(sentence))
+    }
+
+    /// The session's credentials: the bearer token and the rendered headers or environment.
+    fn opening(&self, context: &CallContext<'_>) -> Result<Opening, ToolOutcome> {
+        let bearer = match &self.upstream.bearer {
+            Some(provider) => match context.credentials.token(provider) {
+                Some(token) => Some(token.clone()),
+                // The gate runs the tool only with a token for every provider it requires.
+                None => {
+                    return Err(ToolOutcome::CredentialRejected {
+                        provider: provider.clone(),
+                    });
+                }
+            },
+            None => None,
+        };
+        let no_arguments = Map::new();
+        let values = Values {
+            arguments: &no_arguments,
+            forms: context.credentials.forms(),
+        };
+        let (templates, encoding) = match &self.upstream.transport {
+            Transport::Http { headers, .. } => (
+                headers.iter().map(|(n, t)| (n.as_str().to_owned(), t)).collect::<Vec<_>>(),
+                Encoding::Header,
+            ),
+            Transport::Stdio { env, .. } => (env.iter().map(|(n, t)| (n.clone(), t)).collect(), Encoding::Text),
+        };
+        let mut rendered = Vec::new();
+        for (name, template) in templates {
+            let value = template.render(&values, encoding).map_err(|why| {
+                self.failed(format!("Cannot reach the {} server: {name}: {why}", self.upstream.id))
+            })?;
+            rendered.push((name, Secret::new(value)));
+        }
+        Ok(Opening {
+            bearer,
+            values: rendered,
+        })
+    }
+
+    fn refused(&self, refusal: Refusal) -> ToolOutcome {
+        match (refusal, &self.upstream.bearer) {
+            (Refusal::Unauthorized, Some(provider)) => ToolOutcome::CredentialRejected {
+                provider: provider.clone(),
+            },
+            (Refusal::InsufficientScope(scopes), Some(provider)) => ToolOutcome::ScopesMissing {
+                provider: provider.clone(),
+                scopes,
+            },
+            (_, None) => self.failed(format!(
+                "The {} server refused the credentials gatehouse holds for it. Ask the user to check them.",
+                self.upstream.id
+            )),
+        }
+    }
+
+    async fn forward(
+        &self,
+        core: &Core,
+        session: &Arc<Session>,
+        context: &CallContext<'_>,
+        name: &str,
+        arguments: &Map<String, Value>,
+    ) -> ToolOutcome {
+        let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments.clone());
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let peer = session.service.peer();
+        let handle = match peer.send_request_with_option(request, PeerRequestOptions::no_options()).await {
+            Ok(handle) => handle,
+            Err(error) => return self.service_failed(core, session, &error),
+        };
+        // Registered before the upstream can have answered anything but the request itself, so its
+        // progress reaches the client; a progress notification racing the registration is dropped.
+        let _running = session.relay.register(
+            handle.progress_token.clone(),
+            context.progress_token.cloned(),
+            context.stream.clone(),
+            &context.session.client_capabilities,
+        );
+        let id = handle.id.clone();
+        let gone = async {
+            match &context.stream {
+                Some(stream) => stream.gone().await,
+                None => std::future::pending().await,
+            }
+        };
+        let answer = tokio::select! {
+            answer = handle.await_response() => answer,
+            () = gone => {
+                cancel(session, id, "the client went away").await;
+                return self.failed("The client went away.");
+            }
+            () = context.cancelled.cancelled() => {
+                cancel(session, id, "the client cancelled the call").await;
+                return self.failed("The call was cancelled.");
+            }
+            () = tokio::time::sleep(self.upstream.timeout) => {
+                cancel(session, id, "gatehouse's timeout for the upstream passed").await;
+                return self.failed(format!(
+                    "The {} server did not answer within {}.",
+                    self.upstream.id,
+                    humantime::format_duration(self.upstream.timeout)
+                ));
+            }
+        };
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => {
+                let redactor = Redactor::new(context.credentials.secrets());
+                ToolOutcome::Done(tool_result(redactor.value(serde_json::to_value(result).unwrap_or(Value::Null))))
+            }
+            Ok(_) => self.failed(format!(
+                "The {} server gave an answer gatehouse cannot read.",
+                self.upstream.id
+            )),
+            Err(ServiceError::McpError(error)) if error.code.0 == URL_ELICITATION_REQUIRED => {
+                let elicitations = error
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("elicitations"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                if elicitations.is_empty() {
+                    return self.failed(format!(
+                        "The {} server asked for a step in the browser without saying which.",
+                        self.upstream.id
+                    ));
+                }
+                ToolOutcome::UrlElicitations(elicitations)
+            }
+            Err(ServiceError::McpError(error)) => self.failed(format!(
+                "The {} server refused the call: {}",
+                self.upstream.id,
+                text::bounded(&error.message, MAX_ERROR_MESSAGE_BYTES)
+            )),
+            Err(error) => self.service_failed(core, session, &error),
+        }
+    }
+
+    fn service_failed(&self, core: &Core, session: &Arc<Session>, error: &ServiceError) -> ToolOutcome {
+        if let Some(refusal) = failure::request_refusal(error) {
+            core.pool.forget(session);
+            return self.refused(refusal);
+        }
+        tracing::warn!(upstream = %self.upstream.id, principal = ?session.principal, %error, "an upstream call failed");
+        if matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_)) {
+            // A crashed process or a dropped session: the next call opens a new one.
+            core.pool.forget(session);
+        }
+        self.failed(failure::describe(&self.upstream.id, error))
+    }
+}
+
+async fn cancel(session: &Session, id: rmcp::model::RequestId, reason: &str) {
+    let params = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
+    let notification = ClientNotification::CancelledNotification(CancelledNotification::new(params));
+    if let Err(error) = session.service.peer().send_notification(notification).await {
+        tracing::debug!(upstream = %session.upstream, %error, "could not tell the upstream a call was cancelled");
+    }
+}
+
+/// A `CallToolResult` as the upstream gave it.
+fn tool_result(result: Value) -> ToolResult {
+    ToolResult {
+        content: result
+            .get("content")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+        structured: result.get("structuredContent").cloned(),
+        is_error: result.get("isError").and_then(Value::as_bool).unwrap_or(false),
+    }
+}
+
+#[async_trait]
+impl Tool for UpstreamTool {
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
+    }
+
+    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
+        let Some(core) = self.core.upgrade() else {
+            return self.failed("gatehouse is shutting down. Try again in a moment.");
+        };
+        let opening = match self.opening(context) {
+            Ok(opening) => opening,
+            Err(outcome) => return outcome,
+        };
+        let session = match core.pool.session(&self.upstream, context.principal, opening).await {
+            Ok((session, new)) => {
+                if new {
+                    core.listed_through(&self.upstream.id);
+                }
+                session
+            }
+            Err(OpenError::Refused { status, challenge }) => {
+                tracing::info!(upstream = %self.upstream.id, principal = %context.principal, %challenge, "the upstream refused the user's credentials");
+                return self.refused(status);
+            }
+            Err(OpenError::Full(limit)) => {
+                return self.failed(format!(
+                    "The {} server is busy: all {limit} of its sessions are in use. Try again in a moment.",
+                    self.upstream.id
+                ));
+            }
+            Err(OpenError::Failed(why)) => {
+                tracing::warn!(upstream = %self.upstream.id, principal = %context.principal, %why, "could not open an upstream session");
+                return self.failed(format!(
+                    "The {} server cannot be reached right now. Try again in a moment.",
+                    self.upstream.id
+                ));
+            }
+        };
+        match &self.name {
+            Some(name) => self.forward(&core, &session, context, name, arguments).await,
+            None => {
+                let listed = core.refresh(&self.upstream.id).await;
+                let names: Vec<String> = listed
+                    .iter()
+                    .map(|tool| tool.definition().name.clone())
+                    .collect();
+                ToolOutcome::Done(ToolResult::text(if names.is_empty() {
+                    format!("Connected to {}, which offers no tools here.", self.upstream.id)
+                } else {
+                    format!(
+                        "Connected to {}. Its tools are listed now: {}.",
+                        self.upstream.id,
+                        names.join(", ")
+                    )
+                }))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for UpstreamTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamTool")
+            .field("upstream", &self.upstream.id)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn results_keep_content_structure_and_error_flag() {
+        let result = tool_result(json!({"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}, "isError": true}));
+        assert_eq!(result.content, vec![json!({"type": "text", "text": "hi"})]);
+        assert_eq!(result.structured, Some(json!({"a": 1})));
+        assert!(result.is_error);
+        assert!(!tool_result(json!({"content": []})).is_error);
+    }
+}

@@ -1,0 +1,261 @@
+//! One configured upstream MCP server, parsed and checked once at start: how to reach it, what
+//! its calls require, which of its tools are offered and under which names.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use reqwest::header::HeaderName;
+use url::Url;
+
+use crate::config::{Config, ConfigError, ElicitMode, UpstreamConfig};
+use crate::domain::is_identifier;
+use crate::forms::{Form, Forms};
+use crate::gate::Requirement;
+use crate::providers::Providers;
+use crate::tools::{Placeholders, Template, parse_requirements, valid_tool_name};
+
+/// Headers gatehouse sets itself on requests to an upstream: configured headers may not replace them.
+const RESERVED_HEADERS: [&str; 6] = [
+    "authorization",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "accept",
+    "content-type",
+    "last-event-id",
+];
+
+/// How gatehouse reaches an upstream.
+pub enum Transport {
+    /// Streamable HTTP, with extra headers rendered from the user's form values.
+    Http {
+        url: Url,
+        headers: Vec<(HeaderName, Template)>,
+        /// HTTP sessions held at once for this upstream, across users; the least recently used
+        /// idle one closes for a new one.
+        max_sessions: usize,
+    },
+    /// A process per user speaking stdio, its environment rendered from the user's form values.
+    Stdio {
+        program: String,
+        args: Vec<String>,
+        env: Vec<(String, Template)>,
+        max_processes: usize,
+    },
+}
+
+/// Per-tool settings on top of the upstream's.
+pub struct Override {
+    pub requires: Vec<Requirement>,
+    pub elicit: ElicitMode,
+    pub elicit_timeout: Duration,
+}
+
+pub struct Upstream {
+    pub id: String,
+    pub prefix: String,
+    pub transport: Transport,
+    pub requires: Vec<Requirement>,
+    /// The provider whose access token goes as `Authorization: Bearer` (the first required).
+    pub bearer: Option<String>,
+    /// When set, only these tools (the upstream's names) are offered.
+    pub allow: Option<BTreeSet<String>>,
+    pub timeout: Duration,
+    pub idle_timeout: Duration,
+    pub overrides: HashMap<String, Override>,
+    /// How long an in-call elicitation waits by default.
+    pub elicit_timeout: Duration,
+}
+
+/// HTTP sessions per upstream held at once unless the upstream is a process (`max_processes`).
+const MAX_HTTP_SESSIONS: usize = 10_000;
+
+impl Upstream {
+    pub fn offers(&self, tool: &str) -> bool {
+        self.allow.as_ref().is_none_or(|allow| allow.contains(tool))
+    }
+
+    /// gatehouse's name for the upstream's tool `tool`.
+    pub fn exposed_name(&self, tool: &str) -> String {
+        format!("{}{tool}", self.prefix)
+    }
+
+    /// Every requirement of a call to `tool`: the upstream's, then the tool's own.
+    pub fn requirements_of(&self, tool: &str) -> Vec<Requirement> {
+        let mut requires = self.requires.clone();
+        if let Some(extra) = self.overrides.get(tool) {
+            requires.extend(extra.requires.iter().filter(|r| !requires.contains(r)).cloned().collect::<Vec<_>>());
+        }
+        requires
+    }
+
+    pub fn from_config(
+        upstream: &UpstreamConfig,
+        key: &str,
+        config: &Config,
+        providers: &Providers,
+        forms: &Forms,
+    ) -> Result<Self, ConfigError> {
+        if !is_identifier(&upstream.id) {
+            return Err(ConfigError::key(
+                format!("{key}.id"),
+                format!("`{}` is not an id (letters, digits, `-` and `_`)", upstream.id),
+            ));
+        }
+        let requires = parse_requirements(&upstream.requires, key, providers, forms)?;
+        let required_forms: Vec<&Form> = form_requirements(&requires, forms);
+        let arguments = BTreeSet::new();
+        let names = Placeholders {
+            arguments: &arguments,
+            forms: &required_forms,
+        };
+        let transport = match (&upstream.url, &upstream.command) {
+            (Some(url), None) => http_transport(upstream, url, key, &names)?,
+            (None, Some(command)) => stdio_transport(upstream, command, key, &names)?,
+            _ => {
+                return Err(ConfigError::key(
+                    key,
+                    "needs exactly one of `url` (Streamable HTTP) and `command` (stdio)",
+                ));
+            }
+        };
+        let prefix = upstream.prefix.clone().unwrap_or_else(|| format!("{}_", upstream.id));
+        if !prefix.is_empty() && !valid_tool_name(&prefix) {
+            return Err(ConfigError::key(
+                format!("{key}.prefix"),
+                "may hold only letters, digits, `_`, `-` and `.`",
+            ));
+        }
+        let allow = match &upstream.tools {
+            None => None,
+            Some(tools) => {
+                for (i, tool) in tools.iter().enumerate() {
+                    if !valid_tool_name(&format!("{prefix}{tool}")) {
+                        return Err(ConfigError::key(
+                            format!("{key}.tools[{i}]"),
+                            format!("`{prefix}{tool}` is not a tool name (1-128 of letters, digits, `_`, `-`, `.`)"),
+                        ));
+                    }
+                }
+                Some(tools.iter().cloned().collect())
+            }
+        };
+        if upstream.timeout.is_zero() {
+            return Err(ConfigError::key(format!("{key}.timeout"), "must be longer than zero"));
+        }
+        if upstream.idle_timeout.is_zero() {
+            return Err(ConfigError::key(format!("{key}.idle_timeout"), "must be longer than zero"));
+        }
+        let mut overrides = HashMap::new();
+        for (i, extra) in upstream.overrides.iter().enumerate() {
+            let override_key = format!("{key}.overrides[{i}]");
+            let tool_requires = parse_requirements(&extra.requires, &override_key, providers, forms)?;
+            if overrides.contains_key(&extra.tool) {
+                return Err(ConfigError::key(
+                    format!("{override_key}.tool"),
+                    format!("`{}` has an override already", extra.tool),
+                ));
+            }
+            overrides.insert(
+                extra.tool.clone(),
+                Override {
+                    requires: tool_requires,
+                    elicit: extra.elicit,
+                    elicit_timeout: extra.elicit_timeout.unwrap_or(config.elicitation.wait),
+                },
+            );
+        }
+        let bearer = requires.iter().find_map(|r| match r {
+            Requirement::Provider { provider, .. } => Some(provider.clone()),
+            Requirement::Form { .. } => None,
+        });
+        Ok(Self {
+            id: upstream.id.clone(),
+            prefix,
+            transport,
+            requires,
+            bearer,
+            allow,
+            timeout: upstream.timeout,
+            idle_timeout: upstream.idle_timeout,
+            overrides,
+            elicit_timeout: config.elicitation.wait,
+        })
+    }
+}
+
+fn form_requirements<'a>(requires: &[Requirement], forms: &'a Forms) -> Vec<&'a Form> {
+    requires
+        .iter()
+        .filter_map(|r| match r {
+            Requirement::Form { form } => forms.get(form),
+            Requirement::Provider { .. } => None,
+        })
+        .collect()
+}
+
+fn http_transport(
+    upstream: &UpstreamConfig,
+    url: &str,
+    key: &str,
+    names: &Placeholders<'_>,
+) -> Result<Transport, ConfigError> {
+    let url = Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+        .ok_or_else(|| ConfigError::key(format!("{key}.url"), "must be an http or https URL"))?;
+    if !upstream.env.is_empty() {
+        return Err(ConfigError::key(format!("{key}.env"), "is for `command` upstreams"));
+    }
+    let mut headers = Vec::new();
+    for (name, value) in &upstream.headers {
+        let header_key = format!("{key}.headers.{name}");
+        let parsed =
+            HeaderName::try_from(name.as_str()).map_err(|_| ConfigError::key(&header_key, "is not a valid header name"))?;
+        if RESERVED_HEADERS.contains(&parsed.as_str()) {
+            return Err(ConfigError::key(
+                header_key,
+                "is set by gatehouse itself (the bearer token goes there when the upstream requires a provider)",
+            ));
+        }
+        headers.push((parsed, Template::parse(value, &header_key, names)?));
+    }
+    Ok(Transport::Http {
+        url,
+        headers,
+        max_sessions: MAX_HTTP_SESSIONS,
+    })
+}
+
+fn stdio_transport(
+    upstream: &UpstreamConfig,
+    command: &[String],
+    key: &str,
+    names: &Placeholders<'_>,
+) -> Result<Transport, ConfigError> {
+    let Some((program, args)) = command.split_first().filter(|(program, _)| !program.is_empty()) else {
+        return Err(ConfigError::key(
+            format!("{key}.command"),
+            "must name a program, then its arguments",
+        ));
+    };
+    if !upstream.headers.is_empty() {
+        return Err(ConfigError::key(format!("{key}.headers"), "is for `url` upstreams"));
+    }
+    if upstream.max_processes == 0 {
+        return Err(ConfigError::key(format!("{key}.max_processes"), "must be at least 1"));
+    }
+    let mut env = Vec::new();
+    for (name, value) in &upstream.env {
+        let env_key = format!("{key}.env.{name}");
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(ConfigError::key(env_key, "is not an environment variable name"));
+        }
+        env.push((name.clone(), Template::parse(value, &env_key, names)?));
+    }
+    Ok(Transport::Stdio {
+        program: program.clone(),
+        args: args.to_vec(),
+        env,
+        max_processes: upstream.max_processes,
+    })
+}

@@ -1,0 +1,78 @@
+//! The official Python MCP SDK for tests that need a peer nobody here wrote: a virtualenv under
+//! `target/interop-venv` with a pinned `mcp`, set up on first use, and the loud skip (a failure
+//! under `CI=true`) when it, or any other such peer, cannot be set up.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+use super::repo;
+
+/// The pinned SDK, as pip spells it.
+pub const PYTHON_SDK: &str = "mcp==2.3.0";
+
+/// A peer that cannot be set up: a loud skip, or a failure under `CI=true`.
+pub fn unavailable(what: &str, why: &str) {
+    let message = format!("\n!!! {what} is unavailable ({why}): this test is SKIPPED.\n");
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "CI=true requires {what}: {message}"
+    );
+    eprintln!("{message}");
+}
+
+/// Runs `command` to completion; its output, or an error with everything it printed.
+pub fn run(command: &mut Command) -> Result<std::process::Output, String> {
+    let output = command.output().map_err(|e| format!("cannot run {command:?}: {e}"))?;
+    if output.status.success() {
+        Ok(output)
+    } else {
+        Err(format!(
+            "{command:?} failed ({}):\n{}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// Serialises setting up the venv within one test binary (several tests may ask at once).
+static VENV: Mutex<()> = Mutex::new(());
+
+/// A virtualenv under target/ with the official Python SDK; blocking (pip may run).
+pub fn python_with_sdk() -> Result<PathBuf, String> {
+    let _guard = VENV.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let venv = repo().join("target/interop-venv");
+    let python = venv.join("bin/python");
+    let ready = python.exists()
+        && Command::new(&python)
+            .args([
+                "-c",
+                "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !ready {
+        run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
+        run(Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            PYTHON_SDK,
+        ]))?;
+    }
+    Ok(python)
+}
+
+/// The Python interpreter of [`python_with_sdk`], or None (after saying so) when it cannot be set up.
+pub async fn python_sdk() -> Option<PathBuf> {
+    match tokio::task::spawn_blocking(python_with_sdk).await.expect("join") {
+        Ok(python) => Some(python),
+        Err(why) => {
+            unavailable("the Python MCP SDK", &why);
+            None
+        }
+    }
+}

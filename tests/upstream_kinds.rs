@@ -1,0 +1,182 @@
+//! gatehouse in front of upstreams of every kind and in every state: the official TypeScript SDK's
+//! example server, a stdio server started per user (limits, restarts, secrets kept out of logs),
+//! and upstreams that are down, slow or answer garbage.
+
+mod common;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::post;
+use common::mcp_upstreams::{TsExampleServer, stdio_server_command};
+use common::upstream::serve;
+use common::{Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, captured_logs, logged_text, text};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+async fn client_of(server: &TestServer, user: &str) -> McpClient {
+    let mut client = server.client().with_user("x-forwarded-user", user);
+    client.initialize().await;
+    client
+}
+
+async fn call(client: &McpClient, tool: &str, arguments: Value) -> Value {
+    client
+        .call("tools/call", json!({"name": tool, "arguments": arguments}))
+        .await
+}
+
+backend_test!(
+    async fn the_typescript_sdks_example_server_is_listed_and_called(backend: Backend) {
+        let Some(upstream) = TsExampleServer::start().await else {
+            return;
+        };
+        let database = TestDatabase::new(backend).await;
+        let toml = format!(
+            "{HEADER_IDENTITY}\n[[upstreams]]\nid = \"ts\"\nurl = \"{}\"\nprefix = \"\"\n",
+            upstream.url()
+        );
+        let server = TestServer::start(&database, &toml).await;
+        let alice = client_of(&server, "alice").await;
+        // It needs no credentials, so gatehouse lists it by itself at start.
+        let listed = common::eventually("the example's catalogue", async || {
+            let tools = alice.call("tools/list", json!({})).await;
+            let names: Vec<String> = tools["tools"].as_array()?.iter().filter_map(|t| Some(t["name"].as_str()?.to_owned())).collect();
+            names.contains(&"multi-greet".to_owned()).then_some(names)
+        })
+        .await;
+        assert!(listed.contains(&"whoami".to_owned()), "gatehouse's own tools stay: {listed:?}");
+        let result = call(&alice, "greet", json!({"name": "Ada"})).await;
+        assert!(text(&result).contains("Ada"), "{result}\n{}", upstream.stderr());
+    }
+);
+
+/// The stdio server as upstream `notes`, its API_TOKEN taken from the user's form `notes_key`.
+fn stdio_config(command: &[String], max_processes: usize) -> String {
+    let command: Vec<String> = command.iter().map(|c| format!("{c:?}")).collect();
+    format!(
+        r#"{HEADER_IDENTITY}
+[[forms]]
+id = "notes_key"
+title = "Notes API key"
+[[forms.fields]]
+name = "token"
+label = "Token"
+type = "secret"
+
+[[upstreams]]
+id = "notes"
+command = [{}]
+env = {{ API_TOKEN = "{{{{form.notes_key.token}}}}" }}
+requires = ["form:notes_key"]
+max_processes = {max_processes}
+idle_timeout = "10m"
+"#,
+        command.join(", ")
+    )
+}
+
+/// `user` fills in the form a call of `tool` asks for with `token`.
+async fn fill_in(server: &TestServer, client: &McpClient, user: &str, token: &str, tool: &str) {
+    let reply = client
+        .request("tools/call", json!({"name": tool, "arguments": {}}))
+        .await;
+    let listed = common::elicitations(&reply);
+    assert_eq!(listed.len(), 1, "{}", reply.body);
+    let url = common::url_of(&listed[0]);
+    let browser = Browser::as_user("x-forwarded-user", user);
+    let page = browser.get(&url).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let sent = browser
+        .post_form(&url, &server.base(), &[("csrf", &page.csrf()), ("token", token), ("action", "submit")])
+        .await;
+    assert!(sent.status.is_success() || sent.status.is_redirection(), "{}", sent.body);
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+backend_test!(
+    async fn a_stdio_upstream_runs_a_process_per_user_with_their_secret_in_its_environment_only(backend: Backend) {
+        captured_logs();
+        let Some(command) = stdio_server_command().await else {
+            return;
+        };
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start(&database, &stdio_config(&command, 1)).await;
+        let alice = client_of(&server, "alice").await;
+        let bob = client_of(&server, "bob").await;
+        // Nobody has listed its tools yet: `notes_connect` asks for the form, then lists them.
+        fill_in(&server, &alice, "alice", "alice-secret-0123456789", "notes_connect").await;
+        let connected = call(&alice, "notes_connect", json!({})).await;
+        assert!(text(&connected).contains("notes_token_hash"), "{connected}");
+        fill_in(&server, &bob, "bob", "bob-secret-9876543210", "notes_token_hash").await;
+
+        let alices = call(&alice, "notes_token_hash", json!({})).await;
+        assert_eq!(text(&alices), sha256_hex("alice-secret-0123456789"), "{alices}");
+        let alice_pid = text(&call(&alice, "notes_pid", json!({})).await);
+        assert_eq!(text(&call(&alice, "notes_pid", json!({})).await), alice_pid, "the process is reused");
+
+        // max_processes = 1: bob's call stops alice's idle process and starts his own.
+        let bobs = call(&bob, "notes_token_hash", json!({})).await;
+        assert_eq!(text(&bobs), sha256_hex("bob-secret-9876543210"), "{bobs}");
+        assert_ne!(text(&call(&alice, "notes_pid", json!({})).await), alice_pid, "alice's process was stopped");
+
+        // What the process writes to stderr is logged, with the user's secret redacted.
+        call(&alice, "notes_leak", json!({})).await;
+        common::eventually("the stderr line in the log", async || logged_text().contains("the token is").then_some(())).await;
+        let logs = logged_text();
+        assert!(!logs.contains("alice-secret-0123456789"), "the secret is not logged");
+        assert!(!logs.contains("bob-secret-9876543210"), "the secret is not logged");
+
+        // A crashed process is started again on the next call.
+        let before = text(&call(&alice, "notes_pid", json!({})).await);
+        let crashed = call(&alice, "notes_crash", json!({})).await;
+        assert_eq!(crashed["isError"], true, "{crashed}");
+        let after = text(&call(&alice, "notes_pid", json!({})).await);
+        assert_ne!(before, after, "a new process answers");
+    }
+);
+
+/// An upstream that answers every POST with the given status and body.
+async fn fixed_upstream(status: StatusCode, body: &'static str, delay: Duration) -> String {
+    let addr = serve(Router::new().route(
+        "/mcp",
+        post(move || async move {
+            tokio::time::sleep(delay).await;
+            (status, [("content-type", "application/json")], body)
+        }),
+    ))
+    .await;
+    format!("http://{addr}/mcp")
+}
+
+backend_test!(
+    async fn an_upstream_down_slow_or_answering_garbage_is_a_tool_error_naming_it(backend: Backend) {
+        captured_logs();
+        let database = TestDatabase::new(backend).await;
+        let garbage = fixed_upstream(StatusCode::OK, "<html>not json", Duration::ZERO).await;
+        let failing = fixed_upstream(StatusCode::INTERNAL_SERVER_ERROR, "{\"secret\": \"internal\"}", Duration::ZERO).await;
+        let slow = fixed_upstream(StatusCode::OK, "{}", Duration::from_secs(30)).await;
+        let closed = format!("http://127.0.0.1:{}/mcp", common::free_port());
+        let mut toml = HEADER_IDENTITY.to_owned();
+        for (id, url) in [("garbage", &garbage), ("failing", &failing), ("slow", &slow), ("down", &closed)] {
+            toml.push_str(&format!(
+                "\n[[upstreams]]\nid = \"{id}\"\nurl = \"{url}\"\ntools = [\"t\"]\ntimeout = \"1s\"\n"
+            ));
+        }
+        let server = TestServer::start(&database, &toml).await;
+        let alice = client_of(&server, "alice").await;
+        for id in ["garbage", "failing", "slow", "down"] {
+            let result = call(&alice, &format!("{id}_t"), json!({})).await;
+            assert_eq!(result["isError"], true, "{id}: {result}");
+            let said = text(&result);
+            assert!(said.contains(id), "{id}: the result names the upstream: {said}");
+            assert!(!said.contains("internal") && !said.contains("<html>"), "{id}: no internals: {said}");
+        }
+        // The server is still well.
+        assert_eq!(call(&alice, "whoami", json!({})).await["structuredContent"]["principal"], "alice");
+    }
+);
