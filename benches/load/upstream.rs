@@ -4,13 +4,14 @@
 
 use std::future::Future;
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::json;
 
 use super::fast_upstream::FastUpstream;
 use super::{
-    ACCEPT, Database, LoadResult, Options, Target, call_load, initialize, local, settled_rss_kib, start_gatehouse,
-    tool_succeeded, wait_until_up,
+    ACCEPT, Database, LoadResult, Options, Target, call_load, initialize, local, message_of, settled_rss_kib,
+    start_gatehouse, tool_succeeded, wait_until_up,
 };
 
 /// The upstream's tool as gatehouse names it: `<id>_<tool>`.
@@ -43,7 +44,57 @@ async fn start(database: &Database, config: &Path) -> Result<(tokio::process::Ch
     let public = format!("http://127.0.0.1:{port}");
     let gatehouse = start_gatehouse(&database.url, port, Some((config, &public)))?;
     wait_until_up(&format!("{public}/healthz")).await?;
-    Ok((gatehouse, format!("{public}/mcp")))
+    let url = format!("{public}/mcp");
+    wait_for_tool(&url).await?;
+    Ok((gatehouse, url))
+}
+
+/// gatehouse lists the upstream's tools in the background after it starts, offering
+/// `fast_connect` until then: polls `tools/list` until the upstream's tool is on offer.
+async fn wait_for_tool(url: &str) -> Result<(), String> {
+    let http = reqwest::Client::new();
+    let user = "bench-upstream-lister";
+    let session = initialize(&http, url, Some(user)).await?;
+    let mut last = String::new();
+    for _ in 0..300 {
+        let mut cursor: Option<String> = None;
+        loop {
+            let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
+            let body = http
+                .post(url)
+                .header("accept", ACCEPT)
+                .header("x-forwarded-user", user)
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", "2025-11-25")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?
+                .text()
+                .await
+                .map_err(|e| e.to_string())?;
+            let Some(result) = message_of(&body).and_then(|m| m.get("result").cloned()) else {
+                return Err(format!("tools/list failed: {body}"));
+            };
+            let names = result["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t["name"].as_str());
+            if names.clone().any(|name| name == GATED_TOOL) {
+                return Ok(());
+            }
+            last = names.collect::<Vec<_>>().join(", ");
+            cursor = result["nextCursor"].as_str().map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!(
+        "gatehouse did not list {GATED_TOOL} within 30 s; it lists: {last}"
+    ))
 }
 
 /// Direct, then through gatehouse with one principal per client: throughput, latency, CPU.
@@ -60,7 +111,7 @@ async fn side_by_side(
         options.warmup.as_secs()
     );
     println!(
-        "| path | calls/s | p50 ms | p99 ms | calls | errors | CPU per call: gatehouse | bench (clients + upstream) |\n|---|---|---|---|---|---|---|---|"
+        "| path | calls/s | p50 ms | p99 ms | calls | errors | CPU per call: gatehouse | bench (clients + upstream) | rest of the machine (PostgreSQL, others' work) |\n|---|---|---|---|---|---|---|---|---|"
     );
     let direct = Target {
         name: "direct (echo)",
@@ -69,19 +120,30 @@ async fn side_by_side(
         arguments: json!({"text": "hello"}),
         users: None,
     };
-    let (sessions_before, bench_cpu) = (upstream.open_sessions().await, cpu_micros(None));
+    let (sessions_before, cpu) = (upstream.open_sessions().await, Cpu::read(None));
     let direct_result = call_load(&direct, options.clients, options.warmup, options.duration).await?;
-    let bench_cpu = per_call(bench_cpu, cpu_micros(None), &direct_result);
-    row(direct.name, &direct_result, None, bench_cpu);
+    let direct_cpu = cpu.per_call(&Cpu::read(None), &direct_result);
+    row(direct.name, &direct_result, &direct_cpu);
     let direct_held = upstream.open_sessions().await.saturating_sub(sessions_before);
 
     let (mut gatehouse, url) = start(database, config).await?;
     let outcome = through_gatehouse(options, upstream, &gatehouse, url).await;
     let _ = gatehouse.kill().await;
-    let (through, held) = outcome?;
+    let (through, through_cpu, held) = outcome?;
     let rate = |r: &LoadResult| r.calls as f64 / r.seconds;
+    if let Some(cores) = std::thread::available_parallelism().ok().map(|n| n.get() as f64) {
+        let ceiling = |cpu: &PerCall| match cpu.machine {
+            Some(machine) if machine > 0.0 => format!("{:.0}", cores * 1e6 / machine),
+            _ => "n/a".to_owned(),
+        };
+        println!(
+            "\nall {cores} cores' CPU per call allows at most: {} calls/s direct, {} through gatehouse",
+            ceiling(&direct_cpu),
+            ceiling(&through_cpu)
+        );
+    }
     println!(
-        "\nupstream sessions opened: {direct_held} by the direct clients, {held} by gatehouse for {} principals",
+        "upstream sessions opened: {direct_held} by the direct clients, {held} by gatehouse for {} principals",
         options.clients
     );
     println!(
@@ -93,13 +155,13 @@ async fn side_by_side(
     Ok(())
 }
 
-/// The through-gatehouse row; returns its result and how many upstream sessions it opened.
+/// The through-gatehouse row; returns its result, its CPU, and how many upstream sessions it opened.
 async fn through_gatehouse(
     options: &Options,
     upstream: &FastUpstream,
     gatehouse: &tokio::process::Child,
     url: String,
-) -> Result<(LoadResult, usize), String> {
+) -> Result<(LoadResult, PerCall, usize), String> {
     let pid = gatehouse.id().ok_or("gatehouse exited")?;
     let http = reqwest::Client::new();
     // One call first, so a gatehouse that cannot reach the upstream says why instead of a row of errors.
@@ -115,13 +177,12 @@ async fn through_gatehouse(
         arguments: json!({"text": "hello"}),
         users: Some("bench-upstream-client-"),
     };
-    let (gatehouse_cpu, bench_cpu) = (cpu_micros(Some(pid)), cpu_micros(None));
+    let cpu = Cpu::read(Some(pid));
     let result = call_load(&target, options.clients, options.warmup, options.duration).await?;
-    let gatehouse_cpu = per_call(gatehouse_cpu, cpu_micros(Some(pid)), &result);
-    let bench_cpu = per_call(bench_cpu, cpu_micros(None), &result);
-    row(target.name, &result, gatehouse_cpu, bench_cpu);
+    let cpu = cpu.per_call(&Cpu::read(Some(pid)), &result);
+    row(target.name, &result, &cpu);
     let held = upstream.open_sessions().await.saturating_sub(sessions_before);
-    Ok((result, held))
+    Ok((result, cpu, held))
 }
 
 /// `users` principals each call the upstream's tool once on a fresh gatehouse; its resident
@@ -264,37 +325,95 @@ where
     Ok(done)
 }
 
-/// CPU time (user + system) a process has used, in microseconds; this process when `None`.
-fn cpu_micros(pid: Option<u32>) -> Option<u64> {
-    let path = pid.map_or_else(|| "/proc/self/stat".to_owned(), |pid| format!("/proc/{pid}/stat"));
-    let stat = std::fs::read_to_string(path).ok()?;
+/// CPU time used so far, in microseconds: by gatehouse, by this process, by the whole machine.
+struct Cpu {
+    gatehouse: Option<u64>,
+    bench: Option<u64>,
+    machine: Option<u64>,
+}
+
+/// CPU microseconds per successful call.
+struct PerCall {
+    gatehouse: Option<f64>,
+    bench: Option<f64>,
+    machine: Option<f64>,
+}
+
+impl Cpu {
+    fn read(gatehouse: Option<u32>) -> Self {
+        Self {
+            gatehouse: gatehouse.and_then(|pid| process_micros(&format!("/proc/{pid}/stat"))),
+            bench: process_micros("/proc/self/stat"),
+            machine: machine_micros(),
+        }
+    }
+
+    fn per_call(&self, after: &Cpu, result: &LoadResult) -> PerCall {
+        let used = |before: Option<u64>, after: Option<u64>| {
+            let used = after?.checked_sub(before?)?;
+            (result.all_calls > 0).then(|| used as f64 / result.all_calls as f64)
+        };
+        PerCall {
+            gatehouse: used(self.gatehouse, after.gatehouse),
+            bench: used(self.bench, after.bench),
+            machine: used(self.machine, after.machine),
+        }
+    }
+}
+
+fn clock_ticks() -> Option<u64> {
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|&t| t > 0)
+}
+
+/// CPU time (user + system) of the process whose `stat` file this is.
+fn process_micros(stat: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(stat).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces: state is
     // field 3, utime 14 and stime 15.
     let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().skip(11);
     let utime: u64 = fields.next()?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
-    // SAFETY: sysconf only reads a configuration value.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let ticks = u64::try_from(ticks).ok().filter(|&t| t > 0)?;
-    Some((utime + stime) * 1_000_000 / ticks)
+    Some((utime + stime) * 1_000_000 / clock_ticks()?)
 }
 
-/// CPU microseconds per successful call between two readings.
-fn per_call(before: Option<u64>, after: Option<u64>, result: &LoadResult) -> Option<f64> {
-    let used = after?.checked_sub(before?)?;
-    (result.all_calls > 0).then(|| used as f64 / result.all_calls as f64)
+/// CPU time all cores spent busy (neither idle nor waiting for I/O), from `/proc/stat`.
+fn machine_micros() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let times: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(|t| t.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is within user already).
+    let busy: u64 = times
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    Some(busy * 1_000_000 / clock_ticks()?)
 }
 
-fn row(name: &str, result: &LoadResult, gatehouse_cpu: Option<f64>, bench_cpu: Option<f64>) {
+fn row(name: &str, result: &LoadResult, cpu: &PerCall) {
     let micros = |cpu: Option<f64>| cpu.map_or_else(|| "n/a".to_owned(), |c| format!("{c:.0} µs"));
+    let rest = match (cpu.machine, cpu.gatehouse.unwrap_or(0.0), cpu.bench) {
+        (Some(machine), gatehouse, Some(bench)) => Some((machine - gatehouse - bench).max(0.0)),
+        _ => None,
+    };
     println!(
-        "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} |",
+        "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {} |",
         result.calls as f64 / result.seconds,
         result.p50_ms,
         result.p99_ms,
         result.calls,
         result.errors,
-        micros(gatehouse_cpu),
-        micros(bench_cpu)
+        micros(cpu.gatehouse),
+        micros(cpu.bench),
+        micros(rest)
     );
 }
