@@ -10,7 +10,9 @@ use axum::Router;
 use axum::routing::post;
 use common::mcp_upstreams::{TsExampleServer, stdio_server_command};
 use common::upstream::serve;
-use common::{Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, captured_logs, logged_text, text};
+use common::{
+    Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, captured_logs, logged_text, text,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -42,11 +44,18 @@ backend_test!(
         // It needs no credentials, so gatehouse lists it by itself at start.
         let listed = common::eventually("the example's catalogue", async || {
             let tools = alice.call("tools/list", json!({})).await;
-            let names: Vec<String> = tools["tools"].as_array()?.iter().filter_map(|t| Some(t["name"].as_str()?.to_owned())).collect();
+            let names: Vec<String> = tools["tools"]
+                .as_array()?
+                .iter()
+                .filter_map(|t| Some(t["name"].as_str()?.to_owned()))
+                .collect();
             names.contains(&"multi-greet".to_owned()).then_some(names)
         })
         .await;
-        assert!(listed.contains(&"whoami".to_owned()), "gatehouse's own tools stay: {listed:?}");
+        assert!(
+            listed.contains(&"whoami".to_owned()),
+            "gatehouse's own tools stay: {listed:?}"
+        );
         let result = call(&alice, "greet", json!({"name": "Ada"})).await;
         assert!(text(&result).contains("Ada"), "{result}\n{}", upstream.stderr());
     }
@@ -89,13 +98,24 @@ async fn fill_in(server: &TestServer, client: &McpClient, user: &str, token: &st
     let page = browser.get(&url).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     let sent = browser
-        .post_form(&url, &server.base(), &[("csrf", &page.csrf()), ("token", token), ("action", "submit")])
+        .post_form(
+            &url,
+            &server.base(),
+            &[("csrf", &page.csrf()), ("token", token), ("action", "submit")],
+        )
         .await;
-    assert!(sent.status.is_success() || sent.status.is_redirection(), "{}", sent.body);
+    assert!(
+        sent.status.is_success() || sent.status.is_redirection(),
+        "{}",
+        sent.body
+    );
 }
 
 fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 backend_test!(
@@ -117,16 +137,27 @@ backend_test!(
         let alices = call(&alice, "notes_token_hash", json!({})).await;
         assert_eq!(text(&alices), sha256_hex("alice-secret-0123456789"), "{alices}");
         let alice_pid = text(&call(&alice, "notes_pid", json!({})).await);
-        assert_eq!(text(&call(&alice, "notes_pid", json!({})).await), alice_pid, "the process is reused");
+        assert_eq!(
+            text(&call(&alice, "notes_pid", json!({})).await),
+            alice_pid,
+            "the process is reused"
+        );
 
         // max_processes = 1: bob's call stops alice's idle process and starts his own.
         let bobs = call(&bob, "notes_token_hash", json!({})).await;
         assert_eq!(text(&bobs), sha256_hex("bob-secret-9876543210"), "{bobs}");
-        assert_ne!(text(&call(&alice, "notes_pid", json!({})).await), alice_pid, "alice's process was stopped");
+        assert_ne!(
+            text(&call(&alice, "notes_pid", json!({})).await),
+            alice_pid,
+            "alice's process was stopped"
+        );
 
         // What the process writes to stderr is logged, with the user's secret redacted.
         call(&alice, "notes_leak", json!({})).await;
-        common::eventually("the stderr line in the log", async || logged_text().contains("the token is").then_some(())).await;
+        common::eventually("the stderr line in the log", async || {
+            logged_text().contains("the token is").then_some(())
+        })
+        .await;
         let logs = logged_text();
         assert!(!logs.contains("alice-secret-0123456789"), "the secret is not logged");
         assert!(!logs.contains("bob-secret-9876543210"), "the secret is not logged");
@@ -158,11 +189,21 @@ backend_test!(
         captured_logs();
         let database = TestDatabase::new(backend).await;
         let garbage = fixed_upstream(StatusCode::OK, "<html>not json", Duration::ZERO).await;
-        let failing = fixed_upstream(StatusCode::INTERNAL_SERVER_ERROR, "{\"secret\": \"internal\"}", Duration::ZERO).await;
+        let failing = fixed_upstream(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{\"secret\": \"internal\"}",
+            Duration::ZERO,
+        )
+        .await;
         let slow = fixed_upstream(StatusCode::OK, "{}", Duration::from_secs(30)).await;
         let closed = format!("http://127.0.0.1:{}/mcp", common::free_port());
         let mut toml = HEADER_IDENTITY.to_owned();
-        for (id, url) in [("garbage", &garbage), ("failing", &failing), ("slow", &slow), ("down", &closed)] {
+        for (id, url) in [
+            ("garbage", &garbage),
+            ("failing", &failing),
+            ("slow", &slow),
+            ("down", &closed),
+        ] {
             toml.push_str(&format!(
                 "\n[[upstreams]]\nid = \"{id}\"\nurl = \"{url}\"\ntools = [\"t\"]\ntimeout = \"1s\"\n"
             ));
@@ -174,9 +215,15 @@ backend_test!(
             assert_eq!(result["isError"], true, "{id}: {result}");
             let said = text(&result);
             assert!(said.contains(id), "{id}: the result names the upstream: {said}");
-            assert!(!said.contains("internal") && !said.contains("<html>"), "{id}: no internals: {said}");
+            assert!(
+                !said.contains("internal") && !said.contains("<html>"),
+                "{id}: no internals: {said}"
+            );
         }
         // The server is still well.
-        assert_eq!(call(&alice, "whoami", json!({})).await["structuredContent"]["principal"], "alice");
+        assert_eq!(
+            call(&alice, "whoami", json!({})).await["structuredContent"]["principal"],
+            "alice"
+        );
     }
 );

@@ -77,7 +77,9 @@ async fn sign_in(s: &Setup, client: &McpClient, user: &str, tool: &str, argument
 /// The first user connects through `gh_connect`, which then lists the upstream's tools.
 async fn connect_first(s: &Setup, client: &McpClient, user: &str) {
     sign_in(s, client, user, "gh_connect", json!({})).await;
-    let connected = client.call("tools/call", json!({"name": "gh_connect", "arguments": {}})).await;
+    let connected = client
+        .call("tools/call", json!({"name": "gh_connect", "arguments": {}}))
+        .await;
     assert!(text(&connected).contains("gh_whoami"), "{connected}");
 }
 
@@ -98,19 +100,41 @@ backend_test!(
         let alice = client_of(&s.server, "alice").await;
         let before = alice.call("tools/list", json!({})).await;
         let names = tool_names(&before);
-        assert!(names.contains(&"gh_whoami".to_owned()) && names.contains(&"gh_count".to_owned()), "{names:?}");
-        assert!(!names.contains(&"gh_slow".to_owned()), "the allow-list filters: {names:?}");
-        let stand_in = before["tools"].as_array().expect("tools").iter().find(|t| t["name"] == "gh_count").expect("count");
-        assert!(stand_in["description"].as_str().expect("text").contains("once a user has connected"));
+        assert!(
+            names.contains(&"gh_whoami".to_owned()) && names.contains(&"gh_count".to_owned()),
+            "{names:?}"
+        );
+        assert!(
+            !names.contains(&"gh_slow".to_owned()),
+            "the allow-list filters: {names:?}"
+        );
+        let stand_in = before["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .find(|t| t["name"] == "gh_count")
+            .expect("count");
+        assert!(
+            stand_in["description"]
+                .as_str()
+                .expect("text")
+                .contains("once a user has connected")
+        );
 
         sign_in(&s, &alice, "alice", "gh_whoami", json!({})).await;
-        let result = alice.call("tools/call", json!({"name": "gh_whoami", "arguments": {}})).await;
+        let result = alice
+            .call("tools/call", json!({"name": "gh_whoami", "arguments": {}}))
+            .await;
         assert_eq!(result["structuredContent"]["login"], "alice", "{result}");
 
         // The user's session listed the catalogue: the upstream's own descriptions and schemas.
         let listed = eventually("the listed catalogue", async || {
             let tools = alice.call("tools/list", json!({})).await;
-            let count = tools["tools"].as_array()?.iter().find(|t| t["name"] == "gh_count")?.clone();
+            let count = tools["tools"]
+                .as_array()?
+                .iter()
+                .find(|t| t["name"] == "gh_count")?
+                .clone();
             count["description"].as_str()?.contains("progress").then_some(count)
         })
         .await;
@@ -118,11 +142,24 @@ backend_test!(
 
         // Kept across a restart (and shared with any replica): a new server lists it at once.
         s.server.stop().await;
-        let server = TestServer::start(&s.database, &gatehouse_config(&s.fake, &s.upstream, "tools = [\"whoami\", \"count\"]")).await;
+        let server = TestServer::start(
+            &s.database,
+            &gatehouse_config(&s.fake, &s.upstream, "tools = [\"whoami\", \"count\"]"),
+        )
+        .await;
         let bob = client_of(&server, "bob").await;
         let tools = bob.call("tools/list", json!({})).await;
-        let count = tools["tools"].as_array().expect("tools").iter().find(|t| t["name"] == "gh_count").expect("count").clone();
-        assert!(count["description"].as_str().expect("text").contains("progress"), "{count}");
+        let count = tools["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .find(|t| t["name"] == "gh_count")
+            .expect("count")
+            .clone();
+        assert!(
+            count["description"].as_str().expect("text").contains("progress"),
+            "{count}"
+        );
     }
 );
 
@@ -134,11 +171,16 @@ backend_test!(
         let alice = client_of(&s.server, "alice").await;
         let bob = client_of(&s.server, "bob").await;
         let before = tool_names(&alice.call("tools/list", json!({})).await);
-        assert!(before.contains(&"gh_connect".to_owned()) && !before.contains(&"gh_whoami".to_owned()), "{before:?}");
+        assert!(
+            before.contains(&"gh_connect".to_owned()) && !before.contains(&"gh_whoami".to_owned()),
+            "{before:?}"
+        );
         connect_first(&s, &alice, "alice").await;
         sign_in(&s, &bob, "bob", "gh_whoami", json!({})).await;
         for (client, user) in [(&alice, "alice"), (&bob, "bob"), (&alice, "alice")] {
-            let result = client.call("tools/call", json!({"name": "gh_whoami", "arguments": {}})).await;
+            let result = client
+                .call("tools/call", json!({"name": "gh_whoami", "arguments": {}}))
+                .await;
             assert_eq!(result["structuredContent"]["login"], user, "{result}");
         }
         let seen = s.upstream.seen().await;
@@ -196,12 +238,18 @@ backend_test!(
             let at = step["progress"].as_f64().expect("progress");
             assert!(at > last, "{progress:?}");
             last = at;
-            assert_eq!(step, &json!({"progressToken": "mine", "progress": at, "total": 3.0, "message": format!("step {at}")}));
+            assert_eq!(
+                step,
+                &json!({"progressToken": "mine", "progress": at, "total": 3.0, "message": format!("step {at}")})
+            );
         }
 
         alice.call("logging/setLevel", json!({"level": "info"})).await;
         let mut stream = alice
-            .request_stream("tools/call", json!({"name": "gh_shout", "arguments": {"text": "hello"}}))
+            .request_stream(
+                "tools/call",
+                json!({"name": "gh_shout", "arguments": {"text": "hello"}}),
+            )
             .await;
         let (_, log) = stream.next_message(WAIT).await.expect("the log message");
         assert_eq!(log["method"], "notifications/message", "{log}");
@@ -217,15 +265,28 @@ backend_test!(
             )
             .await;
         eventually("the upstream runs the call", async || {
-            s.upstream.seen().await.iter().any(|e| e["kind"] == "tool" && e["name"] == "slow").then_some(())
+            s.upstream
+                .seen()
+                .await
+                .iter()
+                .any(|e| e["kind"] == "tool" && e["name"] == "slow")
+                .then_some(())
         })
         .await;
         let status = alice
-            .notify("notifications/cancelled", json!({"requestId": id, "reason": "changed my mind"}))
+            .notify(
+                "notifications/cancelled",
+                json!({"requestId": id, "reason": "changed my mind"}),
+            )
             .await;
         assert_eq!(status, StatusCode::ACCEPTED);
         eventually("the upstream is told", async || {
-            s.upstream.seen().await.iter().any(|e| e["kind"] == "cancelled").then_some(())
+            s.upstream
+                .seen()
+                .await
+                .iter()
+                .any(|e| e["kind"] == "cancelled")
+                .then_some(())
         })
         .await;
         let (_, answer) = stream.next_message(WAIT).await.expect("the answer");
@@ -246,7 +307,10 @@ backend_test!(
         let (_, request) = stream.next_message(WAIT).await.expect("the relayed elicitation");
         assert_eq!(request["method"], "elicitation/create", "{request}");
         assert_eq!(request["params"]["mode"], "form");
-        assert!(request["params"]["requestedSchema"]["properties"]["color"].is_object(), "{request}");
+        assert!(
+            request["params"]["requestedSchema"]["properties"]["color"].is_object(),
+            "{request}"
+        );
         let answer = alice
             .post_raw(
                 &json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"color": "teal"}}}),
@@ -272,23 +336,36 @@ backend_test!(
         let alice = client_of(&s.server, "alice").await;
         connect_first(&s, &alice, "alice").await;
         assert_eq!(
-            alice.call("tools/call", json!({"name": "gh_whoami", "arguments": {}})).await["structuredContent"]["login"],
+            alice
+                .call("tools/call", json!({"name": "gh_whoami", "arguments": {}}))
+                .await["structuredContent"]["login"],
             "alice"
         );
 
         // The upstream answers 403 insufficient_scope: the user is asked to grant delete_repo.
         let step_up = sign_in(&s, &alice, "alice", "gh_delete_repository", json!({"name": "demo"})).await;
-        assert!(step_up["message"].as_str().expect("message").contains("delete_repo"), "{step_up}");
+        assert!(
+            step_up["message"].as_str().expect("message").contains("delete_repo"),
+            "{step_up}"
+        );
         let result = alice
-            .call("tools/call", json!({"name": "gh_delete_repository", "arguments": {"name": "demo"}}))
+            .call(
+                "tools/call",
+                json!({"name": "gh_delete_repository", "arguments": {"name": "demo"}}),
+            )
             .await;
         assert_eq!(text(&result), "deleted demo", "{result}");
 
         // The provider stops honouring every token: the upstream answers 401, the user signs in again.
         s.fake.revoke_everything();
         let again = sign_in(&s, &alice, "alice", "gh_whoami", json!({})).await;
-        assert!(again["message"].as_str().expect("message").contains("Fake Hub"), "{again}");
-        let result = alice.call("tools/call", json!({"name": "gh_whoami", "arguments": {}})).await;
+        assert!(
+            again["message"].as_str().expect("message").contains("Fake Hub"),
+            "{again}"
+        );
+        let result = alice
+            .call("tools/call", json!({"name": "gh_whoami", "arguments": {}}))
+            .await;
         assert_eq!(result["structuredContent"]["login"], "alice", "{result}");
     }
 );
@@ -299,12 +376,23 @@ backend_test!(
             return;
         };
         let alice = client_of(&s.server, "alice").await;
-        let before = alice.call("tools/call", json!({"name": "whoami", "arguments": {}})).await;
+        let before = alice
+            .call("tools/call", json!({"name": "whoami", "arguments": {}}))
+            .await;
         let upstream = &before["structuredContent"]["upstreams"][0];
-        assert_eq!((upstream["upstream"].as_str(), upstream["ready"].as_bool()), (Some("gh"), Some(false)), "{before}");
-        assert!(upstream["needs"][0].as_str().expect("need").contains("Fake Hub"), "{before}");
+        assert_eq!(
+            (upstream["upstream"].as_str(), upstream["ready"].as_bool()),
+            (Some("gh"), Some(false)),
+            "{before}"
+        );
+        assert!(
+            upstream["needs"][0].as_str().expect("need").contains("Fake Hub"),
+            "{before}"
+        );
         connect_first(&s, &alice, "alice").await;
-        let after = alice.call("tools/call", json!({"name": "whoami", "arguments": {}})).await;
+        let after = alice
+            .call("tools/call", json!({"name": "whoami", "arguments": {}}))
+            .await;
         assert_eq!(after["structuredContent"]["upstreams"][0]["ready"], true, "{after}");
     }
 );
@@ -317,9 +405,7 @@ postgres_test!(
         let b = TestServer::start(&s.database, &gatehouse_config(&s.fake, &s.upstream, "")).await;
         let bob = client_of(&b, "bob").await;
         let mut stream = bob.open_stream(None).await;
-        let listed_on_b = || async {
-            tool_names(&bob.call("tools/list", json!({})).await)
-        };
+        let listed_on_b = || async { tool_names(&bob.call("tools/list", json!({})).await) };
         assert!(!listed_on_b().await.contains(&"gh_whoami".to_owned()));
 
         // Alice connects on replica A, which lists the upstream's tools.
@@ -328,10 +414,18 @@ postgres_test!(
         let changed = next_list_changed(&mut stream).await;
         assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
         let names = listed_on_b().await;
-        assert!(names.contains(&"gh_whoami".to_owned()) && !names.contains(&"gh_connect".to_owned()), "{names:?}");
+        assert!(
+            names.contains(&"gh_whoami".to_owned()) && !names.contains(&"gh_connect".to_owned()),
+            "{names:?}"
+        );
 
         // The upstream says its list changed: gatehouse lists it again, and B's clients hear of it.
-        let grew = alice.call("tools/call", json!({"name": "gh_grow", "arguments": {"stream": "request"}})).await;
+        let grew = alice
+            .call(
+                "tools/call",
+                json!({"name": "gh_grow", "arguments": {"stream": "request"}}),
+            )
+            .await;
         assert_eq!(text(&grew), "grew");
         next_list_changed(&mut stream).await;
         assert!(listed_on_b().await.contains(&"gh_grown".to_owned()));
@@ -382,14 +476,26 @@ postgres_test!(
             )
             .await;
         eventually("the upstream runs the call", async || {
-            s.upstream.seen().await.iter().any(|e| e["kind"] == "tool" && e["name"] == "slow").then_some(())
+            s.upstream
+                .seen()
+                .await
+                .iter()
+                .any(|e| e["kind"] == "tool" && e["name"] == "slow")
+                .then_some(())
         })
         .await;
-        alice_on_b.notify("notifications/cancelled", json!({"requestId": id})).await;
+        alice_on_b
+            .notify("notifications/cancelled", json!({"requestId": id}))
+            .await;
         let (_, answer) = stream.next_message(WAIT).await.expect("the answer");
         assert_eq!(answer["result"]["isError"], true, "{answer}");
         eventually("the upstream is told", async || {
-            s.upstream.seen().await.iter().any(|e| e["kind"] == "cancelled").then_some(())
+            s.upstream
+                .seen()
+                .await
+                .iter()
+                .any(|e| e["kind"] == "cancelled")
+                .then_some(())
         })
         .await;
     }

@@ -190,9 +190,9 @@ impl Gate {
                     let Some(provider) = self.connections.provider(provider) else {
                         continue;
                     };
-                    let connected = connections.iter().any(|c| {
-                        c.provider == provider.id && c.active && scopes.iter().all(|s| c.scopes.contains(s))
-                    });
+                    let connected = connections
+                        .iter()
+                        .any(|c| c.provider == provider.id && c.active && scopes.iter().all(|s| c.scopes.contains(s)));
                     if !connected {
                         unmet.push(sign_in(provider, scopes.clone()).message);
                     }

@@ -15,11 +15,11 @@ use uuid::Uuid;
 
 use super::incall::{self, Outbox};
 use crate::domain::ElicitationId;
-use crate::state::AppState;
-use crate::events::Bus;
-use crate::store::{ClientAction, Notice, SessionRecord};
 use crate::domain::SessionId;
+use crate::events::Bus;
 use crate::jsonrpc::{self, RequestId};
+use crate::state::AppState;
+use crate::store::{ClientAction, Notice, SessionRecord};
 use crate::tools::CallStream;
 
 /// Prefix of the JSON-RPC ids of requests relayed to a client; the rest is random.
@@ -206,7 +206,9 @@ pub async fn route_answer(state: &AppState, session: &SessionRecord, id: &Reques
         let notice = Notice::RelayAnswered(session.id.clone(), text.clone(), wire.to_string());
         match state.bus.tell_replicas(&notice).await {
             Ok(true) => {}
-            Ok(false) => tracing::warn!(session = ?session.id, "an answer to a relayed request is too large to pass on to another replica"),
+            Ok(false) => {
+                tracing::warn!(session = ?session.id, "an answer to a relayed request is too large to pass on to another replica")
+            }
             Err(error) => tracing::warn!(%error, "could not pass an answer on to the other replicas"),
         }
         return;

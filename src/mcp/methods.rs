@@ -391,7 +391,10 @@ fn relay_url_elicitations(session: &SessionRecord, elicitations: Vec<Value>) -> 
     let steps: Vec<String> = elicitations
         .iter()
         .map(|e| {
-            let message = e.get("message").and_then(Value::as_str).unwrap_or("A step in the browser is needed.");
+            let message = e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("A step in the browser is needed.");
             let url = e.get("url").and_then(Value::as_str).unwrap_or("");
             format!("- {message} Open: {url}")
         })

@@ -128,7 +128,11 @@ impl Notice {
             RELAY_ANSWERED => {
                 let (session, rest) = fields.split_once(' ')?;
                 let (relay, answer) = rest.split_once(' ')?;
-                Some(Notice::RelayAnswered(session.parse().ok()?, relay.to_owned(), answer.to_owned()))
+                Some(Notice::RelayAnswered(
+                    session.parse().ok()?,
+                    relay.to_owned(),
+                    answer.to_owned(),
+                ))
             }
             _ => None,
         }
@@ -233,9 +237,17 @@ mod tests {
         assert_eq!(Notice::parse("t "), None, "a catalogue notice names its upstream");
         assert_eq!(Notice::parse("t two words"), None, "an upstream id is an identifier");
         assert_eq!(Notice::parse("t caf\u{e9}"), None);
-        assert_eq!(Notice::parse("x y"), None, "a cancellation names a session and a request");
+        assert_eq!(
+            Notice::parse("x y"),
+            None,
+            "a cancellation names a session and a request"
+        );
         assert_eq!(Notice::parse(&format!("x {id}")), None);
-        assert_eq!(Notice::parse(&format!("y {id} relay")), None, "an answer carries the answer");
+        assert_eq!(
+            Notice::parse(&format!("y {id} relay")),
+            None,
+            "an answer carries the answer"
+        );
         assert_eq!(Notice::parse("e not-an-id 1"), None);
         assert_eq!(Notice::parse("e"), None);
         assert_eq!(Notice::parse(""), None);

@@ -51,7 +51,10 @@ impl Tool for Disconnect {
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
         let provider = arguments.get("provider").and_then(Value::as_str).unwrap_or_default();
         let disconnected = context.gate.connections().disconnect(context.principal, provider).await;
-        if matches!(disconnected, Ok(Disconnected::Revoked | Disconnected::NoRevocation | Disconnected::RevocationFailed)) {
+        if matches!(
+            disconnected,
+            Ok(Disconnected::Revoked | Disconnected::NoRevocation | Disconnected::RevocationFailed)
+        ) {
             context.offerings.end_sessions_of(context.principal);
         }
         let result = match disconnected {

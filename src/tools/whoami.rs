@@ -71,7 +71,9 @@ impl Tool for Whoami {
                 Ok(needs) => needs,
                 Err(error) => {
                     tracing::error!(%error, "checking what an upstream needs failed");
-                    return ToolOutcome::Done(ToolResult::error("Could not check the upstream servers; try again later."));
+                    return ToolOutcome::Done(ToolResult::error(
+                        "Could not check the upstream servers; try again later.",
+                    ));
                 }
             };
             upstreams.push(json!({

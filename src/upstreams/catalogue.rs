@@ -111,7 +111,12 @@ fn connect_tool(upstream: &Arc<Upstream>, context: &Context<'_>) -> Option<Arc<U
         form_details: Vec::new(),
         listed: None,
     };
-    Some(Arc::new(UpstreamTool::new(upstream.clone(), None, definition, context.core.clone())))
+    Some(Arc::new(UpstreamTool::new(
+        upstream.clone(),
+        None,
+        definition,
+        context.core.clone(),
+    )))
 }
 
 /// gatehouse's tool for one listed tool, or `None` (logged) when it cannot be offered.
@@ -147,7 +152,11 @@ fn tool(upstream: &Arc<Upstream>, listed: &Value, context: &Context<'_>) -> Opti
             Requirement::Provider { .. } => None,
         })
         .collect();
-    let form_details = match form_details(&forms, &input_schema.property_names(), &format!("upstreams.{}", upstream.id)) {
+    let form_details = match form_details(
+        &forms,
+        &input_schema.property_names(),
+        &format!("upstreams.{}", upstream.id),
+    ) {
         Ok(details) => details,
         Err(error) => {
             tracing::warn!(upstream = %upstream.id, tool = %exposed, %error, "a confirmation form's description names arguments the tool does not have; it is shown without them");

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::service::{RunningService, RoleClient};
-use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
+use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
@@ -365,7 +365,11 @@ async fn log_stderr(
     loop {
         line.clear();
         // At most a line's worth at a time: the rest of a longer line comes as the next one.
-        match (&mut lines).take(MAX_STDERR_LINE as u64).read_until(b'\n', &mut line).await {
+        match (&mut lines)
+            .take(MAX_STDERR_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await
+        {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }

@@ -15,7 +15,8 @@ use rmcp::ClientHandler;
 use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult, ElicitationCapability,
-    ErrorData, FormElicitationCapability, Implementation, ProgressNotificationParam, ProgressToken, UrlElicitationCapability,
+    ErrorData, FormElicitationCapability, Implementation, ProgressNotificationParam, ProgressToken,
+    UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use serde_json::{Value, json};
@@ -85,8 +86,9 @@ impl Relay {
     ) -> RunningCall {
         let elicitation = client_capabilities.get("elicitation");
         // A client that declares `elicitation: {}` supports form mode (2025-06-18 and later).
-        let form = elicitation
-            .is_some_and(|e| e.get("form").is_some_and(Value::is_object) || e.as_object().is_some_and(|o| o.is_empty()));
+        let form = elicitation.is_some_and(|e| {
+            e.get("form").is_some_and(Value::is_object) || e.as_object().is_some_and(|o| o.is_empty())
+        });
         let url = elicitation.and_then(|e| e.get("url")).is_some_and(Value::is_object);
         self.lock().push(Running {
             token: token.clone(),
@@ -176,7 +178,10 @@ impl ClientHandler for Handler {
                 ErrorData::internal_error("the client's answer to the elicitation was not an ElicitResult", None)
             }),
             Some(Err(error)) => {
-                let message = error.get("message").and_then(Value::as_str).unwrap_or("the client refused");
+                let message = error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the client refused");
                 Err(ErrorData::internal_error(
                     format!("the client could not ask the user: {message}"),
                     None,
@@ -191,7 +196,11 @@ impl ClientHandler for Handler {
         let _ = self.0.list_changed.try_send(self.0.upstream.clone());
     }
 
-    async fn on_custom_notification(&self, notification: CustomNotification, _context: NotificationContext<RoleClient>) {
+    async fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        _context: NotificationContext<RoleClient>,
+    ) {
         // The upstream finished one of its own URL elicitations: the client retries on this.
         if notification.method == "notifications/elicitation/complete"
             && let Some(stream) = self.0.newest(|call| call.url)

@@ -69,16 +69,19 @@ impl UpstreamTool {
         };
         let (templates, encoding) = match &self.upstream.transport {
             Transport::Http { headers, .. } => (
-                headers.iter().map(|(n, t)| (n.as_str().to_owned(), t)).collect::<Vec<_>>(),
+                headers
+                    .iter()
+                    .map(|(n, t)| (n.as_str().to_owned(), t))
+                    .collect::<Vec<_>>(),
                 Encoding::Header,
             ),
             Transport::Stdio { env, .. } => (env.iter().map(|(n, t)| (n.clone(), t)).collect(), Encoding::Text),
         };
         let mut rendered = Vec::new();
         for (name, template) in templates {
-            let value = template.render(&values, encoding).map_err(|why| {
-                self.failed(format!("Cannot reach the {} server: {name}: {why}", self.upstream.id))
-            })?;
+            let value = template
+                .render(&values, encoding)
+                .map_err(|why| self.failed(format!("Cannot reach the {} server: {name}: {why}", self.upstream.id)))?;
             rendered.push((name, Secret::new(value)));
         }
         Ok(Opening {
@@ -114,7 +117,10 @@ impl UpstreamTool {
         let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments.clone());
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let peer = session.service.peer();
-        let handle = match peer.send_request_with_option(request, PeerRequestOptions::no_options()).await {
+        let handle = match peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+        {
             Ok(handle) => handle,
             Err(error) => return self.service_failed(core, session, &error),
         };
@@ -155,7 +161,9 @@ impl UpstreamTool {
         match answer {
             Ok(ServerResult::CallToolResult(result)) => {
                 let redactor = Redactor::new(context.credentials.secrets());
-                ToolOutcome::Done(tool_result(redactor.value(serde_json::to_value(result).unwrap_or(Value::Null))))
+                ToolOutcome::Done(tool_result(
+                    redactor.value(serde_json::to_value(result).unwrap_or(Value::Null)),
+                ))
             }
             Ok(_) => self.failed(format!(
                 "The {} server gave an answer gatehouse cannot read.",
@@ -264,10 +272,7 @@ impl Tool for UpstreamTool {
             Some(name) => self.forward(&core, &session, context, name, arguments).await,
             None => {
                 let listed = core.refresh(&self.upstream.id).await;
-                let names: Vec<String> = listed
-                    .iter()
-                    .map(|tool| tool.definition().name.clone())
-                    .collect();
+                let names: Vec<String> = listed.iter().map(|tool| tool.definition().name.clone()).collect();
                 ToolOutcome::Done(ToolResult::text(if names.is_empty() {
                     format!("Connected to {}, which offers no tools here.", self.upstream.id)
                 } else {
@@ -299,7 +304,9 @@ mod tests {
 
     #[test]
     fn results_keep_content_structure_and_error_flag() {
-        let result = tool_result(json!({"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}, "isError": true}));
+        let result = tool_result(
+            json!({"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}, "isError": true}),
+        );
         assert_eq!(result.content, vec![json!({"type": "text", "text": "hi"})]);
         assert_eq!(result.structured, Some(json!({"a": 1})));
         assert!(result.is_error);

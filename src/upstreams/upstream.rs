@@ -83,7 +83,14 @@ impl Upstream {
     pub fn requirements_of(&self, tool: &str) -> Vec<Requirement> {
         let mut requires = self.requires.clone();
         if let Some(extra) = self.overrides.get(tool) {
-            requires.extend(extra.requires.iter().filter(|r| !requires.contains(r)).cloned().collect::<Vec<_>>());
+            requires.extend(
+                extra
+                    .requires
+                    .iter()
+                    .filter(|r| !requires.contains(r))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
         }
         requires
     }
@@ -143,7 +150,10 @@ impl Upstream {
             return Err(ConfigError::key(format!("{key}.timeout"), "must be longer than zero"));
         }
         if upstream.idle_timeout.is_zero() {
-            return Err(ConfigError::key(format!("{key}.idle_timeout"), "must be longer than zero"));
+            return Err(ConfigError::key(
+                format!("{key}.idle_timeout"),
+                "must be longer than zero",
+            ));
         }
         let mut overrides = HashMap::new();
         for (i, extra) in upstream.overrides.iter().enumerate() {
@@ -209,8 +219,8 @@ fn http_transport(
     let mut headers = Vec::new();
     for (name, value) in &upstream.headers {
         let header_key = format!("{key}.headers.{name}");
-        let parsed =
-            HeaderName::try_from(name.as_str()).map_err(|_| ConfigError::key(&header_key, "is not a valid header name"))?;
+        let parsed = HeaderName::try_from(name.as_str())
+            .map_err(|_| ConfigError::key(&header_key, "is not a valid header name"))?;
         if RESERVED_HEADERS.contains(&parsed.as_str()) {
             return Err(ConfigError::key(
                 header_key,
