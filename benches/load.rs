@@ -8,14 +8,21 @@
 //! session), the server's resident memory with many idle GET streams open, and the whole
 //! URL-elicitation loop against a fake OAuth provider on two replicas, connected to PostgreSQL
 //! without TLS and then with it (`--loop-tls off|on|both`; TLS needs a server with `ssl = on`).
+//! Section "upstream" (`--skip-upstream`): `tools/call` to a fast in-process rmcp server directly
+//! and through gatehouse's `[[upstreams]]`, and memory per held upstream session
+//! (`--upstream-users`, default 1,000).
 //! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
 //! of its own.
 
 #[allow(dead_code)]
 #[path = "../tests/common/fake_oauth.rs"]
 mod fake_oauth;
+#[path = "load/fast_upstream.rs"]
+mod fast_upstream;
 #[path = "../tests/common/local.rs"]
 mod local;
+#[path = "load/upstream.rs"]
+mod upstream;
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -35,6 +42,8 @@ struct Options {
     skip_load: bool,
     skip_streams: bool,
     skip_loop: bool,
+    skip_upstream: bool,
+    upstream_users: usize,
     loop_workers: usize,
     loop_tls: Vec<Tls>,
 }
@@ -73,6 +82,8 @@ impl Options {
             skip_load: false,
             skip_streams: false,
             skip_loop: false,
+            skip_upstream: false,
+            upstream_users: 1000,
             loop_workers: 8,
             loop_tls: vec![Tls::Off, Tls::On],
         };
@@ -92,6 +103,10 @@ impl Options {
                 "--skip-load" => options.skip_load = true,
                 "--skip-streams" => options.skip_streams = true,
                 "--skip-loop" => options.skip_loop = true,
+                "--skip-upstream" => options.skip_upstream = true,
+                "--upstream-users" => {
+                    options.upstream_users = value()?.parse().map_err(|e| format!("--upstream-users: {e}"))?
+                }
                 "--loop-workers" => {
                     options.loop_workers = value()?.parse().map_err(|e| format!("--loop-workers: {e}"))?
                 }
@@ -154,6 +169,8 @@ struct Target {
     url: String,
     tool: &'static str,
     arguments: Value,
+    /// With header identity: session `i` is user `{users}{i}` (X-Forwarded-User); else no header.
+    users: Option<&'static str>,
 }
 
 const ACCEPT: &str = "application/json, text/event-stream";
@@ -170,11 +187,15 @@ fn message_of(body: &str) -> Option<Value> {
         .find_map(|d| serde_json::from_str(d).ok())
 }
 
-async fn initialize(http: &reqwest::Client, url: &str) -> Result<String, String> {
+/// A new session, as `user` (X-Forwarded-User) when given.
+async fn initialize(http: &reqwest::Client, url: &str, user: Option<&str>) -> Result<String, String> {
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "gatehouse-bench", "version": "1"}}});
-    let response = http
-        .post(url)
+    let as_user = |request: reqwest::RequestBuilder| match user {
+        Some(user) => request.header("x-forwarded-user", user),
+        None => request,
+    };
+    let response = as_user(http.post(url))
         .header("accept", ACCEPT)
         .json(&body)
         .send()
@@ -188,7 +209,7 @@ async fn initialize(http: &reqwest::Client, url: &str) -> Result<String, String>
         .to_owned();
     response.text().await.map_err(|e| e.to_string())?;
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    http.post(url)
+    as_user(http.post(url))
         .header("accept", ACCEPT)
         .header("mcp-session-id", &session)
         .header("mcp-protocol-version", "2025-11-25")
@@ -205,6 +226,13 @@ struct LoadResult {
     seconds: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// Successful calls including the warm-up's, for CPU time per call.
+    all_calls: u64,
+}
+
+/// Whether a POST answer is a tool result that is not an error.
+fn tool_succeeded(body: &str) -> bool {
+    message_of(body).is_some_and(|m| m.get("result").is_some_and(|r| r["isError"] != json!(true)))
 }
 
 /// `clients` sessions calling the tool in a loop; latencies of the measured window only.
@@ -219,20 +247,23 @@ async fn call_load(
         .build()
         .map_err(|e| e.to_string())?;
     let mut sessions = Vec::new();
-    for _ in 0..clients {
-        sessions.push(initialize(&http, &target.url).await?);
+    for i in 0..clients {
+        let user = target.users.map(|prefix| format!("{prefix}{i}"));
+        sessions.push((user.clone(), initialize(&http, &target.url, user.as_deref()).await?));
     }
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
+    let all_calls = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
-    for session in sessions {
-        let (http, url, measuring, stop, errors) = (
+    for (user, session) in sessions {
+        let (http, url, measuring, stop, errors, all_calls) = (
             http.clone(),
             target.url.clone(),
             measuring.clone(),
             stop.clone(),
             errors.clone(),
+            all_calls.clone(),
         );
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": target.tool, "arguments": target.arguments}})
             .to_string();
@@ -240,8 +271,11 @@ async fn call_load(
             let mut latencies: Vec<u32> = Vec::with_capacity(1 << 16);
             while !stop.load(Ordering::Relaxed) {
                 let started = Instant::now();
-                let outcome = http
-                    .post(&url)
+                let mut request = http.post(&url);
+                if let Some(user) = &user {
+                    request = request.header("x-forwarded-user", user);
+                }
+                let outcome = request
                     .header("accept", ACCEPT)
                     .header("content-type", "application/json")
                     .header("mcp-session-id", &session)
@@ -250,14 +284,14 @@ async fn call_load(
                     .send()
                     .await;
                 let ok = match outcome {
-                    Ok(response) if response.status().is_success() => response
-                        .text()
-                        .await
-                        .ok()
-                        .and_then(|t| message_of(&t))
-                        .is_some_and(|m| m.get("result").is_some()),
+                    Ok(response) if response.status().is_success() => {
+                        response.text().await.ok().is_some_and(|t| tool_succeeded(&t))
+                    }
                     _ => false,
                 };
+                if ok {
+                    all_calls.fetch_add(1, Ordering::Relaxed);
+                }
                 if measuring.load(Ordering::Relaxed) {
                     if ok {
                         latencies.push(started.elapsed().as_micros().min(u32::MAX as u128) as u32);
@@ -287,6 +321,7 @@ async fn call_load(
         seconds,
         p50_ms: percentile(&latencies, 0.50),
         p99_ms: percentile(&latencies, 0.99),
+        all_calls: all_calls.load(Ordering::Relaxed),
     })
 }
 
@@ -310,7 +345,7 @@ async fn idle_streams(url: &str, pid: u32, count: usize) -> Result<StreamResult,
             tokio::spawn(async move {
                 let mut mine = Vec::with_capacity(share);
                 for _ in 0..share {
-                    mine.push(initialize(&http, &url).await?);
+                    mine.push(initialize(&http, &url, None).await?);
                 }
                 Ok::<_, String>(mine)
             })
@@ -356,18 +391,7 @@ async fn idle_streams(url: &str, pid: u32, count: usize) -> Result<StreamResult,
     for task in opening {
         open.push(task.await.map_err(|e| e.to_string())??);
     }
-    // Idle means settled: the allocator returns memory freed while the streams opened within
-    // seconds; sample until two readings a few seconds apart agree within 1%.
-    let mut rss_with = rss_kib(pid).ok_or("cannot read the server's memory")?;
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let now = rss_kib(pid).ok_or("cannot read the server's memory")?;
-        let settled = now.abs_diff(rss_with) * 100 <= rss_with;
-        rss_with = now;
-        if settled {
-            break;
-        }
-    }
+    let rss_with = settled_rss_kib(pid).await?;
     let result = StreamResult {
         rss_before_mib: rss_before as f64 / 1024.0,
         rss_with_streams_mib: rss_with as f64 / 1024.0,
@@ -375,6 +399,22 @@ async fn idle_streams(url: &str, pid: u32, count: usize) -> Result<StreamResult,
     };
     drop(open);
     Ok(result)
+}
+
+/// Resident memory once idle: the allocator returns memory freed while work was done within
+/// seconds; samples until two readings a few seconds apart agree within 1% (at most ~30 s).
+async fn settled_rss_kib(pid: u32) -> Result<u64, String> {
+    let mut rss = rss_kib(pid).ok_or("cannot read the server's memory")?;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = rss_kib(pid).ok_or("cannot read the server's memory")?;
+        let settled = now.abs_diff(rss) * 100 <= rss;
+        rss = now;
+        if settled {
+            break;
+        }
+    }
+    Ok(rss)
 }
 
 struct Database {
@@ -516,6 +556,9 @@ async fn measure(options: &Options, database: &Database) -> Result<(), String> {
     }
     if !options.skip_loop {
         elicitation_loops(options, database).await?;
+    }
+    if !options.skip_upstream {
+        upstream::section(options, database).await?;
     }
     Ok(())
 }
@@ -842,6 +885,7 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
         url: gatehouse_url.to_owned(),
         tool: "whoami",
         arguments: json!({}),
+        users: None,
     };
     let ours = call_load(&target, options.clients, options.warmup, options.duration).await?;
     report(target.name, &ours);
@@ -857,6 +901,7 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
         url: ts_url,
         tool: "greet",
         arguments: json!({"name": "bench"}),
+        users: None,
     };
     let theirs = call_load(&target, options.clients, options.warmup, options.duration).await;
     let _ = ts.kill().await;
