@@ -74,6 +74,49 @@ async fn sign_in(s: &Setup, client: &McpClient, user: &str, tool: &str, argument
     listed[0].clone()
 }
 
+/// `caller` starts `gh_slow` (on the replica it talks to) and `canceller` cancels it: the call
+/// ends with a tool error and the upstream is told.
+async fn cancel_a_slow_call(s: &Setup, caller: &McpClient, canceller: &McpClient) {
+    let id = caller.next_id.load(std::sync::atomic::Ordering::Relaxed);
+    let mut stream = caller
+        .request_stream(
+            "tools/call",
+            json!({"name": "gh_slow", "arguments": {"seconds": 30}, "_meta": {"progressToken": 1}}),
+        )
+        .await;
+    eventually("the upstream runs the call", async || {
+        s.upstream
+            .seen()
+            .await
+            .iter()
+            .any(|e| e["kind"] == "tool" && e["name"] == "slow")
+            .then_some(())
+    })
+    .await;
+    let status = canceller
+        .notify(
+            "notifications/cancelled",
+            json!({"requestId": id, "reason": "changed my mind"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, answer) = stream.next_message(WAIT).await.expect("the answer");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        text(&answer["result"]).contains("cancelled"),
+        "ended by the cancellation: {answer}"
+    );
+    eventually("the upstream is told", async || {
+        s.upstream
+            .seen()
+            .await
+            .iter()
+            .any(|e| e["kind"] == "cancelled")
+            .then_some(())
+    })
+    .await;
+}
+
 /// The first user connects through `gh_connect`, which then lists the upstream's tools.
 async fn connect_first(s: &Setup, client: &McpClient, user: &str) {
     sign_in(s, client, user, "gh_connect", json!({})).await;
@@ -230,19 +273,12 @@ backend_test!(
             }
         };
         assert_eq!(text(&answer["result"]), "counted 3");
-        // rmcp may hand gatehouse the notifications out of order (and after the answer): what
-        // reaches the client carries its own token and only ever increases.
-        assert!(!progress.is_empty(), "progress reached the client");
-        let mut last = 0.0;
-        for step in &progress {
-            let at = step["progress"].as_f64().expect("progress");
-            assert!(at > last, "{progress:?}");
-            last = at;
-            assert_eq!(
-                step,
-                &json!({"progressToken": "mine", "progress": at, "total": 3.0, "message": format!("step {at}")})
-            );
-        }
+        // Every progress notification the upstream sent before its answer, in order, with the
+        // client's own token.
+        let steps: Vec<Value> = (1..=3)
+            .map(|i| json!({"progressToken": "mine", "progress": f64::from(i), "total": 3.0, "message": format!("step {i}")}))
+            .collect();
+        assert_eq!(progress, steps);
 
         alice.call("logging/setLevel", json!({"level": "info"})).await;
         let mut stream = alice
@@ -257,40 +293,7 @@ backend_test!(
         let (_, answer) = stream.next_message(WAIT).await.expect("the answer");
         assert_eq!(text(&answer["result"]), "HELLO");
 
-        let id = alice.next_id.load(std::sync::atomic::Ordering::Relaxed);
-        let mut stream = alice
-            .request_stream(
-                "tools/call",
-                json!({"name": "gh_slow", "arguments": {"seconds": 30}, "_meta": {"progressToken": 1}}),
-            )
-            .await;
-        eventually("the upstream runs the call", async || {
-            s.upstream
-                .seen()
-                .await
-                .iter()
-                .any(|e| e["kind"] == "tool" && e["name"] == "slow")
-                .then_some(())
-        })
-        .await;
-        let status = alice
-            .notify(
-                "notifications/cancelled",
-                json!({"requestId": id, "reason": "changed my mind"}),
-            )
-            .await;
-        assert_eq!(status, StatusCode::ACCEPTED);
-        eventually("the upstream is told", async || {
-            s.upstream
-                .seen()
-                .await
-                .iter()
-                .any(|e| e["kind"] == "cancelled")
-                .then_some(())
-        })
-        .await;
-        let (_, answer) = stream.next_message(WAIT).await.expect("the answer");
-        assert_eq!(answer["result"]["isError"], true, "{answer}");
+        cancel_a_slow_call(&s, &alice, &alice).await;
     }
 );
 
@@ -510,35 +513,6 @@ postgres_test!(
         assert_eq!(text(&result["result"]), "you chose plum", "{result}");
 
         // The call runs on A; the client's cancellation reaches B.
-        let id = alice.next_id.load(std::sync::atomic::Ordering::Relaxed);
-        let mut stream = alice
-            .request_stream(
-                "tools/call",
-                json!({"name": "gh_slow", "arguments": {"seconds": 30}, "_meta": {"progressToken": 1}}),
-            )
-            .await;
-        eventually("the upstream runs the call", async || {
-            s.upstream
-                .seen()
-                .await
-                .iter()
-                .any(|e| e["kind"] == "tool" && e["name"] == "slow")
-                .then_some(())
-        })
-        .await;
-        alice_on_b
-            .notify("notifications/cancelled", json!({"requestId": id}))
-            .await;
-        let (_, answer) = stream.next_message(WAIT).await.expect("the answer");
-        assert_eq!(answer["result"]["isError"], true, "{answer}");
-        eventually("the upstream is told", async || {
-            s.upstream
-                .seen()
-                .await
-                .iter()
-                .any(|e| e["kind"] == "cancelled")
-                .then_some(())
-        })
-        .await;
+        cancel_a_slow_call(&s, &alice, &alice_on_b).await;
     }
 );

@@ -343,7 +343,7 @@ async fn call_tool(
                     .to_json());
                 }
             }
-            ToolOutcome::UrlElicitations(elicitations) => return relay_url_elicitations(session, elicitations),
+            ToolOutcome::UrlElicitations(elicitations) => return ask_to_open(session, elicitations),
         }
     }
     Ok(ToolResult::error(format!(
@@ -379,9 +379,10 @@ fn add_scopes(requires: &mut Vec<Requirement>, provider: &str, scopes: Vec<Strin
     }
 }
 
-/// An upstream's own -32042, passed on with its URLs; for clients without URL mode, a result
-/// with the links.
-fn relay_url_elicitations(session: &SessionRecord, elicitations: Vec<Value>) -> Result<Value, RpcError> {
+/// Error -32042 with these URL-mode `elicitations` entries (gatehouse's own, or an upstream's
+/// passed on as they are); for clients without URL mode, a result that asks the model to have the
+/// user open the URLs.
+fn ask_to_open(session: &SessionRecord, elicitations: Vec<Value>) -> Result<Value, RpcError> {
     if supports_url_elicitation(session) {
         return Err(
             RpcError::new(URL_ELICITATION_REQUIRED, "This request requires more information.")
@@ -522,26 +523,11 @@ fn supports_url_elicitation(session: &SessionRecord) -> bool {
 /// Error -32042 listing the elicitations, or for clients without URL mode a tool result that
 /// asks the model to have the user open the URLs.
 fn elicit(session: &SessionRecord, elicitations: &[ElicitationRecord]) -> Result<Value, RpcError> {
-    if supports_url_elicitation(session) {
-        let entries: Vec<Value> = elicitations
-            .iter()
-            .map(|e| json!({"mode": "url", "elicitationId": e.id.to_string(), "url": e.url, "message": e.message}))
-            .collect();
-        return Err(
-            RpcError::new(URL_ELICITATION_REQUIRED, "This request requires more information.")
-                .with_data(json!({ "elicitations": entries })),
-        );
-    }
-    let steps: Vec<String> = elicitations
+    let entries = elicitations
         .iter()
-        .map(|e| format!("- {} Open: {}", e.message, e.url))
+        .map(|e| json!({"mode": "url", "elicitationId": e.id.to_string(), "url": e.url, "message": e.message}))
         .collect();
-    Ok(ToolResult::error(format!(
-        "The user must first complete a step in their browser:\n{}\nShow the link to the user, ask them to open it and \
-         finish there, then call this tool again with the same arguments.",
-        steps.join("\n")
-    ))
-    .to_json())
+    ask_to_open(session, entries)
 }
 
 /// Sends a `notifications/message` on the session's stream when its level admits `level`.

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::relay::{Handler, Relay};
+use super::relay::{Handler, InOrder, Relay};
 use super::upstream::{Transport, Upstream};
 use crate::domain::Principal;
 use crate::secret::Secret;
@@ -304,7 +304,7 @@ impl Pool {
                     config = config.auth_header(bearer.expose().clone());
                 }
                 let transport = StreamableHttpClientTransport::with_client(self.client.clone(), config);
-                timed(handler.serve(transport), upstream.timeout).await?
+                timed(handler.serve(InOrder::new(transport, relay.clone())), upstream.timeout).await?
             }
             Transport::Stdio { program, args, .. } => {
                 let mut command = tokio::process::Command::new(program);
@@ -325,7 +325,7 @@ impl Pool {
                     let redactor = Redactor::new(opening.secrets());
                     tokio::spawn(log_stderr(stderr, redactor, upstream.id.clone(), principal.cloned()));
                 }
-                timed(handler.serve(process), upstream.timeout).await?
+                timed(handler.serve(InOrder::new(process, relay.clone())), upstream.timeout).await?
             }
         };
         tracing::info!(upstream = %upstream.id, ?principal, "opened an upstream session");

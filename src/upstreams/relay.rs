@@ -4,9 +4,10 @@
 //! and the upstream's own requests (`elicitation/create`) name no request, so they go to the
 //! newest call still running on the session (the usual case is one call at a time).
 //!
-//! rmcp handles each notification in a task of its own, so two progress notifications may reach
-//! the handler out of order: one that does not advance the call's progress is dropped, so the
-//! client sees progress only increase, as MCP requires.
+//! rmcp handles each notification in a task of its own, so a notification could reach the client
+//! after the call's answer (or, once the call is over, not at all). So progress and log messages
+//! are taken off the upstream's message stream in arrival order ([`InOrder`]), before rmcp sees
+//! any later answer, and only the rest goes through the handler.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -18,7 +19,9 @@ use rmcp::model::{
     ErrorData, FormElicitationCapability, Implementation, ProgressNotificationParam, ProgressToken,
     UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -125,39 +128,86 @@ impl Relay {
     }
 }
 
-/// The handler rmcp runs for the session.
-#[derive(Clone)]
-pub struct Handler(pub Arc<Relay>);
-
-impl ClientHandler for Handler {
-    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        let Some((stream, client_token)) = self.0.stream_for_progress(&params.progress_token, params.progress) else {
+impl Relay {
+    async fn progress(&self, params: &ProgressNotificationParam) {
+        let Some((stream, client_token)) = self.stream_for_progress(&params.progress_token, params.progress) else {
             return;
         };
         let mut progress = json!({"progressToken": client_token, "progress": params.progress});
         if let Some(total) = params.total {
             progress["total"] = json!(total);
         }
-        if let Some(message) = params.message {
+        if let Some(message) = &params.message {
             progress["message"] = json!(message);
         }
         stream.notify("notifications/progress", progress).await;
     }
 
-    // Logging is deprecated from protocol 2026-07-28 on (SEP-2577), but the upstreams of 2025-11-25
-    // still send it, and gatehouse's clients of that revision still read it.
+    // Logging is deprecated from protocol 2026-07-28 on (SEP-2577), but the upstreams of
+    // 2025-11-25 still send it, and gatehouse's clients of that revision still read it.
     #[allow(deprecated)]
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let Some(stream) = self.0.newest(|_| true) else { return };
-        let logger = params.logger.unwrap_or_else(|| self.0.upstream.clone());
+    async fn log(&self, params: &LoggingMessageNotificationParam) {
+        let Some(stream) = self.newest(|_| true) else { return };
+        let logger = params.logger.clone().unwrap_or_else(|| self.upstream.clone());
         let message = json!({"level": params.level, "logger": logger, "data": params.data});
         stream.notify("notifications/message", message).await;
     }
+}
 
+/// An upstream transport whose progress and log notifications go to the running calls in the
+/// order they arrive; every other message goes on to rmcp.
+pub struct InOrder<T> {
+    inner: T,
+    relay: Arc<Relay>,
+}
+
+impl<T> InOrder<T> {
+    pub fn new(inner: T, relay: Arc<Relay>) -> Self {
+        Self { inner, relay }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let message = self.inner.receive().await?;
+            if let JsonRpcMessage::Notification(notification) = &message {
+                match &notification.notification {
+                    ServerNotification::ProgressNotification(progress) => {
+                        self.relay.progress(&progress.params).await;
+                        continue;
+                    }
+                    #[allow(deprecated)]
+                    ServerNotification::LoggingMessageNotification(log) => {
+                        self.relay.log(&log.params).await;
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            return Some(message);
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// The handler rmcp runs for the session.
+#[derive(Clone)]
+pub struct Handler(pub Arc<Relay>);
+
+impl ClientHandler for Handler {
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
