@@ -23,6 +23,17 @@ pub enum RequestId {
     String(String),
 }
 
+impl RequestId {
+    /// A string or an integer; `None` for anything else (null, a fraction, an object).
+    pub fn from_json(value: &Value) -> Option<Self> {
+        match value {
+            Value::String(id) => Some(RequestId::String(id.clone())),
+            Value::Number(n) => n.as_i64().map(RequestId::Number),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Message {
     Request {
@@ -122,12 +133,10 @@ pub fn classify(value: Value) -> Result<Message, (Option<RequestId>, RpcError)> 
     };
     let id = match object.remove("id") {
         None => None,
-        Some(Value::String(s)) => Some(RequestId::String(s)),
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(n) => Some(RequestId::Number(n)),
+        Some(id) => match RequestId::from_json(&id) {
+            Some(id) => Some(id),
             None => return Err((None, invalid("`id` must be a string or an integer"))),
         },
-        Some(_) => return Err((None, invalid("`id` must be a string or an integer"))),
     };
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err((id, invalid("`jsonrpc` must be \"2.0\"")));

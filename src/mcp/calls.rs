@@ -88,20 +88,14 @@ impl RunningCalls {
     }
 }
 
-fn request_id(value: &Value) -> Option<RequestId> {
-    match value {
-        Value::String(id) => Some(RequestId::String(id.clone())),
-        Value::Number(n) => n.as_i64().map(RequestId::Number),
-        _ => None,
-    }
-}
-
 /// A client's `notifications/cancelled`: the call stops here, or on whichever replica runs it.
 pub async fn cancel(state: &AppState, session: &SessionId, params: Option<&Value>) {
     let Some(id) = params.and_then(|p| p.get("requestId")) else {
         return;
     };
-    let Some(request) = request_id(id) else { return };
+    let Some(request) = RequestId::from_json(id) else {
+        return;
+    };
     if state.calls.cancel(session, request) {
         return;
     }
@@ -121,7 +115,7 @@ pub async fn listen(calls: Arc<RunningCalls>, bus: Arc<Bus>, shutdown: Cancellat
         };
         match notice {
             Ok(Notice::CallCancelled(session, id)) => {
-                if let Some(id) = serde_json::from_str(&id).ok().as_ref().and_then(request_id) {
+                if let Some(id) = serde_json::from_str(&id).ok().as_ref().and_then(RequestId::from_json) {
                     calls.cancel(&session, id);
                 }
             }

@@ -2,7 +2,7 @@
 //! before any listing succeeded, from the allow-list's names), prefixed, filtered by the
 //! allow-list, bounded, and never shadowing a tool gatehouse has already.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
 use serde_json::{Value, json};
@@ -14,7 +14,7 @@ use crate::config::ElicitMode;
 use crate::forms::{Form, FormScope, Forms};
 use crate::gate::Requirement;
 use crate::text;
-use crate::tools::{InputSchema, ToolDefinition, form_details, valid_tool_name};
+use crate::tools::{InputSchema, Tool, ToolDefinition, form_details, valid_tool_name};
 
 /// Tools taken from one upstream's listing, at most.
 pub const MAX_TOOLS: usize = 1000;
@@ -28,6 +28,8 @@ pub struct Catalogue {
     /// The stored catalogue's digest; `None` for the allow-list stand-ins.
     pub digest: Option<String>,
     pub tools: Vec<Arc<UpstreamTool>>,
+    /// The tools by gatehouse's name for them: every call looks one up.
+    by_name: HashMap<String, Arc<UpstreamTool>>,
 }
 
 /// What the catalogue needs to know of the rest of gatehouse.
@@ -43,10 +45,7 @@ impl Catalogue {
     /// without an allow-list, one tool that connects the user and lists the upstream's tools.
     pub fn stand_ins(upstream: &Arc<Upstream>, context: &Context<'_>) -> Self {
         let Some(allow) = &upstream.allow else {
-            return Self {
-                digest: None,
-                tools: connect_tool(upstream, context).into_iter().collect(),
-            };
+            return Self::new(None, connect_tool(upstream, context).into_iter().collect());
         };
         let tools = allow
             .iter()
@@ -62,7 +61,7 @@ impl Catalogue {
                 tool(upstream, &listed, context)
             })
             .collect();
-        Self { digest: None, tools }
+        Self::new(None, tools)
     }
 
     /// The tools of a listing (`tools` as the upstream answered `tools/list`).
@@ -81,10 +80,16 @@ impl Catalogue {
             .filter_map(|listed| tool(upstream, listed, context))
             .take(MAX_TOOLS)
             .collect();
-        Self {
-            digest: Some(digest),
-            tools,
-        }
+        Self::new(Some(digest), tools)
+    }
+
+    fn new(digest: Option<String>, tools: Vec<Arc<UpstreamTool>>) -> Self {
+        let by_name = tools.iter().map(|t| (t.definition().name.clone(), t.clone())).collect();
+        Self { digest, tools, by_name }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<UpstreamTool>> {
+        self.by_name.get(name)
     }
 }
 

@@ -206,8 +206,7 @@ impl Upstreams {
         let catalogues = self.core.catalogues.read().unwrap_or_else(PoisonError::into_inner);
         catalogues
             .values()
-            .flat_map(|c| c.tools.iter())
-            .find(|t| t.definition().name == name)
+            .find_map(|c| c.get(name))
             .map(|t| t.clone() as Arc<dyn Tool>)
     }
 
@@ -218,8 +217,7 @@ impl Upstreams {
 
     /// How many tools each upstream offers now.
     pub fn tool_count(&self, upstream: &str) -> usize {
-        let catalogues = self.core.catalogues.read().unwrap_or_else(PoisonError::into_inner);
-        catalogues.get(upstream).map_or(0, |c| c.tools.len())
+        self.core.tool_count(upstream)
     }
 
     /// Upstream sessions open on this replica.

@@ -37,8 +37,6 @@ struct Running {
     /// Which `elicitation/create` modes the client declared.
     form: bool,
     url: bool,
-    /// The progress last passed on.
-    progress: f64,
 }
 
 /// Shared by the session's handler and the calls on it.
@@ -99,7 +97,6 @@ impl Relay {
             stream,
             form,
             url,
-            progress: f64::NEG_INFINITY,
         });
         RunningCall {
             relay: self.clone(),
@@ -107,14 +104,10 @@ impl Relay {
         }
     }
 
-    /// Where progress `progress` of the call with `token` goes, unless it does not advance.
-    fn stream_for_progress(&self, token: &ProgressToken, progress: f64) -> Option<(Arc<dyn CallStream>, Value)> {
-        let mut running = self.lock();
-        let call = running.iter_mut().find(|call| &call.token == token)?;
-        if progress <= call.progress {
-            return None;
-        }
-        call.progress = progress;
+    /// Where progress of the call with `token` goes, when its client asked for progress.
+    fn stream_for_progress(&self, token: &ProgressToken) -> Option<(Arc<dyn CallStream>, Value)> {
+        let running = self.lock();
+        let call = running.iter().find(|call| &call.token == token)?;
         Some((call.stream.clone()?, call.client_token.clone()?))
     }
 
@@ -130,7 +123,7 @@ impl Relay {
 
 impl Relay {
     async fn progress(&self, params: &ProgressNotificationParam) {
-        let Some((stream, client_token)) = self.stream_for_progress(&params.progress_token, params.progress) else {
+        let Some((stream, client_token)) = self.stream_for_progress(&params.progress_token) else {
             return;
         };
         let mut progress = json!({"progressToken": client_token, "progress": params.progress});
