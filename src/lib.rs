@@ -11,6 +11,7 @@ pub mod gate;
 pub mod identity;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod outbound;
 pub mod private_file;
 pub mod providers;
 pub mod public_url;

@@ -151,7 +151,7 @@ fn check_config(config: Config) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     gatehouse::upstreams::Upstreams::parse(&config, &providers, &forms).map_err(|e| e.to_string())?;
     gatehouse::web::templates::Templates::load(config.server.template_dir.as_deref()).map_err(|e| e.to_string())?;
-    gatehouse::identity::Identity::from_config(&config).map_err(|e| e.to_string())?;
+    gatehouse::identity::Identity::from_config(&config, reqwest::Client::new()).map_err(|e| e.to_string())?;
     if !config.secrets.keys.is_empty() {
         gatehouse::vault::KeyRing::from_keys(&config.secrets.keys).map_err(|e| e.to_string())?;
     }

@@ -2,7 +2,6 @@
 //! environment or open pools.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -47,7 +46,6 @@ pub fn key_ring(config: &Config) -> Result<KeyRing, VaultError> {
 const SESSION_CACHE_CAPACITY: usize = 100_000;
 /// Principals whose connections are cached per replica.
 const CONNECTION_CACHE_CAPACITY: usize = 100_000;
-const OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `Retry-After` (seconds) of a 503 answered because the database cannot be reached.
 pub const RETRY_AFTER_SECONDS: &str = "1";
@@ -77,8 +75,8 @@ impl AppState {
     /// Checks the configuration, opens the database (migrating it when configured to) and starts
     /// the background tasks, which stop when `shutdown` is cancelled.
     pub async fn build(config: Config, shutdown: CancellationToken) -> Result<(Self, Vec<JoinHandle<()>>), StartError> {
-        let identity = Identity::from_config(&config)?;
-        let client = outbound_client()?;
+        let client = crate::outbound::client()?;
+        let identity = Identity::from_config(&config, client.clone())?;
         let providers = Arc::new(Providers::from_config(&config)?);
         let forms = Arc::new(Forms::from_config(&config.forms)?);
         let templates = Arc::new(Templates::load(config.server.template_dir.as_deref())?);
@@ -224,14 +222,4 @@ fn is_loopback_name(host: &str) -> bool {
             .trim_end_matches(']')
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// The client for calls to third parties: no redirects (a redirect could carry a user's
-/// credentials elsewhere), bounded connection time.
-fn outbound_client() -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(OUTBOUND_CONNECT_TIMEOUT)
-        .user_agent(concat!("gatehouse/", env!("CARGO_PKG_VERSION")))
-        .build()
 }

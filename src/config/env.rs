@@ -80,6 +80,15 @@ const STRING_KEYS: &[(&str, &str)] = &[
     ("identity", "mode"),
     ("identity", "header"),
     ("identity", "local_principal"),
+    ("identity", "groups_header"),
+    ("identity", "email_header"),
+    ("identity", "issuer"),
+    ("identity", "audience"),
+    ("identity", "client_id"),
+    ("identity", "client_secret"),
+    ("identity", "principal_claim"),
+    ("identity", "jwks_refresh_interval"),
+    ("identity", "browser_session_ttl"),
     ("mcp", "session_idle_timeout"),
     ("elicitation", "ttl"),
     ("elicitation", "wait"),
@@ -92,6 +101,7 @@ const LIST_KEYS: &[(&str, &str)] = &[
     ("server", "allowed_origins"),
     ("server", "trusted_proxies"),
     ("secrets", "keys"),
+    ("identity", "scopes"),
 ];
 
 pub(super) fn resolve_env_references(

@@ -2,7 +2,7 @@
 //! at start. Errors name the offending key so an operator can fix the file without reading code.
 //!
 //! This module owns loading (file, environment layer, typing, validation) and the error type; the
-//! submodules own one part each: `sections` the server's own sections, `providers`, `forms`,
+//! submodules own one part each: `sections` the server's own sections, `identity` who the caller is, `providers`, `forms`,
 //! `tools` and `upstreams` the configured lists, `env` the environment layer, `duration` durations in the file, and
 //! `validate` the checks across keys. It imports only leaf modules (`secret`), so every other
 //! module may build on it.
@@ -10,6 +10,7 @@
 mod duration;
 mod env;
 mod forms;
+mod identity;
 mod providers;
 mod sections;
 mod tools;
@@ -24,11 +25,9 @@ use url::Url;
 
 pub use env::ENV_PREFIX;
 pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
+pub use identity::{AllowConfig, IdentityConfig, IdentityMode};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
-pub use sections::{
-    DatabaseConfig, ElicitationConfig, IdentityConfig, IdentityMode, LogConfig, LogFormat, McpConfig, SecretsConfig,
-    ServerConfig,
-};
+pub use sections::{DatabaseConfig, ElicitationConfig, LogConfig, LogFormat, McpConfig, SecretsConfig, ServerConfig};
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
 pub use upstreams::{UpstreamConfig, UpstreamOverride};
 

@@ -1,7 +1,6 @@
-//! The server and its sections: `[server]`, `[database]`, `[identity]`, `[mcp]`, `[log]`,
+//! The server and its sections: `[server]`, `[database]`, `[mcp]`, `[log]`,
 //! `[secrets]` and `[elicitation]`, each with the defaults an empty file gets.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -126,35 +125,6 @@ impl Default for DatabaseConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IdentityMode {
-    /// One user: the person at this machine. Only allowed when bound to loopback.
-    Local,
-    /// The principal is a header set by a trusted reverse proxy.
-    Header,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct IdentityConfig {
-    pub mode: IdentityMode,
-    /// The header carrying the principal in `header` mode.
-    pub header: String,
-    /// The principal's name in `local` mode.
-    pub local_principal: String,
-}
-
-impl Default for IdentityConfig {
-    fn default() -> Self {
-        Self {
-            mode: IdentityMode::Local,
-            header: "X-Forwarded-User".to_owned(),
-            local_principal: "local".to_owned(),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpConfig {
@@ -190,13 +160,4 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     pub format: LogFormat,
-}
-
-impl fmt::Display for IdentityMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            IdentityMode::Local => "local",
-            IdentityMode::Header => "header",
-        })
-    }
 }

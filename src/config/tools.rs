@@ -25,6 +25,8 @@ pub struct ToolConfig {
     /// With `elicit = "request"`: how long to wait for the user (default `elicitation.wait`).
     #[serde(default, deserialize_with = "optional_duration")]
     pub elicit_timeout: Option<Duration>,
+    /// Who may see and call the tool, by claims (see `AllowConfig`); everyone when absent.
+    pub allow: Option<super::AllowConfig>,
     pub http: HttpToolConfig,
 }
 

@@ -27,6 +27,8 @@ pub struct UpstreamConfig {
     /// The process's environment (`command` upstreams), templates over `{{form.ID.FIELD}}`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Who may see and call the upstream's tools, by claims (see `AllowConfig`); everyone when absent.
+    pub allow: Option<super::AllowConfig>,
     /// Only these tools are listed and callable; their names stand in before any listing succeeded.
     pub tools: Option<Vec<String>>,
     /// Put before each tool's name; `<id>_` when absent, nothing when "".

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use url::Url;
 
-use super::{Config, ConfigError, IdentityMode};
+use super::identity::check_allow;
+use super::{Config, ConfigError};
 
 impl Config {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
@@ -66,30 +67,13 @@ impl Config {
         if self.database.max_connections == 0 {
             return Err(ConfigError::key("database.max_connections", "must be at least 1"));
         }
-        match self.identity.mode {
-            IdentityMode::Local if !loopback => {
-                return Err(ConfigError::key(
-                    "identity.mode",
-                    "`local` trusts whoever can reach the port, so it needs server.bind on a loopback address; \
-                     use `header` behind a reverse proxy",
-                ));
-            }
-            IdentityMode::Local if self.identity.local_principal.trim().is_empty() => {
-                return Err(ConfigError::key("identity.local_principal", "must not be empty"));
-            }
-            IdentityMode::Header => {
-                if axum::http::HeaderName::try_from(self.identity.header.as_str()).is_err() {
-                    return Err(ConfigError::key("identity.header", "is not a valid header name"));
-                }
-                if self.server.trusted_proxies.is_empty() {
-                    return Err(ConfigError::key(
-                        "server.trusted_proxies",
-                        "must list the reverse proxy's addresses in `header` identity mode, \
-                         otherwise anyone could claim to be anyone",
-                    ));
-                }
-            }
-            IdentityMode::Local => {}
+        self.identity
+            .validate(loopback, !self.server.trusted_proxies.is_empty())?;
+        for (i, tool) in self.tools.iter().enumerate() {
+            check_allow(&format!("tools[{i}].allow"), tool.allow.as_ref())?;
+        }
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            check_allow(&format!("upstreams[{i}].allow"), upstream.allow.as_ref())?;
         }
         if self.mcp.page_size == 0 {
             return Err(ConfigError::key("mcp.page_size", "must be at least 1"));

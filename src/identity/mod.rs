@@ -1,13 +1,21 @@
 //! Who is calling. The principal comes only from the configured identity mode, never from what a
-//! client says about itself.
+//! client says about itself: `local` (the one user at this machine), `header` (a trusted reverse
+//! proxy's header) or `oauth` (a bearer token from the identity provider, see `oauth`). Besides
+//! the principal, a caller carries claims (groups, email, name) that `access` rules read.
+
+pub mod access;
+mod claims;
+pub mod oauth;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 
-use crate::config::{Config, IdentityMode};
+use crate::config::{Config, ConfigError, IdentityMode};
 use crate::domain::{InvalidPrincipal, Principal};
+pub use claims::Claims;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
@@ -21,60 +29,131 @@ pub enum IdentityError {
     NotUtf8(HeaderName),
     #[error("the identity header is not valid: {0}")]
     InvalidHeader(InvalidPrincipal),
+    #[error(transparent)]
+    Bearer(#[from] oauth::BearerError),
+}
+
+/// A request's user: the principal everything is bound to, and the claims `allow` rules read.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub principal: Principal,
+    pub claims: Arc<Claims>,
+}
+
+impl Caller {
+    /// A caller known by name only (local mode, tests).
+    pub fn named(principal: Principal) -> Self {
+        Self {
+            principal,
+            claims: Arc::new(Claims::default()),
+        }
+    }
 }
 
 pub enum Identity {
     Local(Principal),
-    Header {
-        header: HeaderName,
-        trusted_proxies: Vec<IpNet>,
-    },
+    Header(HeaderIdentity),
+    OAuth(oauth::ResourceServer),
+}
+
+/// `header` mode: the principal (and optionally groups and email) from a trusted proxy's headers.
+pub struct HeaderIdentity {
+    header: HeaderName,
+    groups_header: Option<HeaderName>,
+    email_header: Option<HeaderName>,
+    trusted_proxies: Vec<IpNet>,
+}
+
+fn header_name(key: &str, name: &str) -> Result<HeaderName, ConfigError> {
+    HeaderName::try_from(name).map_err(|e| ConfigError::key(key, e.to_string()))
 }
 
 impl Identity {
-    /// Config validation has already checked the header name and the local principal.
-    pub fn from_config(config: &Config) -> Result<Self, crate::config::ConfigError> {
-        match config.identity.mode {
-            IdentityMode::Local => Principal::parse(&config.identity.local_principal)
+    /// Config validation has already checked the header names, the local principal and the issuer.
+    /// `http` is the outbound client `oauth` mode fetches the provider's metadata and keys with.
+    pub fn from_config(config: &Config, http: reqwest::Client) -> Result<Self, ConfigError> {
+        let identity = &config.identity;
+        match identity.mode {
+            IdentityMode::Local => Principal::parse(&identity.local_principal)
                 .map(Identity::Local)
-                .map_err(|e| crate::config::ConfigError::key("identity.local_principal", e.to_string())),
-            IdentityMode::Header => {
-                let header = HeaderName::try_from(config.identity.header.as_str())
-                    .map_err(|e| crate::config::ConfigError::key("identity.header", e.to_string()))?;
-                Ok(Identity::Header {
-                    header,
-                    trusted_proxies: config.server.trusted_proxies.clone(),
-                })
-            }
+                .map_err(|e| ConfigError::key("identity.local_principal", e.to_string())),
+            IdentityMode::Header => Ok(Identity::Header(HeaderIdentity {
+                header: header_name("identity.header", &identity.header)?,
+                groups_header: identity
+                    .groups_header
+                    .as_deref()
+                    .map(|name| header_name("identity.groups_header", name))
+                    .transpose()?,
+                email_header: identity
+                    .email_header
+                    .as_deref()
+                    .map(|name| header_name("identity.email_header", name))
+                    .transpose()?,
+                trusted_proxies: config.server.trusted_proxies.clone(),
+            })),
+            IdentityMode::OAuth => oauth::ResourceServer::from_config(config, http).map(Identity::OAuth),
         }
     }
 
-    /// The principal behind a request that arrived from `peer`.
-    pub fn principal(&self, headers: &HeaderMap, peer: SocketAddr) -> Result<Principal, IdentityError> {
+    /// The caller behind an MCP request that arrived from `peer`.
+    pub async fn caller(&self, headers: &HeaderMap, peer: SocketAddr) -> Result<Caller, IdentityError> {
         match self {
-            Identity::Local(principal) => Ok(principal.clone()),
-            Identity::Header {
-                header,
-                trusted_proxies,
-            } => {
-                if !is_trusted(trusted_proxies, peer.ip()) {
-                    return Err(IdentityError::UntrustedPeer);
-                }
-                // A proxy that appends its header instead of replacing it leaves the client's own
-                // value in front of it, so a second occurrence is refused, never resolved.
-                let mut values = headers.get_all(header).iter();
-                let value = values
-                    .next()
-                    .ok_or_else(|| IdentityError::MissingHeader(header.clone()))?;
-                if values.next().is_some() {
-                    return Err(IdentityError::RepeatedHeader(header.clone()));
-                }
-                // `HeaderValue::to_str` accepts visible ASCII only; proxies send names as UTF-8.
-                let text = std::str::from_utf8(value.as_bytes()).map_err(|_| IdentityError::NotUtf8(header.clone()))?;
-                Principal::parse(text).map_err(IdentityError::InvalidHeader)
-            }
+            Identity::Local(principal) => Ok(Caller::named(principal.clone())),
+            Identity::Header(header) => header.caller(headers, peer),
+            Identity::OAuth(server) => Ok(server.caller(headers).await?),
         }
     }
+
+    /// The resource server, in `oauth` mode.
+    pub fn resource_server(&self) -> Option<&oauth::ResourceServer> {
+        match self {
+            Identity::OAuth(server) => Some(server),
+            _ => None,
+        }
+    }
+}
+
+impl HeaderIdentity {
+    fn caller(&self, headers: &HeaderMap, peer: SocketAddr) -> Result<Caller, IdentityError> {
+        if !is_trusted(&self.trusted_proxies, peer.ip()) {
+            return Err(IdentityError::UntrustedPeer);
+        }
+        let principal = Principal::parse(
+            single_header(headers, &self.header)?.ok_or_else(|| IdentityError::MissingHeader(self.header.clone()))?,
+        )
+        .map_err(IdentityError::InvalidHeader)?;
+        let mut claims = Claims::default();
+        if let Some(name) = &self.groups_header
+            && let Some(groups) = single_header(headers, name)?
+        {
+            claims.insert("groups", groups.split(',').map(str::trim).filter(|g| !g.is_empty()));
+        }
+        if let Some(name) = &self.email_header
+            && let Some(email) = single_header(headers, name)?
+        {
+            claims.insert("email", std::iter::once(email.trim()));
+        }
+        Ok(Caller {
+            principal,
+            claims: Arc::new(claims),
+        })
+    }
+}
+
+/// A header the proxy sets, as UTF-8. A proxy that appends its header instead of replacing it
+/// leaves the client's own value in front of it, so a second occurrence is refused, never resolved.
+fn single_header<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, IdentityError> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(IdentityError::RepeatedHeader(name.clone()));
+    }
+    // `HeaderValue::to_str` accepts visible ASCII only; proxies send names as UTF-8.
+    std::str::from_utf8(value.as_bytes())
+        .map(Some)
+        .map_err(|_| IdentityError::NotUtf8(name.clone()))
 }
 
 fn is_trusted(trusted: &[IpNet], ip: IpAddr) -> bool {
@@ -97,9 +176,11 @@ mod tests {
         headers
     }
 
-    fn header_identity() -> Identity {
-        Identity::Header {
+    fn header_identity() -> HeaderIdentity {
+        HeaderIdentity {
             header: HeaderName::from_static("x-forwarded-user"),
+            groups_header: Some(HeaderName::from_static("x-forwarded-groups")),
+            email_header: Some(HeaderName::from_static("x-forwarded-email")),
             trusted_proxies: vec!["10.0.0.0/8".parse().expect("cidr")],
         }
     }
@@ -111,26 +192,27 @@ mod tests {
         let stranger: SocketAddr = "192.0.2.9:5000".parse().expect("addr");
         assert_eq!(
             identity
-                .principal(&parts(Some("alice")), proxy)
+                .caller(&parts(Some("alice")), proxy)
                 .expect("trusted")
+                .principal
                 .as_str(),
             "alice"
         );
         assert!(matches!(
-            identity.principal(&parts(Some("alice")), stranger),
+            identity.caller(&parts(Some("alice")), stranger),
             Err(IdentityError::UntrustedPeer)
         ));
         assert!(matches!(
-            identity.principal(&parts(None), proxy),
+            identity.caller(&parts(None), proxy),
             Err(IdentityError::MissingHeader(_))
         ));
         assert!(matches!(
-            identity.principal(&parts(Some("  ")), proxy),
+            identity.caller(&parts(Some("  ")), proxy),
             Err(IdentityError::InvalidHeader(_))
         ));
         let mapped: SocketAddr = "[::ffff:10.0.0.7]:1".parse().expect("addr");
         assert!(
-            identity.principal(&parts(Some("bob")), mapped).is_ok(),
+            identity.caller(&parts(Some("bob")), mapped).is_ok(),
             "IPv4-mapped IPv6 peers match IPv4 CIDRs"
         );
     }
@@ -145,7 +227,7 @@ mod tests {
                 headers.append("x-forwarded-user", value.parse().expect("header value"));
             }
             assert!(matches!(
-                identity.principal(&headers, proxy),
+                identity.caller(&headers, proxy),
                 Err(IdentityError::RepeatedHeader(_))
             ));
         }
@@ -153,27 +235,39 @@ mod tests {
         let utf8 = axum::http::HeaderValue::from_bytes("José Müller".as_bytes()).expect("header value");
         headers.insert("x-forwarded-user", utf8);
         assert_eq!(
-            identity.principal(&headers, proxy).expect("UTF-8").as_str(),
+            identity.caller(&headers, proxy).expect("UTF-8").principal.as_str(),
             "José Müller"
         );
         let latin1 = axum::http::HeaderValue::from_bytes(b"Jos\xe9").expect("header value");
         headers.insert("x-forwarded-user", latin1);
         assert!(matches!(
-            identity.principal(&headers, proxy),
+            identity.caller(&headers, proxy),
             Err(IdentityError::NotUtf8(_))
         ));
     }
 
     #[test]
-    fn local_mode_ignores_headers() {
+    fn header_mode_reads_groups_and_email_from_their_headers() {
+        let identity = header_identity();
+        let proxy: SocketAddr = "10.1.2.3:5000".parse().expect("addr");
+        let mut headers = parts(Some("alice"));
+        headers.insert("x-forwarded-groups", "eng, ops,,".parse().expect("header value"));
+        headers.insert("x-forwarded-email", "alice@acme.com".parse().expect("header value"));
+        let caller = identity.caller(&headers, proxy).expect("trusted");
+        assert_eq!(caller.claims.get("groups"), ["eng", "ops"]);
+        assert_eq!(caller.claims.get("email"), ["alice@acme.com"]);
+        headers.append("x-forwarded-groups", "admin".parse().expect("header value"));
+        assert!(matches!(
+            identity.caller(&headers, proxy),
+            Err(IdentityError::RepeatedHeader(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn local_mode_ignores_headers() {
         let identity = Identity::Local(Principal::parse("me").expect("principal"));
         let peer: SocketAddr = "127.0.0.1:1".parse().expect("addr");
-        assert_eq!(
-            identity
-                .principal(&parts(Some("mallory")), peer)
-                .expect("local")
-                .as_str(),
-            "me"
-        );
+        let caller = identity.caller(&parts(Some("mallory")), peer).await.expect("local");
+        assert_eq!(caller.principal.as_str(), "me");
     }
 }

@@ -14,6 +14,7 @@ use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::config::ElicitMode;
 use crate::domain::{LogLevel, Principal, SessionId};
 use crate::gate::{Credentials, Decision, GateError, Requirement, ToolCall};
+use crate::identity::Caller;
 use crate::jsonrpc::{self, METHOD_NOT_FOUND, RequestId, RpcError, URL_ELICITATION_REQUIRED};
 use crate::state::AppState;
 use crate::store::{ElicitationRecord, SessionRecord, StoreError};
@@ -150,7 +151,7 @@ pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, p
 pub async fn handle(
     state: &AppState,
     session: &Arc<SessionRecord>,
-    principal: &Principal,
+    caller: &Caller,
     id: &RequestId,
     method: &str,
     params: Option<Value>,
@@ -160,10 +161,10 @@ pub async fn handle(
     match method {
         "ping" => Ok(json!({})),
         "logging/setLevel" => set_level(state, session, params).await,
-        "tools/list" => list_tools(state, params),
+        "tools/list" => list_tools(state, caller, params),
         "tools/call" => {
             let running = state.calls.start(&session.id, id);
-            call_tool(state, session, principal, params, outbox, &running.cancelled).await
+            call_tool(state, session, caller, params, outbox, &running.cancelled).await
         }
         "initialize" => Err(RpcError::new(
             jsonrpc::INVALID_REQUEST,
@@ -197,10 +198,17 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
     std::str::from_utf8(&bytes).ok()?.strip_prefix("offset:")?.parse().ok()
 }
 
-/// gatehouse's own tools, then the upstreams' in configuration order.
-fn list_tools(state: &AppState, params: Map<String, Value>) -> Result<Value, RpcError> {
+/// gatehouse's own tools, then the upstreams' in configuration order: those the caller may use.
+fn list_tools(state: &AppState, caller: &Caller, params: Map<String, Value>) -> Result<Value, RpcError> {
     let upstream_tools = state.upstreams.tools();
-    let total = state.tools.len() + upstream_tools.len();
+    let visible: Vec<&Arc<dyn Tool>> = state
+        .tools
+        .all()
+        .iter()
+        .chain(upstream_tools.iter())
+        .filter(|t| t.definition().permits(&caller.claims))
+        .collect();
+    let total = visible.len();
     let offset = match params.get("cursor") {
         None | Some(Value::Null) => 0,
         Some(Value::String(cursor)) => decode_cursor(cursor)
@@ -210,15 +218,7 @@ fn list_tools(state: &AppState, params: Map<String, Value>) -> Result<Value, Rpc
     };
     let end = offset.saturating_add(state.config.mcp.page_size).min(total);
     let next = (end < total).then_some(end);
-    let page: Vec<Value> = state
-        .tools
-        .all()
-        .iter()
-        .chain(upstream_tools.iter())
-        .skip(offset)
-        .take(end - offset)
-        .map(|t| t.definition().to_json())
-        .collect();
+    let page: Vec<Value> = visible[offset..end].iter().map(|t| t.definition().to_json()).collect();
     let mut result = json!({ "tools": page });
     if let Some(next) = next {
         result["nextCursor"] = json!(encode_cursor(next));
@@ -229,7 +229,7 @@ fn list_tools(state: &AppState, params: Map<String, Value>) -> Result<Value, Rpc
 async fn call_tool(
     state: &AppState,
     session: &SessionRecord,
-    principal: &Principal,
+    caller: &Caller,
     mut params: Map<String, Value>,
     outbox: Option<&Outbox>,
     cancelled: &CancellationToken,
@@ -255,6 +255,11 @@ async fn call_tool(
             .tool(&name)
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?,
     };
+    // A tool the caller may not use is refused exactly like one that does not exist.
+    if !tool.definition().permits(&caller.claims) {
+        return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
+    }
+    let principal = &caller.principal;
     if let Err(problems) = tool.definition().input_schema.check(&arguments) {
         let result = ToolResult::error(format!("Invalid arguments for {name}: {}.", problems.join("; ")));
         return Ok(result.to_json());

@@ -7,6 +7,7 @@
 mod calls;
 mod incall;
 mod methods;
+mod resource_metadata;
 pub mod sessions;
 mod stream;
 mod transport;
@@ -31,8 +32,10 @@ const PRIMING_SINCE: &str = "2025-11-25";
 pub const MCP_PATH: &str = "/mcp";
 
 pub fn router() -> Router<AppState> {
-    Router::new().route(
-        MCP_PATH,
-        post(transport::post).get(transport::get).delete(transport::delete),
-    )
+    Router::new()
+        .route(
+            MCP_PATH,
+            post(transport::post).get(transport::get).delete(transport::delete),
+        )
+        .merge(resource_metadata::router())
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN, RETRY_AFTER};
+use axum::http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -19,6 +19,8 @@ use super::calls;
 use super::incall::Outbox;
 use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, stream};
 use crate::domain::{Principal, SessionId};
+use crate::identity::oauth::BearerError;
+use crate::identity::{Caller, IdentityError};
 use crate::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
 use crate::state::{AppState, RETRY_AFTER_SECONDS};
 use crate::store::{SessionRecord, StoreError};
@@ -40,6 +42,8 @@ pub struct Refusal {
     status: StatusCode,
     id: Option<RequestId>,
     error: RpcError,
+    /// `WWW-Authenticate`, on a refusal for want of (valid) authorization.
+    challenge: Option<HeaderValue>,
 }
 
 impl Refusal {
@@ -48,6 +52,7 @@ impl Refusal {
             status,
             id: None,
             error: RpcError::new(INVALID_REQUEST, message),
+            challenge: None,
         }
     }
 
@@ -68,14 +73,23 @@ impl Refusal {
         } else {
             StatusCode::INTERNAL_SERVER_ERROR
         };
-        Self { status, id, error }
+        Self {
+            status,
+            id,
+            error,
+            challenge: None,
+        }
     }
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         let body = jsonrpc::error_response(self.id.as_ref(), &self.error);
-        json_response(self.status, &body)
+        let mut response = json_response(self.status, &body);
+        if let Some(challenge) = self.challenge {
+            response.headers_mut().insert(WWW_AUTHENTICATE, challenge);
+        }
+        response
     }
 }
 
@@ -170,10 +184,39 @@ fn check_protocol_header(headers: &HeaderMap) -> Result<(), Refusal> {
     }
 }
 
-fn principal(state: &AppState, parts: &Parts, peer: SocketAddr) -> Result<Principal, Refusal> {
-    state.identity.principal(&parts.headers, peer).map_err(|e| {
-        tracing::info!(%peer, reason = %e, "refused unidentified MCP request");
-        Refusal::new(StatusCode::UNAUTHORIZED, format!("Unauthorized: {e}"))
+/// The caller, by the identity mode; refused with the challenge MCP authorization prescribes.
+async fn caller(state: &AppState, parts: &Parts, peer: SocketAddr) -> Result<Caller, Refusal> {
+    state.identity.caller(&parts.headers, peer).await.map_err(|e| {
+        let bearer = match (&e, state.identity.resource_server()) {
+            (IdentityError::Bearer(bearer), Some(server)) => Some((bearer, server)),
+            _ => None,
+        };
+        let Some((bearer, server)) = bearer else {
+            tracing::info!(%peer, reason = %e, "refused unidentified MCP request");
+            return Refusal::new(StatusCode::UNAUTHORIZED, format!("Unauthorized: {e}"));
+        };
+        let (status, challenge) = server.challenge(bearer);
+        let message = match bearer {
+            BearerError::Unavailable(reason) => {
+                tracing::warn!(%peer, %reason, "cannot check a bearer token: the identity provider is unreachable");
+                "Service Unavailable: the identity provider cannot be reached; try again shortly".to_owned()
+            }
+            BearerError::InsufficientScope => "Forbidden: the access token lacks a required scope".to_owned(),
+            other => {
+                tracing::info!(%peer, reason = %other, "refused an MCP request's bearer token");
+                format!("Unauthorized: {other}")
+            }
+        };
+        Refusal {
+            status,
+            id: None,
+            error: if status == StatusCode::SERVICE_UNAVAILABLE {
+                RpcError::new(jsonrpc::SERVICE_UNAVAILABLE, message)
+            } else {
+                RpcError::new(INVALID_REQUEST, message)
+            },
+            challenge,
+        }
     })
 }
 
@@ -277,36 +320,38 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
             "Unsupported Media Type: Content-Type must be application/json",
         ));
     }
-    let principal = principal(state, &parts, peer)?;
+    let caller = caller(state, &parts, peer).await?;
     check_database(state)?;
     let bytes = read_body(state, body).await?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| Refusal {
         status: StatusCode::BAD_REQUEST,
         id: None,
         error: RpcError::new(PARSE_ERROR, format!("Parse error: {e}")),
+        challenge: None,
     })?;
 
     if let Value::Array(items) = value {
-        return handle_batch(state, &parts.headers, &principal, items).await;
+        return handle_batch(state, &parts.headers, &caller, items).await;
     }
     let message = jsonrpc::classify(value).map_err(|(id, error)| Refusal {
         status: StatusCode::BAD_REQUEST,
         id,
         error,
+        challenge: None,
     })?;
     if message.method() == Some("initialize") {
-        return initialize(state, &parts.headers, principal, message).await;
+        return initialize(state, &parts.headers, caller.principal, message).await;
     }
     check_protocol_header(&parts.headers)?;
-    let session = session(state, &parts.headers, &principal).await?;
+    let session = session(state, &parts.headers, &caller.principal).await?;
     match message {
         Message::Request { id, method, params }
             if methods::streams_answer(state, &session, &method, params.as_ref()) =>
         {
-            Ok(streamed_answer(state, session, principal, id, method, params))
+            Ok(streamed_answer(state, session, caller, id, method, params))
         }
         Message::Request { id, method, params } => {
-            let outcome = methods::handle(state, &session, &principal, &id, &method, params, None).await;
+            let outcome = methods::handle(state, &session, &caller, &id, &method, params, None).await;
             Ok(answer(&id, outcome))
         }
         Message::Response { id, answer } => {
@@ -328,7 +373,7 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
 fn streamed_answer(
     state: &AppState,
     session: Arc<SessionRecord>,
-    principal: Principal,
+    caller: Caller,
     id: RequestId,
     method: String,
     params: Option<Value>,
@@ -336,7 +381,7 @@ fn streamed_answer(
     let (outbox, receiver) = Outbox::channel();
     let task_state = state.clone();
     tokio::spawn(async move {
-        let body = match methods::handle(&task_state, &session, &principal, &id, &method, params, Some(&outbox)).await {
+        let body = match methods::handle(&task_state, &session, &caller, &id, &method, params, Some(&outbox)).await {
             Ok(result) => jsonrpc::result_response(&id, result),
             Err(error) => jsonrpc::error_response(Some(&id), &error),
         };
@@ -369,6 +414,7 @@ async fn initialize(
                 INVALID_REQUEST,
                 "Invalid Request: initialize starts a new session and must not carry Mcp-Session-Id",
             ),
+            challenge: None,
         });
     }
     match methods::initialize(state, principal, params).await {
@@ -389,7 +435,7 @@ async fn initialize(
 async fn handle_batch(
     state: &AppState,
     headers: &HeaderMap,
-    principal: &Principal,
+    caller: &Caller,
     items: Vec<Value>,
 ) -> Result<Response, Refusal> {
     let refuse = |message: String| Refusal::new(StatusCode::BAD_REQUEST, message);
@@ -406,7 +452,7 @@ async fn handle_batch(
             "Invalid Request: protocol {header_version} does not allow JSON-RPC batches"
         )));
     }
-    let session = session(state, headers, principal).await?;
+    let session = session(state, headers, &caller.principal).await?;
     if session.protocol_version.as_str() >= NO_BATCHES_SINCE {
         return Err(refuse(format!(
             "Invalid Request: protocol {} does not allow JSON-RPC batches",
@@ -438,7 +484,7 @@ async fn handle_batch(
                 ),
             ),
             Ok(Message::Request { id, method, params }) => {
-                match methods::handle(state, &session, principal, &id, &method, params, None).await {
+                match methods::handle(state, &session, caller, &id, &method, params, None).await {
                     Ok(result) => jsonrpc::result_response(&id, result),
                     Err(error) => jsonrpc::error_response(Some(&id), &error),
                 }
@@ -470,9 +516,9 @@ pub async fn get(
             ));
         }
         check_protocol_header(&parts.headers)?;
-        let principal = principal(&state, &parts, peer)?;
+        let caller = caller(&state, &parts, peer).await?;
         check_database(&state)?;
-        let session = session(&state, &parts.headers, &principal).await?;
+        let session = session(&state, &parts.headers, &caller.principal).await?;
         let resume_after = match parts.headers.get(LAST_EVENT_ID) {
             None => None,
             Some(value) => Some(
@@ -526,9 +572,9 @@ pub async fn delete(
     let ended = async {
         check_origin_and_host(&state, &parts.headers)?;
         check_protocol_header(&parts.headers)?;
-        let principal = principal(&state, &parts, peer)?;
+        let caller = caller(&state, &parts, peer).await?;
         check_database(&state)?;
-        let session = session(&state, &parts.headers, &principal).await?;
+        let session = session(&state, &parts.headers, &caller.principal).await?;
         state
             .sessions
             .end(&session.id)

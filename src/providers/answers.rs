@@ -80,17 +80,9 @@ pub(super) fn reason<TE: ErrorResponse>(error: RequestTokenError<Unusable, TE>) 
 
 /// The body, read as it comes, refused once it grows past [`MAX_PROVIDER_RESPONSE`].
 pub(super) async fn read_limited(response: reqwest::Response) -> Result<Vec<u8>, String> {
-    use futures::StreamExt;
-    let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| e.to_string())?;
-        if body.len() + chunk.len() > MAX_PROVIDER_RESPONSE {
-            return Err("the answer is too large".into());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+    crate::outbound::read_bounded(response, MAX_PROVIDER_RESPONSE)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// A JSON answer for oauth2.

@@ -37,6 +37,7 @@ impl Disconnect {
                 elicit_timeout: Duration::ZERO,
                 form_details: Vec::new(),
                 listed: None,
+                access: None,
             },
         }
     }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use crate::outbound::{ReadError, read_bounded};
 use async_trait::async_trait;
-use futures::StreamExt;
 use reqwest::Method;
 use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
@@ -285,7 +285,7 @@ impl HttpTool {
                     humantime::format_duration(self.timeout)
                 )));
             }
-            Err(ReadError::Failed) => {
+            Err(ReadError::Failed(_)) => {
                 return Sent::Answer(ToolResult::error(format!(
                     "The connection to {host} failed while reading its answer"
                 )));
@@ -314,33 +314,4 @@ impl HttpTool {
             _ => ToolResult::text(text),
         })
     }
-}
-
-enum ReadError {
-    TooLarge,
-    Timeout,
-    Failed,
-}
-
-/// Reads the body, refusing more than `limit` bytes without buffering them.
-async fn read_bounded(response: reqwest::Response, limit: usize) -> Result<Vec<u8>, ReadError> {
-    if response.content_length().is_some_and(|len| len > limit as u64) {
-        return Err(ReadError::TooLarge);
-    }
-    let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| {
-            if e.is_timeout() {
-                ReadError::Timeout
-            } else {
-                ReadError::Failed
-            }
-        })?;
-        if body.len() + chunk.len() > limit {
-            return Err(ReadError::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }

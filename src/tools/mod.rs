@@ -23,6 +23,8 @@ use crate::config::{Config, ConfigError, ElicitMode};
 use crate::domain::Principal;
 use crate::forms::{Form, FormScope, Forms};
 use crate::gate::{Credentials, Gate, Requirement};
+use crate::identity::Claims;
+use crate::identity::access::Allow;
 use crate::providers::Providers;
 use crate::store::SessionRecord;
 
@@ -48,9 +50,16 @@ pub struct ToolDefinition {
     /// What `tools/list` shows instead of the above, when another server defined the tool (its
     /// schemas, annotations and icons as it listed them, under gatehouse's name for it).
     pub listed: Option<Value>,
+    /// Who may see and call the tool (`allow`); everyone when absent.
+    pub access: Option<Allow>,
 }
 
 impl ToolDefinition {
+    /// Whether a caller with these claims may see and call the tool.
+    pub fn permits(&self, claims: &Claims) -> bool {
+        self.access.as_ref().is_none_or(|access| access.permits(claims))
+    }
+
     pub fn to_json(&self) -> Value {
         if let Some(listed) = &self.listed {
             return listed.clone();
@@ -312,6 +321,7 @@ impl ToolRegistry {
                 elicit_timeout: tool.elicit_timeout.unwrap_or(config.elicitation.wait),
                 form_details,
                 listed: None,
+                access: tool.allow.as_ref().map(Allow::from_config),
             };
             tools.push(Arc::new(http::HttpTool::from_config(
                 tool,

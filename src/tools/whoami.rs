@@ -32,6 +32,7 @@ impl Whoami {
                 elicit_timeout: Duration::ZERO,
                 form_details: Vec::new(),
                 listed: None,
+                access: None,
             },
         }
     }

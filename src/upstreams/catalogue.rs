@@ -115,6 +115,7 @@ fn connect_tool(upstream: &Arc<Upstream>, context: &Context<'_>) -> Option<Arc<U
         elicit_timeout: upstream.elicit_timeout,
         form_details: Vec::new(),
         listed: None,
+        access: upstream.access.clone(),
     };
     Some(Arc::new(UpstreamTool::new(
         upstream.clone(),
@@ -183,6 +184,7 @@ fn tool(upstream: &Arc<Upstream>, listed: &Value, context: &Context<'_>) -> Opti
         elicit_timeout: extra.map_or(upstream.elicit_timeout, |e| e.elicit_timeout),
         form_details,
         listed: Some(shown),
+        access: upstream.access.clone(),
     };
     Some(Arc::new(UpstreamTool::new(
         upstream.clone(),

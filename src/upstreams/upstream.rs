@@ -11,6 +11,7 @@ use crate::config::{Config, ConfigError, ElicitMode, UpstreamConfig};
 use crate::domain::is_identifier;
 use crate::forms::{Form, Forms};
 use crate::gate::Requirement;
+use crate::identity::access::Allow;
 use crate::providers::Providers;
 use crate::tools::{Placeholders, Template, parse_requirements, valid_tool_name};
 
@@ -59,6 +60,8 @@ pub struct Upstream {
     pub bearer: Option<String>,
     /// When set, only these tools (the upstream's names) are offered.
     pub allow: Option<BTreeSet<String>>,
+    /// Who may see and call its tools, by claims.
+    pub access: Option<Allow>,
     pub timeout: Duration,
     pub idle_timeout: Duration,
     pub overrides: HashMap<String, Override>,
@@ -185,6 +188,7 @@ impl Upstream {
             requires,
             bearer,
             allow,
+            access: upstream.allow.as_ref().map(Allow::from_config),
             timeout: upstream.timeout,
             idle_timeout: upstream.idle_timeout,
             overrides,

@@ -160,7 +160,7 @@ async fn callback(
     };
     let params =
         CallbackParams::from_query(query.as_deref().unwrap_or_default()).map_err(|refusal| refused(refusal, None))?;
-    let Browser(principal) = Browser::from_parts(&state, &headers, peer)?;
+    let Browser(principal) = Browser::from_parts(&state, &headers, peer).await?;
     let connections = state.gate.connections();
     let cookie_name = connections.flow_cookie_name(&params);
     let page = match connections

@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::PageError;
 use crate::domain::{ElicitationId, Principal};
+use crate::identity::Identity;
 use crate::state::AppState;
 use crate::store::{ElicitationRecord, ElicitationStatus};
 
@@ -25,11 +26,15 @@ use crate::store::{ElicitationRecord, ElicitationStatus};
 pub struct Browser(pub Principal);
 
 impl Browser {
-    pub fn from_parts(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Self, PageError> {
-        state.identity.principal(headers, peer).map(Browser).map_err(|e| {
+    pub async fn from_parts(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Self, PageError> {
+        if let Identity::OAuth(_) = &*state.identity {
+            return Err(PageError::SignInRequired);
+        }
+        let caller = state.identity.caller(headers, peer).await.map_err(|e| {
             tracing::info!(%peer, reason = %e, "unidentified browser");
             PageError::SignInRequired
-        })
+        })?;
+        Ok(Browser(caller.principal))
     }
 }
 
@@ -42,7 +47,7 @@ impl FromRequestParts<AppState> for Browser {
                 "a page request without the peer address (not served by gatehouse::serve)".into(),
             ));
         };
-        Self::from_parts(state, &parts.headers, peer)
+        Self::from_parts(state, &parts.headers, peer).await
     }
 }
 

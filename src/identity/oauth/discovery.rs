@@ -1,0 +1,182 @@
+//! The identity provider's authorization server metadata: RFC 8414 first, else OpenID Connect
+//! discovery; fetched when first needed, kept for an hour, and after a failure asked again at most
+//! once per retry interval, so an outage at the provider is not multiplied by our traffic.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use url::Url;
+
+use crate::outbound::read_bounded;
+
+/// How long fetched metadata is used before it is fetched again.
+const METADATA_TTL: Duration = Duration::from_secs(3600);
+/// Time allowed for one request to the provider, and the largest answer read.
+pub(super) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const MAX_ANSWER: usize = 512 * 1024;
+
+/// The parts of the metadata gatehouse uses.
+#[derive(Debug, Deserialize)]
+pub struct AuthServerMetadata {
+    /// Exactly as the provider spells it: what `iss` must equal.
+    pub issuer: String,
+    pub jwks_uri: Option<Url>,
+    pub introspection_endpoint: Option<Url>,
+    pub authorization_endpoint: Option<Url>,
+    pub token_endpoint: Option<Url>,
+}
+
+struct Fetched {
+    metadata: Option<Arc<AuthServerMetadata>>,
+    fetched_at: Option<Instant>,
+    attempted_at: Option<Instant>,
+}
+
+pub struct Discovery {
+    issuer: Url,
+    http: reqwest::Client,
+    retry_interval: Duration,
+    fetched: RwLock<Fetched>,
+    /// One fetch at a time; the others wait for its result.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+impl Discovery {
+    pub fn new(issuer: Url, http: reqwest::Client, retry_interval: Duration) -> Self {
+        Self {
+            issuer,
+            http,
+            retry_interval,
+            fetched: RwLock::new(Fetched {
+                metadata: None,
+                fetched_at: None,
+                attempted_at: None,
+            }),
+            fetching: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The metadata, fetched when missing or stale; stale metadata is used while the provider
+    /// cannot be reached.
+    pub async fn metadata(&self) -> Result<Arc<AuthServerMetadata>, String> {
+        if let Some(fresh) = self.fresh() {
+            return Ok(fresh);
+        }
+        let _one_at_a_time = self.fetching.lock().await;
+        if let Some(fresh) = self.fresh() {
+            return Ok(fresh);
+        }
+        let (stale, may_try) = {
+            let fetched = self.fetched.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let may_try = fetched
+                .attempted_at
+                .is_none_or(|at| at.elapsed() >= self.retry_interval);
+            (fetched.metadata.clone(), may_try)
+        };
+        if !may_try {
+            return stale.ok_or_else(|| "the identity provider's metadata could not be fetched recently".to_owned());
+        }
+        let result = self.fetch().await;
+        let mut fetched = self.fetched.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        fetched.attempted_at = Some(Instant::now());
+        match result {
+            Ok(metadata) => {
+                let metadata = Arc::new(metadata);
+                fetched.metadata = Some(metadata.clone());
+                fetched.fetched_at = Some(Instant::now());
+                Ok(metadata)
+            }
+            Err(error) => {
+                tracing::warn!(issuer = %self.issuer, %error, "cannot fetch the identity provider's metadata");
+                stale.ok_or(error)
+            }
+        }
+    }
+
+    fn fresh(&self) -> Option<Arc<AuthServerMetadata>> {
+        let fetched = self.fetched.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let fresh = fetched.fetched_at.is_some_and(|at| at.elapsed() < METADATA_TTL);
+        fresh.then(|| fetched.metadata.clone()).flatten()
+    }
+
+    async fn fetch(&self) -> Result<AuthServerMetadata, String> {
+        let mut reasons = Vec::new();
+        for url in metadata_urls(&self.issuer) {
+            match self.fetch_one(&url).await {
+                Ok(metadata) => return Ok(metadata),
+                Err(reason) => reasons.push(format!("{url}: {reason}")),
+            }
+        }
+        Err(reasons.join("; "))
+    }
+
+    async fn fetch_one(&self, url: &Url) -> Result<AuthServerMetadata, String> {
+        let body = get_json(&self.http, url).await?;
+        let metadata: AuthServerMetadata =
+            serde_json::from_slice(&body).map_err(|e| format!("not authorization server metadata: {e}"))?;
+        // RFC 8414 3.3 and OpenID Discovery 4.3: the document must name the issuer it was asked for.
+        if metadata.issuer.trim_end_matches('/') != self.issuer.as_str().trim_end_matches('/') {
+            return Err(format!("it names another issuer, {}", metadata.issuer));
+        }
+        Ok(metadata)
+    }
+}
+
+/// A JSON document, within the size and time bounds.
+pub(super) async fn get_json(http: &reqwest::Client, url: &Url) -> Result<Vec<u8>, String> {
+    let response = http
+        .get(url.clone())
+        .header(reqwest::header::ACCEPT, "application/json")
+        .timeout(FETCH_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| format!("unreachable: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("answered {}", response.status()));
+    }
+    read_bounded(response, MAX_ANSWER).await.map_err(|e| e.to_string())
+}
+
+/// RFC 8414 3.1: the well-known segment goes between the host and the issuer's path; OpenID
+/// Discovery appends it to the issuer.
+fn metadata_urls(issuer: &Url) -> Vec<Url> {
+    let path = issuer.path().trim_end_matches('/');
+    let mut urls = Vec::new();
+    let mut rfc8414 = issuer.clone();
+    rfc8414.set_path(&format!("/.well-known/oauth-authorization-server{path}"));
+    urls.push(rfc8414);
+    let mut openid = issuer.clone();
+    openid.set_path(&format!("{path}/.well-known/openid-configuration"));
+    urls.push(openid);
+    urls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn well_known_urls_follow_rfc8414_then_openid_discovery() {
+        let urls = |issuer: &str| -> Vec<String> {
+            metadata_urls(&Url::parse(issuer).expect("url"))
+                .iter()
+                .map(Url::to_string)
+                .collect()
+        };
+        assert_eq!(
+            urls("https://idp.example.com/realms/acme"),
+            [
+                "https://idp.example.com/.well-known/oauth-authorization-server/realms/acme",
+                "https://idp.example.com/realms/acme/.well-known/openid-configuration"
+            ]
+        );
+        assert_eq!(
+            urls("https://tenant.auth0.com/"),
+            [
+                "https://tenant.auth0.com/.well-known/oauth-authorization-server",
+                "https://tenant.auth0.com/.well-known/openid-configuration"
+            ]
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! MCP authorization, resource-server side: gatehouse is an OAuth 2.1 protected resource of one
+//! identity provider. A request to `/mcp` carries `Authorization: Bearer <token>`; the token is
+//! verified (see `verify`), must carry the configured scopes, and names the caller: the principal
+//! is the issuer and the configured claim (`sub`). Refusals follow RFC 6750 3 and RFC 9728 5.1:
+//! a 401 or 403 whose `WWW-Authenticate` points at the Protected Resource Metadata.
+
+mod discovery;
+mod keys;
+mod verify;
+
+use std::sync::Arc;
+
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use serde_json::{Value, json};
+use url::Url;
+
+pub use discovery::{AuthServerMetadata, Discovery};
+use keys::KeySet;
+use verify::{TokenKey, VerifiedToken, now, token_key};
+
+use super::{Caller, Claims};
+use crate::config::{Config, ConfigError};
+use crate::domain::Principal;
+use crate::public_url::PublicUrl;
+use crate::secret::Secret;
+use crate::store::Cache;
+
+/// Where the Protected Resource Metadata of `/mcp` is served (RFC 9728 3.1), and the root one.
+pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
+pub const ROOT_RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
+/// Verified tokens cached per replica; a full cache starts over.
+const TOKEN_CACHE_CAPACITY: usize = 100_000;
+/// The longest bearer token read; longer ones are refused unread.
+const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BearerError {
+    #[error("the request carries no bearer token")]
+    Missing,
+    #[error("the token is not valid: {0}")]
+    Invalid(String),
+    #[error("the token lacks a required scope")]
+    InsufficientScope,
+    #[error("the identity provider cannot be reached: {0}")]
+    Unavailable(String),
+}
+
+pub struct ResourceServer {
+    audience: String,
+    scopes: Vec<String>,
+    principal_claim: String,
+    client_id: String,
+    client_secret: Option<Secret<String>>,
+    introspection: bool,
+    issuer: Url,
+    resource_metadata_url: String,
+    discovery: Discovery,
+    keys: KeySet,
+    http: reqwest::Client,
+    verified: Cache<TokenKey, VerifiedToken>,
+}
+
+impl ResourceServer {
+    /// Config validation has checked that the issuer and client id are set.
+    pub fn from_config(config: &Config, http: reqwest::Client) -> Result<Self, ConfigError> {
+        let identity = &config.identity;
+        let issuer = identity
+            .issuer
+            .clone()
+            .ok_or_else(|| ConfigError::key("identity.issuer", "is required in `oauth` mode"))?;
+        let public_url = PublicUrl::new(&config.public_url());
+        Ok(Self {
+            audience: identity
+                .audience
+                .clone()
+                .unwrap_or_else(|| public_url.at(crate::mcp::MCP_PATH)),
+            scopes: identity.scopes.clone(),
+            principal_claim: identity.principal_claim.clone(),
+            client_id: identity.client_id.clone().unwrap_or_default(),
+            client_secret: identity.client_secret.clone(),
+            introspection: identity.introspection,
+            discovery: Discovery::new(issuer.clone(), http.clone(), identity.jwks_refresh_interval),
+            keys: KeySet::new(http.clone(), identity.jwks_refresh_interval),
+            issuer,
+            resource_metadata_url: public_url.at(RESOURCE_METADATA_PATH),
+            http,
+            verified: Cache::new(TOKEN_CACHE_CAPACITY),
+        })
+    }
+
+    /// The caller a request's bearer token names.
+    pub async fn caller(&self, headers: &HeaderMap) -> Result<Caller, BearerError> {
+        let token = bearer_token(headers)?;
+        let key = token_key(token);
+        let verified = match self.verified.get(&key).filter(|v| v.expires_at > now()) {
+            Some(verified) => verified,
+            None => {
+                let verified = self.verify(token).await?;
+                self.verified.insert(key, verified.clone());
+                verified
+            }
+        };
+        if !self.scopes.iter().all(|needed| verified.scopes.contains(needed)) {
+            return Err(BearerError::InsufficientScope);
+        }
+        Ok(Caller {
+            principal: self.principal(&verified)?,
+            claims: Arc::new(Claims::from_token(&verified.claims)),
+        })
+    }
+
+    /// `issuer#claim`: unique across providers, stable for the user.
+    fn principal(&self, verified: &VerifiedToken) -> Result<Principal, BearerError> {
+        let value = match verified.claims.get(&self.principal_claim) {
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Number(number)) => number.to_string(),
+            _ => {
+                return Err(BearerError::Invalid(format!(
+                    "the token has no `{}` claim",
+                    self.principal_claim
+                )));
+            }
+        };
+        Principal::parse(&format!("{}#{value}", self.issuer.as_str().trim_end_matches('/')))
+            .map_err(|e| BearerError::Invalid(format!("the `{}` claim: {e}", self.principal_claim)))
+    }
+
+    /// RFC 9728 2: what a client needs to find the authorization server and ask for a token.
+    pub fn metadata_document(&self) -> Value {
+        let mut document = json!({
+            "resource": self.audience,
+            "authorization_servers": [self.issuer.as_str().trim_end_matches('/')],
+            "bearer_methods_supported": ["header"],
+            "resource_name": "gatehouse",
+        });
+        if !self.scopes.is_empty() {
+            document["scopes_supported"] = json!(self.scopes);
+        }
+        document
+    }
+
+    /// The status and `WWW-Authenticate` challenge of a refusal (RFC 6750 3, RFC 9728 5.1); a
+    /// provider outage is a 503 and no challenge, so clients keep their tokens.
+    pub fn challenge(&self, error: &BearerError) -> (StatusCode, Option<HeaderValue>) {
+        let mut parts = Vec::new();
+        let status = match error {
+            BearerError::Missing => StatusCode::UNAUTHORIZED,
+            BearerError::Invalid(_) => {
+                parts.push(r#"error="invalid_token""#.to_owned());
+                parts.push(r#"error_description="The access token is invalid or expired""#.to_owned());
+                StatusCode::UNAUTHORIZED
+            }
+            BearerError::InsufficientScope => {
+                parts.push(r#"error="insufficient_scope""#.to_owned());
+                StatusCode::FORBIDDEN
+            }
+            BearerError::Unavailable(_) => return (StatusCode::SERVICE_UNAVAILABLE, None),
+        };
+        parts.push(format!(r#"resource_metadata="{}""#, self.resource_metadata_url));
+        if !self.scopes.is_empty() {
+            // Configuration admits only scope tokens: no quotes or backslashes to escape.
+            parts.push(format!(r#"scope="{}""#, self.scopes.join(" ")));
+        }
+        let value = HeaderValue::try_from(format!("Bearer {}", parts.join(", "))).ok();
+        (status, value)
+    }
+
+    /// The issuer's metadata (for the pages' sign-in, which uses the same provider).
+    pub async fn authorization_server(&self) -> Result<Arc<AuthServerMetadata>, String> {
+        self.discovery.metadata().await
+    }
+}
+
+/// RFC 6750 2.1: `Authorization: Bearer <token>`, once; the scheme is case-insensitive.
+fn bearer_token(headers: &HeaderMap) -> Result<&str, BearerError> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let value = values.next().ok_or(BearerError::Missing)?;
+    if values.next().is_some() {
+        return Err(BearerError::Invalid("more than one Authorization header".into()));
+    }
+    if value.len() > MAX_TOKEN_BYTES {
+        return Err(BearerError::Invalid("the token is too long".into()));
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| BearerError::Invalid("the Authorization header is not ASCII".into()))?;
+    let (scheme, token) = text.split_once(' ').ok_or(BearerError::Missing)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(BearerError::Missing);
+    }
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(BearerError::Invalid("the bearer token is empty".into()));
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(AUTHORIZATION, value.parse().expect("header"));
+        }
+        headers
+    }
+
+    #[test]
+    fn reads_one_bearer_token() {
+        assert_eq!(bearer_token(&headers(&["Bearer abc"])).expect("token"), "abc");
+        assert_eq!(bearer_token(&headers(&["bearer  abc "])).expect("token"), "abc");
+        assert!(matches!(bearer_token(&headers(&[])), Err(BearerError::Missing)));
+        assert!(matches!(
+            bearer_token(&headers(&["Basic eDp5"])),
+            Err(BearerError::Missing)
+        ));
+        assert!(matches!(
+            bearer_token(&headers(&["Bearer "])),
+            Err(BearerError::Invalid(_))
+        ));
+        assert!(matches!(
+            bearer_token(&headers(&["Bearer a", "Bearer b"])),
+            Err(BearerError::Invalid(_))
+        ));
+    }
+}

@@ -1,0 +1,205 @@
+//! Access-token verification: a JWT's signature against the provider's keys, its issuer, audience
+//! and lifetime (jsonwebtoken does the JOSE work); an opaque token by RFC 7662 introspection when
+//! configured. The outcome is cached by the token's hash until the token expires, so the hot path
+//! verifies no signature twice; the token itself is never stored or sent anywhere else.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, Validation};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::discovery::{AuthServerMetadata, FETCH_TIMEOUT, MAX_ANSWER};
+use super::keys::KeyError;
+use super::{BearerError, ResourceServer};
+use crate::outbound::read_bounded;
+
+/// Clock skew tolerated on `exp` and `nbf`, in seconds.
+const LEEWAY_SECONDS: u64 = 30;
+/// An introspection answer without `exp` is trusted this long.
+const INTROSPECTION_DEFAULT_TTL: u64 = 60;
+
+/// What a verified token says, kept until `expires_at` (seconds since the epoch).
+pub struct VerifiedToken {
+    pub claims: Map<String, Value>,
+    pub scopes: Vec<String>,
+    pub expires_at: u64,
+}
+
+pub type TokenKey = [u8; 32];
+
+pub fn token_key(token: &str) -> TokenKey {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+pub fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Only asymmetric algorithms: `none` does not parse at all, and HMAC would let anyone holding
+/// the public key sign.
+fn asymmetric(alg: Algorithm) -> bool {
+    !matches!(alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512)
+}
+
+impl ResourceServer {
+    pub(super) async fn verify(&self, token: &str) -> Result<Arc<VerifiedToken>, BearerError> {
+        let metadata = self.discovery.metadata().await.map_err(BearerError::Unavailable)?;
+        if looks_like_jwt(token) {
+            self.verify_jwt(&metadata, token).await
+        } else if self.introspection {
+            self.introspect(&metadata, token).await
+        } else {
+            Err(BearerError::Invalid("the token is not a JWT".into()))
+        }
+    }
+
+    async fn verify_jwt(&self, metadata: &AuthServerMetadata, token: &str) -> Result<Arc<VerifiedToken>, BearerError> {
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|e| BearerError::Invalid(format!("unreadable token header: {e}")))?;
+        if !asymmetric(header.alg) {
+            return Err(BearerError::Invalid(format!(
+                "{:?} tokens are not accepted",
+                header.alg
+            )));
+        }
+        let jwks_uri = metadata
+            .jwks_uri
+            .as_ref()
+            .ok_or_else(|| BearerError::Unavailable("the identity provider publishes no jwks_uri".into()))?;
+        let key = self
+            .keys
+            .key(jwks_uri, header.kid.as_deref(), header.alg)
+            .await
+            .map_err(|e| match e {
+                KeyError::Unknown => BearerError::Invalid(e.to_string()),
+                KeyError::Unavailable(reason) => BearerError::Unavailable(reason),
+            })?;
+        if !key.verifies(header.alg) {
+            return Err(BearerError::Invalid(format!("the key does not sign {:?}", header.alg)));
+        }
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[&metadata.issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_SECONDS;
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, &validation)
+            .map_err(|e| BearerError::Invalid(format!("{e}")))?;
+        let expires_at = data.claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+        Ok(Arc::new(VerifiedToken {
+            scopes: scopes_of(&data.claims),
+            claims: data.claims,
+            expires_at,
+        }))
+    }
+
+    /// RFC 7662: the provider says whether the token is active and what it carries; gatehouse
+    /// still checks the issuer and audience itself.
+    async fn introspect(&self, metadata: &AuthServerMetadata, token: &str) -> Result<Arc<VerifiedToken>, BearerError> {
+        let endpoint = metadata.introspection_endpoint.as_ref().ok_or_else(|| {
+            BearerError::Unavailable("the identity provider publishes no introspection_endpoint".into())
+        })?;
+        let response = self
+            .http
+            .post(endpoint.clone())
+            .basic_auth(&self.client_id, self.client_secret.as_ref().map(|s| s.expose()))
+            .header(reqwest::header::ACCEPT, "application/json")
+            .form(&[("token", token), ("token_type_hint", "access_token")])
+            .timeout(FETCH_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| BearerError::Unavailable(format!("introspection: {e}")))?;
+        if !response.status().is_success() {
+            return Err(BearerError::Unavailable(format!(
+                "introspection answered {}",
+                response.status()
+            )));
+        }
+        let body = read_bounded(response, MAX_ANSWER)
+            .await
+            .map_err(|e| BearerError::Unavailable(format!("introspection: {e}")))?;
+        let claims: Map<String, Value> = serde_json::from_slice(&body)
+            .map_err(|e| BearerError::Unavailable(format!("introspection answered no JSON object: {e}")))?;
+        if claims.get("active") != Some(&Value::Bool(true)) {
+            return Err(BearerError::Invalid(
+                "the identity provider says the token is not active".into(),
+            ));
+        }
+        if claims
+            .get("iss")
+            .is_some_and(|iss| iss.as_str() != Some(metadata.issuer.as_str()))
+        {
+            return Err(BearerError::Invalid("the token is from another issuer".into()));
+        }
+        if !audiences(&claims).any(|aud| aud == self.audience) {
+            return Err(BearerError::Invalid("the token is meant for another audience".into()));
+        }
+        let now = now();
+        let expires_at = claims
+            .get("exp")
+            .and_then(Value::as_u64)
+            .unwrap_or(now + INTROSPECTION_DEFAULT_TTL);
+        if expires_at + LEEWAY_SECONDS <= now {
+            return Err(BearerError::Invalid("the token has expired".into()));
+        }
+        Ok(Arc::new(VerifiedToken {
+            scopes: scopes_of(&claims),
+            claims,
+            expires_at,
+        }))
+    }
+}
+
+/// Three base64url parts: a JWS in compact form. Anything else is an opaque token.
+fn looks_like_jwt(token: &str) -> bool {
+    token.split('.').count() == 3
+}
+
+fn audiences(claims: &Map<String, Value>) -> Box<dyn Iterator<Item = &str> + '_> {
+    match claims.get("aud") {
+        Some(Value::String(aud)) => Box::new(std::iter::once(aud.as_str())),
+        Some(Value::Array(list)) => Box::new(list.iter().filter_map(Value::as_str)),
+        _ => Box::new(std::iter::empty()),
+    }
+}
+
+/// `scope` (RFC 8693 4.2 and RFC 9068: space-separated) or `scp` (Entra ID, Okta: a string or a
+/// list).
+fn scopes_of(claims: &Map<String, Value>) -> Vec<String> {
+    let mut scopes = Vec::new();
+    for name in ["scope", "scp"] {
+        match claims.get(name) {
+            Some(Value::String(text)) => scopes.extend(text.split_whitespace().map(str::to_owned)),
+            Some(Value::Array(list)) => scopes.extend(list.iter().filter_map(Value::as_str).map(str::to_owned)),
+            _ => {}
+        }
+    }
+    scopes
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn scopes_come_from_scope_or_scp() {
+        let claims = |v: Value| v.as_object().cloned().expect("object");
+        assert_eq!(scopes_of(&claims(json!({"scope": "mcp  read"}))), ["mcp", "read"]);
+        assert_eq!(scopes_of(&claims(json!({"scp": ["mcp"]}))), ["mcp"]);
+        assert_eq!(scopes_of(&claims(json!({"scp": "a b"}))), ["a", "b"]);
+        assert!(scopes_of(&claims(json!({"scope": 7}))).is_empty());
+    }
+
+    #[test]
+    fn only_asymmetric_algorithms() {
+        assert!(!asymmetric(Algorithm::HS256) && asymmetric(Algorithm::RS256) && asymmetric(Algorithm::EdDSA));
+        assert!(
+            jsonwebtoken::decode_header("eyJhbGciOiJub25lIn0.e30.").is_err(),
+            "alg none never parses"
+        );
+    }
+}

@@ -1,0 +1,35 @@
+//! RFC 9728 Protected Resource Metadata, in `oauth` identity mode: where an MCP client that got a
+//! 401 from `/mcp` learns which authorization server issues tokens for it and with what scopes.
+//! Public, so any origin may read it; other modes have none (404).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::header::{ACCESS_CONTROL_ALLOW_ORIGIN, CACHE_CONTROL};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::identity::oauth::{RESOURCE_METADATA_PATH, ROOT_RESOURCE_METADATA_PATH};
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(RESOURCE_METADATA_PATH, get(metadata))
+        .route(ROOT_RESOURCE_METADATA_PATH, get(metadata))
+}
+
+async fn metadata(State(state): State<AppState>) -> Response {
+    match state.identity.resource_server() {
+        Some(server) => (
+            [(ACCESS_CONTROL_ALLOW_ORIGIN, "*"), (CACHE_CONTROL, "public, max-age=3600")],
+            Json(server.metadata_document()),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "not_found", "error_description": "this server is not an OAuth-protected resource (identity.mode is not `oauth`)"})),
+        )
+            .into_response(),
+    }
+}
