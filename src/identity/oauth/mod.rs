@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use url::Url;
 
 pub use discovery::{AuthServerMetadata, Discovery};
@@ -111,20 +111,8 @@ impl ResourceServer {
         })
     }
 
-    /// `issuer#claim`: unique across providers, stable for the user.
     fn principal(&self, verified: &VerifiedToken) -> Result<Principal, BearerError> {
-        let value = match verified.claims.get(&self.principal_claim) {
-            Some(Value::String(text)) => text.clone(),
-            Some(Value::Number(number)) => number.to_string(),
-            _ => {
-                return Err(BearerError::Invalid(format!(
-                    "the token has no `{}` claim",
-                    self.principal_claim
-                )));
-            }
-        };
-        Principal::parse(&format!("{}#{value}", self.issuer.as_str().trim_end_matches('/')))
-            .map_err(|e| BearerError::Invalid(format!("the `{}` claim: {e}", self.principal_claim)))
+        principal_from_claims(&self.issuer, &self.principal_claim, &verified.claims).map_err(BearerError::Invalid)
     }
 
     /// RFC 9728 2: what a client needs to find the authorization server and ask for a token.
@@ -171,6 +159,18 @@ impl ResourceServer {
     pub async fn authorization_server(&self) -> Result<Arc<AuthServerMetadata>, String> {
         self.discovery.metadata().await
     }
+}
+
+/// The principal a token (or an id_token, for the pages) names: `issuer#claim`, unique across
+/// providers and stable for the user. `issuer` is the configured one.
+pub fn principal_from_claims(issuer: &Url, claim: &str, claims: &Map<String, Value>) -> Result<Principal, String> {
+    let value = match claims.get(claim) {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Number(number)) => number.to_string(),
+        _ => return Err(format!("the token has no `{claim}` claim")),
+    };
+    Principal::parse(&format!("{}#{value}", issuer.as_str().trim_end_matches('/')))
+        .map_err(|e| format!("the `{claim}` claim: {e}"))
 }
 
 /// RFC 6750 2.1: `Authorization: Bearer <token>`, once; the scheme is case-insensitive.
