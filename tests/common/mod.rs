@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod browser;
 pub mod cluster;
+pub mod fake_idp;
 pub mod fake_oauth;
 pub mod local;
 pub mod mcp;
