@@ -193,7 +193,7 @@ pub async fn postgres_admin_url() -> Option<String> {
 
 const DATABASE_PREFIX: &str = "gh_test_";
 
-fn unix_seconds() -> u64 {
+pub fn unix_seconds() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
