@@ -48,7 +48,10 @@ pub enum BearerError {
 }
 
 pub struct ResourceServer {
+    /// What tokens' `aud` must contain: `identity.audience`, by default `resource`.
     audience: String,
+    /// The canonical URL of `/mcp` (RFC 8707, RFC 9728 3.3): what clients ask tokens for.
+    resource: String,
     scopes: Vec<String>,
     principal_claim: String,
     client_id: String,
@@ -76,6 +79,7 @@ impl ResourceServer {
                 .audience
                 .clone()
                 .unwrap_or_else(|| public_url.at(crate::mcp::MCP_PATH)),
+            resource: public_url.at(crate::mcp::MCP_PATH),
             scopes: identity.scopes.clone(),
             principal_claim: identity.principal_claim.clone(),
             client_id: identity.client_id.clone().unwrap_or_default(),
@@ -102,7 +106,7 @@ impl ResourceServer {
                 verified
             }
         };
-        if !self.scopes.iter().all(|needed| verified.scopes.contains(needed)) {
+        if !self.scopes.iter().all(|needed| has_scope(&verified.scopes, needed)) {
             return Err(BearerError::InsufficientScope);
         }
         Ok(Caller {
@@ -115,10 +119,12 @@ impl ResourceServer {
         principal_from_claims(&self.issuer, &self.principal_claim, &verified.claims).map_err(BearerError::Invalid)
     }
 
-    /// RFC 9728 2: what a client needs to find the authorization server and ask for a token.
+    /// RFC 9728 2: what a client needs to find the authorization server and ask for a token. The
+    /// `resource` is the URL the metadata describes (3.3 requires it); a provider that puts
+    /// something else in `aud` (Entra ID: the API's app id) is configured with `identity.audience`.
     pub fn metadata_document(&self) -> Value {
         let mut document = json!({
-            "resource": self.audience,
+            "resource": self.resource,
             "authorization_servers": [self.issuer.as_str().trim_end_matches('/')],
             "bearer_methods_supported": ["header"],
             "resource_name": "gatehouse",
@@ -173,6 +179,18 @@ pub fn principal_from_claims(issuer: &Url, claim: &str, claims: &Map<String, Val
         .map_err(|e| format!("the `{claim}` claim: {e}"))
 }
 
+/// Whether a token's scopes include `needed`. A scope configured as a URI (Entra ID's
+/// `api://<app>/mcp`, which clients must ask for) arrives in the token as its last segment (`scp:
+/// "mcp"`), so that counts too.
+fn has_scope(scopes: &[String], needed: &str) -> bool {
+    let short = needed
+        .contains("://")
+        .then(|| needed.rsplit('/').next())
+        .flatten()
+        .filter(|s| !s.is_empty());
+    scopes.iter().any(|s| s == needed || Some(s.as_str()) == short)
+}
+
 /// RFC 6750 2.1: `Authorization: Bearer <token>`, once; the scheme is case-insensitive.
 fn bearer_token(headers: &HeaderMap) -> Result<&str, BearerError> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
@@ -207,6 +225,19 @@ mod tests {
             headers.append(AUTHORIZATION, value.parse().expect("header"));
         }
         headers
+    }
+
+    #[test]
+    fn uri_scopes_match_their_last_segment() {
+        let scopes = ["mcp".to_owned(), "openid".to_owned()];
+        assert!(has_scope(&scopes, "mcp"));
+        assert!(has_scope(&scopes, "api://0b6f-gatehouse/mcp"));
+        assert!(!has_scope(&scopes, "api://0b6f-gatehouse/admin"));
+        assert!(!has_scope(&scopes, "mc"));
+        assert!(
+            !has_scope(&["api://x/mcp".to_owned()], "mcp"),
+            "only the configured URI shortens"
+        );
     }
 
     #[test]
