@@ -235,9 +235,11 @@ async fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Installs the pinned TypeScript SDK under target/ (once per lock file); the stage directory.
-async fn stage_ts_sdk() -> Option<PathBuf> {
-    const WHAT: &str = "the TypeScript SDK example server";
+/// Installs the pinned TypeScript SDK under target/ (once per lock file); the stage directory,
+/// which holds `node_modules/@modelcontextprotocol/sdk`. None (after a loud skip, a failure under
+/// `CI=true`) when node or npm is missing or staging fails.
+pub async fn stage_ts_sdk() -> Option<PathBuf> {
+    const WHAT: &str = "the TypeScript MCP SDK";
     if !have("node").await || !have("npm").await {
         unavailable(WHAT, "node and npm are not both on PATH");
         return None;
