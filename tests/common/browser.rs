@@ -1,5 +1,5 @@
 //! Real-browser tests: headless Chromium (Debian's `/usr/bin/chromium`, or `$GATEHOUSE_CHROMIUM`)
-//! driven by `tests/browser/fill_form.mjs` through a pinned playwright-core, which
+//! driven by `tests/browser/fill_form.mjs` and `walk.mjs` through a pinned playwright-core, which
 //! `scripts/npm-stage` installs into `target/browser-node/` on first use (and again only when
 //! `tests/browser/package-lock.json` changes). No browser is ever downloaded.
 
@@ -61,25 +61,35 @@ pub fn browser_available() -> bool {
     false
 }
 
-/// Stages the npm packages (runs `scripts/npm-stage tests/browser target/browser-node fill_form.mjs`
-/// from the repo root, serialised across test processes by npm-stage's own lock), runs the script
-/// with `plan` on stdin (blocking; call it from spawn_blocking), with a timeout of 120 s, and returns
-/// the parsed JSON result; Err(text with stdout+stderr) when it failed.
+/// Fills in one hosted form as a person would (see `tests/browser/fill_form.mjs` for the plan).
 pub fn fill_form(plan: &Value) -> Result<Value, String> {
+    run_script("fill_form.mjs", plan)
+}
+
+/// Walks pages and the sign-ins they redirect to, step by step (see `tests/browser/walk.mjs`).
+pub fn walk(plan: &Value) -> Result<Value, String> {
+    run_script("walk.mjs", plan)
+}
+
+/// Stages the npm packages with `script` (runs `scripts/npm-stage tests/browser target/browser-node
+/// SCRIPT` from the repo root, serialised across test processes by npm-stage's own lock), runs the
+/// script with `plan` on stdin (blocking; call it from spawn_blocking), with a timeout of 120 s,
+/// and returns the parsed JSON result; Err(text with stdout+stderr) when it failed.
+fn run_script(script: &str, plan: &Value) -> Result<Value, String> {
     let root = repo();
     let mut stage = Command::new(root.join("scripts/npm-stage"));
     stage
         .current_dir(&root)
-        .args(["tests/browser", "target/browser-node", "fill_form.mjs"]);
+        .args(["tests/browser", "target/browser-node", script]);
     let staged = run_with_timeout(&mut stage, b"", STAGE_TIMEOUT)?;
     if !staged.status.success() {
-        return Err(staged.describe("scripts/npm-stage tests/browser target/browser-node fill_form.mjs"));
+        return Err(staged.describe(&format!("scripts/npm-stage tests/browser target/browser-node {script}")));
     }
 
     let mut node = Command::new("node");
-    node.current_dir(&root).arg("target/browser-node/fill_form.mjs");
+    node.current_dir(&root).arg(format!("target/browser-node/{script}"));
     let ran = run_with_timeout(&mut node, plan.to_string().as_bytes(), SCRIPT_TIMEOUT)?;
-    let what = "node target/browser-node/fill_form.mjs";
+    let what = format!("node target/browser-node/{script}");
     // The result is the last line of stdout; anything before it is stray output.
     let parsed = ran
         .stdout
@@ -89,7 +99,7 @@ pub fn fill_form(plan: &Value) -> Result<Value, String> {
         .and_then(|l| serde_json::from_str::<Value>(l).ok());
     match parsed {
         Some(result) if ran.status.success() && result["ok"] == Value::Bool(true) => Ok(result),
-        _ => Err(ran.describe(what)),
+        _ => Err(ran.describe(&what)),
     }
 }
 

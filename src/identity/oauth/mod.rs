@@ -19,7 +19,7 @@ pub use discovery::{AuthServerMetadata, Discovery};
 use keys::KeySet;
 use verify::{TokenKey, VerifiedToken, now, token_key};
 
-use super::{Caller, Claims};
+use super::Caller;
 use crate::config::{Config, ConfigError};
 use crate::domain::Principal;
 use crate::public_url::PublicUrl;
@@ -109,14 +109,7 @@ impl ResourceServer {
         if !self.scopes.iter().all(|needed| has_scope(&verified.scopes, needed)) {
             return Err(BearerError::InsufficientScope);
         }
-        Ok(Caller {
-            principal: self.principal(&verified)?,
-            claims: Arc::new(Claims::from_token(&verified.claims)),
-        })
-    }
-
-    fn principal(&self, verified: &VerifiedToken) -> Result<Principal, BearerError> {
-        principal_from_claims(&self.issuer, &self.principal_claim, &verified.claims).map_err(BearerError::Invalid)
+        Ok(verified.caller.clone())
     }
 
     /// RFC 9728 2: what a client needs to find the authorization server and ask for a token. The

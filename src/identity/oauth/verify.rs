@@ -12,7 +12,8 @@ use sha2::{Digest, Sha256};
 
 use super::discovery::{AuthServerMetadata, FETCH_TIMEOUT, MAX_ANSWER};
 use super::keys::KeyError;
-use super::{BearerError, ResourceServer};
+use super::{BearerError, ResourceServer, principal_from_claims};
+use crate::identity::{Caller, Claims};
 use crate::outbound::read_bounded;
 
 /// Clock skew tolerated on `exp` and `nbf`, in seconds.
@@ -20,9 +21,10 @@ const LEEWAY_SECONDS: u64 = 30;
 /// An introspection answer without `exp` is trusted this long.
 const INTROSPECTION_DEFAULT_TTL: u64 = 60;
 
-/// What a verified token says, kept until `expires_at` (seconds since the epoch).
+/// Who a verified token names and what it allows, kept until `expires_at` (seconds since the
+/// epoch): a cached token costs a hash and a lookup, nothing more.
 pub struct VerifiedToken {
-    pub claims: Map<String, Value>,
+    pub caller: Caller,
     pub scopes: Vec<String>,
     pub expires_at: u64,
 }
@@ -88,11 +90,7 @@ impl ResourceServer {
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, &validation)
             .map_err(|e| BearerError::Invalid(format!("{e}")))?;
         let expires_at = data.claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
-        Ok(Arc::new(VerifiedToken {
-            scopes: scopes_of(&data.claims),
-            claims: data.claims,
-            expires_at,
-        }))
+        self.verified_token(&data.claims, expires_at)
     }
 
     /// RFC 7662: the provider says whether the token is active and what it carries; gatehouse
@@ -144,9 +142,18 @@ impl ResourceServer {
         if expires_at + LEEWAY_SECONDS <= now {
             return Err(BearerError::Invalid("the token has expired".into()));
         }
+        self.verified_token(&claims, expires_at)
+    }
+
+    fn verified_token(&self, claims: &Map<String, Value>, expires_at: u64) -> Result<Arc<VerifiedToken>, BearerError> {
+        let principal =
+            principal_from_claims(&self.issuer, &self.principal_claim, claims).map_err(BearerError::Invalid)?;
         Ok(Arc::new(VerifiedToken {
-            scopes: scopes_of(&claims),
-            claims,
+            caller: Caller {
+                principal,
+                claims: Arc::new(Claims::from_token(claims)),
+            },
+            scopes: scopes_of(claims),
             expires_at,
         }))
     }
