@@ -11,14 +11,21 @@
 //! Section "upstream" (`--skip-upstream`): `tools/call` to a fast in-process rmcp server directly
 //! and through gatehouse's `[[upstreams]]`, and memory per held upstream session
 //! (`--upstream-users`, default 1,000).
+//! Section "identity" (`--skip-identity`): `whoami` with header identity, then with bearer JWTs
+//! from a fake identity provider (MCP authorization), back to back.
 //! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
 //! of its own.
 
+#[allow(dead_code)]
+#[path = "../tests/common/fake_idp.rs"]
+mod fake_idp;
 #[allow(dead_code)]
 #[path = "../tests/common/fake_oauth.rs"]
 mod fake_oauth;
 #[path = "load/fast_upstream.rs"]
 mod fast_upstream;
+#[path = "load/identity.rs"]
+mod identity;
 #[path = "../tests/common/local.rs"]
 mod local;
 #[path = "load/upstream.rs"]
@@ -33,6 +40,9 @@ use serde_json::{Value, json};
 use sqlx::Connection;
 use tokio::process::{Child, Command};
 
+// The fake identity provider reads the clock through the crate root, as in the tests' `common`.
+use local::unix_seconds;
+
 struct Options {
     duration: Duration,
     warmup: Duration,
@@ -43,6 +53,7 @@ struct Options {
     skip_streams: bool,
     skip_loop: bool,
     skip_upstream: bool,
+    skip_identity: bool,
     upstream_users: usize,
     loop_workers: usize,
     loop_tls: Vec<Tls>,
@@ -83,6 +94,7 @@ impl Options {
             skip_streams: false,
             skip_loop: false,
             skip_upstream: false,
+            skip_identity: false,
             upstream_users: 1000,
             loop_workers: 8,
             loop_tls: vec![Tls::Off, Tls::On],
@@ -104,6 +116,7 @@ impl Options {
                 "--skip-streams" => options.skip_streams = true,
                 "--skip-loop" => options.skip_loop = true,
                 "--skip-upstream" => options.skip_upstream = true,
+                "--skip-identity" => options.skip_identity = true,
                 "--upstream-users" => {
                     options.upstream_users = value()?.parse().map_err(|e| format!("--upstream-users: {e}"))?
                 }
@@ -169,8 +182,29 @@ struct Target {
     url: String,
     tool: &'static str,
     arguments: Value,
-    /// With header identity: session `i` is user `{users}{i}` (X-Forwarded-User); else no header.
-    users: Option<&'static str>,
+    /// Who session `i` is.
+    who: Who,
+}
+
+/// How each of a target's sessions says who it is.
+enum Who {
+    /// Nothing: local identity, or a server without any.
+    Nobody,
+    /// Header identity: session `i` is `{prefix}{i}` in X-Forwarded-User.
+    Users(&'static str),
+    /// MCP authorization: session `i` sends the `i`-th token as `Authorization: Bearer`.
+    Bearer(Arc<Vec<String>>),
+}
+
+impl Who {
+    /// The header session `i` sends on every request.
+    fn credential(&self, i: usize) -> Option<(&'static str, String)> {
+        match self {
+            Who::Nobody => None,
+            Who::Users(prefix) => Some(("x-forwarded-user", format!("{prefix}{i}"))),
+            Who::Bearer(tokens) => Some(("authorization", format!("Bearer {}", tokens[i % tokens.len()]))),
+        }
+    }
 }
 
 const ACCEPT: &str = "application/json, text/event-stream";
@@ -187,12 +221,12 @@ fn message_of(body: &str) -> Option<Value> {
         .find_map(|d| serde_json::from_str(d).ok())
 }
 
-/// A new session, as `user` (X-Forwarded-User) when given.
-async fn initialize(http: &reqwest::Client, url: &str, user: Option<&str>) -> Result<String, String> {
+/// A new session, sending `credential` (a header naming the user) when given.
+async fn initialize(http: &reqwest::Client, url: &str, credential: Option<(&str, &str)>) -> Result<String, String> {
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "gatehouse-bench", "version": "1"}}});
-    let as_user = |request: reqwest::RequestBuilder| match user {
-        Some(user) => request.header("x-forwarded-user", user),
+    let as_user = |request: reqwest::RequestBuilder| match credential {
+        Some((name, value)) => request.header(name, value),
         None => request,
     };
     let response = as_user(http.post(url))
@@ -248,15 +282,16 @@ async fn call_load(
         .map_err(|e| e.to_string())?;
     let mut sessions = Vec::new();
     for i in 0..clients {
-        let user = target.users.map(|prefix| format!("{prefix}{i}"));
-        sessions.push((user.clone(), initialize(&http, &target.url, user.as_deref()).await?));
+        let credential = target.who.credential(i);
+        let header = credential.as_ref().map(|(name, value)| (*name, value.as_str()));
+        sessions.push((credential.clone(), initialize(&http, &target.url, header).await?));
     }
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
     let all_calls = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
-    for (user, session) in sessions {
+    for (credential, session) in sessions {
         let (http, url, measuring, stop, errors, all_calls) = (
             http.clone(),
             target.url.clone(),
@@ -272,8 +307,8 @@ async fn call_load(
             while !stop.load(Ordering::Relaxed) {
                 let started = Instant::now();
                 let mut request = http.post(&url);
-                if let Some(user) = &user {
-                    request = request.header("x-forwarded-user", user);
+                if let Some((name, value)) = &credential {
+                    request = request.header(*name, value);
                 }
                 let outcome = request
                     .header("accept", ACCEPT)
@@ -559,6 +594,9 @@ async fn measure(options: &Options, database: &Database) -> Result<(), String> {
     }
     if !options.skip_upstream {
         upstream::section(options, database).await?;
+    }
+    if !options.skip_identity {
+        identity::section(options, database).await?;
     }
     Ok(())
 }
@@ -885,7 +923,7 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
         url: gatehouse_url.to_owned(),
         tool: "whoami",
         arguments: json!({}),
-        users: None,
+        who: Who::Nobody,
     };
     let ours = call_load(&target, options.clients, options.warmup, options.duration).await?;
     report(target.name, &ours);
@@ -901,7 +939,7 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
         url: ts_url,
         tool: "greet",
         arguments: json!({"name": "bench"}),
-        users: None,
+        who: Who::Nobody,
     };
     let theirs = call_load(&target, options.clients, options.warmup, options.duration).await;
     let _ = ts.kill().await;

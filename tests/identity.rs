@@ -114,3 +114,65 @@ backend_test!(
         server.stop().await;
     }
 );
+
+/// oauth2-proxy's groups and email headers feed `allow` rules in header mode: a tool for the group
+/// `eng` or anyone at acme.com is listed and callable for them, and for nobody else.
+#[tokio::test]
+async fn allow_rules_read_the_proxys_groups_and_email_headers() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start_addressed(&database, |addr| {
+        format!(
+            r#"
+[identity]
+mode = "header"
+groups_header = "X-Forwarded-Groups"
+email_header = "X-Forwarded-Email"
+
+[server]
+trusted_proxies = ["127.0.0.1/32"]
+
+[[tools]]
+name = "eng_only"
+description = "For engineers and acme staff"
+allow = {{ groups = ["eng"], email = ["*@acme.com"] }}
+http = {{ method = "GET", url = "http://{addr}/healthz" }}
+"#
+        )
+    })
+    .await;
+    let lists_it = async |user: &str, extra: &[(&str, &str)]| -> bool {
+        let mut client = server.client().with_user("X-Forwarded-User", user);
+        for (name, value) in extra {
+            client = client.with_header(name, value);
+        }
+        client.initialize().await;
+        let listed = client.call("tools/list", json!({})).await;
+        let listed = listed["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .any(|t| t["name"] == "eng_only");
+        let called = client.request("tools/call", json!({"name": "eng_only"})).await;
+        assert_eq!(
+            listed,
+            called.body.get("result").is_some(),
+            "{user}: listed and callable agree: {}",
+            called.body
+        );
+        listed
+    };
+    assert!(lists_it("alice", &[("X-Forwarded-Groups", "ops,eng")]).await);
+    assert!(lists_it("bob", &[("X-Forwarded-Email", "Bob@Acme.com")]).await);
+    assert!(
+        !lists_it(
+            "carol",
+            &[
+                ("X-Forwarded-Groups", "sales"),
+                ("X-Forwarded-Email", "carol@acme.com.evil")
+            ]
+        )
+        .await
+    );
+    assert!(!lists_it("dave", &[]).await);
+    server.stop().await;
+}

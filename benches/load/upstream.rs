@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::fast_upstream::FastUpstream;
 use super::{
-    ACCEPT, Database, LoadResult, Options, Target, call_load, initialize, local, message_of, settled_rss_kib,
+    ACCEPT, Database, LoadResult, Options, Target, Who, call_load, initialize, local, message_of, settled_rss_kib,
     start_gatehouse, tool_succeeded, wait_until_up,
 };
 
@@ -54,7 +54,7 @@ async fn start(database: &Database, config: &Path) -> Result<(tokio::process::Ch
 async fn wait_for_tool(url: &str) -> Result<(), String> {
     let http = reqwest::Client::new();
     let user = "bench-upstream-lister";
-    let session = initialize(&http, url, Some(user)).await?;
+    let session = initialize(&http, url, Some(("x-forwarded-user", user))).await?;
     let mut last = String::new();
     for _ in 0..300 {
         let mut cursor: Option<String> = None;
@@ -118,7 +118,7 @@ async fn side_by_side(
         url: upstream.url.clone(),
         tool: "echo",
         arguments: json!({"text": "hello"}),
-        users: None,
+        who: Who::Nobody,
     };
     let (sessions_before, cpu) = (upstream.open_sessions().await, Cpu::read(None));
     let direct_result = call_load(&direct, options.clients, options.warmup, options.duration).await?;
@@ -165,7 +165,7 @@ async fn through_gatehouse(
     let pid = gatehouse.id().ok_or("gatehouse exited")?;
     let http = reqwest::Client::new();
     // One call first, so a gatehouse that cannot reach the upstream says why instead of a row of errors.
-    let probe = initialize(&http, &url, Some("bench-upstream-probe")).await?;
+    let probe = initialize(&http, &url, Some(("x-forwarded-user", "bench-upstream-probe"))).await?;
     if let Err(answer) = call_once(&http, &url, "bench-upstream-probe", &probe).await? {
         return Err(format!("{GATED_TOOL} through gatehouse failed: {answer}"));
     }
@@ -175,7 +175,7 @@ async fn through_gatehouse(
         url,
         tool: GATED_TOOL,
         arguments: json!({"text": "hello"}),
-        users: Some("bench-upstream-client-"),
+        who: Who::Users("bench-upstream-client-"),
     };
     let cpu = Cpu::read(Some(pid));
     let result = call_load(&target, options.clients, options.warmup, options.duration).await?;
@@ -257,7 +257,7 @@ async fn open_sessions(
     in_parallel((0..count).map(|i| {
         let (http, url, user) = (http.clone(), url.to_owned(), format!("{prefix}{i}"));
         async move {
-            let session = initialize(&http, &url, Some(&user)).await?;
+            let session = initialize(&http, &url, Some(("x-forwarded-user", &user))).await?;
             Ok((user, session))
         }
     }))

@@ -54,7 +54,7 @@ impl Caller {
 pub enum Identity {
     Local(Principal),
     Header(HeaderIdentity),
-    OAuth(oauth::ResourceServer),
+    OAuth(Box<oauth::ResourceServer>),
 }
 
 /// `header` mode: the principal (and optionally groups and email) from a trusted proxy's headers.
@@ -92,7 +92,9 @@ impl Identity {
                     .transpose()?,
                 trusted_proxies: config.server.trusted_proxies.clone(),
             })),
-            IdentityMode::OAuth => oauth::ResourceServer::from_config(config, http).map(Identity::OAuth),
+            IdentityMode::OAuth => {
+                oauth::ResourceServer::from_config(config, http).map(|server| Identity::OAuth(Box::new(server)))
+            }
         }
     }
 

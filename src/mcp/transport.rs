@@ -43,7 +43,7 @@ pub struct Refusal {
     id: Option<RequestId>,
     error: RpcError,
     /// `WWW-Authenticate`, on a refusal for want of (valid) authorization.
-    challenge: Option<HeaderValue>,
+    challenge: Option<Box<HeaderValue>>,
 }
 
 impl Refusal {
@@ -87,7 +87,7 @@ impl IntoResponse for Refusal {
         let body = jsonrpc::error_response(self.id.as_ref(), &self.error);
         let mut response = json_response(self.status, &body);
         if let Some(challenge) = self.challenge {
-            response.headers_mut().insert(WWW_AUTHENTICATE, challenge);
+            response.headers_mut().insert(WWW_AUTHENTICATE, *challenge);
         }
         response
     }
@@ -215,7 +215,7 @@ async fn caller(state: &AppState, parts: &Parts, peer: SocketAddr) -> Result<Cal
             } else {
                 RpcError::new(INVALID_REQUEST, message)
             },
-            challenge,
+            challenge: challenge.map(Box::new),
         }
     })
 }

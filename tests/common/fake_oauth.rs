@@ -336,7 +336,7 @@ impl ExchangeHold {
 }
 
 /// Aborts the server task when the last [`FakeProvider`] handle goes away.
-struct ServerTask(tokio::task::JoinHandle<()>);
+pub(crate) struct ServerTask(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for ServerTask {
     fn drop(&mut self) {
@@ -466,7 +466,7 @@ impl Inner {
 }
 
 /// `prefix` + 32 random bytes, base64url without padding.
-fn random_token(prefix: &str) -> String {
+pub(crate) fn random_token(prefix: &str) -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes))
@@ -481,11 +481,11 @@ fn user_id(login: &str) -> u64 {
 }
 
 /// Form or query parameters, refusing repeats (RFC 6749 3.1, 3.2). Empty values count as absent.
-struct Params(HashMap<String, String>);
+pub(crate) struct Params(HashMap<String, String>);
 
 impl Params {
     /// Parses `application/x-www-form-urlencoded`; `Err` names a repeated parameter.
-    fn parse(pairs: &[(String, String)]) -> Result<Params, String> {
+    pub(crate) fn parse(pairs: &[(String, String)]) -> Result<Params, String> {
         let mut map = HashMap::new();
         for (key, value) in pairs {
             if map.insert(key.clone(), value.clone()).is_some() {
@@ -495,12 +495,12 @@ impl Params {
         Ok(Params(map))
     }
 
-    fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str).filter(|v| !v.is_empty())
     }
 }
 
-fn decode_pairs(raw: &[u8]) -> Vec<(String, String)> {
+pub(crate) fn decode_pairs(raw: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(raw).into_owned().collect()
 }
 
@@ -543,7 +543,7 @@ fn split_scopes(scope: Option<&str>, separator: char) -> Vec<String> {
         .collect()
 }
 
-fn plain_400(reason: impl Into<String>) -> Response {
+pub(crate) fn plain_400(reason: impl Into<String>) -> Response {
     (
         StatusCode::BAD_REQUEST,
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
@@ -553,7 +553,7 @@ fn plain_400(reason: impl Into<String>) -> Response {
 }
 
 /// A token-endpoint style body (`/token` responses, `/revoke` errors) in the configured format.
-fn token_body(format: TokenFormat, status: StatusCode, fields: &[(&str, Value)]) -> Response {
+pub(crate) fn token_body(format: TokenFormat, status: StatusCode, fields: &[(&str, Value)]) -> Response {
     let (content_type, body) = match format {
         TokenFormat::Json => {
             let map: serde_json::Map<String, Value> =
@@ -639,11 +639,7 @@ async fn authorize(State(shared): State<Shared>, RawQuery(query): RawQuery) -> R
         return plain_400("code_challenge_method must be S256");
     }
     let challenge = params.get("code_challenge").unwrap_or_default();
-    let challenge_ok = (43..=128).contains(&challenge.len())
-        && challenge
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
-    if !challenge_ok {
+    if !valid_code_challenge(challenge) {
         return plain_400("code_challenge must be 43 to 128 characters of [A-Za-z0-9-._~]");
     }
 
@@ -690,8 +686,21 @@ async fn authorize(State(shared): State<Shared>, RawQuery(query): RawQuery) -> R
     (StatusCode::FOUND, [(header::LOCATION, redirect.to_string())]).into_response()
 }
 
+/// A PKCE `code_challenge` of the right form: 43 to 128 characters of `[A-Za-z0-9-._~]`.
+pub(crate) fn valid_code_challenge(challenge: &str) -> bool {
+    (43..=128).contains(&challenge.len())
+        && challenge
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+}
+
+/// The PKCE S256 `code_challenge` of a `code_verifier` (RFC 7636 4.2).
+pub(crate) fn s256_challenge(verifier: &str) -> String {
+    URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
+}
+
 /// A token-endpoint failure: the RFC 6749 5.2 error code and a description.
-type Failure = (&'static str, &'static str);
+pub(crate) type Failure = (&'static str, &'static str);
 
 /// Authenticates the client per [`FakeOptions::client_auth`]; returns its id.
 fn authenticate_client(options: &FakeOptions, headers: &HeaderMap, params: &Params) -> Result<String, Failure> {
@@ -722,7 +731,7 @@ fn authenticate_client(options: &FakeOptions, headers: &HeaderMap, params: &Para
 }
 
 /// `Basic base64(urlencode(id) ":" urlencode(secret))` → `(id, secret)`.
-fn parse_basic(value: &HeaderValue) -> Option<(String, String)> {
+pub(crate) fn parse_basic(value: &HeaderValue) -> Option<(String, String)> {
     let (scheme, credentials) = value.to_str().ok()?.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
@@ -732,9 +741,8 @@ fn parse_basic(value: &HeaderValue) -> Option<(String, String)> {
     Some((form_decode(id)?, form_decode(secret)?))
 }
 
-/// Reads a form body after checking its media type, then authenticates the client: the common
-/// front half of `/token` and `/revoke`. Returns the parameters and the client id.
-fn authenticated_form(options: &FakeOptions, headers: &HeaderMap, body: &[u8]) -> Result<(Params, String), Failure> {
+/// Reads a form body after checking its media type; repeated parameters are refused.
+pub(crate) fn form_params(headers: &HeaderMap, body: &[u8]) -> Result<Params, Failure> {
     let is_form = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -743,7 +751,13 @@ fn authenticated_form(options: &FakeOptions, headers: &HeaderMap, body: &[u8]) -
     if !is_form {
         return Err(("invalid_request", "body must be application/x-www-form-urlencoded"));
     }
-    let params = Params::parse(&decode_pairs(body)).map_err(|_| ("invalid_request", "repeated parameter"))?;
+    Params::parse(&decode_pairs(body)).map_err(|_| ("invalid_request", "repeated parameter"))
+}
+
+/// Reads a form body, then authenticates the client: the common front half of `/token` and
+/// `/revoke`. Returns the parameters and the client id.
+fn authenticated_form(options: &FakeOptions, headers: &HeaderMap, body: &[u8]) -> Result<(Params, String), Failure> {
+    let params = form_params(headers, body)?;
     let client_id = authenticate_client(options, headers, &params)?;
     Ok((params, client_id))
 }
@@ -804,7 +818,7 @@ fn exchange_code(shared: &Shared, options: &FakeOptions, params: &Params, client
         );
     }
     let verifier = params.get("code_verifier").unwrap_or_default();
-    if URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())) != record.code_challenge {
+    if s256_challenge(verifier) != record.code_challenge {
         return oauth_error(options, "invalid_grant", "code_verifier does not match code_challenge");
     }
     let (grant, user, scopes) = (record.grant, record.user.clone(), record.scopes.clone());

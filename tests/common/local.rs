@@ -1,5 +1,5 @@
 //! What the tests and the benchmark need of this machine and nothing of gatehouse: the repository
-//! root and a free loopback port. The benchmark includes this file with `#[path]`.
+//! root, a free loopback port and the clock. The benchmark includes this file with `#[path]`.
 
 use std::path::PathBuf;
 
@@ -15,4 +15,11 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .expect("a free loopback port")
         .port()
+}
+
+/// Seconds since the Unix epoch (token lifetimes).
+pub fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -19,8 +19,9 @@ pub struct McpClient {
     pub session: Option<String>,
     pub protocol_version: String,
     pub next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
-    /// A header sent with every request, as a reverse proxy in `header` identity mode adds it.
-    pub identity: Option<(String, String)>,
+    /// Headers sent with every request, as a reverse proxy in `header` identity mode adds them
+    /// (or `Authorization: Bearer`).
+    pub identity: Vec<(String, String)>,
 }
 
 pub struct Reply {
@@ -40,7 +41,7 @@ impl McpClient {
             session: None,
             protocol_version: "2025-11-25".into(),
             next_id: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1)),
-            identity: None,
+            identity: Vec::new(),
         }
     }
 
@@ -55,9 +56,15 @@ impl McpClient {
     /// This client with every request carrying `header: value` (header identity mode).
     pub fn with_user(self, header: &str, value: &str) -> Self {
         Self {
-            identity: Some((header.to_owned(), value.to_owned())),
+            identity: vec![(header.to_owned(), value.to_owned())],
             ..self
         }
+    }
+
+    /// This client with every request carrying one more header (the proxy's groups, email).
+    pub fn with_header(mut self, header: &str, value: &str) -> Self {
+        self.identity.push((header.to_owned(), value.to_owned()));
+        self
     }
 
     /// Initializes with the given protocol version and capabilities, then sends `initialized`.
@@ -95,7 +102,7 @@ impl McpClient {
         if let Some(session) = &self.session {
             headers.push(("Mcp-Session-Id".to_owned(), session.clone()));
         }
-        headers.extend(self.identity.clone());
+        headers.extend(self.identity.iter().cloned());
         headers
     }
 

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gatehouse::config::ConfigSource;
 use gatehouse::{AppState, Config};
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod browser;
 pub mod cluster;
+pub mod fake_idp;
 pub mod fake_oauth;
 pub mod local;
 pub mod mcp;
@@ -27,7 +28,7 @@ pub mod raw;
 pub mod upstream;
 pub mod web;
 
-pub use local::{free_port, repo};
+pub use local::{free_port, repo, unix_seconds};
 // Every test binary uses some of these, none uses all.
 #[allow(unused_imports)]
 pub use mcp::{McpClient, Reply, SseStream, elicitations, note, publish, text, url_of};
@@ -191,13 +192,6 @@ pub async fn postgres_admin_url() -> Option<String> {
 }
 
 const DATABASE_PREFIX: &str = "gh_test_";
-
-fn unix_seconds() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
 
 /// Databases of earlier runs (named with their creation time) older than an hour are dropped.
 async fn drop_stale_databases(admin_url: &str) {
