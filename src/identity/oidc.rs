@@ -235,11 +235,15 @@ impl SignIn {
     fn signed_in(&self, claims: &IdTokenClaims<OtherClaims, CoreGenderClaim>) -> Result<SignedIn, SignInError> {
         let json = serde_json::to_value(claims)
             .map_err(|e| SignInError::Refused(format!("the id_token's claims cannot be read: {e}")))?;
-        let Value::Object(claims) = json else {
+        let Value::Object(mut claims) = json else {
             return Err(SignInError::Refused("the id_token's claims are not an object".into()));
         };
         let principal =
             principal_from_claims(&self.issuer, &self.principal_claim, &claims).map_err(SignInError::Refused)?;
+        // What only this sign-in needed is not kept with the session.
+        for protocol in ["nonce", "at_hash", "c_hash"] {
+            claims.remove(protocol);
+        }
         Ok(SignedIn {
             principal,
             claims: Claims::from_token(&claims),

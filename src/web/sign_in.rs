@@ -12,7 +12,7 @@ use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -167,7 +167,8 @@ async fn callback(
     let name = flow_cookie_name(&state, oauth_state);
     let dropped = cookies::expire(&state, &name)?;
     let finished = finish(&state, sign_in, &params, cookies::read(&headers, &name)).await;
-    Ok(([(SET_COOKIE, dropped)], finished).into_response())
+    // Appended: a session's cookie may be set already.
+    Ok((AppendHeaders([(SET_COOKIE, dropped)]), finished).into_response())
 }
 
 /// Checks the answer against the sealed flow, then has `sign_in` finish it into a session.
