@@ -12,6 +12,7 @@ use crate::events::{self, Bus};
 use crate::forms::Forms;
 use crate::gate::{self, Backing, Connections, Elicitations, FormValues, Gate, Limits};
 use crate::identity::Identity;
+use crate::identity::oidc::SignIn;
 use crate::mcp::sessions::{self, Sessions};
 use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
@@ -62,6 +63,8 @@ pub struct AppState {
     /// Calls running on this replica that a client may cancel.
     pub calls: Arc<crate::mcp::RunningCalls>,
     pub identity: Arc<Identity>,
+    /// The pages' OpenID Connect sign-in, in `oauth` mode.
+    pub sign_in: Option<Arc<SignIn>>,
     pub gate: Arc<Gate>,
     pub templates: Arc<Templates>,
     /// Signs the pages' CSRF tokens (and, inside the gate, seals secrets).
@@ -76,7 +79,8 @@ impl AppState {
     /// the background tasks, which stop when `shutdown` is cancelled.
     pub async fn build(config: Config, shutdown: CancellationToken) -> Result<(Self, Vec<JoinHandle<()>>), StartError> {
         let client = crate::outbound::client()?;
-        let identity = Identity::from_config(&config, client.clone())?;
+        let identity = Arc::new(Identity::from_config(&config, client.clone())?);
+        let sign_in = SignIn::from_config(&config, identity.clone(), client.clone())?.map(Arc::new);
         let providers = Arc::new(Providers::from_config(&config)?);
         let forms = Arc::new(Forms::from_config(&config.forms)?);
         let templates = Arc::new(Templates::load(config.server.template_dir.as_deref())?);
@@ -143,7 +147,12 @@ impl AppState {
         ));
         let forms_for_upstreams = forms.clone();
         let form_values = Arc::new(FormValues::new(backing, elicitations.clone(), forms));
-        let gate = Arc::new(Gate::new(elicitations, connections, form_values));
+        let gate = Arc::new(Gate::new(
+            database.store.clone(),
+            elicitations,
+            connections,
+            form_values,
+        ));
         tasks.push(tokio::spawn(gate::sweep_periodically(gate.clone(), shutdown.clone())));
         let upstreams = Arc::new(Upstreams::new(
             upstreams,
@@ -168,7 +177,8 @@ impl AppState {
             tools: Arc::new(tools),
             upstreams,
             calls,
-            identity: Arc::new(identity),
+            identity,
+            sign_in,
             gate,
             templates,
             vault,

@@ -23,7 +23,10 @@ mod testing;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
+use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use crate::events::Bus;
@@ -72,6 +75,8 @@ pub struct Backing {
 }
 
 pub struct Gate {
+    /// For the sweep of what belongs to no room: the pages' expired browser sessions.
+    store: Arc<dyn Store>,
     elicitations: Arc<Elicitations>,
     connections: Arc<Connections>,
     form_values: Arc<FormValues>,
@@ -83,8 +88,14 @@ const RETENTION: Duration = Duration::from_secs(3600);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 
 impl Gate {
-    pub fn new(elicitations: Arc<Elicitations>, connections: Arc<Connections>, form_values: Arc<FormValues>) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        elicitations: Arc<Elicitations>,
+        connections: Arc<Connections>,
+        form_values: Arc<FormValues>,
+    ) -> Self {
         Self {
+            store,
             elicitations,
             connections,
             form_values,
@@ -104,7 +115,8 @@ impl Gate {
     }
 
     /// Marks overdue elicitations expired, forgets long-expired flows and untaken call answers,
-    /// and deletes elicitations that ended longer than their retention period ago.
+    /// deletes elicitations that ended longer than their retention period ago, and ends expired
+    /// browser sessions.
     pub async fn sweep(&self) -> Result<(), GateError> {
         let now = Utc::now();
         let retention = before(now, RETENTION);
@@ -112,13 +124,16 @@ impl Gate {
         let flows = self.connections.forget_flows_before(retention).await?;
         let answers = self.form_values.drop_untaken_answers(retention).await?;
         let forgotten = self.elicitations.forget_ended(now).await?;
-        if expired + flows + answers + forgotten > 0 {
+        let browser_sessions = self.store.delete_expired_browser_sessions(now).await?;
+        if expired + flows + answers + forgotten + browser_sessions > 0 {
             tracing::info!(
                 expired,
                 flows,
                 answers,
                 forgotten,
-                "swept expired elicitations, old flows, untaken call answers and ended elicitations"
+                browser_sessions,
+                "swept expired elicitations, old flows, untaken call answers, ended elicitations and expired \
+                 browser sessions"
             );
         }
         Ok(())
@@ -142,7 +157,7 @@ pub async fn sweep_periodically(gate: Arc<Gate>, shutdown: tokio_util::sync::Can
 
 /// `duration` after `now`, or the end of time when that is past it (a provider may say its token
 /// never expires in a number of seconds no calendar holds).
-fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
+pub fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
     chrono::Duration::from_std(duration)
         .ok()
         .and_then(|duration| now.checked_add_signed(duration))
@@ -158,7 +173,15 @@ pub fn before(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
-fn sha256_hex(text: &str) -> String {
+/// 256 random bits, base64url: a browser's cookie value (a flow's, a browser session's).
+pub fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Hex SHA-256: how a cookie value or a state is stored, so the store never holds it.
+pub fn sha256_hex(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -125,7 +125,7 @@ impl Fixture {
             self.cache.clone(),
         ));
         let form_values = Arc::new(FormValues::new(self.backing.clone(), elicitations.clone(), forms));
-        Gate::new(elicitations, connections, form_values)
+        Gate::new(self.backing.store.clone(), elicitations, connections, form_values)
     }
 
     /// The elicitation of the session's principal for `requirement`.

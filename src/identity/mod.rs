@@ -6,6 +6,7 @@
 pub mod access;
 mod claims;
 pub mod oauth;
+pub mod oidc;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

@@ -9,6 +9,7 @@ macro_rules! sql {
     };
 }
 
+mod browser_sessions;
 mod cache;
 mod catalogues;
 mod notice;
@@ -24,6 +25,7 @@ use serde_json::Value;
 
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
+pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use catalogues::{CatalogueRecord, CatalogueStore};
 pub use notice::{ClientAction, NOTIFY_CHANNEL, Notice};
@@ -265,7 +267,7 @@ pub struct RefreshLease {
 }
 
 #[async_trait]
-pub trait Store: ConnectionStore + FormStore + CatalogueStore + Send + Sync + 'static {
+pub trait Store: ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
     /// Applies the backend's pending migrations.

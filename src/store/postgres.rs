@@ -2,6 +2,7 @@
 //! `pg_notify` inside the transaction that makes it, so the announcement and the change commit
 //! together.
 
+mod browser_sessions;
 mod catalogues;
 mod connections;
 mod forms;
@@ -15,13 +16,14 @@ use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{FromRow, PgPool, Postgres};
 
 use super::rows::{
-    CATALOGUE_COLUMNS, CONNECTION_COLUMNS, ELICITATION_COLUMNS, FLOW_COLUMNS, FORM_ANSWER_COLUMNS, FORM_VALUES_COLUMNS,
-    Native, SESSION_COLUMNS, Stored, parse_session_id,
+    BROWSER_SESSION_COLUMNS, CATALOGUE_COLUMNS, CONNECTION_COLUMNS, ELICITATION_COLUMNS, FLOW_COLUMNS,
+    FORM_ANSWER_COLUMNS, FORM_VALUES_COLUMNS, Native, SESSION_COLUMNS, Stored, parse_session_id,
 };
 use super::{
-    AskKey, Backend, CatalogueRecord, CatalogueStore, ConnectionRecord, ConnectionStore, ElicitationRecord,
-    ElicitationStatus, Ending, FormAnswerRecord, FormStore, FormValuesRecord, NOTIFY_CHANNEL, Notice, OAuthFlowRecord,
-    RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
+    AskKey, Backend, BrowserSessionRecord, BrowserSessionStore, CatalogueRecord, CatalogueStore, ConnectionRecord,
+    ConnectionStore, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord, FormStore, FormValuesRecord,
+    NOTIFY_CHANNEL, Notice, OAuthFlowRecord, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError,
+    StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{
-    CatalogueRecord, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, FormAnswerRecord,
-    FormValuesRecord, OAuthFlowRecord, SessionRecord, StoreError,
+    BrowserSessionRecord, CatalogueRecord, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus,
+    FormAnswerRecord, FormValuesRecord, OAuthFlowRecord, SessionRecord, StoreError,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -251,6 +251,31 @@ impl Stored for CatalogueRecord {
             digest: row.digest,
             listed_by: row.listed_by.as_deref().map(parse_principal).transpose()?,
             listed_at: N::time(row.listed_at)?,
+        })
+    }
+}
+
+pub(super) const BROWSER_SESSION_COLUMNS: &str = "id, principal, claims, created_at, expires_at";
+
+#[derive(sqlx::FromRow)]
+pub(super) struct BrowserSessionRow<N: Native> {
+    id: String,
+    principal: String,
+    claims: N::Json,
+    created_at: N::Time,
+    expires_at: N::Time,
+}
+
+impl Stored for BrowserSessionRecord {
+    type Row<N: Native> = BrowserSessionRow<N>;
+
+    fn read<N: Native>(row: BrowserSessionRow<N>) -> Result<Self, StoreError> {
+        Ok(BrowserSessionRecord {
+            id: row.id,
+            principal: parse_principal(&row.principal)?,
+            claims: N::json(row.claims, "browser session claims")?,
+            created_at: N::time(row.created_at)?,
+            expires_at: N::time(row.expires_at)?,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The embedded store for one process on a laptop: a file in WAL mode. Other processes must not
 //! share the file (the bus of a SQLite deployment is in process).
 
+mod browser_sessions;
 mod catalogues;
 mod connections;
 mod forms;
@@ -17,13 +18,13 @@ use sqlx::sqlite::{
 use sqlx::{FromRow, Sqlite, SqlitePool};
 
 use super::rows::{
-    CATALOGUE_COLUMNS, CONNECTION_COLUMNS, ELICITATION_COLUMNS, FLOW_COLUMNS, FORM_ANSWER_COLUMNS, FORM_VALUES_COLUMNS,
-    Native, SESSION_COLUMNS, Stored, parse_session_id,
+    BROWSER_SESSION_COLUMNS, CATALOGUE_COLUMNS, CONNECTION_COLUMNS, ELICITATION_COLUMNS, FLOW_COLUMNS,
+    FORM_ANSWER_COLUMNS, FORM_VALUES_COLUMNS, Native, SESSION_COLUMNS, Stored, parse_session_id,
 };
 use super::{
-    AskKey, Backend, CatalogueRecord, CatalogueStore, ConnectionRecord, ConnectionStore, ElicitationRecord,
-    ElicitationStatus, Ending, FormAnswerRecord, FormStore, FormValuesRecord, OAuthFlowRecord, RefreshLease,
-    RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
+    AskKey, Backend, BrowserSessionRecord, BrowserSessionStore, CatalogueRecord, CatalogueStore, ConnectionRecord,
+    ConnectionStore, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord, FormStore, FormValuesRecord,
+    OAuthFlowRecord, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 use crate::private_file::create_private_file;

@@ -3,16 +3,18 @@
 //! elicitation was issued to, so a forwarded or edited link changes nothing.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use askama::Template;
 use axum::Router;
 use axum::extract::{ConnectInfo, RawQuery, State};
-use axum::http::header::{COOKIE, LOCATION, SET_COOKIE};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::header::{LOCATION, SET_COOKIE};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
+use super::cookies;
 use super::error::{NoticePage, PageError, START_AGAIN};
 use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
 use super::response::PageResponse;
@@ -22,6 +24,8 @@ use crate::state::AppState;
 use crate::store::{ElicitationRecord, ElicitationStatus};
 
 const PURPOSE: &str = "connect";
+/// How long a browser may take at the provider.
+const FLOW_COOKIE_LIFETIME: Duration = Duration::from_secs(600);
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -89,17 +93,12 @@ async fn act(
                 .start_flow(&elicitation)
                 .await?
                 .ok_or(PageError::UnknownRequest)?;
-            let cookie = format!(
-                "{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=600{}",
-                flow.cookie_name,
-                flow.cookie_value,
-                secure_attribute(&state)
-            );
+            let cookie = cookies::set(&state, &flow.cookie_name, &flow.cookie_value, FLOW_COOKIE_LIFETIME)?;
             Ok((
                 StatusCode::SEE_OTHER,
                 [
-                    (LOCATION, header_value(flow.authorize_url.as_str())?),
-                    (SET_COOKIE, header_value(&cookie)?),
+                    (LOCATION, cookies::header_value(flow.authorize_url.as_str())?),
+                    (SET_COOKIE, cookie),
                 ],
             )
                 .into_response())
@@ -127,30 +126,10 @@ pub async fn declined(
     )))
 }
 
-fn secure_attribute(state: &AppState) -> &'static str {
-    if state.public_url.is_https() { "; Secure" } else { "" }
-}
-
-fn header_value(text: &str) -> Result<HeaderValue, PageError> {
-    HeaderValue::from_str(text)
-        .map_err(|error| PageError::Internal(format!("a header value could not be built: {error}")))
-}
-
-/// The value of cookie `name`, from any Cookie header.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value)
-}
-
 async fn callback(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
@@ -160,11 +139,11 @@ async fn callback(
     };
     let params =
         CallbackParams::from_query(query.as_deref().unwrap_or_default()).map_err(|refusal| refused(refusal, None))?;
-    let Browser(principal) = Browser::from_parts(&state, &headers, peer).await?;
+    let Browser(principal) = Browser::from_parts(&state, &Method::GET, &uri, &headers, peer).await?;
     let connections = state.gate.connections();
     let cookie_name = connections.flow_cookie_name(&params);
     let page = match connections
-        .callback(&principal, &params, cookie(&headers, &cookie_name))
+        .callback(&principal, &params, cookies::read(&headers, &cookie_name))
         .await?
     {
         CallbackOutcome::Refused { refusal, retry } => return Err(refused(refusal, retry)),
@@ -226,11 +205,7 @@ async fn callback(
         }),
     };
     // The flow is used up: drop its cookie.
-    let expired = format!(
-        "{cookie_name}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
-        secure_attribute(&state)
-    );
-    Ok(([(SET_COOKIE, header_value(&expired)?)], page).into_response())
+    Ok(([(SET_COOKIE, cookies::expire(&state, &cookie_name)?)], page).into_response())
 }
 
 /// A provider's OAuth error code in plain words, the code itself kept for whoever reports it.

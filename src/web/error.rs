@@ -4,7 +4,7 @@
 //! the request it broke; the user sees a generic message.
 
 use askama::Template;
-use axum::http::header::RETRY_AFTER;
+use axum::http::header::{LOCATION, RETRY_AFTER};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -13,7 +13,7 @@ use super::response::PageResponse;
 use super::templates::impl_page;
 use crate::gate::{CallbackRefusal, GateError};
 use crate::state::RETRY_AFTER_SECONDS;
-use crate::store::ElicitationStatus;
+use crate::store::{ElicitationStatus, StoreError};
 
 /// A page with a heading, a message, an optional next step and an optional link onward.
 #[derive(Template, Serialize)]
@@ -61,10 +61,21 @@ const ASK_AGAIN: &str = "Ask your assistant to try again if you still need it.";
 pub enum PageError {
     #[error("the browser's user could not be identified")]
     SignInRequired,
+    /// `oauth` mode, a browser without a live session: a page is sent to `login` (303), a post
+    /// is answered 401 with a link there.
+    #[error("the browser is not signed in")]
+    NotSignedIn { login: String, redirect: bool },
+    /// The pages' own sign-in did not finish: why, in words, and where to start it again.
+    #[error("the sign-in did not finish: {reason}")]
+    SignInFailed { reason: String, retry: Option<String> },
+    /// `/login` and `/logout` outside `oauth` mode: who signs users in instead.
+    #[error("sign-in is not done here")]
+    SignInElsewhere(&'static str),
     #[error("no such request")]
     UnknownLink,
+    /// In `oauth` mode, with who the browser is signed in as.
     #[error("the request belongs to another user")]
-    NotYours,
+    NotYours { signed_in_as: Option<String> },
     #[error("the request is {}", .0.as_str())]
     Closed(ElicitationStatus),
     #[error("the request names nothing gatehouse can do")]
@@ -120,16 +131,26 @@ impl From<GateError> for PageError {
     }
 }
 
+impl From<StoreError> for PageError {
+    fn from(error: StoreError) -> Self {
+        GateError::from(error).into()
+    }
+}
+
 impl PageError {
     fn status(&self) -> StatusCode {
         match self {
-            PageError::SignInRequired => StatusCode::UNAUTHORIZED,
-            PageError::UnknownLink | PageError::UnknownRequest | PageError::UnknownForm => StatusCode::NOT_FOUND,
-            PageError::NotYours | PageError::Forged | PageError::ForeignHost => StatusCode::FORBIDDEN,
+            PageError::SignInRequired | PageError::NotSignedIn { .. } => StatusCode::UNAUTHORIZED,
+            PageError::UnknownLink
+            | PageError::UnknownRequest
+            | PageError::UnknownForm
+            | PageError::SignInElsewhere(_) => StatusCode::NOT_FOUND,
+            PageError::NotYours { .. } | PageError::Forged | PageError::ForeignHost => StatusCode::FORBIDDEN,
             PageError::Closed(_) | PageError::EndedMeanwhile => StatusCode::GONE,
-            PageError::UnknownAction(_) | PageError::Unreadable | PageError::CallbackRefused { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            PageError::UnknownAction(_)
+            | PageError::Unreadable
+            | PageError::CallbackRefused { .. }
+            | PageError::SignInFailed { .. } => StatusCode::BAD_REQUEST,
             PageError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             PageError::TooSlow => StatusCode::REQUEST_TIMEOUT,
             PageError::ProviderUnavailable => StatusCode::BAD_GATEWAY,
@@ -143,12 +164,34 @@ impl PageError {
             PageError::SignInRequired => {
                 NoticePage::new("Sign-in required", "gatehouse could not tell who you are.", None)
             }
+            PageError::NotSignedIn { login, .. } => NoticePage::new(
+                "Sign-in required",
+                "You are not signed in, or your sign-in has ended. Nothing was changed.",
+                None,
+            )
+            .with_link(login.as_str(), "Sign in"),
+            PageError::SignInFailed { reason, retry } => {
+                let page = NoticePage::new("Sign-in not completed", reason.as_str(), Some("You are not signed in."));
+                match retry {
+                    Some(url) => page.with_link(url.as_str(), "Sign in again"),
+                    None => page,
+                }
+            }
+            PageError::SignInElsewhere(who) => NoticePage::new("Not here", *who, None),
             PageError::UnknownLink => NoticePage::new("Unknown link", "This link does not lead to any request.", None),
-            PageError::NotYours => NoticePage::new(
+            PageError::NotYours { signed_in_as: None } => NoticePage::new(
                 "Not your request",
                 "This link was issued to another user. Nothing was changed.",
                 Some("Ask your own assistant to start the request again."),
             ),
+            PageError::NotYours {
+                signed_in_as: Some(who),
+            } => NoticePage::new(
+                "Not your request",
+                format!("You are signed in as {who}, and this link was issued to another user. Nothing was changed."),
+                Some("If the request is yours, sign out and sign in again as the user it was made for."),
+            )
+            .with_link("/logout", "Sign out"),
             PageError::Closed(status) => {
                 let (heading, message) = match status {
                     ElicitationStatus::Completed => ("Already done", "This request is already complete."),
@@ -225,6 +268,11 @@ impl PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
+        if let PageError::NotSignedIn { login, redirect: true } = &self
+            && let Ok(location) = HeaderValue::from_str(login)
+        {
+            return (StatusCode::SEE_OTHER, [(LOCATION, location)]).into_response();
+        }
         let mut response = PageResponse::new(self.notice())
             .with_status(self.status())
             .into_response();

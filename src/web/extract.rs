@@ -9,14 +9,16 @@ use std::net::SocketAddr;
 use axum::Form;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use rand::RngCore;
 use serde::de::DeserializeOwned;
 
+use super::browser_sessions;
 use super::error::PageError;
+use super::sign_in::login_path;
 use crate::domain::{ElicitationId, Principal};
 use crate::identity::Identity;
 use crate::state::AppState;
@@ -26,29 +28,68 @@ use crate::store::{ElicitationRecord, ElicitationStatus};
 pub struct Browser(pub Principal);
 
 impl Browser {
-    pub async fn from_parts(state: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Self, PageError> {
-        if let Identity::OAuth(_) = &*state.identity {
-            return Err(PageError::SignInRequired);
-        }
-        let caller = state.identity.caller(headers, peer).await.map_err(|e| {
-            tracing::info!(%peer, reason = %e, "unidentified browser");
-            PageError::SignInRequired
-        })?;
-        Ok(Browser(caller.principal))
+    /// `method` and `uri` are the page's: where a browser that must sign in first returns to.
+    pub async fn from_parts(
+        state: &AppState,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        peer: SocketAddr,
+    ) -> Result<Self, PageError> {
+        identify(state, method, uri, headers, peer)
+            .await
+            .map(|(principal, _)| Browser(principal))
     }
+}
+
+/// The browser's principal and, in `oauth` mode, who it signed in as in words. There a browser
+/// without a session is sent to sign in and come back (a page), or told to (a post).
+async fn identify(
+    state: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<(Principal, Option<String>), PageError> {
+    if let Identity::OAuth(_) = &*state.identity {
+        return match browser_sessions::find(state, headers).await? {
+            Some(session) => {
+                let signed_in_as = session.signed_in_as();
+                Ok((session.principal, Some(signed_in_as)))
+            }
+            None => {
+                let page = uri.path_and_query().map_or("/", |p| p.as_str());
+                Err(PageError::NotSignedIn {
+                    login: login_path(page),
+                    redirect: *method == Method::GET || *method == Method::HEAD,
+                })
+            }
+        };
+    }
+    let caller = state.identity.caller(headers, peer).await.map_err(|e| {
+        tracing::info!(%peer, reason = %e, "unidentified browser");
+        PageError::SignInRequired
+    })?;
+    Ok((caller.principal, None))
 }
 
 impl FromRequestParts<AppState> for Browser {
     type Rejection = PageError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>().copied() else {
-            return Err(PageError::Internal(
-                "a page request without the peer address (not served by gatehouse::serve)".into(),
-            ));
-        };
-        Self::from_parts(state, &parts.headers, peer).await
+        let peer = peer_of(parts)?;
+        Self::from_parts(state, &parts.method, &parts.uri, &parts.headers, peer).await
     }
+}
+
+fn peer_of(parts: &Parts) -> Result<SocketAddr, PageError> {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| *peer)
+        .ok_or_else(|| {
+            PageError::Internal("a page request without the peer address (not served by gatehouse::serve)".into())
+        })
 }
 
 /// The elicitation behind a `/…/{id}` link, which must be the browser's and still pending.
@@ -61,7 +102,8 @@ impl FromRequestParts<AppState> for OwnedElicitation {
     type Rejection = PageError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let Browser(principal) = Browser::from_request_parts(parts, state).await?;
+        let peer = peer_of(parts)?;
+        let (principal, signed_in_as) = identify(state, &parts.method, &parts.uri, &parts.headers, peer).await?;
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|_| PageError::UnknownLink)?;
@@ -74,7 +116,7 @@ impl FromRequestParts<AppState> for OwnedElicitation {
             .ok_or(PageError::UnknownLink)?;
         if elicitation.principal != principal {
             tracing::warn!(elicitation = %id, browser = %principal, "a request was opened by another user");
-            return Err(PageError::NotYours);
+            return Err(PageError::NotYours { signed_in_as });
         }
         match elicitation.status {
             ElicitationStatus::Pending if elicitation.expires_at > Utc::now() => Ok(Self { principal, elicitation }),

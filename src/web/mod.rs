@@ -2,12 +2,15 @@
 //! open from elicitations. Pages are responses rendered by one layer (with the operator's
 //! templates); every response here carries the page security headers.
 
+mod browser_sessions;
 mod connect;
 mod connections;
+mod cookies;
 mod error;
 mod extract;
 mod forms;
 mod response;
+mod sign_in;
 pub mod templates;
 
 use askama::Template;
@@ -36,6 +39,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
                 .merge(connect::router())
                 .merge(forms::router())
                 .merge(connections::router())
+                .merge(sign_in::router())
                 .layer(middleware::from_fn_with_state(
                     state.clone(),
                     response::refuse_while_database_down,

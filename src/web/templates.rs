@@ -19,6 +19,7 @@ pub const PAGE_NAMES: &[&str] = &[
     "connect.html",
     "form.html",
     "connections.html",
+    "logout.html",
 ];
 
 const BUILT_IN_BASE: &str = include_str!("../../templates/base.html");

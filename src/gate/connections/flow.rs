@@ -7,14 +7,11 @@
 
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
-use rand::RngCore;
 
 use super::{Connections, access_context, refresh_context};
 use crate::domain::Principal;
-use crate::gate::{GateError, after, sha256_hex};
+use crate::gate::{GateError, after, random_token, sha256_hex};
 use crate::providers::{OAuthError, Provider};
 use crate::secret::Secret;
 use crate::store::{ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord};
@@ -169,13 +166,6 @@ impl CallbackParams {
 enum Checked<'p> {
     Matches(&'p Provider, Box<ElicitationRecord>),
     Refused(CallbackRefusal),
-}
-
-/// 256 random bits, base64url: the browser's cookie value.
-fn random_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    URL_SAFE_NO_PAD.encode(bytes)
 }
 
 fn verifier_context(state_hash: &str) -> String {
