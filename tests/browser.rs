@@ -157,7 +157,7 @@ async fn a_person_signs_in_to_the_pages_then_connects_in_chromium() {
             {
                 "goto": format!("{}/connections", server.base()),
                 "expect_status": 200,
-                "expect_text": ["Alice Liddell", "Fake Hub"],
+                "expect_text": ["Alice Liddell", "Fake Hub", "Sign out"],
                 "absent_text": [token.as_str()],
                 "screenshot": "03-connections.png",
             },

@@ -16,6 +16,8 @@ use serde_json::json;
 
 const CLIENT_ID: &str = "gatehouse";
 const CLIENT_SECRET: &str = "gatehouse-secret";
+/// What the pages call alice (`user("alice")`'s name).
+const ALICE_NAME: &str = "alice Example";
 
 fn user(sub: &str) -> TestUser {
     TestUser {
@@ -324,7 +326,7 @@ async fn signing_out_or_expiring_ends_the_session() {
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     let principal = format!("{}#alice", idp.issuer());
     assert!(
-        unescape(&page.body).contains(&format!("Signed in here as {principal}")),
+        unescape(&page.body).contains(&format!("Signed in here as {ALICE_NAME} ({principal}).")),
         "{}",
         page.body
     );
@@ -484,7 +486,7 @@ postgres_test!(
         let on_b = browser.get(&format!("{}/connections", b.base())).await;
         assert_eq!(on_b.status, StatusCode::OK, "{}", on_b.body);
         let principal = format!("{}#alice", idp.issuer());
-        assert!(unescape(&on_b.body).contains(&format!("Signed in here as {principal}")));
+        assert!(unescape(&on_b.body).contains(&format!("Signed in here as {ALICE_NAME} ({principal}).")));
 
         let confirm = browser.get(&format!("{}/logout", b.base())).await;
         let signed_out = browser

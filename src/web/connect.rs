@@ -67,7 +67,8 @@ async fn show(
         created: when(elicitation.created_at),
         expires: when(elicitation.expires_at),
         csrf: CsrfBinding::new(PURPOSE, elicitation.id).token(&state, &principal),
-    }))
+    })
+    .with_form_target(&provider.authorize_url))
 }
 
 #[derive(Deserialize)]
@@ -139,7 +140,7 @@ async fn callback(
     };
     let params =
         CallbackParams::from_query(query.as_deref().unwrap_or_default()).map_err(|refusal| refused(refusal, None))?;
-    let Browser(principal) = Browser::from_parts(&state, &Method::GET, &uri, &headers, peer).await?;
+    let Browser { principal, .. } = Browser::from_parts(&state, &Method::GET, &uri, &headers, peer).await?;
     let connections = state.gate.connections();
     let cookie_name = connections.flow_cookie_name(&params);
     let page = match connections

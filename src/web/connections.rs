@@ -14,7 +14,6 @@ use super::error::PageError;
 use super::extract::{Browser, CsrfBinding, Posted, when};
 use super::response::PageResponse;
 use super::templates::impl_page;
-use crate::domain::Principal;
 use crate::forms::FormScope;
 use crate::gate::Disconnected;
 use crate::state::AppState;
@@ -58,6 +57,8 @@ struct UpstreamRow {
 #[template(path = "connections.html", blocks = ["title", "content"])]
 struct ConnectionsPage {
     principal: String,
+    /// In `oauth` mode the pages have their own sign-in, and so a sign-out.
+    sign_out: bool,
     status: Option<String>,
     connections: Vec<ConnectionRow>,
     forms: Vec<FormRow>,
@@ -75,7 +76,8 @@ fn csrf() -> CsrfBinding {
     CsrfBinding::new(PURPOSE, CONNECTIONS_PATH)
 }
 
-async fn render(state: &AppState, principal: &Principal, status: Option<String>) -> Result<PageResponse, PageError> {
+async fn render(state: &AppState, browser: &Browser, status: Option<String>) -> Result<PageResponse, PageError> {
+    let principal = &browser.principal;
     let connections = state
         .gate
         .connections()
@@ -116,7 +118,8 @@ async fn render(state: &AppState, principal: &Principal, status: Option<String>)
         });
     }
     Ok(PageResponse::new(ConnectionsPage {
-        principal: principal.to_string(),
+        principal: browser.signed_in_as.clone().unwrap_or_else(|| principal.to_string()),
+        sign_out: browser.signed_in_as.is_some(),
         status,
         connections,
         forms,
@@ -125,8 +128,8 @@ async fn render(state: &AppState, principal: &Principal, status: Option<String>)
     }))
 }
 
-async fn show(State(state): State<AppState>, Browser(principal): Browser) -> Result<PageResponse, PageError> {
-    render(&state, &principal, None).await
+async fn show(State(state): State<AppState>, browser: Browser) -> Result<PageResponse, PageError> {
+    render(&state, &browser, None).await
 }
 
 #[derive(Deserialize)]
@@ -139,12 +142,13 @@ struct Action {
 
 async fn act(
     State(state): State<AppState>,
-    Browser(principal): Browser,
+    browser: Browser,
     Posted(action): Posted<Action>,
 ) -> Result<PageResponse, PageError> {
-    csrf().check(&state, &principal, &action.csrf)?;
+    let principal = &browser.principal;
+    csrf().check(&state, principal, &action.csrf)?;
     let status = match (action.action.as_str(), action.provider, action.form) {
-        ("disconnect", Some(provider), _) => match state.gate.connections().disconnect(&principal, &provider).await? {
+        ("disconnect", Some(provider), _) => match state.gate.connections().disconnect(principal, &provider).await? {
             Disconnected::NothingConnected => format!("Nothing was connected at {provider}."),
             Disconnected::RevocationFailed => format!(
                 "Disconnected {provider}. The service did not confirm revoking access; you can also revoke it in \
@@ -154,7 +158,7 @@ async fn act(
         },
         ("delete-form", _, Some(form)) => {
             let values = state.gate.form_values();
-            if values.delete(&principal, &form).await? {
+            if values.delete(principal, &form).await? {
                 let title = values.forms().get(&form).map_or(form.as_str(), |f| f.title.as_str());
                 format!("Deleted your answers to \"{title}\".")
             } else {
@@ -164,6 +168,6 @@ async fn act(
         _ => return Err(PageError::UnknownAction("Choose Disconnect or Delete.")),
     };
     // Sessions opened with what was just removed end here, at once.
-    state.upstreams.end_sessions_of(&principal);
-    render(&state, &principal, Some(status)).await
+    state.upstreams.end_sessions_of(principal);
+    render(&state, &browser, Some(status)).await
 }

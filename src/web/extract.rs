@@ -25,7 +25,11 @@ use crate::state::AppState;
 use crate::store::{ElicitationRecord, ElicitationStatus};
 
 /// The browser's principal, by the configured identity mode.
-pub struct Browser(pub Principal);
+pub struct Browser {
+    pub principal: Principal,
+    /// In `oauth` mode, who the browser signed in as, in words (name and principal).
+    pub signed_in_as: Option<String>,
+}
 
 impl Browser {
     /// `method` and `uri` are the page's: where a browser that must sign in first returns to.
@@ -38,7 +42,10 @@ impl Browser {
     ) -> Result<Self, PageError> {
         identify(state, method, uri, headers, peer)
             .await
-            .map(|(principal, _)| Browser(principal))
+            .map(|(principal, signed_in_as)| Browser {
+                principal,
+                signed_in_as,
+            })
     }
 }
 

@@ -261,7 +261,7 @@ fn user_form<'s>(state: &'s AppState, form: &str) -> Result<&'s Form, PageError>
 
 async fn show_stored(
     State(state): State<AppState>,
-    Browser(principal): Browser,
+    Browser { principal, .. }: Browser,
     Path(form): Path<String>,
 ) -> Result<PageResponse, PageError> {
     let target = Target {
@@ -274,7 +274,7 @@ async fn show_stored(
 
 async fn replace(
     State(state): State<AppState>,
-    Browser(principal): Browser,
+    Browser { principal, .. }: Browser,
     Path(form): Path<String>,
     Posted(pairs): Posted<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {

@@ -40,18 +40,32 @@ struct Deferred(Arc<dyn Renderable>);
 pub struct PageResponse {
     status: StatusCode,
     page: Arc<dyn Renderable>,
+    form_target: Option<FormTarget>,
 }
+
+/// Another origin a page's form leads to through a redirect (the connect page's Continue goes on
+/// to the provider). Browsers hold such redirects to the page's CSP `form-action`, so it is named
+/// there beside `'self'`.
+#[derive(Clone)]
+struct FormTarget(String);
 
 impl PageResponse {
     pub fn new(page: impl Page + Send + Sync + 'static) -> Self {
         Self {
             status: StatusCode::OK,
             page: Arc::new(page),
+            form_target: None,
         }
     }
 
     pub fn with_status(mut self, status: StatusCode) -> Self {
         self.status = status;
+        self
+    }
+
+    /// The page's form may lead on to `url`'s origin.
+    pub fn with_form_target(mut self, url: &url::Url) -> Self {
+        self.form_target = Some(FormTarget(url.origin().ascii_serialization()));
         self
     }
 }
@@ -60,6 +74,9 @@ impl IntoResponse for PageResponse {
     fn into_response(self) -> Response {
         let mut response = self.status.into_response();
         response.extensions_mut().insert(Deferred(self.page));
+        if let Some(target) = self.form_target {
+            response.extensions_mut().insert(target);
+        }
         response
     }
 }
@@ -135,16 +152,24 @@ pub async fn refuse_while_database_down(State(state): State<AppState>, request: 
     next.run(request).await
 }
 
+/// Every page's Content Security Policy: nothing loads but our own styles and images, forms post
+/// only to us (and where `form_action` adds), nobody frames us.
+fn csp(form_action: &str) -> String {
+    format!(
+        "default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self'; form-action {form_action}; \
+         frame-ancestors 'none'; base-uri 'none'"
+    )
+}
+
 /// The headers every browser-facing response carries.
 pub async fn security_headers(mut response: Response) -> Response {
+    let form_target = response.extensions_mut().remove::<FormTarget>();
+    // An origin serializes to visible ASCII without spaces or semicolons: it cannot add a directive.
+    let form_action = form_target.map_or_else(|| "'self'".to_owned(), |FormTarget(origin)| format!("'self' {origin}"));
+    let policy = HeaderValue::try_from(csp(&form_action))
+        .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'; form-action 'self'; frame-ancestors 'none'"));
     let headers = response.headers_mut();
-    headers.insert(
-        CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self'; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
+    headers.insert(CONTENT_SECURITY_POLICY, policy);
     headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     // Not `no-referrer`: under it browsers send `Origin: null` with the page's own form posts,
