@@ -7,6 +7,7 @@ pub mod access;
 mod claims;
 pub mod oauth;
 pub mod oidc;
+mod refreshed;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

@@ -7,8 +7,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use openidconnect::core::{
     CoreAuthDisplay, CoreAuthPrompt, CoreAuthenticationFlow, CoreErrorResponseType, CoreGenderClaim, CoreJsonWebKey,
@@ -29,6 +29,7 @@ use super::oauth::principal_from_claims;
 use super::{Claims, Identity};
 use crate::config::{Config, ConfigError, IdentityMode};
 use crate::domain::Principal;
+use crate::identity::refreshed::Refreshed;
 use crate::outbound::read_bounded;
 use crate::public_url::PublicUrl;
 use crate::secret::Secret;
@@ -106,12 +107,6 @@ pub struct SignedIn {
     pub claims: Claims,
 }
 
-struct Discovered {
-    client: Option<Arc<Client>>,
-    fetched_at: Option<Instant>,
-    attempted_at: Option<Instant>,
-}
-
 pub struct SignIn {
     identity: Arc<Identity>,
     /// The configured issuer, which principals are named with.
@@ -121,10 +116,8 @@ pub struct SignIn {
     client_secret: Option<Secret<String>>,
     redirect: RedirectUrl,
     http: reqwest::Client,
-    refresh_interval: Duration,
-    discovered: RwLock<Discovered>,
-    /// One discovery at a time; the others wait for its result.
-    fetching: tokio::sync::Mutex<()>,
+    /// The client made from discovery, with the keys it found.
+    discovered: Refreshed<Client>,
 }
 
 impl SignIn {
@@ -157,13 +150,7 @@ impl SignIn {
             client_secret: settings.client_secret.clone(),
             redirect,
             http,
-            refresh_interval: settings.jwks_refresh_interval,
-            discovered: RwLock::new(Discovered {
-                client: None,
-                fetched_at: None,
-                attempted_at: None,
-            }),
-            fetching: tokio::sync::Mutex::new(()),
+            discovered: Refreshed::new(METADATA_TTL, settings.jwks_refresh_interval),
         }))
     }
 
@@ -255,62 +242,17 @@ impl SignIn {
     /// new discovery unless another request made one since, or one was tried within the
     /// refresh interval.
     async fn client(&self, stale: Option<&Arc<Client>>) -> Result<Arc<Client>, SignInError> {
-        if let Some(client) = self.usable(stale) {
-            return Ok(client);
-        }
-        let _one_at_a_time = self.fetching.lock().await;
-        if let Some(client) = self.usable(stale) {
-            return Ok(client);
-        }
-        let (kept, may_try) = {
-            let discovered = self
-                .discovered
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let may_try = discovered
-                .attempted_at
-                .is_none_or(|at| at.elapsed() >= self.refresh_interval);
-            (discovered.client.clone(), may_try)
-        };
-        if !may_try {
-            return kept.ok_or_else(|| {
-                SignInError::Unavailable("the identity provider's metadata could not be fetched recently".into())
-            });
-        }
-        let result = self.discover().await;
-        let mut discovered = self
-            .discovered
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        discovered.attempted_at = Some(Instant::now());
-        match result {
-            Ok(client) => {
-                let client = Arc::new(client);
-                discovered.client = Some(client.clone());
-                discovered.fetched_at = Some(Instant::now());
-                Ok(client)
-            }
-            Err(error) => {
-                tracing::warn!(issuer = %self.issuer, %error, "cannot discover the identity provider for the pages' sign-in");
-                kept.ok_or(error)
-            }
-        }
-    }
-
-    /// The kept client when it is fresh and not `stale`.
-    fn usable(&self, stale: Option<&Arc<Client>>) -> Option<Arc<Client>> {
-        let discovered = self
-            .discovered
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let client = discovered.client.clone()?;
-        match stale {
-            Some(stale) => (!Arc::ptr_eq(stale, &client)).then_some(client),
-            None => discovered
-                .fetched_at
-                .is_some_and(|at| at.elapsed() < METADATA_TTL)
-                .then_some(client),
-        }
+        self.discovered
+            .get(
+                stale,
+                || async {
+                    self.discover().await.inspect_err(|error| {
+                        tracing::warn!(issuer = %self.issuer, %error, "cannot discover the identity provider for the pages' sign-in");
+                    })
+                },
+                || SignInError::Unavailable("the identity provider's metadata could not be fetched recently".into()),
+            )
+            .await
     }
 
     /// OpenID Connect discovery at the issuer, spelled exactly as the provider's metadata spells

@@ -1,13 +1,14 @@
 //! The identity provider's authorization server metadata: RFC 8414 first, else OpenID Connect
 //! discovery; fetched when first needed, kept for an hour, and after a failure asked again at most
-//! once per retry interval, so an outage at the provider is not multiplied by our traffic.
+//! once per retry interval (see `Refreshed`).
 
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 use url::Url;
 
+use crate::identity::refreshed::Refreshed;
 use crate::outbound::read_bounded;
 
 /// How long fetched metadata is used before it is fetched again.
@@ -27,19 +28,10 @@ pub struct AuthServerMetadata {
     pub token_endpoint: Option<Url>,
 }
 
-struct Fetched {
-    metadata: Option<Arc<AuthServerMetadata>>,
-    fetched_at: Option<Instant>,
-    attempted_at: Option<Instant>,
-}
-
 pub struct Discovery {
     issuer: Url,
     http: reqwest::Client,
-    retry_interval: Duration,
-    fetched: RwLock<Fetched>,
-    /// One fetch at a time; the others wait for its result.
-    fetching: tokio::sync::Mutex<()>,
+    metadata: Refreshed<AuthServerMetadata>,
 }
 
 impl Discovery {
@@ -47,57 +39,24 @@ impl Discovery {
         Self {
             issuer,
             http,
-            retry_interval,
-            fetched: RwLock::new(Fetched {
-                metadata: None,
-                fetched_at: None,
-                attempted_at: None,
-            }),
-            fetching: tokio::sync::Mutex::new(()),
+            metadata: Refreshed::new(METADATA_TTL, retry_interval),
         }
     }
 
     /// The metadata, fetched when missing or stale; stale metadata is used while the provider
     /// cannot be reached.
     pub async fn metadata(&self) -> Result<Arc<AuthServerMetadata>, String> {
-        if let Some(fresh) = self.fresh() {
-            return Ok(fresh);
-        }
-        let _one_at_a_time = self.fetching.lock().await;
-        if let Some(fresh) = self.fresh() {
-            return Ok(fresh);
-        }
-        let (stale, may_try) = {
-            let fetched = self.fetched.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let may_try = fetched
-                .attempted_at
-                .is_none_or(|at| at.elapsed() >= self.retry_interval);
-            (fetched.metadata.clone(), may_try)
-        };
-        if !may_try {
-            return stale.ok_or_else(|| "the identity provider's metadata could not be fetched recently".to_owned());
-        }
-        let result = self.fetch().await;
-        let mut fetched = self.fetched.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        fetched.attempted_at = Some(Instant::now());
-        match result {
-            Ok(metadata) => {
-                let metadata = Arc::new(metadata);
-                fetched.metadata = Some(metadata.clone());
-                fetched.fetched_at = Some(Instant::now());
-                Ok(metadata)
-            }
-            Err(error) => {
-                tracing::warn!(issuer = %self.issuer, %error, "cannot fetch the identity provider's metadata");
-                stale.ok_or(error)
-            }
-        }
-    }
-
-    fn fresh(&self) -> Option<Arc<AuthServerMetadata>> {
-        let fetched = self.fetched.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let fresh = fetched.fetched_at.is_some_and(|at| at.elapsed() < METADATA_TTL);
-        fresh.then(|| fetched.metadata.clone()).flatten()
+        self.metadata
+            .get(
+                None,
+                || async {
+                    self.fetch().await.inspect_err(|error| {
+                        tracing::warn!(issuer = %self.issuer, %error, "cannot fetch the identity provider's metadata");
+                    })
+                },
+                || "the identity provider's metadata could not be fetched recently".to_owned(),
+            )
+            .await
     }
 
     async fn fetch(&self) -> Result<AuthServerMetadata, String> {
