@@ -20,6 +20,7 @@ pub mod state;
 pub mod store;
 pub mod text;
 pub mod tools;
+pub mod unread_body;
 pub mod upstreams;
 pub mod vault;
 pub mod web;
@@ -52,6 +53,7 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(mcp::router())
         .merge(web::router(&state))
+        .layer(axum::middleware::from_fn(unread_body::close_if_unread))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_span)

@@ -108,6 +108,35 @@ async fn unauthenticated_requests_learn_where_to_get_a_token() {
     server.stop().await;
 }
 
+/// A 401 sent before the body has arrived says in its head that the connection closes (hyper
+/// closes it anyway, the body being unread), so a client that retries at once with its token, as
+/// httpx does, opens a new connection instead of writing into one that is going away. An answer
+/// to a request whose body was read keeps the connection.
+#[tokio::test]
+async fn a_refusal_before_the_body_says_the_connection_closes() {
+    let idp = idp(FakeIdpOptions::default()).await;
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = server(&database, &idp, "").await;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nContent-Length: 100",
+        server.addr
+    );
+    let answer = common::raw::head_without_body(server.addr, &head).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    let lowered = answer.to_ascii_lowercase();
+    assert!(lowered.contains("\r\nconnection: close\r\n"), "{answer}");
+
+    let token = idp.access_token("alice", &server.url, SCOPE);
+    let reply = try_initialize(&server, Some(&token)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_ne!(
+        reply.headers.get("connection").and_then(|v| v.to_str().ok()),
+        Some("close")
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_valid_token_names_the_caller_and_binds_the_session() {
     let idp = idp(FakeIdpOptions::default()).await;

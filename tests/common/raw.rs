@@ -33,3 +33,21 @@ pub async fn trickle_body(addr: SocketAddr, head: &str, every: Duration) -> Stri
     );
     answer
 }
+
+/// Sends `head` (which announces a body) and never the body; returns what the server answered up
+/// to closing the connection. Panics when the server has not closed it within [`WAIT`].
+pub async fn head_without_body(addr: SocketAddr, head: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(format!("{head}\r\n\r\n").as_bytes())
+        .await
+        .expect("send the head");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(WAIT, stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    assert!(
+        read.is_ok(),
+        "the server did not answer and close within {WAIT:?}; so far: {answer:?}"
+    );
+    answer
+}
