@@ -7,6 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 /// Ids in configuration (providers, forms): 1 to 64 letters, digits, `-` and `_`.
 pub fn is_identifier(text: &str) -> bool {
@@ -29,6 +30,18 @@ impl SessionId {
         let mut bytes = [0u8; SESSION_ID_BYTES];
         rand::rng().fill_bytes(&mut bytes);
         Self(URL_SAFE_NO_PAD.encode(bytes))
+    }
+
+    /// The session a principal's 2026-07-28 requests share, which have none of their own: it is
+    /// never stored, but their elicitations name it, so a pending one is reused across requests
+    /// and its completion wakes their held retries through the bus. Derived from the principal
+    /// (so every replica agrees) and shaped like any other id.
+    pub fn stateless(principal: &Principal) -> Self {
+        let digest = Sha256::new()
+            .chain_update(b"gatehouse stateless session\0")
+            .chain_update(principal.as_str().as_bytes())
+            .finalize();
+        Self(URL_SAFE_NO_PAD.encode(digest))
     }
 
     pub fn as_str(&self) -> &str {

@@ -11,6 +11,13 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// MCP 2025-11-25: the request needs the user to complete URL-mode elicitations first.
 pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+/// MCP 2026-07-28: an `MCP-Protocol-Version`, `Mcp-Method` or `Mcp-Name` header is missing or
+/// disagrees with the body.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// MCP 2026-07-28: answering needs a client capability the request did not declare.
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// MCP 2026-07-28: the request's protocol version is not one this server speaks.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// A server error of ours (-32000..-32099): the service cannot answer right now (its database
 /// is unreachable); the same request may succeed a moment later.
 pub const SERVICE_UNAVAILABLE: i64 = -32010;

@@ -9,7 +9,7 @@ use std::process::Command;
 use axum::Router;
 use axum::extract::Path as UrlPath;
 use axum::routing::get;
-use common::python::{python_sdk, unavailable};
+use common::python::{PythonScript, python_sdk, unavailable};
 use common::upstream::serve;
 use common::{Backend, TestDatabase, TestServer, confirm_payment, pay_arguments, pay_tool, repo, text};
 use serde_json::{Value, json};
@@ -149,56 +149,6 @@ backend_test!(
     }
 );
 
-/// `python_elicitation.py` running, its stdout read as one JSON event per line.
-struct ElicitationScript {
-    child: std::process::Child,
-    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
-}
-
-impl ElicitationScript {
-    fn start(python: &std::path::Path, args: &[&str]) -> Self {
-        use std::io::BufRead;
-        let mut child = Command::new(python)
-            .arg(repo().join("tests/interop/python_elicitation.py"))
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the Python client");
-        let stdout = child.stdout.take().expect("stdout");
-        let (lines_tx, lines) = tokio::sync::mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = lines_tx.send(line);
-            }
-        });
-        Self { child, lines }
-    }
-
-    /// The next event, or `None` once the script closed its stdout.
-    async fn next(&mut self) -> Option<Value> {
-        let line = tokio::time::timeout(std::time::Duration::from_secs(40), self.lines.recv())
-            .await
-            .expect("output in time")?;
-        Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
-    }
-
-    /// Waits for the exit, which must be a success.
-    async fn succeeded(self) {
-        let child = self.child;
-        let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-            .await
-            .expect("join")
-            .expect("wait");
-        assert!(
-            output.status.success(),
-            "Python client failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-}
-
 backend_test!(
     /// The Python SDK meets -32042, the test does the browser part over HTTP, the SDK receives the
     /// completion notification on its stream and its retry succeeds.
@@ -210,7 +160,11 @@ backend_test!(
         let database = TestDatabase::new(backend).await;
         let config = fake.configure(include_str!("fixtures/fake_provider.toml"));
         let server = TestServer::start(&database, &config).await;
-        let mut script = ElicitationScript::start(&python, &["--url", &server.url, "--call", "me", "--timeout", "30"]);
+        let mut script = PythonScript::start(
+            &python,
+            "tests/interop/python_elicitation.py",
+            &["--url", &server.url, "--call", "me", "--timeout", "30"],
+        );
         let mut events = Vec::new();
         while let Some(event) = script.next().await {
             if event["event"] == "elicitation" {
@@ -262,7 +216,11 @@ backend_test!(
 
         // Accept, with progress: the browser waits until progress says the server got the accept.
         let args = script_args(&["--progress"]);
-        let mut script = ElicitationScript::start(&python, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut script = PythonScript::start(
+            &python,
+            "tests/interop/python_elicitation.py",
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
         let mut events = Vec::new();
         let (mut asked, mut accepted) = (None, false);
         while asked.is_none() || !accepted {
@@ -313,7 +271,11 @@ backend_test!(
 
         // Decline, without progress: the same call asks afresh, and ends with a tool error.
         let args = script_args(&["--action", "decline"]);
-        let mut script = ElicitationScript::start(&python, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut script = PythonScript::start(
+            &python,
+            "tests/interop/python_elicitation.py",
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
         let mut events = Vec::new();
         while let Some(event) = script.next().await {
             events.push(event);

@@ -50,6 +50,11 @@ pub struct ElicitationConfig {
     /// they ended.
     #[serde(deserialize_with = "duration")]
     pub retention: Duration,
+    /// How long a 2026-07-28 retry waits for the elicitations it was given before answering
+    /// `input_required` again: below common client timeouts, and long enough that a user who takes
+    /// minutes in the browser does not use up the client's rounds of retries. Zero: no waiting.
+    #[serde(deserialize_with = "duration")]
+    pub hold: Duration,
 }
 
 impl Default for ElicitationConfig {
@@ -60,6 +65,7 @@ impl Default for ElicitationConfig {
             progress_interval: Duration::from_secs(10),
             max_pending_per_principal: 32,
             retention: Duration::from_secs(7 * 24 * 3600),
+            hold: Duration::from_secs(25),
         }
     }
 }

@@ -105,6 +105,12 @@ impl Config {
                 "must be longer than zero and at most elicitation.ttl (an elicitation cannot outlive its page)",
             ));
         }
+        if self.elicitation.hold > Duration::from_secs(300) || self.elicitation.hold > self.elicitation.ttl {
+            return Err(ConfigError::key(
+                "elicitation.hold",
+                "must be at most 5m and at most elicitation.ttl: a held request must end before its client gives up",
+            ));
+        }
         if self.elicitation.progress_interval < Duration::from_millis(100) {
             return Err(ConfigError::key(
                 "elicitation.progress_interval",

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -27,10 +27,25 @@ pub const RELAYED_ID_PREFIX: &str = "gatehouse-relay-";
 
 type Answer = Result<Value, Value>;
 
-#[derive(Default)]
+/// 2026-07-28 retries held at once on this replica, waiting for their user; one more is answered
+/// at once instead (its client retries again), so holding costs at most this many waiting
+/// requests. Each is an open HTTP request and a bus subscription: a few kilobytes.
+const MAX_HELD: usize = 10_000;
+
 pub struct RunningCalls {
     cancels: Mutex<HashMap<(SessionId, RequestId), CancellationToken>>,
     replies: Mutex<HashMap<String, (SessionId, oneshot::Sender<Answer>)>>,
+    held: Arc<Semaphore>,
+}
+
+impl Default for RunningCalls {
+    fn default() -> Self {
+        Self {
+            cancels: Mutex::default(),
+            replies: Mutex::default(),
+            held: Arc::new(Semaphore::new(MAX_HELD)),
+        }
+    }
 }
 
 /// A running call; unregistered when dropped.
@@ -51,6 +66,16 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl RunningCalls {
+    /// A place for one more held retry, kept while the permit lives; `None` when all are taken.
+    pub fn hold(&self) -> Option<OwnedSemaphorePermit> {
+        self.held.clone().try_acquire_owned().ok()
+    }
+
+    /// How many retries are held here now.
+    pub fn held_now(&self) -> usize {
+        MAX_HELD - self.held.available_permits()
+    }
+
     /// Registers the call `id` of `session`, which a client may cancel from now on.
     pub fn start(self: &Arc<Self>, session: &SessionId, id: &RequestId) -> RunningCall {
         let key = (session.clone(), id.clone());

@@ -7,15 +7,19 @@
 mod calls;
 mod incall;
 mod methods;
+mod modern;
 mod resource_metadata;
 pub mod sessions;
 mod stream;
+mod tool_call;
 mod transport;
 
 use axum::Router;
 use axum::routing::post;
 
+use crate::jsonrpc::RpcError;
 use crate::state::AppState;
+use crate::store::StoreError;
 
 pub use calls::{RunningCalls, listen as listen_for_calls};
 
@@ -38,4 +42,16 @@ pub fn router() -> Router<AppState> {
             post(transport::post).get(transport::get).delete(transport::delete),
         )
         .merge(resource_metadata::router())
+}
+
+/// What the client sees of a store failure, which is logged with `context`: during a database
+/// outage "unavailable" (HTTP 503), otherwise an internal error.
+fn store_failure(context: &str, error: &StoreError) -> RpcError {
+    if error.is_unavailable() {
+        tracing::warn!(%error, "{context}: the database is unavailable");
+        RpcError::unavailable()
+    } else {
+        tracing::error!(%error, "{context}");
+        RpcError::internal()
+    }
 }

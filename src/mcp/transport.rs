@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::calls;
 use super::incall::Outbox;
-use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, stream};
+use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, modern, stream};
 use crate::domain::{Principal, SessionId};
 use crate::identity::oauth::BearerError;
 use crate::identity::{Caller, IdentityError};
@@ -63,7 +63,7 @@ impl Refusal {
 
     /// A store failure, logged with `context`: 503 during a database outage, else 500.
     fn store(context: &str, error: &StoreError) -> Self {
-        Self::failed(None, methods::store_failure(context, error))
+        Self::failed(None, super::store_failure(context, error))
     }
 
     /// A request that failed on our side with `error` (internal or unavailable).
@@ -182,6 +182,17 @@ fn check_protocol_header(headers: &HeaderMap) -> Result<(), Refusal> {
             )),
         },
     }
+}
+
+/// GET and DELETE are not part of the 2026-07-28 era: its requests are POSTs.
+fn refuse_stateless(headers: &HeaderMap) -> Result<(), Refusal> {
+    if modern::is_stateless(headers) {
+        return Err(Refusal::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Method Not Allowed: 2026-07-28 requests are POSTs",
+        ));
+    }
+    Ok(())
 }
 
 /// The caller, by the identity mode; refused with the challenge MCP authorization prescribes.
@@ -339,6 +350,12 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
         error,
         challenge: None,
     })?;
+    if modern::requested(&parts.headers, &message) {
+        return Ok(match modern::answer(state, &parts.headers, &caller, message).await {
+            modern::Answer::Json(status, body) => json_response(status, &body),
+            modern::Answer::Accepted => accepted(),
+        });
+    }
     if message.method() == Some("initialize") {
         return initialize(state, &parts.headers, caller.principal, message).await;
     }
@@ -509,6 +526,7 @@ pub async fn get(
     let (parts, _) = request.into_parts();
     let opened = async {
         check_origin_and_host(&state, &parts.headers)?;
+        refuse_stateless(&parts.headers)?;
         if !accepts(&parts.headers, "text/event-stream") {
             return Err(Refusal::new(
                 StatusCode::NOT_ACCEPTABLE,
@@ -571,6 +589,7 @@ pub async fn delete(
     let (parts, _) = request.into_parts();
     let ended = async {
         check_origin_and_host(&state, &parts.headers)?;
+        refuse_stateless(&parts.headers)?;
         check_protocol_header(&parts.headers)?;
         let caller = caller(&state, &parts, peer).await?;
         check_database(&state)?;

@@ -48,12 +48,18 @@ async fn append_in(tx: &mut Tx<'_>, session: &SessionId, message: &Value) -> Res
         .bind(message)
         .execute(&mut **tx)
         .await?;
+    announce_appended(tx, session).await?;
+    Ok(Some(seq))
+}
+
+/// Tells every replica, when `tx` commits, that the session's log may have grown.
+async fn announce_appended(tx: &mut Tx<'_>, session: &SessionId) -> Result<(), StoreError> {
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(NOTIFY_CHANNEL)
         .bind(Notice::Appended(session.clone()).encode())
         .execute(&mut **tx)
         .await?;
-    Ok(Some(seq))
+    Ok(())
 }
 
 /// Moves a pending elicitation unexpired at `now` to `status` and appends `notification` to its
@@ -77,13 +83,17 @@ async fn finish_in(
     let Some((session,)) = session else {
         return Ok(false);
     };
-    append_in(tx, &parse_session_id(&session)?, notification).await?;
+    let session = parse_session_id(&session)?;
+    if append_in(tx, &session, notification).await?.is_none() {
+        // No stored session: a 2026-07-28 caller's, whose held retries still wait for the news.
+        announce_appended(tx, &session).await?;
+    }
     Ok(true)
 }
 
 /// CTEs for a statement with a CTE `completed` that returns the `session_id` of the elicitation it
-/// completed (or nothing): they append the message bound at `$message` to that session's log and
-/// return it from `stored`, which the statement must announce with [`announce_stored`].
+/// completed (or nothing): they append the message bound at `$message` to that session's log, if
+/// it has one, and the statement must announce it with [`announce_completed`].
 fn append_to_completed(message: u8) -> String {
     format!(
         "numbered AS (UPDATE sessions SET last_event_seq = last_event_seq + 1
@@ -93,10 +103,11 @@ fn append_to_completed(message: u8) -> String {
     )
 }
 
-/// Announces the event `append_to_completed` stored, if any; the channel is bound at `$channel`.
-fn announce_stored(channel: u8) -> String {
+/// Announces the completion to the elicitation's session, stored or not (a 2026-07-28 caller's
+/// has no row, but its held retries wait for the news); the channel is bound at `$channel`.
+fn announce_completed(channel: u8) -> String {
     format!(
-        "(SELECT pg_notify(${channel}, {}) FROM stored) IS NULL",
+        "(SELECT pg_notify(${channel}, {}) FROM completed) IS NULL",
         Notice::appended_sql("session_id")
     )
 }

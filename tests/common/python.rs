@@ -76,3 +76,54 @@ pub async fn python_sdk() -> Option<PathBuf> {
         }
     }
 }
+
+/// A Python script of `tests/interop/` running, its stdout read as one JSON event per line.
+pub struct PythonScript {
+    child: std::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl PythonScript {
+    /// Starts `script` (a path from the repository's root) with `python` and `args`.
+    pub fn start(python: &std::path::Path, script: &str, args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(python)
+            .arg(repo().join(script))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the Python client");
+        let stdout = child.stdout.take().expect("stdout");
+        let (lines_tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The next event, or `None` once the script closed its stdout.
+    pub async fn next(&mut self) -> Option<serde_json::Value> {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(40), self.lines.recv())
+            .await
+            .expect("output in time")?;
+        Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+    }
+
+    /// Waits for the exit, which must be a success.
+    pub async fn succeeded(self) {
+        let child = self.child;
+        let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .expect("join")
+            .expect("wait");
+        assert!(
+            output.status.success(),
+            "Python client failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}

@@ -30,7 +30,7 @@ impl ConnectionStore for PostgresStore {
              SELECT EXISTS (SELECT 1 FROM completed), {},
                  (SELECT pg_notify($13, $14) FROM saved) IS NULL",
             append_to_completed(12),
-            announce_stored(13),
+            announce_completed(13),
         ))
         .bind(c.principal.as_str())
         .bind(&c.provider)

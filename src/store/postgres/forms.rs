@@ -23,7 +23,7 @@ impl FormStore for PostgresStore {
              {}
              SELECT EXISTS (SELECT 1 FROM completed), {}",
             append_to_completed(9),
-            announce_stored(10),
+            announce_completed(10),
         ))
         .bind(v.principal.as_str())
         .bind(&v.form)

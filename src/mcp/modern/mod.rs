@@ -1,0 +1,304 @@
+//! The 2026-07-28 era on `/mcp`, beside 2025-11-25: which requests belong to it, their headers and
+//! `_meta` checked against each other, and the answers. Its requests are stateless: what the client
+//! can do comes with each request (`_meta`), never from an earlier one; nothing is stored for them
+//! but the elicitations a gated call asks for (see `call`).
+
+mod call;
+mod request_state;
+
+use axum::http::{HeaderMap, HeaderName, StatusCode};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use chrono::Utc;
+use serde_json::{Map, Value, json};
+
+use super::SUPPORTED_PROTOCOL_VERSIONS;
+use super::methods::{MAX_CAPABILITIES_BYTES, kept_client_info, list_tools, serialized_len};
+use crate::domain::SessionId;
+use crate::identity::Caller;
+use crate::jsonrpc::{
+    self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RpcError,
+    UNSUPPORTED_PROTOCOL_VERSION,
+};
+use crate::state::AppState;
+use crate::store::SessionRecord;
+
+/// The stateless revision; requests of the handshake era name one of [`SUPPORTED_PROTOCOL_VERSIONS`].
+pub const STATELESS_PROTOCOL_VERSION: &str = "2026-07-28";
+
+const PROTOCOL_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
+const NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
+
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// How long a client may keep `server/discover`'s answer, which is the same for everybody.
+const DISCOVER_TTL_MS: u64 = 3_600_000;
+/// How long a client may keep a `tools/list` page when the tools can change only with the
+/// configuration; upstreams' catalogues change at any time, so with upstreams it is zero.
+const TOOLS_TTL_MS: u64 = 300_000;
+
+/// Told to the model by `server/discover`: how gated tools behave in this era.
+const INSTRUCTIONS: &str = "Some tools on this server act on the user's accounts at other services or need \
+information that only the user can enter, in a browser. When such a tool needs something the user has not \
+provided yet, the client is asked to show the user a link; once the user has finished there, the call goes on \
+by itself. Never ask the user to paste passwords, API keys or tokens into the conversation: the page collects \
+them. Call `whoami` to see who the server thinks is calling.";
+
+/// Whether a message belongs to the 2026-07-28 era: `server/discover`, anything whose `_meta`
+/// names a protocol version (an unknown one is answered here, with the error it deserves), or a
+/// request whose `MCP-Protocol-Version` header names the stateless revision.
+pub fn requested(headers: &HeaderMap, message: &Message) -> bool {
+    if message.method() == Some("server/discover") {
+        return true;
+    }
+    let params = match message {
+        Message::Request { params, .. } | Message::Notification { params, .. } => params.as_ref(),
+        Message::Response { .. } => None,
+    };
+    if params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(META_VERSION))
+        .is_some()
+    {
+        return true;
+    }
+    is_stateless(headers)
+}
+
+/// Whether the request's `MCP-Protocol-Version` is the stateless revision.
+pub fn is_stateless(headers: &HeaderMap) -> bool {
+    headers
+        .get(PROTOCOL_HEADER)
+        .is_some_and(|v| v == STATELESS_PROTOCOL_VERSION)
+}
+
+/// Every version gatehouse speaks, newest first: the stateless one, then the handshake era's.
+fn supported_versions() -> Vec<&'static str> {
+    std::iter::once(STATELESS_PROTOCOL_VERSION)
+        .chain(SUPPORTED_PROTOCOL_VERSIONS)
+        .collect()
+}
+
+/// What goes back: an HTTP status and a JSON-RPC body, or 202 with none (a notification).
+pub enum Answer {
+    Json(StatusCode, Value),
+    Accepted,
+}
+
+/// Answers a message of this era.
+pub async fn answer(state: &AppState, headers: &HeaderMap, caller: &Caller, message: Message) -> Answer {
+    let (id, method, params) = match message {
+        Message::Request { id, method, params } => (id, method, params),
+        // Cancellation is the client closing its request; nothing else is sent to a server.
+        Message::Notification { .. } => return Answer::Accepted,
+        Message::Response { id, .. } => {
+            let error = RpcError::new(
+                INVALID_REQUEST,
+                "2026-07-28 clients answer input requests in the retried request, not as responses",
+            );
+            return Answer::Json(StatusCode::BAD_REQUEST, jsonrpc::error_response(Some(&id), &error));
+        }
+    };
+    let params = jsonrpc::params_object(params);
+    let outcome = match check(headers, &method, &params) {
+        Ok(()) => dispatch(state, caller, &method, params).await,
+        Err(refused) => Err(refused),
+    };
+    match outcome {
+        Ok(result) => Answer::Json(StatusCode::OK, jsonrpc::result_response(&id, decorate(result))),
+        Err(Refused { status, error }) => Answer::Json(status, jsonrpc::error_response(Some(&id), &error)),
+    }
+}
+
+/// A JSON-RPC error and the HTTP status it goes out with.
+struct Refused {
+    status: StatusCode,
+    error: RpcError,
+}
+
+impl Refused {
+    fn bad_request(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            error: RpcError::new(code, message),
+        }
+    }
+}
+
+/// Errors found by a method: 400 for what the request got wrong in this era's terms, 503 for an
+/// outage, else 200 with the error.
+impl From<RpcError> for Refused {
+    fn from(error: RpcError) -> Self {
+        let status = if error.is_unavailable() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else if error.code == jsonrpc::MISSING_REQUIRED_CLIENT_CAPABILITY {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::OK
+        };
+        Self { status, error }
+    }
+}
+
+/// The request's headers against its body, in the order the specification lists the errors.
+fn check(headers: &HeaderMap, method: &str, params: &Map<String, Value>) -> Result<(), Refused> {
+    let header = |name: &HeaderName| headers.get(name).map(|v| v.to_str().map_err(|_| ()));
+    let Some(Ok(version)) = header(&PROTOCOL_HEADER) else {
+        return Err(Refused::bad_request(
+            HEADER_MISMATCH,
+            "Header mismatch: a 2026-07-28 request needs an MCP-Protocol-Version header",
+        ));
+    };
+    let meta = params.get("_meta").and_then(Value::as_object);
+    let missing: Vec<&str> = [META_VERSION, META_CAPABILITIES]
+        .into_iter()
+        .filter(|key| meta.is_none_or(|meta| !meta.contains_key(*key)))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Refused::bad_request(
+            INVALID_PARAMS,
+            format!("Invalid params: missing _meta keys: {}", missing.join(", ")),
+        ));
+    }
+    let requested = meta.and_then(|meta| meta.get(META_VERSION)).and_then(Value::as_str);
+    if requested != Some(version) {
+        return Err(Refused::bad_request(
+            HEADER_MISMATCH,
+            "Header mismatch: MCP-Protocol-Version does not match _meta's protocolVersion",
+        ));
+    }
+    if version != STATELESS_PROTOCOL_VERSION {
+        return Err(Refused {
+            status: StatusCode::BAD_REQUEST,
+            error: RpcError::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
+                .with_data(json!({"supported": supported_versions(), "requested": version})),
+        });
+    }
+    if header(&METHOD_HEADER) != Some(Ok(method)) {
+        return Err(Refused::bad_request(
+            HEADER_MISMATCH,
+            "Header mismatch: the Mcp-Method header must name the request's method",
+        ));
+    }
+    let named = match method {
+        "tools/call" | "prompts/get" => params.get("name"),
+        "resources/read" => params.get("uri"),
+        _ => return Ok(()),
+    };
+    let sent = headers.get(NAME_HEADER).and_then(|v| decode_header(v.as_bytes()));
+    if sent.is_none() || sent.as_deref() != named.and_then(Value::as_str) {
+        return Err(Refused::bad_request(
+            HEADER_MISMATCH,
+            "Header mismatch: the Mcp-Name header must carry the request's name (or uri)",
+        ));
+    }
+    Ok(())
+}
+
+/// A header's text: as it is when ASCII, or a `=?base64?…?=` word decoded (how clients send
+/// names that are not).
+fn decode_header(raw: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(raw).ok()?;
+    match text.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
+        Some(encoded) => String::from_utf8(STANDARD.decode(encoded).ok()?).ok(),
+        None => Some(text.to_owned()),
+    }
+}
+
+async fn dispatch(
+    state: &AppState,
+    caller: &Caller,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Value, Refused> {
+    match method {
+        "server/discover" => Ok(discover(state)),
+        "tools/list" => {
+            let mut result = list_tools(state, caller, params)?;
+            let ttl = if state.upstreams.is_empty() { TOOLS_TTL_MS } else { 0 };
+            result["ttlMs"] = json!(ttl);
+            // Which tools a caller sees depends on who it is (`allow`).
+            result["cacheScope"] = json!("private");
+            Ok(result)
+        }
+        "tools/call" => {
+            let session = stateless_session(caller, &params)?;
+            Ok(call::call(state, &session, caller, params).await?)
+        }
+        other => Err(Refused {
+            status: StatusCode::NOT_FOUND,
+            error: RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {other}")),
+        }),
+    }
+}
+
+fn discover(state: &AppState) -> Value {
+    json!({
+        "supportedVersions": supported_versions(),
+        "capabilities": {"tools": {"listChanged": false}},
+        "instructions": INSTRUCTIONS,
+        "ttlMs": if state.upstreams.is_empty() { DISCOVER_TTL_MS } else { 0 },
+        "cacheScope": "public",
+    })
+}
+
+/// Every result says it is complete (unless it asks for input) and who answered.
+fn decorate(mut result: Value) -> Value {
+    let Some(object) = result.as_object_mut() else {
+        return result;
+    };
+    object.entry("resultType").or_insert_with(|| json!("complete"));
+    if let Value::Object(meta) = object.entry("_meta").or_insert_with(|| json!({})) {
+        meta.insert(
+            META_SERVER_INFO.to_owned(),
+            json!({"name": "gatehouse", "title": "gatehouse", "version": env!("CARGO_PKG_VERSION")}),
+        );
+    }
+    result
+}
+
+/// The session a stateless request stands in: the principal's shared stateless id, with what
+/// this request's `_meta` says of its client, and nothing from any earlier request.
+fn stateless_session(caller: &Caller, params: &Map<String, Value>) -> Result<SessionRecord, RpcError> {
+    let meta = params.get("_meta").and_then(Value::as_object);
+    let capabilities = match meta.and_then(|meta| meta.get(META_CAPABILITIES)) {
+        Some(value @ Value::Object(_)) if serialized_len(value) <= MAX_CAPABILITIES_BYTES => value.clone(),
+        Some(Value::Object(_)) => {
+            return Err(RpcError::invalid_params(format!(
+                "_meta's clientCapabilities is larger than {MAX_CAPABILITIES_BYTES} bytes"
+            )));
+        }
+        _ => return Err(RpcError::invalid_params("_meta's clientCapabilities must be an object")),
+    };
+    let client_info = match meta.and_then(|meta| meta.get(META_CLIENT_INFO)) {
+        None => Map::new(),
+        Some(Value::Object(info)) => kept_client_info(info),
+        Some(_) => return Err(RpcError::invalid_params("_meta's clientInfo must be an object")),
+    };
+    Ok(SessionRecord {
+        id: SessionId::stateless(&caller.principal),
+        principal: caller.principal.clone(),
+        protocol_version: STATELESS_PROTOCOL_VERSION.to_owned(),
+        client_info: Value::Object(client_info),
+        client_capabilities: capabilities,
+        log_level: None,
+        created_at: Utc::now(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_read_plain_or_from_base64_words() {
+        assert_eq!(decode_header(b"acme_me").as_deref(), Some("acme_me"));
+        let encoded = format!("=?base64?{}?=", STANDARD.encode("café"));
+        assert_eq!(decode_header(encoded.as_bytes()).as_deref(), Some("café"));
+        assert_eq!(decode_header(b"=?base64?not base64?="), None);
+    }
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""A gated call through the official Python MCP SDK's `Client` (PyPI `mcp`, 2.x) on protocol
+2026-07-28, where a request that needs the user answers `input_required`.
+
+The Rust integration tests run this as a subprocess. It connects to --url with --mode (`auto`
+sends `server/discover` first; `2026-07-28` adopts the revision at once), calls --call with the
+JSON object --args, and lets the SDK drive the input_required rounds: the SDK hands each URL-mode
+`elicitation/create` to the elicitation callback, which prints one line
+  {"event": "elicitation", "mode", "url", "message"}
+and answers `accept` (the user agreed to open the link); the SDK retries with the request state,
+which the server holds until the user has finished in the browser (the test does that part over
+HTTP, on whichever replica it likes). When the call returns it prints a final line
+  {"event": "result", "protocolVersion", "result": {"isError", "content", "structuredContent"}}
+
+Every stdout line is one JSON object, flushed at once. Exit codes: 0 success; 2 the call answered
+with a JSON-RPC error (as JSON on stderr); 1 anything else, including --timeout (seconds) running out.
+
+Usage:
+  python_stateless.py --url http://127.0.0.1:PORT/mcp --call me [--args '{}'] [--mode auto] [--timeout 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from mcp.client.client import Client
+from mcp.client.session import ClientRequestContext
+from mcp.types import ElicitRequestParams, ElicitResult, Implementation
+from python_client import result_to_json, run_main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="gatehouse's Streamable HTTP endpoint")
+    parser.add_argument("--call", required=True, metavar="TOOL", help="tool to call")
+    parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
+    parser.add_argument("--mode", default="auto", help="the Client's mode: auto, or a protocol version")
+    parser.add_argument("--timeout", type=float, default=60.0, help="overall timeout in seconds")
+    return parser.parse_args(argv)
+
+
+def emit(event: dict[str, Any]) -> None:
+    print(json.dumps(event), flush=True)
+
+
+async def on_elicitation(_context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+    emit(
+        {
+            "event": "elicitation",
+            "mode": getattr(params, "mode", None),
+            "url": getattr(params, "url", None),
+            "message": params.message,
+        }
+    )
+    return ElicitResult(action="accept")
+
+
+async def run(url: str, tool: str, mode: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    client_info = Implementation(name="gatehouse-interop-python-stateless", version="1.0.0")
+    async with Client(url, mode=mode, client_info=client_info, elicitation_callback=on_elicitation) as client:
+        result = await client.call_tool(tool, arguments)
+        version = client.protocol_version
+    return {"event": "result", "protocolVersion": version, "result": result_to_json(result)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    return run_main(opts, lambda arguments: run(opts.url, opts.call, opts.mode, arguments), "stateless client")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

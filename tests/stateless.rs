@@ -1,0 +1,371 @@
+//! Protocol 2026-07-28 on `/mcp` beside 2025-11-25: stateless requests checked header against
+//! body, `server/discover`, and gated calls as `input_required` with a sealed `requestState`,
+//! whose retry is held until the user finishes in the browser (on another replica, too).
+
+mod common;
+
+use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::stateless::{STATELESS, StatelessClient, refused};
+use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, eventually, text};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// Fake Hub and its tools `me` and `me_write`, with retries held for `hold`.
+async fn start(backend: Backend, hold: &str, extra: &str) -> (FakeProvider, TestDatabase, TestServer) {
+    let fake = FakeProvider::start(FakeOptions::default()).await;
+    let database = TestDatabase::new(backend).await;
+    let toml = format!(
+        "{}\n{extra}\n[elicitation]\nhold = \"{hold}\"\n",
+        fake.configure(include_str!("fixtures/fake_hub.toml"))
+    );
+    let server = TestServer::start(&database, &toml).await;
+    (fake, database, server)
+}
+
+/// The `input_required` answer to a call: its one URL-mode elicitation's URL and the state.
+fn input_required(result: &Value) -> (String, String) {
+    assert_eq!(result["resultType"], "input_required", "{result}");
+    let requests = result["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(requests.len(), 1, "{result}");
+    let request = requests.values().next().expect("one");
+    assert_eq!(request["method"], "elicitation/create", "{result}");
+    assert_eq!(request["params"]["mode"], "url", "{result}");
+    assert!(request["params"].get("elicitationId").is_none(), "{result}");
+    let url = request["params"]["url"].as_str().expect("url").to_owned();
+    let state = result["requestState"].as_str().expect("requestState").to_owned();
+    (url, state)
+}
+
+/// A retry of `tool` with `state`, as the SDKs send it.
+fn retry(tool: &str, state: &str) -> Value {
+    json!({"name": tool, "arguments": {}, "inputResponses": {"any": {"action": "accept"}}, "requestState": state})
+}
+
+backend_test!(
+    async fn stateless_requests_discover_list_and_call_beside_sessions(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start(&database, "").await;
+        let client = StatelessClient::new(&server.url);
+
+        let discovered = client.result("server/discover", json!({})).await;
+        assert_eq!(discovered["resultType"], "complete");
+        let versions = discovered["supportedVersions"].as_array().expect("versions");
+        assert!(versions.contains(&json!(STATELESS)) && versions.contains(&json!("2025-11-25")));
+        assert!(discovered["capabilities"]["tools"].is_object(), "{discovered}");
+        assert_eq!(
+            discovered["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+            "gatehouse"
+        );
+        assert!(
+            discovered["ttlMs"].is_u64() && discovered["cacheScope"] == "public",
+            "{discovered}"
+        );
+        assert!(
+            discovered["instructions"]
+                .as_str()
+                .is_some_and(|i| !i.contains("-32042"))
+        );
+
+        let listed = client.result("tools/list", json!({})).await;
+        assert_eq!(listed["resultType"], "complete");
+        assert!(
+            listed["tools"]
+                .as_array()
+                .expect("tools")
+                .iter()
+                .any(|t| t["name"] == "whoami")
+        );
+        assert!(
+            listed["ttlMs"].is_u64() && listed["cacheScope"] == "private",
+            "{listed}"
+        );
+
+        let whoami = client.result("tools/call", json!({"name": "whoami"})).await;
+        assert_eq!(whoami["resultType"], "complete");
+        assert_eq!(whoami["isError"], false, "{whoami}");
+        assert!(
+            text(&whoami).contains("gatehouse-tests"),
+            "the client named in _meta: {whoami}"
+        );
+
+        // Nothing was stored for them; a 2025-11-25 client on the same endpoint works as before.
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);
+        let mut legacy = server.client();
+        legacy.initialize().await;
+        assert_eq!(
+            legacy.call("tools/call", json!({"name": "whoami"})).await["isError"],
+            false
+        );
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 1);
+        server.stop().await;
+    }
+);
+
+#[tokio::test]
+async fn headers_and_meta_must_agree_with_the_body() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, "").await;
+    let client = StatelessClient::new(&server.url);
+    let call = client.with_meta(json!({"name": "whoami"}));
+    let check = async |method: &str, params: &Value, headers: &[(&str, Option<&str>)], status, code| {
+        let reply = client.send(method, params.clone(), headers).await;
+        let error = refused(&reply, status, code);
+        assert!(
+            reply.body["id"].is_i64(),
+            "errors carry the request's id: {}",
+            reply.body
+        );
+        error
+    };
+    let bad = StatusCode::BAD_REQUEST;
+
+    check("tools/call", &call, &[("mcp-protocol-version", None)], bad, -32020).await;
+    check("tools/call", &json!({"name": "whoami"}), &[], bad, -32602).await;
+    let mut no_capabilities = call.clone();
+    no_capabilities["_meta"]
+        .as_object_mut()
+        .expect("meta")
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    check("tools/call", &no_capabilities, &[], bad, -32602).await;
+    let mut future = call.clone();
+    future["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    check("tools/call", &future, &[], bad, -32020).await;
+    let unsupported = check(
+        "tools/call",
+        &future,
+        &[("mcp-protocol-version", Some("2099-01-01"))],
+        bad,
+        -32022,
+    )
+    .await;
+    assert_eq!(unsupported["data"]["requested"], "2099-01-01");
+    let supported = unsupported["data"]["supported"].as_array().expect("supported");
+    assert!(supported.contains(&json!(STATELESS)) && supported.contains(&json!("2025-11-25")));
+
+    check("tools/call", &call, &[("mcp-method", None)], bad, -32020).await;
+    check("tools/call", &call, &[("mcp-method", Some("tools/list"))], bad, -32020).await;
+    check("tools/call", &call, &[("mcp-name", None)], bad, -32020).await;
+    check("tools/call", &call, &[("mcp-name", Some("other"))], bad, -32020).await;
+    // A name that is not ASCII travels base64-encoded; decoded, it matches (there is no such tool).
+    let cafe = client.with_meta(json!({"name": "café"}));
+    let encoded = "=?base64?Y2Fmw6k=?=";
+    let unknown = client.send("tools/call", cafe, &[("mcp-name", Some(encoded))]).await;
+    assert_eq!(unknown.status, StatusCode::OK, "{}", unknown.body);
+    assert!(
+        unknown.body["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("Unknown tool: café")
+    );
+
+    for method in ["initialize", "ping", "logging/setLevel", "resources/nope"] {
+        check(method, &client.with_meta(json!({})), &[], StatusCode::NOT_FOUND, -32601).await;
+    }
+    let http = reqwest::Client::new();
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let response = http
+            .request(method.clone(), &server.url)
+            .header("mcp-protocol-version", STATELESS)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED, "{method}");
+    }
+    assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);
+    server.stop().await;
+}
+
+backend_test!(
+    /// input_required, the retry held until the hold runs out (same link, fresh state), then the
+    /// user signs in while a retry is held: it answers the tool's result at once.
+    async fn a_gated_call_asks_for_input_and_its_held_retry_returns_the_result(backend: Backend) {
+        let (fake, database, server) = start(backend, "1s", "").await;
+        let client = StatelessClient::new(&server.url);
+        let first = client
+            .result("tools/call", json!({"name": "me", "arguments": {}}))
+            .await;
+        let (url, state) = input_required(&first);
+        assert!(url.starts_with(&format!("{}/connect/", server.base())), "{url}");
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);
+
+        // Nobody finished: after the hold, input_required again, same link, a fresh state.
+        let again = client.result("tools/call", retry("me", &state)).await;
+        let (url_again, state_again) = input_required(&again);
+        assert_eq!(url_again, url);
+        assert_ne!(state_again, state);
+        assert_eq!(
+            database
+                .query_count("SELECT COUNT(*) FROM elicitations WHERE status = 'pending'")
+                .await,
+            1
+        );
+        server.stop().await;
+
+        // A longer hold: the user finishes while the retry waits.
+        let server = TestServer::start(
+            &database,
+            &format!(
+                "{}\n[elicitation]\nhold = \"60s\"\n",
+                fake.configure(include_str!("fixtures/fake_hub.toml"))
+            ),
+        )
+        .await;
+        let client = client.at(&server.url);
+        let held = tokio::spawn({
+            let client = client.clone();
+            async move { client.result("tools/call", retry("me", &state_again)).await }
+        });
+        let calls = server.state.calls.clone();
+        eventually("the retry is held", async || (calls.held_now() == 1).then_some(())).await;
+        let page = Browser::new()
+            .sign_in(&url.replace(&url_base(&url), &server.base()))
+            .await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        let result = held.await.expect("the held retry");
+        assert_eq!(result["resultType"], "complete", "{result}");
+        assert_eq!(result["isError"], false, "{result}");
+        assert_eq!(calls.held_now(), 0);
+        server.stop().await;
+    }
+);
+
+/// `http://host:port` of a URL.
+fn url_base(url: &str) -> String {
+    let parsed = url::Url::parse(url).expect("url");
+    parsed.origin().ascii_serialization()
+}
+
+postgres_test!(
+    /// The retry held on A, the browser on B: the completion reaches A through the database.
+    async fn a_retry_held_on_one_replica_is_answered_when_the_user_finishes_on_another() {
+        let fake = FakeProvider::start(FakeOptions::default()).await;
+        let database = TestDatabase::new(Backend::Postgres).await;
+        let toml = fake.configure(include_str!("fixtures/fake_hub.toml"));
+        let a = TestServer::start(&database, &toml).await;
+        let b = TestServer::start(&database, &toml).await;
+        let client = StatelessClient::new(&a.url);
+        let first = client
+            .result("tools/call", json!({"name": "me", "arguments": {}}))
+            .await;
+        let (url, state) = input_required(&first);
+        let held = tokio::spawn({
+            let client = client.clone();
+            async move { client.result("tools/call", retry("me", &state)).await }
+        });
+        let calls = a.state.calls.clone();
+        eventually("the retry is held on A", async || (calls.held_now() == 1).then_some(())).await;
+        let browser = Browser::new();
+        let authorize = browser.continue_to_provider(&url.replace(&a.base(), &b.base())).await;
+        let callback = browser.authorize(&authorize).await.replace(&a.base(), &b.base());
+        assert_eq!(browser.get(&callback).await.status, StatusCode::OK);
+        let result = held.await.expect("the held retry");
+        assert_eq!(result["isError"], false, "{result}");
+        a.stop().await;
+        b.stop().await;
+    }
+);
+
+backend_test!(
+    /// A state that was changed, or belongs to another user, tool or arguments, is an error and
+    /// changes nothing; so is one of the wrong type.
+    async fn request_state_is_bound_to_its_user_tool_and_arguments(backend: Backend) {
+        let (_fake, database, server) = start(backend, "1s", HEADER_IDENTITY).await;
+        let alice = StatelessClient::new(&server.url).with_user("x-forwarded-user", "alice");
+        let bob = StatelessClient::new(&server.url).with_user("x-forwarded-user", "bob");
+        let first = alice.result("tools/call", json!({"name": "me", "arguments": {}})).await;
+        let (_, state) = input_required(&first);
+        let stored = database.everything_stored().await;
+
+        let probes = [
+            (
+                &alice,
+                retry("me", &format!("{state}-TAMPERED")),
+                "not one this server issued",
+            ),
+            (&bob, retry("me", &state), "another user"),
+            (&alice, retry("me_write", &state), "another tool"),
+            (
+                &alice,
+                json!({"name": "me", "arguments": {"login": "mallory"}, "requestState": state}),
+                "other arguments",
+            ),
+            (&alice, json!({"name": "me", "requestState": 42}), "must be a string"),
+        ];
+        for (client, params, why) in probes {
+            let reply = client.request("tools/call", params).await;
+            let error = refused(&reply, StatusCode::OK, -32602);
+            assert!(
+                error["message"].as_str().expect("message").contains(why),
+                "{why}: {error}"
+            );
+        }
+        assert_eq!(database.everything_stored().await, stored, "the probes changed nothing");
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    async fn url_mode_without_the_capability_is_refused_with_its_name(backend: Backend) {
+        let (_fake, _database, server) = start(backend, "1s", "").await;
+        let client = StatelessClient::new(&server.url).with_capabilities(json!({"elicitation": {"form": {}}}));
+        let reply = client
+            .request("tools/call", json!({"name": "me", "arguments": {}}))
+            .await;
+        let error = refused(&reply, StatusCode::BAD_REQUEST, -32021);
+        assert_eq!(
+            error["data"]["requiredCapabilities"],
+            json!({"elicitation": {"url": {}}})
+        );
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    async fn a_declined_elicitation_ends_the_call_with_an_error_result(backend: Backend) {
+        let (_fake, _database, server) = start(backend, "1s", "").await;
+        let client = StatelessClient::new(&server.url);
+        let first = client
+            .result("tools/call", json!({"name": "me", "arguments": {}}))
+            .await;
+        let (url, state) = input_required(&first);
+        let browser = Browser::new();
+        let page = browser.get(&url).await;
+        let declined = browser.press(&url, &server.base(), "decline", &page.csrf()).await;
+        assert_eq!(declined.status, StatusCode::OK, "{}", declined.body);
+        let result = client.result("tools/call", retry("me", &state)).await;
+        assert_eq!(result["resultType"], "complete", "{result}");
+        assert_eq!(result["isError"], true, "{result}");
+        assert!(text(&result).contains("declined"), "{result}");
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    /// A tool that asks within the call on 2025-11-25 (`elicit = "request"`) asks the same way as
+    /// any other here: input_required, then the held retry pays once the user confirmed.
+    async fn tools_that_ask_within_the_call_use_input_required(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start_addressed(&database, |addr| {
+            common::pay_tool(addr, "30s").replace("[elicitation]", "[elicitation]\nhold = \"60s\"")
+        })
+        .await;
+        let client = StatelessClient::new(&server.url);
+        let call = json!({"name": "pay", "arguments": common::pay_arguments()});
+        let first = client.result("tools/call", call.clone()).await;
+        let (url, state) = input_required(&first);
+        let mut retried = call;
+        retried["requestState"] = json!(state);
+        let held = tokio::spawn({
+            let client = client.clone();
+            async move { client.result("tools/call", retried).await }
+        });
+        let calls = server.state.calls.clone();
+        eventually("the retry is held", async || (calls.held_now() == 1).then_some(())).await;
+        common::confirm_payment(&url, &server.base()).await;
+        let result = held.await.expect("the held retry");
+        assert_eq!(result["resultType"], "complete", "{result}");
+        assert_eq!(result["isError"], false, "{result}");
+        server.stop().await;
+    }
+);
