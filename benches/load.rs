@@ -13,6 +13,9 @@
 //! (`--upstream-users`, default 1,000).
 //! Section "identity" (`--skip-identity`): `whoami` with header identity, then with bearer JWTs
 //! from a fake identity provider (MCP authorization), back to back.
+//! Section "stateless" (`--skip-stateless`): `whoami` in protocol 2026-07-28 beside 2025-11-25,
+//! then `--held` retries (default 1,000) held at once on a replica, and `--completions` (default
+//! 200) callbacks on the other replica each answering its held retry.
 //! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
 //! of its own.
 
@@ -28,6 +31,8 @@ mod fast_upstream;
 mod identity;
 #[path = "../tests/common/local.rs"]
 mod local;
+#[path = "load/stateless.rs"]
+mod stateless;
 #[path = "load/upstream.rs"]
 mod upstream;
 
@@ -54,7 +59,10 @@ struct Options {
     skip_loop: bool,
     skip_upstream: bool,
     skip_identity: bool,
+    skip_stateless: bool,
     upstream_users: usize,
+    held: usize,
+    completions: usize,
     loop_workers: usize,
     loop_tls: Vec<Tls>,
 }
@@ -95,7 +103,10 @@ impl Options {
             skip_loop: false,
             skip_upstream: false,
             skip_identity: false,
+            skip_stateless: false,
             upstream_users: 1000,
+            held: 1000,
+            completions: 200,
             loop_workers: 8,
             loop_tls: vec![Tls::Off, Tls::On],
         };
@@ -117,6 +128,9 @@ impl Options {
                 "--skip-loop" => options.skip_loop = true,
                 "--skip-upstream" => options.skip_upstream = true,
                 "--skip-identity" => options.skip_identity = true,
+                "--skip-stateless" => options.skip_stateless = true,
+                "--held" => options.held = value()?.parse().map_err(|e| format!("--held: {e}"))?,
+                "--completions" => options.completions = value()?.parse().map_err(|e| format!("--completions: {e}"))?,
                 "--upstream-users" => {
                     options.upstream_users = value()?.parse().map_err(|e| format!("--upstream-users: {e}"))?
                 }
@@ -184,6 +198,15 @@ struct Target {
     arguments: Value,
     /// Who session `i` is.
     who: Who,
+    /// Which protocol era the clients speak.
+    era: Era,
+}
+
+/// 2025-11-25 (a session per client, from `initialize`) or 2026-07-28 (stateless requests).
+#[derive(Clone, Copy)]
+enum Era {
+    Handshake,
+    Stateless,
 }
 
 /// How each of a target's sessions says who it is.
@@ -220,6 +243,25 @@ fn message_of(body: &str) -> Option<Value> {
         .filter(|d| !d.is_empty())
         .find_map(|d| serde_json::from_str(d).ok())
 }
+
+/// The `_meta` of a 2026-07-28 request from a client that can open URLs.
+fn stateless_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"url": {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "gatehouse-bench", "version": "1"},
+    })
+}
+
+/// The headers a 2026-07-28 request of `method` on `name` carries.
+fn stateless_headers(request: reqwest::RequestBuilder, method: &str, name: &str) -> reqwest::RequestBuilder {
+    request
+        .header("mcp-protocol-version", STATELESS)
+        .header("mcp-method", method)
+        .header("mcp-name", name)
+}
+
+const STATELESS: &str = "2026-07-28";
 
 /// A new session, sending `credential` (a header naming the user) when given.
 async fn initialize(http: &reqwest::Client, url: &str, credential: Option<(&str, &str)>) -> Result<String, String> {
@@ -284,7 +326,11 @@ async fn call_load(
     for i in 0..clients {
         let credential = target.who.credential(i);
         let header = credential.as_ref().map(|(name, value)| (*name, value.as_str()));
-        sessions.push((credential.clone(), initialize(&http, &target.url, header).await?));
+        let session = match target.era {
+            Era::Handshake => Some(initialize(&http, &target.url, header).await?),
+            Era::Stateless => None,
+        };
+        sessions.push((credential.clone(), session));
     }
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -300,8 +346,12 @@ async fn call_load(
             errors.clone(),
             all_calls.clone(),
         );
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": target.tool, "arguments": target.arguments}})
-            .to_string();
+        let mut params = json!({"name": target.tool, "arguments": target.arguments});
+        if session.is_none() {
+            params["_meta"] = stateless_meta();
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
+        let tool = target.tool;
         workers.push(tokio::spawn(async move {
             let mut latencies: Vec<u32> = Vec::with_capacity(1 << 16);
             while !stop.load(Ordering::Relaxed) {
@@ -310,11 +360,15 @@ async fn call_load(
                 if let Some((name, value)) = &credential {
                     request = request.header(*name, value);
                 }
+                request = match &session {
+                    Some(session) => request
+                        .header("mcp-session-id", session)
+                        .header("mcp-protocol-version", "2025-11-25"),
+                    None => stateless_headers(request, "tools/call", tool),
+                };
                 let outcome = request
                     .header("accept", ACCEPT)
                     .header("content-type", "application/json")
-                    .header("mcp-session-id", &session)
-                    .header("mcp-protocol-version", "2025-11-25")
                     .body(body.clone())
                     .send()
                     .await;
@@ -598,6 +652,9 @@ async fn measure(options: &Options, database: &Database) -> Result<(), String> {
     if !options.skip_identity {
         identity::section(options, database).await?;
     }
+    if !options.skip_stateless {
+        stateless::section(options, database).await?;
+    }
     Ok(())
 }
 
@@ -771,6 +828,66 @@ async fn run_loops(
     result
 }
 
+/// A user's browser from an elicitation's connect page (on `client_base`, opened on
+/// `browser_base`) through the fake provider: the callback URL to open on `browser_base` and the
+/// flow's cookie.
+async fn browse_to_callback(
+    http: &reqwest::Client,
+    url: &str,
+    user: &str,
+    client_base: &str,
+    browser_base: &str,
+) -> Result<(String, String), String> {
+    let url = url.replace(client_base, browser_base);
+    let page = http
+        .get(&url)
+        .header("x-forwarded-user", user)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .ok_or("no csrf")?
+        .to_owned();
+    let form = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([("action", "continue"), ("csrf", &csrf)])
+        .finish();
+    let continued = http
+        .post(&url)
+        .header("x-forwarded-user", user)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let cookie = continued
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .ok_or("no cookie")?
+        .to_owned();
+    let authorize = continued
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .ok_or("no redirect")?
+        .to_owned();
+    let at_provider = http.get(&authorize).send().await.map_err(|e| e.to_string())?;
+    let callback = at_provider
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .ok_or("no callback")?
+        .replace(client_base, browser_base);
+    Ok((callback, cookie))
+}
+
 /// One user's loop; returns the time from sending the callback to receiving the notification.
 async fn one_loop(
     http: &reqwest::Client,
@@ -823,54 +940,8 @@ async fn one_loop(
         .map_err(|e| e.to_string())?;
     let url = answer["error"]["data"]["elicitations"][0]["url"]
         .as_str()
-        .ok_or("no -32042")?
-        .replace(client_base, browser_base);
-    let page = http
-        .get(&url)
-        .header("x-forwarded-user", user)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .text()
-        .await
-        .map_err(|e| e.to_string())?;
-    let csrf = page
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .ok_or("no csrf")?
-        .to_owned();
-    let form = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs([("action", "continue"), ("csrf", &csrf)])
-        .finish();
-    let continued = http
-        .post(&url)
-        .header("x-forwarded-user", user)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let cookie = continued
-        .headers()
-        .get("set-cookie")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|c| c.split(';').next())
-        .ok_or("no cookie")?
-        .to_owned();
-    let authorize = continued
-        .headers()
-        .get("location")
-        .and_then(|v| v.to_str().ok())
-        .ok_or("no redirect")?
-        .to_owned();
-    let at_provider = http.get(&authorize).send().await.map_err(|e| e.to_string())?;
-    let callback = at_provider
-        .headers()
-        .get("location")
-        .and_then(|v| v.to_str().ok())
-        .ok_or("no callback")?
-        .replace(client_base, browser_base);
+        .ok_or("no -32042")?;
+    let (callback, cookie) = browse_to_callback(http, url, user, client_base, browser_base).await?;
 
     let sent = Instant::now();
     let done = http
@@ -924,6 +995,7 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
         tool: "whoami",
         arguments: json!({}),
         who: Who::Nobody,
+        era: Era::Handshake,
     };
     let ours = call_load(&target, options.clients, options.warmup, options.duration).await?;
     report(target.name, &ours);
@@ -940,6 +1012,7 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
         tool: "greet",
         arguments: json!({"name": "bench"}),
         who: Who::Nobody,
+        era: Era::Handshake,
     };
     let theirs = call_load(&target, options.clients, options.warmup, options.duration).await;
     let _ = ts.kill().await;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::fake_idp::{FakeIdp, FakeIdpOptions, TestUser};
-use super::{Database, Options, Target, Who, call_load, local, report, start_gatehouse, wait_until_up};
+use super::{Database, Era, Options, Target, Who, call_load, local, report, start_gatehouse, wait_until_up};
 
 pub(super) async fn section(options: &Options, database: &Database) -> Result<(), String> {
     let idp = FakeIdp::start(FakeIdpOptions::default()).await;
@@ -78,6 +78,7 @@ async fn run(
         url,
         tool: "whoami",
         arguments: json!({}),
+        era: Era::Handshake,
     };
     let result = call_load(&target, options.clients, options.warmup, options.duration).await;
     let _ = gatehouse.kill().await;

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::fast_upstream::FastUpstream;
 use super::{
-    ACCEPT, Database, LoadResult, Options, Target, Who, call_load, initialize, local, message_of, settled_rss_kib,
+    ACCEPT, Database, Era, LoadResult, Options, Target, Who, call_load, initialize, local, message_of, settled_rss_kib,
     start_gatehouse, tool_succeeded, wait_until_up,
 };
 
@@ -119,6 +119,7 @@ async fn side_by_side(
         tool: "echo",
         arguments: json!({"text": "hello"}),
         who: Who::Nobody,
+        era: Era::Handshake,
     };
     let (sessions_before, cpu) = (upstream.open_sessions().await, Cpu::read(None));
     let direct_result = call_load(&direct, options.clients, options.warmup, options.duration).await?;
@@ -176,6 +177,7 @@ async fn through_gatehouse(
         tool: GATED_TOOL,
         arguments: json!({"text": "hello"}),
         who: Who::Users("bench-upstream-client-"),
+        era: Era::Handshake,
     };
     let cpu = Cpu::read(Some(pid));
     let result = call_load(&target, options.clients, options.warmup, options.duration).await?;
