@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::incall::Outbox;
 use super::store_failure;
-use super::tool_call::{self, ToolRequest, supports_url_elicitation};
+use super::tool_call::{self, Retry, ToolRequest, supports_url_elicitation};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::config::ElicitMode;
 use crate::domain::{LogLevel, Principal, SessionId};
@@ -164,7 +164,16 @@ pub async fn handle(
             let running = state.calls.start(&session.id, id);
             let mut params = params;
             let request = ToolRequest::parse(&mut params)?;
-            let called = tool_call::call(state, session, caller, request, outbox, None, &running.cancelled).await?;
+            let called = tool_call::call(
+                state,
+                session,
+                caller,
+                request,
+                outbox,
+                Retry::default(),
+                &running.cancelled,
+            )
+            .await?;
             tool_call::handshake_answer(session, called)
         }
         "initialize" => Err(RpcError::new(

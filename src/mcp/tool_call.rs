@@ -22,7 +22,7 @@ use crate::identity::Caller;
 use crate::jsonrpc::{self, RpcError, URL_ELICITATION_REQUIRED};
 use crate::state::AppState;
 use crate::store::{ElicitationRecord, SessionRecord};
-use crate::tools::{CallContext, CallStream, Tool, ToolOutcome, ToolResult};
+use crate::tools::{CallContext, CallStream, Tool, ToolInput, ToolOutcome, ToolResult};
 
 /// A `tools/call`'s own parameters, parsed.
 pub struct ToolRequest {
@@ -66,6 +66,14 @@ pub struct Hold {
     pub given: Vec<ElicitationId>,
 }
 
+/// What a 2026-07-28 retry brings: a wait for the elicitations it was given, and the answers to
+/// the tool's own input requests. Nothing, for a first call or a 2025-11-25 one.
+#[derive(Default)]
+pub struct Retry {
+    pub hold: Option<Hold>,
+    pub input: Option<ToolInput>,
+}
+
 /// How a call ended: its result, or what the user must open first.
 pub enum Called {
     Result(Value),
@@ -74,20 +82,26 @@ pub enum Called {
     /// An upstream's URL-mode elicitations (`mode`, `elicitationId`, `url`, `message`), as it sent
     /// them.
     Upstream(Vec<Value>),
+    /// The tool's own input requests (2026-07-28), and what it keeps until their answers come.
+    InputRequired {
+        requests: Map<String, Value>,
+        state: Value,
+    },
 }
 
 /// Runs `request` for `caller` in `session` (a real one, or a 2026-07-28 request's own): checks
 /// the tool and its arguments, asks the gate, and calls the tool with what the gate lent it.
-/// `outbox` is the request's own SSE stream (2025-11-25), `hold` a 2026-07-28 retry's wait.
+/// `outbox` is the request's own SSE stream (2025-11-25), `retry` what a 2026-07-28 retry brings.
 pub async fn call(
     state: &AppState,
     session: &SessionRecord,
     caller: &Caller,
     request: ToolRequest,
     outbox: Option<&Outbox>,
-    mut hold: Option<Hold>,
+    retry: Retry,
     cancelled: &CancellationToken,
 ) -> Result<Called, RpcError> {
+    let Retry { mut hold, input } = retry;
     let ToolRequest {
         name,
         arguments,
@@ -161,6 +175,7 @@ pub async fn call(
             progress_token: progress_token.as_ref(),
             cancelled,
             offerings: state.upstreams.as_ref(),
+            input: input.as_ref(),
         };
         match tool.call(&context, &arguments).await {
             ToolOutcome::Done(result) => {
@@ -201,6 +216,7 @@ pub async fn call(
                 }
             }
             ToolOutcome::UrlElicitations(elicitations) => return Ok(Called::Upstream(elicitations)),
+            ToolOutcome::InputRequired { requests, state } => return Ok(Called::InputRequired { requests, state }),
         }
     }
     Ok(Called::Result(
@@ -249,6 +265,12 @@ pub fn handshake_answer(session: &SessionRecord, called: Called) -> Result<Value
             .map(|e| json!({"mode": "url", "elicitationId": e.id.to_string(), "url": e.url, "message": e.message}))
             .collect(),
         Called::Upstream(elicitations) => elicitations,
+        Called::InputRequired { .. } => {
+            return Ok(ToolResult::error(
+                "This tool asks the client for input during the call, which needs protocol 2026-07-28.",
+            )
+            .to_json());
+        }
     };
     if supports_url_elicitation(session) {
         return Err(

@@ -136,6 +136,18 @@ pub struct CallContext<'a> {
     /// Cancelled when the client cancels the call (`notifications/cancelled`).
     pub cancelled: &'a CancellationToken,
     pub offerings: &'a dyn Offerings,
+    /// On a 2026-07-28 retry: what the client answered to the tool's input requests.
+    pub input: Option<&'a ToolInput>,
+}
+
+/// A 2026-07-28 retry's answers to the input requests of a tool's previous round, with the state
+/// the tool kept across it.
+#[derive(Debug, Default)]
+pub struct ToolInput {
+    /// `inputResponses`, by the keys the tool chose.
+    pub responses: Map<String, Value>,
+    /// What the tool put in its [`ToolOutcome::InputRequired`], back unchanged (sealed meanwhile).
+    pub state: Value,
 }
 
 /// How a call ended.
@@ -154,6 +166,12 @@ pub enum ToolOutcome {
     /// The tool wants the user to open these URLs first (an upstream's own -32042): the
     /// `elicitations` entries of its error data, passed on as they are.
     UrlElicitations(Vec<Value>),
+    /// The tool needs the client to answer `requests` (2026-07-28 input requests, by key) and
+    /// keeps `state` until the retry brings their answers.
+    InputRequired {
+        requests: Map<String, Value>,
+        state: Value,
+    },
 }
 
 /// A `CallToolResult`. Failures the model can act on are results with `is_error`, not errors.

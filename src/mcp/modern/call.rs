@@ -3,7 +3,8 @@
 //! era) and a sealed `requestState`. The retry that brings the state back is held on the bus
 //! while those elicitations are pending, answered the moment the user finishes (on whichever
 //! replica), or answered `input_required` again, with a fresh state, when `elicitation.hold` runs
-//! out.
+//! out. A tool may also ask the client itself (`ToolOutcome::InputRequired`): its requests go out
+//! as they are, and its state travels sealed in the same `requestState`.
 
 use chrono::Utc;
 use serde_json::{Map, Value, json};
@@ -11,13 +12,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::request_state::RequestState;
-use crate::domain::ElicitationId;
 use crate::gate::after;
 use crate::identity::Caller;
 use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
-use crate::mcp::tool_call::{self, Called, Hold, ToolRequest, supports_url_elicitation};
+use crate::mcp::tool_call::{self, Called, Hold, Retry, ToolRequest};
 use crate::state::AppState;
 use crate::store::SessionRecord;
+use crate::tools::ToolInput;
 
 /// Runs the call; its result, or `input_required`.
 pub async fn call(
@@ -27,9 +28,11 @@ pub async fn call(
     mut params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
     let sealed = params.remove("requestState");
-    // In URL mode `accept` only says the user agreed to open the link: what counts is what the
-    // gate finds now.
-    params.remove("inputResponses");
+    let responses = match params.remove("inputResponses") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(responses)) => responses,
+        Some(_) => return Err(RpcError::invalid_params("params.inputResponses must be an object")),
+    };
     let request = ToolRequest::parse(&mut params)?;
     let tool = request.name.clone();
     let arguments = request.arguments.clone();
@@ -48,55 +51,101 @@ pub async fn call(
         .as_ref()
         .filter(|_| !hold_for.is_zero())
         .and_then(|_| state.calls.hold());
-    let hold = match (&opened, &permit) {
-        (Some(opened), Some(_)) => Some(Hold {
-            until: Instant::now() + hold_for,
-            wake: state.bus.subscribe(&session.id),
-            given: opened.elicitations(),
-        }),
-        _ => None,
-    };
+    let mut retry = Retry::default();
+    if let Some(opened) = opened {
+        if permit.is_some() {
+            retry.hold = Some(Hold {
+                until: Instant::now() + hold_for,
+                wake: state.bus.subscribe(&session.id),
+                given: opened.elicitations(),
+            });
+        }
+        // For URL mode the answers only say the user agreed to open the links: what counts is
+        // what the gate finds now. A tool's own requests get their answers.
+        retry.input = Some(ToolInput {
+            responses,
+            state: opened.into_kept(),
+        });
+    }
     let cancelled = CancellationToken::new();
-    let called = tool_call::call(state, session, caller, request, None, hold, &cancelled).await?;
+    let called = tool_call::call(state, session, caller, request, None, retry, &cancelled).await?;
     drop(permit);
-    let asks: Vec<(String, Option<ElicitationId>, Value)> = match called {
+    let (requests, given, kept) = match called {
         Called::Result(result) => return Ok(result),
-        Called::Elicit(records) => records
-            .iter()
-            .map(|e| (e.id.to_string(), Some(e.id), url_request(&e.url, &e.message)))
-            .collect(),
-        Called::Upstream(elicitations) => elicitations
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                let key = e
-                    .get("elicitationId")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| format!("upstream-{i}"), str::to_owned);
-                let text = |field: &str| e.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
-                (key, None, url_request(&text("url"), &text("message")))
-            })
-            .collect(),
+        Called::Elicit(records) => {
+            let requests = records
+                .iter()
+                .map(|e| (e.id.to_string(), url_request(&e.url, &e.message)))
+                .collect();
+            (requests, records.iter().map(|e| e.id).collect(), Value::Null)
+        }
+        Called::Upstream(elicitations) => {
+            let requests = elicitations
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let key = e
+                        .get("elicitationId")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| format!("upstream-{i}"), str::to_owned);
+                    let text = |field: &str| e.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+                    (key, url_request(&text("url"), &text("message")))
+                })
+                .collect();
+            (requests, Vec::new(), Value::Null)
+        }
+        Called::InputRequired { requests, state } => (requests, Vec::new(), state),
     };
-    if !supports_url_elicitation(session) {
+    if let Some(required) = missing_capabilities(session, &requests) {
         return Err(RpcError::new(
             MISSING_REQUIRED_CLIENT_CAPABILITY,
-            "This tool needs the user to open a page in a browser: declare elicitation.url in clientCapabilities",
+            "Answering needs client capabilities this request did not declare in clientCapabilities",
         )
-        .with_data(json!({"requiredCapabilities": {"elicitation": {"url": {}}}})));
+        .with_data(json!({"requiredCapabilities": required})));
     }
-    let given: Vec<ElicitationId> = asks.iter().filter_map(|(_, id, _)| *id).collect();
     let expires = after(now, state.config.elicitation.ttl);
-    let state_out = RequestState::new(&caller.principal, &tool, &arguments, &given, expires).seal(&state.vault);
-    let input_requests: Map<String, Value> = asks.into_iter().map(|(key, _, request)| (key, request)).collect();
+    let sealed = RequestState::new(&caller.principal, &tool, &arguments, &given, kept, expires).seal(&state.vault);
     Ok(json!({
         "resultType": "input_required",
-        "inputRequests": input_requests,
-        "requestState": state_out,
+        "inputRequests": requests,
+        "requestState": sealed,
     }))
 }
 
 /// One URL-mode `elicitation/create` input request.
 fn url_request(url: &str, message: &str) -> Value {
     json!({"method": "elicitation/create", "params": {"mode": "url", "url": url, "message": message}})
+}
+
+/// The client capabilities that answering `requests` needs and the request did not declare, as
+/// a `ClientCapabilities` object; `None` when it declared them all.
+fn missing_capabilities(session: &SessionRecord, requests: &Map<String, Value>) -> Option<Value> {
+    let declared = &session.client_capabilities;
+    let mut missing = Map::new();
+    for request in requests.values() {
+        let params = &request["params"];
+        let (capability, mode) = match request["method"].as_str() {
+            Some("sampling/createMessage") => ("sampling", None),
+            Some("roots/list") => ("roots", None),
+            Some("elicitation/create") => ("elicitation", Some(params["mode"].as_str().unwrap_or("form"))),
+            _ => continue,
+        };
+        let held = declared.get(capability);
+        let has = match (held, mode) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            // An empty `elicitation` object means form mode, as 2025-06-18 clients declared it.
+            (Some(elicitation), Some("form")) => {
+                elicitation.get("form").is_some() || elicitation.as_object().is_some_and(Map::is_empty)
+            }
+            (Some(elicitation), Some(mode)) => elicitation.get(mode).is_some(),
+        };
+        if !has {
+            let entry = missing.entry(capability).or_insert_with(|| json!({}));
+            if let (Some(mode), Some(entry)) = (mode, entry.as_object_mut()) {
+                entry.insert(mode.to_owned(), json!({}));
+            }
+        }
+    }
+    (!missing.is_empty()).then_some(Value::Object(missing))
 }

@@ -35,6 +35,9 @@ pub struct RequestState {
     /// Unix seconds after which the state no longer opens.
     #[serde(rename = "x")]
     expires: i64,
+    /// What the tool keeps across its own input requests (`ToolOutcome::InputRequired`).
+    #[serde(rename = "k", default, skip_serializing_if = "Value::is_null")]
+    kept: Value,
 }
 
 /// Why a retry's state is refused. None changes anything.
@@ -63,6 +66,7 @@ impl RequestState {
         tool: &str,
         arguments: &Map<String, Value>,
         elicitations: &[ElicitationId],
+        kept: Value,
         expires: DateTime<Utc>,
     ) -> Self {
         Self {
@@ -71,6 +75,7 @@ impl RequestState {
             arguments: digest(arguments),
             elicitations: elicitations.iter().map(ToString::to_string).collect(),
             expires: expires.timestamp(),
+            kept,
         }
     }
 
@@ -114,6 +119,11 @@ impl RequestState {
     pub fn elicitations(&self) -> Vec<ElicitationId> {
         self.elicitations.iter().filter_map(|id| id.parse().ok()).collect()
     }
+
+    /// What the tool kept across its input requests.
+    pub fn into_kept(self) -> Value {
+        self.kept
+    }
 }
 
 #[cfg(test)]
@@ -139,10 +149,20 @@ mod tests {
         let now = Utc::now();
         let args = arguments(json!({"repo": "acme"}));
         let id = ElicitationId::generate();
-        let sealed = RequestState::new(&alice, "acme_me", &args, &[id], now + Duration::minutes(10)).seal(&vault);
+        let kept = json!({"round": 2});
+        let sealed = RequestState::new(
+            &alice,
+            "acme_me",
+            &args,
+            &[id],
+            kept.clone(),
+            now + Duration::minutes(10),
+        )
+        .seal(&vault);
 
         let opened = RequestState::open(&vault, &sealed, &alice, "acme_me", &args, now).expect("opens");
         assert_eq!(opened.elicitations(), vec![id]);
+        assert_eq!(opened.into_kept(), kept);
 
         let bob = Principal::parse("bob").expect("principal");
         let refused = |sealed: &str, who: &Principal, tool: &str, args: &Map<String, Value>, at| {
