@@ -516,3 +516,61 @@ postgres_test!(
         cancel_a_slow_call(&s, &alice, &alice_on_b).await;
     }
 );
+
+backend_test!(
+    /// A 2026-07-28 call of an upstream's tool: its progress comes on the request's own stream,
+    /// a request it makes of the client is refused at once (never sent on the stream), and its own
+    /// -32042 becomes input_required with its link.
+    async fn a_stateless_call_relays_progress_and_never_sends_requests(backend: Backend) {
+        let Some(s) = setup(backend, &[], "").await else {
+            return;
+        };
+        let alice = client_of(&s.server, "alice").await;
+        connect_first(&s, &alice, "alice").await;
+        let stateless = common::stateless::StatelessClient::new(&s.server.url)
+            .with_user("x-forwarded-user", "alice")
+            .with_capabilities(json!({"elicitation": {"form": {}, "url": {}}}));
+
+        let messages = stateless
+            .stream(
+                "tools/call",
+                json!({"name": "gh_count", "arguments": {"n": 3}, "_meta": {"progressToken": "mine"}}),
+            )
+            .await;
+        let (answer, progress) = messages.split_last().expect("an answer");
+        assert!(
+            progress.iter().all(|m| m["method"] == "notifications/progress"),
+            "{messages:?}"
+        );
+        assert_eq!(progress.len(), 3, "{messages:?}");
+        assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+        assert_eq!(text(&answer["result"]), "counted 3");
+
+        let messages = stateless
+            .stream(
+                "tools/call",
+                json!({"name": "gh_ask_color", "arguments": {}, "_meta": {"progressToken": 7}}),
+            )
+            .await;
+        assert!(
+            messages
+                .iter()
+                .all(|m| m.get("id").is_none() || m.get("method").is_none()),
+            "{messages:?}"
+        );
+        let answer = messages.last().expect("an answer");
+        assert!(
+            answer.get("result").is_some() || answer.get("error").is_some(),
+            "{answer}"
+        );
+
+        let needs_url = stateless
+            .result("tools/call", json!({"name": "gh_needs_url", "arguments": {}}))
+            .await;
+        assert_eq!(needs_url["resultType"], "input_required", "{needs_url}");
+        let requests = needs_url["inputRequests"].as_object().expect("inputRequests");
+        let request = requests.values().next().expect("one");
+        assert_eq!(request["params"]["url"], "http://127.0.0.1:9/finish", "{needs_url}");
+        assert_eq!(s.database.query_count("SELECT COUNT(*) FROM sessions").await, 1);
+    }
+);

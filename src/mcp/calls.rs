@@ -166,6 +166,9 @@ pub struct StreamChannel {
     pub outbox: Outbox,
     pub session: SessionId,
     pub calls: Arc<RunningCalls>,
+    /// Whether requests may go to the client on it (2025-11-25); a 2026-07-28 client's stream
+    /// carries notifications only, so a tool's request gets an error at once.
+    pub requests: bool,
 }
 
 /// Forgets a relayed request nobody will answer any more.
@@ -187,6 +190,12 @@ impl CallStream for StreamChannel {
     }
 
     async fn request(&self, method: &str, params: Value) -> Option<Result<Value, Value>> {
+        if !self.requests {
+            return Some(Err(serde_json::json!({
+                "code": jsonrpc::METHOD_NOT_FOUND,
+                "message": format!("{method} cannot be sent to a 2026-07-28 client during a call"),
+            })));
+        }
         let id = format!("{RELAYED_ID_PREFIX}{}", Uuid::now_v7().simple());
         let (sender, receiver) = oneshot::channel();
         lock(&self.calls.replies).insert(id.clone(), (self.session.clone(), sender));

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::incall::Outbox;
 use super::store_failure;
-use super::tool_call::{self, Retry, ToolRequest, supports_url_elicitation};
+use super::tool_call::{self, Retry, Stream, ToolRequest, supports_url_elicitation};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::config::ElicitMode;
 use crate::domain::{LogLevel, Principal, SessionId};
@@ -169,7 +169,7 @@ pub async fn handle(
                 session,
                 caller,
                 request,
-                outbox,
+                outbox.map(Stream::Full),
                 Retry::default(),
                 &running.cancelled,
             )

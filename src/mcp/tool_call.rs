@@ -66,6 +66,15 @@ pub struct Hold {
     pub given: Vec<ElicitationId>,
 }
 
+/// The request's own SSE stream, and what may go on it.
+#[derive(Clone, Copy)]
+pub enum Stream<'a> {
+    /// 2025-11-25: notifications, and requests (in-call elicitation, an upstream's relayed ones).
+    Full(&'a Outbox),
+    /// 2026-07-28: notifications only; what needs the client goes out as `input_required`.
+    Notifications(&'a Outbox),
+}
+
 /// What a 2026-07-28 retry brings: a wait for the elicitations it was given, and the answers to
 /// the tool's own input requests. Nothing, for a first call or a 2025-11-25 one.
 #[derive(Default)]
@@ -91,13 +100,13 @@ pub enum Called {
 
 /// Runs `request` for `caller` in `session` (a real one, or a 2026-07-28 request's own): checks
 /// the tool and its arguments, asks the gate, and calls the tool with what the gate lent it.
-/// `outbox` is the request's own SSE stream (2025-11-25), `retry` what a 2026-07-28 retry brings.
+/// `stream` is the request's own SSE stream, `retry` what a 2026-07-28 retry brings.
 pub async fn call(
     state: &AppState,
     session: &SessionRecord,
     caller: &Caller,
     request: ToolRequest,
-    outbox: Option<&Outbox>,
+    stream: Option<Stream<'_>>,
     retry: Retry,
     cancelled: &CancellationToken,
 ) -> Result<Called, RpcError> {
@@ -133,15 +142,21 @@ pub async fn call(
     let definition = tool.definition();
     let details = definition.form_details(&arguments);
     let mut requires = definition.requires.clone();
+    let (outbox, requests) = match stream {
+        Some(Stream::Full(outbox)) => (Some(outbox), true),
+        Some(Stream::Notifications(outbox)) => (Some(outbox), false),
+        None => (None, false),
+    };
     let stream: Option<Arc<dyn CallStream>> = outbox.map(|outbox| {
         Arc::new(StreamChannel {
             outbox: outbox.clone(),
             session: session.id.clone(),
             calls: state.calls.clone(),
+            requests,
         }) as Arc<dyn CallStream>
     });
     let waiting = match (outbox, definition.elicit) {
-        (Some(outbox), ElicitMode::Request) => Some(Waiting {
+        (Some(outbox), ElicitMode::Request) if requests => Some(Waiting {
             outbox,
             progress_token: progress_token.as_ref(),
             timeout: definition.elicit_timeout,

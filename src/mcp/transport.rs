@@ -354,6 +354,10 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
         return Ok(match modern::answer(state, &parts.headers, &caller, message).await {
             modern::Answer::Json(status, body) => json_response(status, &body),
             modern::Answer::Accepted => accepted(),
+            modern::Answer::Streamed(call) => {
+                let task_state = state.clone();
+                sse_answer(state, move |outbox| async move { call.run(&task_state, &outbox).await })
+            }
         });
     }
     if message.method() == Some("initialize") {
@@ -395,13 +399,25 @@ fn streamed_answer(
     method: String,
     params: Option<Value>,
 ) -> Response {
-    let (outbox, receiver) = Outbox::channel();
     let task_state = state.clone();
-    tokio::spawn(async move {
-        let body = match methods::handle(&task_state, &session, &caller, &id, &method, params, Some(&outbox)).await {
+    sse_answer(state, move |outbox| async move {
+        match methods::handle(&task_state, &session, &caller, &id, &method, params, Some(&outbox)).await {
             Ok(result) => jsonrpc::result_response(&id, result),
             Err(error) => jsonrpc::error_response(Some(&id), &error),
-        };
+        }
+    })
+}
+
+/// An SSE answer: `run` sends what goes out while it works to its outbox and returns the
+/// response, which goes last. It runs in its own task, so it notices when the client goes away.
+fn sse_answer<F, Fut>(state: &AppState, run: F) -> Response
+where
+    F: FnOnce(Outbox) -> Fut + Send + 'static,
+    Fut: Future<Output = Value> + Send + 'static,
+{
+    let (outbox, receiver) = Outbox::channel();
+    tokio::spawn(async move {
+        let body = run(outbox.clone()).await;
         outbox.send(body).await;
     });
     let events = tokio_stream::wrappers::ReceiverStream::new(receiver)

@@ -53,13 +53,17 @@ impl StatelessClient {
         }
     }
 
-    /// `params` with this client's `_meta` added.
+    /// `params` with this client's `_meta` added to what it has (a `progressToken`, say).
     pub fn with_meta(&self, mut params: Value) -> Value {
-        params["_meta"] = json!({
+        let meta = json!({
             "io.modelcontextprotocol/protocolVersion": STATELESS,
             "io.modelcontextprotocol/clientCapabilities": self.capabilities,
             "io.modelcontextprotocol/clientInfo": {"name": "gatehouse-tests", "version": "1.0"},
         });
+        match params["_meta"].as_object_mut() {
+            Some(existing) => existing.extend(meta.as_object().cloned().unwrap_or_default()),
+            None => params["_meta"] = meta,
+        }
         params
     }
 
@@ -104,6 +108,43 @@ impl StatelessClient {
     /// `method` with this client's `_meta`, as a well-behaved client sends it.
     pub async fn request(&self, method: &str, params: Value) -> Reply {
         self.send(method, self.with_meta(params), &[]).await
+    }
+
+    /// `method` with this client's `_meta`, answered as an SSE stream: every message on it, in
+    /// order, until the server ends it.
+    pub async fn stream(&self, method: &str, params: Value) -> Vec<Value> {
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", STATELESS)
+            .header("mcp-method", method)
+            .header("mcp-name", name)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": self.with_meta(params)}));
+        for (header, value) in &self.identity {
+            request = request.header(header.as_str(), value.as_str());
+        }
+        let response = request.send().await.expect("POST /mcp");
+        assert_eq!(response.status(), StatusCode::OK);
+        let content_type = response.headers().get("content-type").cloned();
+        assert_eq!(
+            content_type.as_ref().map(|v| v.as_bytes()),
+            Some(&b"text/event-stream"[..])
+        );
+        let text = tokio::time::timeout(super::WAIT, response.text())
+            .await
+            .expect("the stream ends")
+            .expect("body");
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(|data| serde_json::from_str(data.trim()).expect("JSON on the stream"))
+            .collect()
     }
 
     /// The result of `method`, which must succeed.

@@ -1,4 +1,4 @@
-//! A 2026-07-28 `tools/call`. A call that needs the user answers `input_required`: one URL-mode
+//! A 2026-07-28 `tools/call` (with its progress on an SSE stream when it asked). A call that needs the user answers `input_required`: one URL-mode
 //! `elicitation/create` per unmet requirement (the same pages and elicitations as the handshake
 //! era) and a sealed `requestState`. The retry that brings the state back is held on the bus
 //! while those elicitations are pending, answered the moment the user finishes (on whichever
@@ -15,7 +15,8 @@ use super::request_state::RequestState;
 use crate::gate::after;
 use crate::identity::Caller;
 use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
-use crate::mcp::tool_call::{self, Called, Hold, Retry, ToolRequest};
+use crate::mcp::incall::Outbox;
+use crate::mcp::tool_call::{self, Called, Hold, Retry, Stream, ToolRequest};
 use crate::state::AppState;
 use crate::store::SessionRecord;
 use crate::tools::ToolInput;
@@ -26,6 +27,7 @@ pub async fn call(
     session: &SessionRecord,
     caller: &Caller,
     mut params: Map<String, Value>,
+    stream: Option<&Outbox>,
 ) -> Result<Value, RpcError> {
     let sealed = params.remove("requestState");
     let responses = match params.remove("inputResponses") {
@@ -68,7 +70,8 @@ pub async fn call(
         });
     }
     let cancelled = CancellationToken::new();
-    let called = tool_call::call(state, session, caller, request, None, retry, &cancelled).await?;
+    let stream = stream.map(Stream::Notifications);
+    let called = tool_call::call(state, session, caller, request, stream, retry, &cancelled).await?;
     drop(permit);
     let (requests, given, kept) = match called {
         Called::Result(result) => return Ok(result),

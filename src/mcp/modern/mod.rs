@@ -13,11 +13,12 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::SUPPORTED_PROTOCOL_VERSIONS;
+use super::incall::Outbox;
 use super::methods::{MAX_CAPABILITIES_BYTES, kept_client_info, list_tools, serialized_len};
 use crate::domain::SessionId;
 use crate::identity::Caller;
 use crate::jsonrpc::{
-    self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RpcError,
+    self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RequestId, RpcError,
     UNSUPPORTED_PROTOCOL_VERSION,
 };
 use crate::state::AppState;
@@ -83,10 +84,32 @@ fn supported_versions() -> Vec<&'static str> {
         .collect()
 }
 
-/// What goes back: an HTTP status and a JSON-RPC body, or 202 with none (a notification).
+/// What goes back: an HTTP status and a JSON-RPC body, 202 with none (a notification), or a call
+/// whose progress the client asked for, answered on an SSE stream.
 pub enum Answer {
     Json(StatusCode, Value),
     Accepted,
+    Streamed(Streamed),
+}
+
+/// A `tools/call` with a `progressToken`, checked and ready to run: its progress notifications
+/// and then its response go on the request's own SSE stream (never a request: what needs the
+/// client is `input_required`, as without a stream).
+pub struct Streamed {
+    id: RequestId,
+    session: SessionRecord,
+    caller: Caller,
+    params: Map<String, Value>,
+}
+
+impl Streamed {
+    /// Runs the call, sending its notifications to `outbox`; the JSON-RPC response.
+    pub async fn run(self, state: &AppState, outbox: &Outbox) -> Value {
+        match call::call(state, &self.session, &self.caller, self.params, Some(outbox)).await {
+            Ok(result) => jsonrpc::result_response(&self.id, decorate(result)),
+            Err(error) => jsonrpc::error_response(Some(&self.id), &error),
+        }
+    }
 }
 
 /// Answers a message of this era.
@@ -104,10 +127,21 @@ pub async fn answer(state: &AppState, headers: &HeaderMap, caller: &Caller, mess
         }
     };
     let params = jsonrpc::params_object(params);
-    let outcome = match check(headers, &method, &params) {
-        Ok(()) => dispatch(state, caller, &method, params).await,
-        Err(refused) => Err(refused),
-    };
+    if let Err(Refused { status, error }) = check(headers, &method, &params) {
+        return Answer::Json(status, jsonrpc::error_response(Some(&id), &error));
+    }
+    if method == "tools/call" && params.get("_meta").and_then(|m| m.get("progressToken")).is_some() {
+        return match stateless_session(caller, &params) {
+            Ok(session) => Answer::Streamed(Streamed {
+                id,
+                session,
+                caller: caller.clone(),
+                params,
+            }),
+            Err(error) => Answer::Json(StatusCode::OK, jsonrpc::error_response(Some(&id), &error)),
+        };
+    }
+    let outcome = dispatch(state, caller, &method, params).await;
     match outcome {
         Ok(result) => Answer::Json(StatusCode::OK, jsonrpc::result_response(&id, decorate(result))),
         Err(Refused { status, error }) => Answer::Json(status, jsonrpc::error_response(Some(&id), &error)),
@@ -227,7 +261,7 @@ async fn dispatch(
         }
         "tools/call" => {
             let session = stateless_session(caller, &params)?;
-            Ok(call::call(state, &session, caller, params).await?)
+            Ok(call::call(state, &session, caller, params, None).await?)
         }
         other => Err(Refused {
             status: StatusCode::NOT_FOUND,
