@@ -3,7 +3,7 @@
 //! remote MCP server), the stdio server (`tests/upstreams/stdio_server.py`), both on the official
 //! Python SDK, and the official TypeScript SDK's example Streamable HTTP server, staged pinned under
 //! `target/ts-upstream-node`. Plus [`jsonrpc`], one JSON-RPC POST to any of them whose answer may
-//! be JSON or an SSE stream.
+//! be JSON or an SSE stream, and [`stage_npm`], which stages any pinned npm package set that way.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -239,35 +239,42 @@ async fn have(tool: &str) -> bool {
 /// which holds `node_modules/@modelcontextprotocol/sdk`. None (after a loud skip, a failure under
 /// `CI=true`) when node or npm is missing or staging fails.
 pub async fn stage_ts_sdk() -> Option<PathBuf> {
-    const WHAT: &str = "the TypeScript MCP SDK";
+    stage_npm("the TypeScript MCP SDK", "tests/ts-upstream", "target/ts-upstream-node").await
+}
+
+/// Installs `what`, the pinned npm packages of `source` (a directory with package.json and
+/// package-lock.json), into `stage` under target/ (`scripts/npm-stage`, once per lock file); the
+/// stage directory, which holds their node_modules. None (after a loud skip, a failure under
+/// `CI=true`) when node or npm is missing or staging fails.
+pub async fn stage_npm(what: &str, source: &str, stage: &str) -> Option<PathBuf> {
     if !have("node").await || !have("npm").await {
-        unavailable(WHAT, "node and npm are not both on PATH");
+        unavailable(what, "node and npm are not both on PATH");
         return None;
     }
     let root = repo();
     let mut command = Command::new(root.join("scripts/npm-stage"));
     command
         .current_dir(&root)
-        .args(["tests/ts-upstream", "target/ts-upstream-node"])
+        .args([source, stage])
         .stdin(Stdio::null())
         .kill_on_drop(true);
     match tokio::time::timeout(STAGE, command.output()).await {
-        Ok(Ok(output)) if output.status.success() => Some(root.join("target/ts-upstream-node")),
+        Ok(Ok(output)) if output.status.success() => Some(root.join(stage)),
         Ok(Ok(output)) => {
             let why = format!(
                 "scripts/npm-stage failed ({}): {}",
                 output.status,
                 String::from_utf8_lossy(&output.stderr)
             );
-            unavailable(WHAT, &why);
+            unavailable(what, &why);
             None
         }
         Ok(Err(e)) => {
-            unavailable(WHAT, &format!("cannot run scripts/npm-stage: {e}"));
+            unavailable(what, &format!("cannot run scripts/npm-stage: {e}"));
             None
         }
         Err(_) => {
-            unavailable(WHAT, &format!("scripts/npm-stage took longer than {STAGE:?}"));
+            unavailable(what, &format!("scripts/npm-stage took longer than {STAGE:?}"));
             None
         }
     }

@@ -77,23 +77,25 @@ pub async fn python_sdk() -> Option<PathBuf> {
     }
 }
 
-/// A Python script of `tests/interop/` running, its stdout read as one JSON event per line.
+/// A client script of `tests/interop/` running, its stdout read as one JSON event per line: a
+/// Python one, or a Node one when the interpreter is `node`.
 pub struct PythonScript {
+    script: String,
     child: std::process::Child,
     lines: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 impl PythonScript {
-    /// Starts `script` (a path from the repository's root) with `python` and `args`.
-    pub fn start(python: &std::path::Path, script: &str, args: &[&str]) -> Self {
+    /// Starts `script` (a path from the repository's root) with `interpreter` and `args`.
+    pub fn start(interpreter: &std::path::Path, script: &str, args: &[&str]) -> Self {
         use std::io::BufRead;
-        let mut child = Command::new(python)
+        let mut child = Command::new(interpreter)
             .arg(repo().join(script))
             .args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .expect("start the Python client");
+            .unwrap_or_else(|e| panic!("start {script} with {interpreter:?}: {e}"));
         let stdout = child.stdout.take().expect("stdout");
         let (lines_tx, lines) = tokio::sync::mpsc::unbounded_channel();
         std::thread::spawn(move || {
@@ -101,7 +103,11 @@ impl PythonScript {
                 let _ = lines_tx.send(line);
             }
         });
-        Self { child, lines }
+        Self {
+            script: script.to_owned(),
+            child,
+            lines,
+        }
     }
 
     /// The next event, or `None` once the script closed its stdout.
@@ -121,7 +127,8 @@ impl PythonScript {
             .expect("wait");
         assert!(
             output.status.success(),
-            "Python client failed ({}): {}",
+            "{} failed ({}): {}",
+            self.script,
             output.status,
             String::from_utf8_lossy(&output.stderr)
         );
