@@ -125,8 +125,8 @@ pub async fn initialize(
 
 /// Whether the request's answer goes out as an SSE stream: a call to a tool that asks for what
 /// it misses within the call (`elicit = "request"`), from a client that can open URLs; or a call
-/// to an upstream's tool whose client may be sent something while it runs (progress it asked
-/// for, log messages, the upstream's elicitations).
+/// to a tool whose client may be sent something while it runs (an upstream's progress, log
+/// messages and elicitations, say).
 pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, params: Option<&Value>) -> bool {
     if method != "tools/call" {
         return false;
@@ -134,16 +134,12 @@ pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, p
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return false;
     };
-    if let Some(tool) = state.tools.get(name) {
-        return supports_url_elicitation(session) && tool.definition().elicit == ElicitMode::Request;
-    }
-    let Some(tool) = state.upstreams.tool(name) else {
+    let Some(tool) = state.tools.get(name).cloned().or_else(|| state.upstreams.tool(name)) else {
         return false;
     };
+    let progress_requested = params.and_then(|p| p.pointer("/_meta/progressToken")).is_some();
     (supports_url_elicitation(session) && tool.definition().elicit == ElicitMode::Request)
-        || params.and_then(|p| p.pointer("/_meta/progressToken")).is_some()
-        || session.client_capabilities.get("elicitation").is_some()
-        || session.log_level.is_some()
+        || tool.sends_during_call(session, progress_requested)
 }
 
 /// Answers the request `id` within an established session. `outbox` is the request's own SSE

@@ -204,6 +204,13 @@ pub trait Tool: Send + Sync {
     /// Runs the tool with arguments already checked against its input schema and every
     /// requirement met.
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome;
+
+    /// Whether a call may send this session's client something while it runs (progress when
+    /// `progress_requested`, log messages, requests the client declared it takes): such a call's
+    /// answer streams, so there is a [`CallStream`] to send it on.
+    fn sends_during_call(&self, _session: &SessionRecord, _progress_requested: bool) -> bool {
+        false
+    }
 }
 
 /// Call-scoped forms show the call's arguments: their placeholders must name this tool's arguments.
