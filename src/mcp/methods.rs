@@ -116,11 +116,21 @@ pub async fn initialize(
     );
     let result = json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": !state.upstreams.is_empty()}, "logging": {}},
+        "capabilities": offered(state),
         "serverInfo": {"name": "gatehouse", "title": "gatehouse", "version": env!("CARGO_PKG_VERSION")},
         "instructions": INSTRUCTIONS,
     });
     Ok((record.id.clone(), result))
+}
+
+/// The capabilities `initialize` announces.
+fn offered(state: &AppState) -> Value {
+    let capabilities = json!({"tools": {"listChanged": !state.upstreams.is_empty()}, "logging": {}});
+    #[cfg(feature = "conformance")]
+    if state.fixtures.is_some() {
+        return super::fixtures::advertise(capabilities);
+    }
+    capabilities
 }
 
 /// Whether the request's answer goes out as an SSE stream: a call to a tool that asks for what
@@ -162,6 +172,15 @@ pub async fn handle(
             let running = state.calls.start(&session.id, id);
             call_tool(state, session, caller, params, outbox, &running.cancelled).await
         }
+        #[cfg(feature = "conformance")]
+        "resources/list"
+        | "resources/templates/list"
+        | "resources/read"
+        | "resources/subscribe"
+        | "resources/unsubscribe"
+        | "prompts/list"
+        | "prompts/get"
+        | "completion/complete" => super::fixtures::answer(state.fixtures.as_deref(), &session.id, method, &params),
         "initialize" => Err(RpcError::new(
             jsonrpc::INVALID_REQUEST,
             "the session is already initialized",

@@ -347,6 +347,20 @@ impl ToolRegistry {
         Ok(Self { tools, by_name })
     }
 
+    /// Adds `extra` after the others; a name already taken is refused, naming `key`.
+    #[cfg(feature = "conformance")]
+    pub fn with(mut self, extra: Vec<Arc<dyn Tool>>, key: &str) -> Result<Self, ConfigError> {
+        for tool in extra {
+            let name = tool.definition().name.clone();
+            if self.by_name.contains_key(&name) {
+                return Err(ConfigError::key(key, format!("a tool named `{name}` already exists")));
+            }
+            self.by_name.insert(name, self.tools.len());
+            self.tools.push(tool);
+        }
+        Ok(self)
+    }
+
     /// Every tool's name.
     pub fn names(&self) -> std::collections::HashSet<String> {
         self.by_name.keys().cloned().collect()
