@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
+use super::resources::single_page;
 use crate::jsonrpc::RpcError;
 
 pub struct Argument {
@@ -25,11 +26,7 @@ pub struct Prompt {
 }
 
 pub fn list(prompts: &[Prompt], params: &Map<String, Value>) -> Result<Value, RpcError> {
-    if !matches!(params.get("cursor"), None | Some(Value::Null)) {
-        return Err(RpcError::invalid_params(
-            "params.cursor is not a cursor this server gave out",
-        ));
-    }
+    single_page(params)?;
     let listed: Vec<Value> = prompts
         .iter()
         .map(|prompt| {
@@ -86,4 +83,46 @@ pub fn get(prompts: &[Prompt], params: &Map<String, Value>) -> Result<Value, Rpc
         )));
     }
     Ok(json!({"description": prompt.description, "messages": (prompt.render)(&arguments)}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalogue() -> Vec<Prompt> {
+        vec![Prompt {
+            name: "greet",
+            description: "Greets",
+            arguments: vec![Argument {
+                name: "who",
+                description: "Whom",
+                required: true,
+                suggestions: &[],
+            }],
+            render: |arguments| vec![json!(arguments.get("who"))],
+        }]
+    }
+
+    fn params(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().expect("object")
+    }
+
+    #[test]
+    fn get_checks_the_name_and_the_arguments() {
+        let prompts = catalogue();
+        let got = get(&prompts, &params(json!({"name": "greet", "arguments": {"who": "Ada"}}))).expect("prompt");
+        assert_eq!(got["messages"], json!(["Ada"]));
+        let refused = |value: Value| get(&prompts, &params(value)).expect_err("refused").message;
+        assert_eq!(refused(json!({"name": "nope"})), "Unknown prompt: nope");
+        assert_eq!(refused(json!({"name": "greet"})), "prompt greet needs argument who");
+        assert_eq!(
+            refused(json!({"name": "greet", "arguments": {"who": 1}})),
+            "params.arguments.who must be a string"
+        );
+        assert_eq!(
+            refused(json!({"name": "greet", "arguments": {"who": "a", "extra": "b"}})),
+            "prompt greet has no argument extra"
+        );
+        assert!(list(&prompts, &params(json!({"cursor": "x"}))).is_err());
+    }
 }

@@ -47,8 +47,8 @@ pub struct Resources {
     pub templates: Vec<Template>,
 }
 
-/// Every list is one page: a cursor can only be one this server never gave out.
-fn single_page(params: &Map<String, Value>) -> Result<(), RpcError> {
+/// A list of a fixed catalogue is one page: a cursor can only be one this server never gave out.
+pub fn single_page(params: &Map<String, Value>) -> Result<(), RpcError> {
     match params.get("cursor") {
         None | Some(Value::Null) => Ok(()),
         Some(_) => Err(RpcError::invalid_params(
