@@ -1,8 +1,9 @@
 //! gatehouse: an MCP server that gates tools behind what only a person in a browser can do.
 //!
 //! `app` builds the router and `serve` runs it on a listener until a shutdown future completes;
-//! tests run exactly this on port 0.
+//! tests run exactly this on port 0. `cli` is the program the binaries run ([`binary!`]).
 
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod events;
@@ -42,6 +43,31 @@ use tower_http::trace::TraceLayer;
 
 pub use config::Config;
 pub use state::AppState;
+#[doc(hidden)]
+pub use tikv_jemallocator;
+
+/// A binary's whole source: jemalloc as the allocator, then [`cli::main`].
+///
+/// jemalloc keeps an idle SSE connection's memory small: the unwritten pages of hyper's
+/// per-connection buffers stay out of resident memory. See the README's benchmark figures.
+/// Freed pages go back to the OS at once instead of after jemalloc's default 10 s decay: with
+/// thousands of streams opening in a burst that halves resident memory, at no measured cost in
+/// throughput. `_RJEM_MALLOC_CONF` in the environment still overrides it.
+#[macro_export]
+macro_rules! binary {
+    () => {
+        #[global_allocator]
+        static ALLOCATOR: $crate::tikv_jemallocator::Jemalloc = $crate::tikv_jemallocator::Jemalloc;
+
+        #[allow(non_upper_case_globals)]
+        #[unsafe(export_name = "_rjem_malloc_conf")]
+        static malloc_conf: &[u8] = b"dirty_decay_ms:0,muzzy_decay_ms:0\0";
+
+        fn main() -> std::process::ExitCode {
+            $crate::cli::main()
+        }
+    };
+}
 
 /// hyper's HTTP/1 read buffer limit: 8 KiB (its minimum) holds any sane request head and keeps an
 /// idle SSE connection small.

@@ -58,6 +58,9 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     pub bus: Arc<Bus>,
     pub tools: Arc<ToolRegistry>,
+    /// The conformance suite's resources and prompts, with `[mcp] conformance_fixtures`.
+    #[cfg(feature = "conformance")]
+    pub fixtures: Option<Arc<crate::mcp::fixtures::Fixtures>>,
     /// Upstream MCP servers whose tools gatehouse offers beside its own.
     pub upstreams: Arc<Upstreams>,
     /// Calls running on this replica that a client may cancel.
@@ -85,6 +88,8 @@ impl AppState {
         let forms = Arc::new(Forms::from_config(&config.forms)?);
         let templates = Arc::new(Templates::load(config.server.template_dir.as_deref())?);
         let tools = ToolRegistry::from_config(&config, &providers, &forms, client.clone())?;
+        #[cfg(feature = "conformance")]
+        let (tools, fixtures) = crate::mcp::fixtures::install(&config, tools)?;
         let upstreams = Upstreams::parse(&config, &providers, &forms)?;
         let vault = Arc::new(key_ring(&config)?);
         let public_url = Arc::new(PublicUrl::new(&config.public_url()));
@@ -175,6 +180,8 @@ impl AppState {
             sessions,
             bus,
             tools: Arc::new(tools),
+            #[cfg(feature = "conformance")]
+            fixtures,
             upstreams,
             calls,
             identity,

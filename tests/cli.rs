@@ -112,6 +112,26 @@ fn bad_configuration_is_refused_naming_the_key() {
     );
 }
 
+/// The fixtures exist only in gatehouse-conformance: the production binary refuses to start with
+/// them asked for, instead of starting without them.
+#[cfg(not(feature = "conformance"))]
+#[test]
+fn the_production_binary_refuses_conformance_fixtures() {
+    let dir = tempfile::tempdir().expect("dir");
+    let output = run(
+        dir.path(),
+        &["serve"],
+        &[("GATEHOUSE_MCP__CONFORMANCE_FIXTURES", "true")],
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("mcp.conformance_fixtures") && message.contains("gatehouse-conformance"),
+        "{message}"
+    );
+    assert!(!dir.path().join("gatehouse.db").exists(), "refused before the database");
+}
+
 #[test]
 fn migrate_prepares_a_database_and_is_repeatable() {
     let dir = tempfile::tempdir().expect("dir");

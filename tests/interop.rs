@@ -87,7 +87,8 @@ backend_test!(
     }
 );
 
-/// The scenarios the conformance suite must pass.
+/// The scenarios the conformance suite must pass on the production build (tests/conformance.rs
+/// runs the whole 2025-11-25 requirement set against the fixtures of `gatehouse-conformance`).
 const SCENARIOS: [&str; 6] = [
     "server-initialize",
     "ping",

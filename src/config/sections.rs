@@ -142,6 +142,9 @@ pub struct McpConfig {
     /// Live sessions one principal may hold; an `initialize` beyond it ends that principal's
     /// least recently used session.
     pub max_sessions_per_principal: usize,
+    /// Serve the official conformance suite's fixture tools, resources and prompts. Only a build
+    /// with the `conformance` feature (`gatehouse-conformance`) has them; elsewhere `true` is refused.
+    pub conformance_fixtures: bool,
 }
 
 impl Default for McpConfig {
@@ -150,6 +153,7 @@ impl Default for McpConfig {
             page_size: 50,
             session_idle_timeout: Duration::from_secs(24 * 3600),
             max_sessions_per_principal: 64,
+            conformance_fixtures: false,
         }
     }
 }

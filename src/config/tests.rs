@@ -150,3 +150,17 @@ fn unreadable_and_malformed_files_say_so() {
     assert!(matches!(missing, Err(ConfigError::Read { .. })));
     assert!(matches!(load("[server\n", &[]), Err(ConfigError::Syntax { .. })));
 }
+
+#[test]
+fn conformance_fixtures_are_refused_by_a_build_without_them() {
+    let loaded = load("[mcp]\nconformance_fixtures = true\n", &[]);
+    if cfg!(feature = "conformance") {
+        assert!(loaded.expect("config").mcp.conformance_fixtures);
+    } else {
+        assert_eq!(key_of(loaded.unwrap_err()), "mcp.conformance_fixtures");
+    }
+    assert!(
+        !load("", &[]).expect("config").mcp.conformance_fixtures,
+        "off by default"
+    );
+}

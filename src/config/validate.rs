@@ -81,6 +81,13 @@ impl Config {
         if self.mcp.max_sessions_per_principal == 0 {
             return Err(ConfigError::key("mcp.max_sessions_per_principal", "must be at least 1"));
         }
+        if self.mcp.conformance_fixtures && !cfg!(feature = "conformance") {
+            return Err(ConfigError::key(
+                "mcp.conformance_fixtures",
+                "this build has no conformance fixtures: they are only in gatehouse-conformance \
+                 (cargo build --features conformance --bin gatehouse-conformance), a test build",
+            ));
+        }
         if self.elicitation.max_pending_per_principal == 0 {
             return Err(ConfigError::key(
                 "elicitation.max_pending_per_principal",

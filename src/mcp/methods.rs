@@ -114,17 +114,27 @@ pub async fn initialize(
     );
     let result = json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": !state.upstreams.is_empty()}, "logging": {}},
+        "capabilities": offered(state),
         "serverInfo": {"name": "gatehouse", "title": "gatehouse", "version": env!("CARGO_PKG_VERSION")},
         "instructions": INSTRUCTIONS,
     });
     Ok((record.id.clone(), result))
 }
 
+/// The capabilities `initialize` announces.
+fn offered(state: &AppState) -> Value {
+    let capabilities = json!({"tools": {"listChanged": !state.upstreams.is_empty()}, "logging": {}});
+    #[cfg(feature = "conformance")]
+    if state.fixtures.is_some() {
+        return super::fixtures::advertise(capabilities);
+    }
+    capabilities
+}
+
 /// Whether the request's answer goes out as an SSE stream: a call to a tool that asks for what
 /// it misses within the call (`elicit = "request"`), from a client that can open URLs; or a call
-/// to an upstream's tool whose client may be sent something while it runs (progress it asked
-/// for, log messages, the upstream's elicitations).
+/// to a tool whose client may be sent something while it runs (an upstream's progress, log
+/// messages and elicitations, say).
 pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, params: Option<&Value>) -> bool {
     if method != "tools/call" {
         return false;
@@ -132,16 +142,12 @@ pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, p
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return false;
     };
-    if let Some(tool) = state.tools.get(name) {
-        return supports_url_elicitation(session) && tool.definition().elicit == ElicitMode::Request;
-    }
-    let Some(tool) = state.upstreams.tool(name) else {
+    let Some(tool) = state.tools.get(name).cloned().or_else(|| state.upstreams.tool(name)) else {
         return false;
     };
+    let progress_requested = params.and_then(|p| p.pointer("/_meta/progressToken")).is_some();
     (supports_url_elicitation(session) && tool.definition().elicit == ElicitMode::Request)
-        || params.and_then(|p| p.pointer("/_meta/progressToken")).is_some()
-        || session.client_capabilities.get("elicitation").is_some()
-        || session.log_level.is_some()
+        || tool.sends_during_call(session, progress_requested)
 }
 
 /// Answers the request `id` within an established session. `outbox` is the request's own SSE
@@ -176,6 +182,15 @@ pub async fn handle(
             .await?;
             tool_call::handshake_answer(session, called)
         }
+        #[cfg(feature = "conformance")]
+        "resources/list"
+        | "resources/templates/list"
+        | "resources/read"
+        | "resources/subscribe"
+        | "resources/unsubscribe"
+        | "prompts/list"
+        | "prompts/get"
+        | "completion/complete" => super::fixtures::answer(state.fixtures.as_deref(), &session.id, method, &params),
         "initialize" => Err(RpcError::new(
             jsonrpc::INVALID_REQUEST,
             "the session is already initialized",

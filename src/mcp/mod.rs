@@ -2,13 +2,22 @@
 //! method dispatch, the standalone SSE stream and in-call elicitation. A tool call asks the gate
 //! whether it may run and turns the answer into MCP: the tool's result, error -32042, a result
 //! with the links, or `elicitation/create` within the call. What a requirement is (a sign-in, a
-//! form) is the gate's business.
+//! form) is the gate's business. With the `conformance` feature, `resources`, `prompts` and
+//! `completion` answer those methods for the conformance suite's `fixtures`.
 
 mod calls;
+#[cfg(feature = "conformance")]
+mod completion;
+#[cfg(feature = "conformance")]
+pub mod fixtures;
 mod incall;
 mod methods;
 mod modern;
+#[cfg(feature = "conformance")]
+mod prompts;
 mod resource_metadata;
+#[cfg(feature = "conformance")]
+mod resources;
 pub mod sessions;
 mod stream;
 mod tool_call;

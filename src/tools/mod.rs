@@ -222,6 +222,13 @@ pub trait Tool: Send + Sync {
     /// Runs the tool with arguments already checked against its input schema and every
     /// requirement met.
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome;
+
+    /// Whether a call may send this session's client something while it runs (progress when
+    /// `progress_requested`, log messages, requests the client declared it takes): such a call's
+    /// answer streams, so there is a [`CallStream`] to send it on.
+    fn sends_during_call(&self, _session: &SessionRecord, _progress_requested: bool) -> bool {
+        false
+    }
 }
 
 /// Call-scoped forms show the call's arguments: their placeholders must name this tool's arguments.
@@ -356,6 +363,20 @@ impl ToolRegistry {
             .map(|(i, t)| (t.definition().name.clone(), i))
             .collect();
         Ok(Self { tools, by_name })
+    }
+
+    /// Adds `extra` after the others; a name already taken is refused, naming `key`.
+    #[cfg(feature = "conformance")]
+    pub fn with(mut self, extra: Vec<Arc<dyn Tool>>, key: &str) -> Result<Self, ConfigError> {
+        for tool in extra {
+            let name = tool.definition().name.clone();
+            if self.by_name.contains_key(&name) {
+                return Err(ConfigError::key(key, format!("a tool named `{name}` already exists")));
+            }
+            self.by_name.insert(name, self.tools.len());
+            self.tools.push(tool);
+        }
+        Ok(self)
     }
 
     /// Every tool's name.

@@ -17,6 +17,7 @@ use super::failure;
 use super::pool::{OpenError, Opening, Refusal, Session};
 use super::upstream::{Transport, Upstream};
 use crate::secret::Secret;
+use crate::store::SessionRecord;
 use crate::text;
 use crate::tools::{CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolOutcome, ToolResult, Values};
 
@@ -233,6 +234,11 @@ fn tool_result(result: Value) -> ToolResult {
 impl Tool for UpstreamTool {
     fn definition(&self) -> &ToolDefinition {
         &self.definition
+    }
+
+    /// The upstream may report progress, log, and ask for elicitations while it runs.
+    fn sends_during_call(&self, session: &SessionRecord, progress_requested: bool) -> bool {
+        progress_requested || session.client_capabilities.get("elicitation").is_some() || session.log_level.is_some()
     }
 
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {

@@ -1,0 +1,179 @@
+//! What the binaries run: parses the command line and configuration, sets up logging, then
+//! serves, migrates, checks the configuration or makes a key. `gatehouse` and the test-only
+//! `gatehouse-conformance` are both [`binary!`](crate::binary) around [`main`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::config::{ConfigSource, LogFormat};
+use crate::{AppState, Config};
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "An MCP server that gates tools behind sign-ins and forms in the user's browser"
+)]
+struct Cli {
+    /// Configuration file (TOML). Without one, gatehouse runs on its embedded default.
+    #[arg(long, global = true, env = "GATEHOUSE_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (the default).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Validate the configuration and exit.
+    CheckConfig,
+    /// Print a new random key for `[secrets] keys` (base64, 32 bytes).
+    GenerateKey,
+}
+
+/// The whole program; its exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if matches!(cli.command, Some(Command::GenerateKey)) {
+        println!("{}", crate::vault::KeyRing::generate_key());
+        return ExitCode::SUCCESS;
+    }
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let config = match Config::load(ConfigSource {
+        file: cli.config.as_deref(),
+        env: &env,
+    }) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("gatehouse: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(config.log.format);
+    if matches!(cli.command, Some(Command::CheckConfig)) {
+        // What the file says is checked as a whole here, so its errors exit like loading errors.
+        return match check_config(config) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("gatehouse: {message}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("gatehouse: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command.unwrap_or(Command::Serve) {
+            Command::Serve => serve(config).await,
+            Command::Migrate => migrate(config).await,
+            Command::CheckConfig | Command::GenerateKey => Ok(()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            eprintln!("gatehouse: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    let bind = config.server.bind;
+    let shutdown = CancellationToken::new();
+    let (state, tasks) = AppState::build(config, shutdown.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+    let public_url = state.public_url.origin();
+    let mcp_url = state.public_url.at(crate::mcp::MCP_PATH);
+    tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {mcp_url}");
+    crate::serve(listener, state, shutdown_signal())
+        .await
+        .map_err(|e| format!("server error: {e}"))?;
+    shutdown.cancel();
+    for task in tasks {
+        let _ = task.await;
+    }
+    tracing::info!("gatehouse stopped");
+    Ok(())
+}
+
+async fn migrate(config: Config) -> Result<(), String> {
+    let database = crate::store::connect(config.database.url.expose(), 1)
+        .await
+        .map_err(|e| e.to_string())?;
+    database.store.migrate().await.map_err(|e| e.to_string())?;
+    database.store.check_ready().await.map_err(|e| e.to_string())?;
+    println!("migrations applied ({:?})", database.store.backend());
+    Ok(())
+}
+
+fn check_config(config: Config) -> Result<(), String> {
+    let providers = crate::providers::Providers::from_config(&config).map_err(|e| e.to_string())?;
+    let forms = crate::forms::Forms::from_config(&config.forms).map_err(|e| e.to_string())?;
+    crate::tools::ToolRegistry::from_config(&config, &providers, &forms, reqwest::Client::new())
+        .map_err(|e| e.to_string())?;
+    crate::upstreams::Upstreams::parse(&config, &providers, &forms).map_err(|e| e.to_string())?;
+    crate::web::templates::Templates::load(config.server.template_dir.as_deref()).map_err(|e| e.to_string())?;
+    crate::identity::Identity::from_config(&config, reqwest::Client::new()).map_err(|e| e.to_string())?;
+    if !config.secrets.keys.is_empty() {
+        crate::vault::KeyRing::from_keys(&config.secrets.keys).map_err(|e| e.to_string())?;
+    }
+    println!("configuration is valid");
+    Ok(())
+}
+
+/// Completes at SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down");
+}
