@@ -5,7 +5,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Backend, McpClient, TestDatabase, WAIT, eventually, free_port};
+use common::{Backend, McpClient, TestDatabase, WAIT, free_port};
 use serde_json::json;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
@@ -168,15 +168,7 @@ backend_test!(
             .spawn()
             .expect("spawn");
         let url = format!("http://{bind}/mcp");
-        let http = reqwest::Client::new();
-        eventually("the server became ready", async || {
-            http.get(format!("http://{bind}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-                .then_some(())
-        })
-        .await;
+        common::until_ready(&bind).await;
         let mut client = McpClient::new(&url);
         client.initialize().await;
         assert_eq!(client.call("ping", json!({})).await, json!({}));

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use common::python::{run, unavailable};
-use common::{eventually, free_port, repo};
+use common::{free_port, repo};
 use serde_json::Value;
 
 /// What cargo sets for the crate under test (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`, `OUT_DIR`...).
@@ -129,15 +129,7 @@ async fn requirements_2025_11_25_pass_against_the_fixtures() {
         .spawn()
         .expect("start gatehouse-conformance");
     let _server = Server(child);
-    let http = reqwest::Client::new();
-    eventually("gatehouse-conformance became ready", async || {
-        http.get(format!("http://{bind}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-            .then_some(())
-    })
-    .await;
+    common::until_ready(&bind).await;
 
     let url = format!("http://{bind}/mcp");
     let output = tokio::task::spawn_blocking(move || {

@@ -1,13 +1,10 @@
 //! `disconnect`: removes the caller's connection at a provider and revokes its tokens there when
 //! the provider has a revocation endpoint.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
-use crate::config::ElicitMode;
 use crate::gate::Disconnected;
 
 pub struct Disconnect {
@@ -23,22 +20,14 @@ impl Disconnect {
             "additionalProperties": false,
         });
         Self {
-            definition: ToolDefinition {
-                name: "disconnect".into(),
-                title: Some("Disconnect an account".into()),
-                description: "Removes the connection to one of the user's accounts at another service and revokes \
-                              gatehouse's access there when the service allows it. Tools needing it will ask the user \
-                              to sign in again."
-                    .into(),
-                input_schema: InputSchema::from_config(Some(&schema), "disconnect").expect("the schema is valid"),
-                read_only: false,
-                requires: Vec::new(),
-                elicit: ElicitMode::Error,
-                elicit_timeout: Duration::ZERO,
-                form_details: Vec::new(),
-                listed: None,
-                access: None,
-            },
+            definition: ToolDefinition::builtin(
+                "disconnect",
+                Some("Disconnect an account"),
+                "Removes the connection to one of the user's accounts at another service and revokes gatehouse's \
+                 access there when the service allows it. Tools needing it will ask the user to sign in again.",
+                InputSchema::from_config(Some(&schema), "disconnect").expect("the schema is valid"),
+                false,
+            ),
         }
     }
 }

@@ -55,6 +55,29 @@ pub struct ToolDefinition {
 }
 
 impl ToolDefinition {
+    /// A tool of gatehouse's own, which needs nothing from the gate and is open to everyone.
+    pub fn builtin(
+        name: &str,
+        title: Option<&str>,
+        description: &str,
+        input_schema: InputSchema,
+        read_only: bool,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            title: title.map(str::to_owned),
+            description: description.to_owned(),
+            input_schema,
+            read_only,
+            requires: Vec::new(),
+            elicit: ElicitMode::Error,
+            elicit_timeout: Duration::ZERO,
+            form_details: Vec::new(),
+            listed: None,
+            access: None,
+        }
+    }
+
     /// Whether a caller with these claims may see and call the tool.
     pub fn permits(&self, claims: &Claims) -> bool {
         self.access.as_ref().is_none_or(|access| access.permits(claims))

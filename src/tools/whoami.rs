@@ -2,13 +2,10 @@
 //! with what each still needs, so a user (or model) can see who gatehouse believes is calling and
 //! what it can use. It never shows a token.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
-use crate::config::ElicitMode;
 
 pub struct Whoami {
     definition: ToolDefinition,
@@ -17,23 +14,15 @@ pub struct Whoami {
 impl Whoami {
     pub fn new() -> Self {
         Self {
-            definition: ToolDefinition {
-                name: "whoami".into(),
-                title: Some("Who am I".into()),
-                description:
-                    "Shows who gatehouse believes is calling (the principal), the MCP session in use, and the \
-                              accounts connected at other services (with their scopes, never their tokens), and the \
-                              upstream MCP servers with what each still needs before its tools can be used."
-                        .into(),
-                input_schema: InputSchema::from_config(None, "whoami").expect("the empty schema is valid"),
-                read_only: true,
-                requires: Vec::new(),
-                elicit: ElicitMode::Error,
-                elicit_timeout: Duration::ZERO,
-                form_details: Vec::new(),
-                listed: None,
-                access: None,
-            },
+            definition: ToolDefinition::builtin(
+                "whoami",
+                Some("Who am I"),
+                "Shows who gatehouse believes is calling (the principal), the MCP session in use, and the accounts \
+                 connected at other services (with their scopes, never their tokens), and the upstream MCP servers \
+                 with what each still needs before its tools can be used.",
+                InputSchema::from_config(None, "whoami").expect("the empty schema is valid"),
+                true,
+            ),
         }
     }
 }

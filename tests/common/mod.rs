@@ -156,6 +156,20 @@ pub async fn eventually<T>(what: &str, mut attempt: impl AsyncFnMut() -> Option<
     }
 }
 
+/// Waits until a server started as its own process (`bind` is its `host:port`) answers
+/// `/readyz` with success.
+pub async fn until_ready(bind: &str) {
+    let http = reqwest::Client::new();
+    eventually(&format!("the server at {bind} became ready"), async || {
+        http.get(format!("http://{bind}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+            .then_some(())
+    })
+    .await;
+}
+
 static POSTGRES: OnceCell<Option<String>> = OnceCell::const_new();
 
 /// The PostgreSQL server for tests: `TEST_DATABASE_URL`, else 127.0.0.1:5432 when it answers.
