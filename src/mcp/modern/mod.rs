@@ -362,4 +362,23 @@ mod tests {
         assert_eq!(decode_header(encoded.as_bytes()).as_deref(), Some("café"));
         assert_eq!(decode_header(b"=?base64?not base64?="), None);
     }
+
+    #[test]
+    fn log_messages_are_admitted_only_at_the_level_meta_asks_for() {
+        let caller = Caller::named(crate::domain::Principal::parse("ada").expect("principal"));
+        let with = |meta: Value| {
+            let params = json!({"_meta": meta});
+            stateless_session(&caller, params.as_object().expect("object")).map(|session| session.log_level)
+        };
+        let capabilities = json!({});
+        assert_eq!(with(json!({META_CAPABILITIES: capabilities})).expect("no level"), None);
+        assert_eq!(
+            with(json!({META_CAPABILITIES: capabilities, META_LOG_LEVEL: "warning"})).expect("warning"),
+            Some(LogLevel::Warning)
+        );
+        for bad in [json!("loud"), json!(3)] {
+            let refused = with(json!({META_CAPABILITIES: capabilities, META_LOG_LEVEL: bad})).expect_err("refused");
+            assert_eq!(refused.code, INVALID_PARAMS);
+        }
+    }
 }
