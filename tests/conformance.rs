@@ -1,7 +1,7 @@
-//! The official MCP conformance suite's requirement set for protocol 2025-11-25, run against the
-//! test-only `gatehouse-conformance` binary (the `conformance` feature, which serves the suite's
-//! fixture tools, resources and prompts). The test builds that binary itself, next to the normal
-//! build in the same target directory, and starts it on SQLite.
+//! The official MCP conformance suite's requirement sets for protocols 2025-11-25 and 2026-07-28,
+//! each run against the test-only `gatehouse-conformance` binary (the `conformance` feature, which
+//! serves the suite's fixture tools, resources and prompts). Each test builds that binary itself,
+//! next to the normal build in the same target directory, and starts it on SQLite.
 
 mod common;
 
@@ -98,8 +98,10 @@ impl Drop for Server {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn requirements_2025_11_25_pass_against_the_fixtures() {
+/// Runs the suite's requirement set for `revision` against a fresh `gatehouse-conformance` and
+/// asserts that no scored scenario fails, that at least `scored` of them ran, `sample` among them,
+/// and that the CLI reports success.
+async fn requirements_pass(revision: &str, scored: usize, sample: &str) {
     if !have("node") || !have("npm") {
         return unavailable("Node.js and npm", "not installed");
     }
@@ -132,10 +134,11 @@ async fn requirements_2025_11_25_pass_against_the_fixtures() {
     common::until_ready(&bind).await;
 
     let url = format!("http://{bind}/mcp");
+    let revision_arg = revision.to_owned();
     let output = tokio::task::spawn_blocking(move || {
         Command::new("bash")
             .arg(repo().join("tests/conformance/run.sh"))
-            .args([url.as_str(), "--requirements", "2025-11-25"])
+            .args([url.as_str(), "--requirements", revision_arg.as_str()])
             .output()
             .expect("run the conformance suite")
     })
@@ -152,12 +155,28 @@ async fn requirements_2025_11_25_pass_against_the_fixtures() {
         .filter(|(_, passed)| !passed)
         .map(|(name, _)| name)
         .collect();
-    assert!(failed.is_empty(), "scored scenarios failed: {failed:?}\n{text}");
     assert!(
-        scenarios.len() >= 30 && scenarios.iter().any(|(name, _)| name == "tools-call-sampling"),
-        "the summary lists every scored server scenario:\n{text}"
+        failed.is_empty(),
+        "{revision}: scored scenarios failed: {failed:?}\n{text}"
     );
-    assert!(output.status.success(), "the CLI reports a failure:\n{text}");
+    assert!(
+        scenarios.len() >= scored && scenarios.iter().any(|(name, _)| name == sample),
+        "{revision}: the summary lists every scored server scenario:\n{text}"
+    );
+    assert!(
+        output.status.success(),
+        "{revision}: the CLI reports a failure:\n{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requirements_2025_11_25_pass_against_the_fixtures() {
+    requirements_pass("2025-11-25", 30, "tools-call-sampling").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requirements_2026_07_28_pass_against_the_fixtures() {
+    requirements_pass("2026-07-28", 35, "input-required-result-multi-round").await;
 }
 
 #[test]

@@ -126,7 +126,7 @@ fn offered(state: &AppState) -> Value {
     let capabilities = json!({"tools": {"listChanged": !state.upstreams.is_empty()}, "logging": {}});
     #[cfg(feature = "conformance")]
     if state.fixtures.is_some() {
-        return super::fixtures::advertise(capabilities);
+        return super::fixtures::advertise(capabilities, true);
     }
     capabilities
 }

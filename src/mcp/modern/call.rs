@@ -30,11 +30,7 @@ pub async fn call(
     stream: Option<&Outbox>,
 ) -> Result<Value, RpcError> {
     let sealed = params.remove("requestState");
-    let responses = match params.remove("inputResponses") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(responses)) => responses,
-        Some(_) => return Err(RpcError::invalid_params("params.inputResponses must be an object")),
-    };
+    let responses = input_responses(&mut params)?;
     let request = ToolRequest::parse(&mut params)?;
     let tool = request.name.clone();
     let arguments = request.arguments.clone();
@@ -68,6 +64,12 @@ pub async fn call(
             responses,
             state: opened.into_kept(),
         });
+    } else if !responses.is_empty() {
+        // Answers without a state: the tool sees them, with nothing kept.
+        retry.input = Some(ToolInput {
+            responses,
+            state: Value::Null,
+        });
     }
     let cancelled = CancellationToken::new();
     let stream = stream.map(Stream::Notifications);
@@ -99,13 +101,7 @@ pub async fn call(
         }
         Called::InputRequired { requests, state } => (requests, Vec::new(), state),
     };
-    if let Some(required) = missing_capabilities(session, &requests) {
-        return Err(RpcError::new(
-            MISSING_REQUIRED_CLIENT_CAPABILITY,
-            "Answering needs client capabilities this request did not declare in clientCapabilities",
-        )
-        .with_data(json!({"requiredCapabilities": required})));
-    }
+    check_capabilities(session, &requests)?;
     let expires = after(now, state.config.elicitation.ttl);
     let sealed = RequestState::new(&caller.principal, &tool, &arguments, &given, kept, expires).seal(&state.vault);
     Ok(json!({
@@ -118,6 +114,28 @@ pub async fn call(
 /// One URL-mode `elicitation/create` input request.
 fn url_request(url: &str, message: &str) -> Value {
     json!({"method": "elicitation/create", "params": {"mode": "url", "url": url, "message": message}})
+}
+
+/// A retry's `inputResponses` (removed from `params`): the answers by key, none when absent.
+pub(super) fn input_responses(params: &mut Map<String, Value>) -> Result<Map<String, Value>, RpcError> {
+    match params.remove("inputResponses") {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(responses)) => Ok(responses),
+        Some(_) => Err(RpcError::invalid_params("params.inputResponses must be an object")),
+    }
+}
+
+/// -32021 with `requiredCapabilities` when answering `requests` needs client capabilities the
+/// request did not declare.
+pub(super) fn check_capabilities(session: &SessionRecord, requests: &Map<String, Value>) -> Result<(), RpcError> {
+    match missing_capabilities(session, requests) {
+        None => Ok(()),
+        Some(required) => Err(RpcError::new(
+            MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "Answering needs client capabilities this request did not declare in clientCapabilities",
+        )
+        .with_data(json!({"requiredCapabilities": required}))),
+    }
 }
 
 /// The client capabilities that answering `requests` needs and the request did not declare, as

@@ -4,6 +4,8 @@
 //! but the elicitations a gated call asks for (see `call`).
 
 mod call;
+#[cfg(feature = "conformance")]
+mod fixtures;
 mod request_state;
 
 use axum::http::{HeaderMap, HeaderName, StatusCode};
@@ -15,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::SUPPORTED_PROTOCOL_VERSIONS;
 use super::incall::Outbox;
 use super::methods::{MAX_CAPABILITIES_BYTES, kept_client_info, list_tools, serialized_len};
-use crate::domain::SessionId;
+use crate::domain::{LogLevel, SessionId};
 use crate::identity::Caller;
 use crate::jsonrpc::{
     self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RequestId, RpcError,
@@ -35,6 +37,7 @@ const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
 /// How long a client may keep `server/discover`'s answer, which is the same for everybody.
 const DISCOVER_TTL_MS: u64 = 3_600_000;
@@ -263,17 +266,35 @@ async fn dispatch(
             let session = stateless_session(caller, &params)?;
             Ok(call::call(state, &session, caller, params, None).await?)
         }
-        other => Err(Refused {
-            status: StatusCode::NOT_FOUND,
-            error: RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {other}")),
-        }),
+        #[cfg(feature = "conformance")]
+        "resources/list"
+        | "resources/templates/list"
+        | "resources/read"
+        | "prompts/list"
+        | "prompts/get"
+        | "completion/complete" => {
+            let session = stateless_session(caller, &params)?;
+            fixtures::answer(state, &session, method, params)
+        }
+        other => Err(not_found(other)),
+    }
+}
+
+/// 404 with "Method not found", for a method this era does not serve.
+fn not_found(method: &str) -> Refused {
+    Refused {
+        status: StatusCode::NOT_FOUND,
+        error: RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}")),
     }
 }
 
 fn discover(state: &AppState) -> Value {
+    let capabilities = json!({"tools": {"listChanged": false}});
+    #[cfg(feature = "conformance")]
+    let capabilities = fixtures::advertise(state, capabilities);
     json!({
         "supportedVersions": supported_versions(),
-        "capabilities": {"tools": {"listChanged": false}},
+        "capabilities": capabilities,
         "instructions": INSTRUCTIONS,
         "ttlMs": if state.upstreams.is_empty() { DISCOVER_TTL_MS } else { 0 },
         "cacheScope": "public",
@@ -313,13 +334,19 @@ fn stateless_session(caller: &Caller, params: &Map<String, Value>) -> Result<Ses
         Some(Value::Object(info)) => kept_client_info(info),
         Some(_) => return Err(RpcError::invalid_params("_meta's clientInfo must be an object")),
     };
+    // Log messages go out only when the request asks for them, at its level or above.
+    let log_level = match meta.and_then(|meta| meta.get(META_LOG_LEVEL)) {
+        None => None,
+        Some(Value::String(level)) => Some(level.parse::<LogLevel>().map_err(RpcError::invalid_params)?),
+        Some(_) => return Err(RpcError::invalid_params("_meta's logLevel must be a string")),
+    };
     Ok(SessionRecord {
         id: SessionId::stateless(&caller.principal),
         principal: caller.principal.clone(),
         protocol_version: STATELESS_PROTOCOL_VERSION.to_owned(),
         client_info: Value::Object(client_info),
         client_capabilities: capabilities,
-        log_level: None,
+        log_level,
         created_at: Utc::now(),
     })
 }
@@ -334,5 +361,24 @@ mod tests {
         let encoded = format!("=?base64?{}?=", STANDARD.encode("café"));
         assert_eq!(decode_header(encoded.as_bytes()).as_deref(), Some("café"));
         assert_eq!(decode_header(b"=?base64?not base64?="), None);
+    }
+
+    #[test]
+    fn log_messages_are_admitted_only_at_the_level_meta_asks_for() {
+        let caller = Caller::named(crate::domain::Principal::parse("ada").expect("principal"));
+        let with = |meta: Value| {
+            let params = json!({"_meta": meta});
+            stateless_session(&caller, params.as_object().expect("object")).map(|session| session.log_level)
+        };
+        let capabilities = json!({});
+        assert_eq!(with(json!({META_CAPABILITIES: capabilities})).expect("no level"), None);
+        assert_eq!(
+            with(json!({META_CAPABILITIES: capabilities, META_LOG_LEVEL: "warning"})).expect("warning"),
+            Some(LogLevel::Warning)
+        );
+        for bad in [json!("loud"), json!(3)] {
+            let refused = with(json!({META_CAPABILITIES: capabilities, META_LOG_LEVEL: bad})).expect_err("refused");
+            assert_eq!(refused.code, INVALID_PARAMS);
+        }
     }
 }
