@@ -135,9 +135,9 @@ backend_test!(
         let result = &response["result"];
         assert_eq!(result["isError"], false, "{response}");
         assert_eq!(text(result), "ok", "the tool ran after the confirmation");
-        let counts: Vec<u64> = progress
-            .iter()
-            .chain([&accepted])
+        // The progress sent after the accept follows it (the answer came after `accepted`).
+        let counts: Vec<u64> = std::iter::once(&accepted)
+            .chain(progress.iter())
             .filter_map(|m| m["params"]["progress"].as_u64())
             .collect();
         assert!(

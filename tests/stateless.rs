@@ -369,3 +369,30 @@ backend_test!(
         server.stop().await;
     }
 );
+
+#[tokio::test]
+async fn log_messages_come_on_the_calls_own_stream_when_asked_for() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, "").await;
+    let client = StatelessClient::new(&server.url);
+    let meta = |level: Option<&str>| {
+        let mut meta = json!({"progressToken": "p"});
+        if let Some(level) = level {
+            meta["io.modelcontextprotocol/logLevel"] = json!(level);
+        }
+        json!({"name": "whoami", "arguments": {}, "_meta": meta})
+    };
+    let messages = client.stream("tools/call", meta(Some("debug"))).await;
+    let (answer, notes) = messages.split_last().expect("an answer");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert!(
+        notes
+            .iter()
+            .any(|m| m["method"] == "notifications/message" && m["params"]["data"]["event"] == "tool call"),
+        "{messages:?}"
+    );
+    let quiet = client.stream("tools/call", meta(None)).await;
+    assert_eq!(quiet.len(), 1, "no log messages without a logLevel: {quiet:?}");
+    assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);
+    server.stop().await;
+}

@@ -19,6 +19,7 @@ mod resource_metadata;
 #[cfg(feature = "conformance")]
 mod resources;
 pub mod sessions;
+mod sse;
 mod stream;
 mod tool_call;
 mod transport;
@@ -35,6 +36,8 @@ pub use calls::{RunningCalls, listen as listen_for_calls};
 /// Newest first; `initialize` answers with the client's version when it is listed, else the newest.
 pub const SUPPORTED_PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 pub const LATEST_PROTOCOL_VERSION: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
+/// The stateless revision (`modern`), spoken beside the handshake era's versions above.
+pub const STATELESS_PROTOCOL_VERSION: &str = "2026-07-28";
 /// Assumed when a request carries no `MCP-Protocol-Version` header, as the spec says.
 pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-03-26";
 /// The first version without JSON-RPC batches.

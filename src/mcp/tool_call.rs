@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::StreamChannel;
 use super::incall::{self, Outbox, Waited};
-use super::store_failure;
+use super::{STATELESS_PROTOCOL_VERSION, store_failure};
 use crate::config::ElicitMode;
 use crate::domain::{ElicitationId, LogLevel, Principal};
 use crate::gate::{Credentials, Decision, GateError, Requirement, ToolCall};
@@ -132,13 +132,6 @@ pub async fn call(
         let result = ToolResult::error(format!("Invalid arguments for {name}: {}.", problems.join("; ")));
         return Ok(Called::Result(result.to_json()));
     }
-    log(
-        state,
-        session,
-        LogLevel::Debug,
-        json!({"event": "tool call", "tool": name}),
-    )
-    .await;
     let definition = tool.definition();
     let details = definition.form_details(&arguments);
     let mut requires = definition.requires.clone();
@@ -155,6 +148,14 @@ pub async fn call(
             requests,
         }) as Arc<dyn CallStream>
     });
+    log(
+        state,
+        session,
+        stream.as_deref(),
+        LogLevel::Debug,
+        json!({"event": "tool call", "tool": name}),
+    )
+    .await;
     let waiting = match (outbox, definition.elicit) {
         (Some(outbox), ElicitMode::Request) if requests => Some(Waiting {
             outbox,
@@ -204,6 +205,7 @@ pub async fn call(
                     log(
                         state,
                         session,
+                        stream.as_deref(),
                         LogLevel::Warning,
                         json!({"event": "tool failed", "tool": name, "error": text}),
                     )
@@ -444,17 +446,22 @@ pub fn supports_url_elicitation(session: &SessionRecord) -> bool {
         .is_some_and(Value::is_object)
 }
 
-/// Sends a `notifications/message` on the session's stream when its level admits `level`.
-/// Sessions that never called `logging/setLevel` get none.
-async fn log(state: &AppState, session: &SessionRecord, level: LogLevel, data: Value) {
+/// Sends a `notifications/message` when the session's level admits `level`: on the session's
+/// stream, or for a 2026-07-28 request (which has no session to keep events in) on the call's own
+/// stream when it has one. Sessions that never asked for a level get none.
+async fn log(state: &AppState, session: &SessionRecord, stream: Option<&dyn CallStream>, level: LogLevel, data: Value) {
     let Some(threshold) = session.log_level else { return };
     if level < threshold {
         return;
     }
-    let message = jsonrpc::notification(
-        "notifications/message",
-        json!({"level": level, "logger": "gatehouse", "data": data}),
-    );
+    let params = json!({"level": level, "logger": "gatehouse", "data": data});
+    if session.protocol_version == STATELESS_PROTOCOL_VERSION {
+        if let Some(stream) = stream {
+            stream.notify("notifications/message", params).await;
+        }
+        return;
+    }
+    let message = jsonrpc::notification("notifications/message", params);
     if let Err(error) = state.bus.publish(&session.id, &message).await {
         tracing::warn!(%error, "could not queue a log message for the client");
     }

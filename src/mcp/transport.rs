@@ -1,7 +1,6 @@
 //! Streamable HTTP: the rules of the `/mcp` endpoint. Every refusal is a status code with a
 //! JSON-RPC error body that says what was wrong.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -10,14 +9,11 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use serde_json::Value;
 
 use super::calls;
-use super::incall::Outbox;
-use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, modern, stream};
+use super::{DEFAULT_PROTOCOL_VERSION, NO_BATCHES_SINCE, SUPPORTED_PROTOCOL_VERSIONS, methods, modern, sse, stream};
 use crate::domain::{Principal, SessionId};
 use crate::identity::oauth::BearerError;
 use crate::identity::{Caller, IdentityError};
@@ -356,7 +352,7 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
             modern::Answer::Accepted => accepted(),
             modern::Answer::Streamed(call) => {
                 let task_state = state.clone();
-                sse_answer(state, move |outbox| async move { call.run(&task_state, &outbox).await })
+                sse::sse_answer(state, move |outbox| async move { call.run(&task_state, &outbox).await })
             }
         });
     }
@@ -369,7 +365,7 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
         Message::Request { id, method, params }
             if methods::streams_answer(state, &session, &method, params.as_ref()) =>
         {
-            Ok(streamed_answer(state, session, caller, id, method, params))
+            Ok(sse::streamed_answer(state, session, caller, id, method, params))
         }
         Message::Request { id, method, params } => {
             let outcome = methods::handle(state, &session, &caller, &id, &method, params, None).await;
@@ -386,45 +382,6 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
             Ok(accepted())
         }
     }
-}
-
-/// Answers a request on its own SSE stream: what the call sends while it runs (elicitation
-/// requests, progress), then its response. The call runs in its own task, so it notices when the
-/// client goes away instead of being dropped mid-write.
-fn streamed_answer(
-    state: &AppState,
-    session: Arc<SessionRecord>,
-    caller: Caller,
-    id: RequestId,
-    method: String,
-    params: Option<Value>,
-) -> Response {
-    let task_state = state.clone();
-    sse_answer(state, move |outbox| async move {
-        match methods::handle(&task_state, &session, &caller, &id, &method, params, Some(&outbox)).await {
-            Ok(result) => jsonrpc::result_response(&id, result),
-            Err(error) => jsonrpc::error_response(Some(&id), &error),
-        }
-    })
-}
-
-/// An SSE answer: `run` sends what goes out while it works to its outbox and returns the
-/// response, which goes last. It runs in its own task, so it notices when the client goes away.
-fn sse_answer<F, Fut>(state: &AppState, run: F) -> Response
-where
-    F: FnOnce(Outbox) -> Fut + Send + 'static,
-    Fut: Future<Output = Value> + Send + 'static,
-{
-    let (outbox, receiver) = Outbox::channel();
-    tokio::spawn(async move {
-        let body = run(outbox.clone()).await;
-        outbox.send(body).await;
-    });
-    let events = tokio_stream::wrappers::ReceiverStream::new(receiver)
-        .map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(state.config.server.sse_keep_alive))
-        .into_response()
 }
 
 async fn initialize(

@@ -14,9 +14,9 @@ use base64::engine::general_purpose::STANDARD;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 
-use super::SUPPORTED_PROTOCOL_VERSIONS;
 use super::incall::Outbox;
 use super::methods::{MAX_CAPABILITIES_BYTES, kept_client_info, list_tools, serialized_len};
+use super::{STATELESS_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::domain::{LogLevel, SessionId};
 use crate::identity::Caller;
 use crate::jsonrpc::{
@@ -25,9 +25,6 @@ use crate::jsonrpc::{
 };
 use crate::state::AppState;
 use crate::store::SessionRecord;
-
-/// The stateless revision; requests of the handshake era name one of [`SUPPORTED_PROTOCOL_VERSIONS`].
-pub const STATELESS_PROTOCOL_VERSION: &str = "2026-07-28";
 
 const PROTOCOL_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
