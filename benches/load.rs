@@ -22,6 +22,8 @@
 #[allow(dead_code)]
 #[path = "../tests/common/fake_idp.rs"]
 mod fake_idp;
+#[path = "load/cpu.rs"]
+mod cpu;
 #[allow(dead_code)]
 #[path = "../tests/common/fake_oauth.rs"]
 mod fake_oauth;
