@@ -38,14 +38,45 @@ fn api_key(user: &str) -> String {
     format!("key-of-{user}-1234")
 }
 
-/// Header identity, the fake provider's `me` and the forms of tests/forms.rs (`keyed` needs the
+/// A database, the fake provider, the recording upstream and the replicas' configuration: header
+/// identity, the fake provider's `me` and the forms of tests/forms.rs (`keyed` needs the
 /// user-scoped `key` form with a secret; `transfer` a call-scoped secret).
-fn configuration(fake: &FakeProvider, upstream: std::net::SocketAddr) -> String {
-    format!(
-        "{HEADER_IDENTITY}\n{}\n{}",
-        fake.configure(include_str!("fixtures/fake_provider.toml")),
-        include_str!("fixtures/forms.toml").replace("UPSTREAM", &upstream.to_string())
-    )
+struct Setup {
+    database: TestDatabase,
+    fake: FakeProvider,
+    /// What the upstream of the form tools saw.
+    seen: Log,
+    config: String,
+    /// The port of the first replica, whose address is the public URL.
+    port: u16,
+    public_url: String,
+}
+
+impl Setup {
+    async fn new(backend: Backend) -> Self {
+        let database = TestDatabase::new(backend).await;
+        let fake = FakeProvider::start(FakeOptions::default()).await;
+        let (upstream, seen) = upstream::recording().await;
+        let config = format!(
+            "{HEADER_IDENTITY}\n{}\n{}",
+            fake.configure(include_str!("fixtures/fake_provider.toml")),
+            include_str!("fixtures/forms.toml").replace("UPSTREAM", &upstream.to_string())
+        );
+        let port = free_port();
+        Self {
+            database,
+            fake,
+            seen,
+            config,
+            port,
+            public_url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// A replica on `port` with the key ring `ring`.
+    async fn start(&self, port: u16, ring: &str) -> Replica {
+        Replica::start(&self.database.url, &self.config, port, &self.public_url, ring).await
+    }
 }
 
 /// Runs `gatehouse keys ARGS` against the database with the key ring `keys`.
@@ -314,18 +345,18 @@ async fn refresh_tokens_work(stored: &Stored, replica: &Replica, fake: &FakeProv
 
 postgres_test!(
     async fn rotation_while_two_replicas_serve_keeps_every_connection_and_form_secret() {
-        let database = TestDatabase::new(Backend::Postgres).await;
-        let fake = FakeProvider::start(FakeOptions::default()).await;
-        let (upstream, seen) = upstream::recording().await;
-        let config = configuration(&fake, upstream);
-        let (port_a, port_b) = (free_port(), free_port());
-        let public_url = format!("http://127.0.0.1:{port_a}");
-        let start = async |port: u16, ring: &str| Replica::start(&database.url, &config, port, &public_url, ring).await;
+        let setup = Setup::new(Backend::Postgres).await;
+        let Setup {
+            database, fake, seen, ..
+        } = &setup;
+        let (port_a, port_b) = (setup.port, free_port());
+        let public_url = &setup.public_url;
+        let start = async |port: u16, ring: &str| setup.start(port, ring).await;
 
         let (a, b) = (start(port_a, KEY_A).await, start(port_b, KEY_A).await);
-        let stored = store_secrets(&[&a, &b], &fake, &public_url).await;
-        assert_everything_under(&status(&database, KEY_A).await, 0);
-        let output = keys(&database, KEY_A, &["rotate"]).await;
+        let stored = store_secrets(&[&a, &b], fake, public_url).await;
+        assert_everything_under(&status(database, KEY_A).await, 0);
+        let output = keys(database, KEY_A, &["rotate"]).await;
         assert!(output.status.success());
         assert!(
             stdout(&output).starts_with("Nothing to do: secrets.keys has one key"),
@@ -338,26 +369,26 @@ postgres_test!(
         b.kill().await;
         let both = format!("{KEY_B},{KEY_A}");
         let (a, b) = (start(port_a, &both).await, start(port_b, &both).await);
-        let before = status(&database, &both).await;
+        let before = status(database, &both).await;
         assert_eq!(total(&rows_of(&before, 0)), 0, "nothing sealed by B yet: {before:?}");
         assert_everything_under(&before, 1);
 
         // A run stopped after its first batch leaves some rows under each key; both serve.
-        interrupted_rotation(&database, &both).await;
-        let midway = status(&database, &both).await;
+        interrupted_rotation(database, &both).await;
+        let midway = status(database, &both).await;
         assert_eq!(total(&rows_of(&midway, 0)), 1, "{midway:?}");
         assert_eq!(
             total(&rows_of(&midway, 1)),
             total(&rows_of(&before, 1)) - 1,
             "{midway:?}"
         );
-        every_secret_works(&stored, &a, &seen).await;
-        every_secret_works(&stored, &b, &seen).await;
+        every_secret_works(&stored, &a, seen).await;
+        every_secret_works(&stored, &b, seen).await;
 
         // The resumed run, while clients keep calling gated tools on both replicas.
         let (stop, calls) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let callers = keep_calling(&stored, &[&a, &b], stop.clone(), calls.clone());
-        let output = keys(&database, &both, &["rotate", "--batch-size", "2"]).await;
+        let output = keys(database, &both, &["rotate", "--batch-size", "2"]).await;
         let log = stdout(&output);
         assert!(
             output.status.success(),
@@ -371,7 +402,7 @@ postgres_test!(
             caller.await.expect("every gated call during the rotation succeeded");
         }
         assert!(calls.load(Ordering::Relaxed) > 0);
-        let after = status(&database, &both).await;
+        let after = status(database, &both).await;
         assert_eq!(total(&rows_of(&after, 1)), 0, "A protects nothing: {after:?}");
         assert_everything_under(&after, 0);
 
@@ -379,68 +410,64 @@ postgres_test!(
         a.kill().await;
         b.kill().await;
         let (a, b) = (start(port_a, KEY_B).await, start(port_b, KEY_B).await);
-        let only_b = status(&database, KEY_B).await;
+        let only_b = status(database, KEY_B).await;
         assert_eq!(only_b.len(), 1, "no row under a key outside the ring: {only_b:?}");
-        every_secret_works(&stored, &b, &seen).await;
-        every_secret_works(&stored, &a, &seen).await;
-        answers_and_flows_work(&stored, &a, &fake, &seen).await;
+        every_secret_works(&stored, &b, seen).await;
+        every_secret_works(&stored, &a, seen).await;
+        answers_and_flows_work(&stored, &a, fake, seen).await;
         a.kill().await;
         b.kill().await;
-        make_tokens_due(&database).await;
+        make_tokens_due(database).await;
         let a = start(port_a, KEY_B).await;
-        refresh_tokens_work(&stored, &a, &fake, &seen).await;
+        refresh_tokens_work(&stored, &a, fake, seen).await;
     }
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_on_sqlite_with_the_server_stopped() {
-    let database = TestDatabase::new(Backend::Sqlite).await;
-    let fake = FakeProvider::start(FakeOptions::default()).await;
-    let (upstream, seen) = upstream::recording().await;
-    let config = configuration(&fake, upstream);
-    let port = free_port();
-    let public_url = format!("http://127.0.0.1:{port}");
-    let start = async |ring: &str| Replica::start(&database.url, &config, port, &public_url, ring).await;
+    let setup = Setup::new(Backend::Sqlite).await;
+    let Setup {
+        database, fake, seen, ..
+    } = &setup;
+    let public_url = &setup.public_url;
+    let start = async |ring: &str| setup.start(setup.port, ring).await;
 
     let server = start(KEY_A).await;
-    let stored = store_secrets(&[&server], &fake, &public_url).await;
+    let stored = store_secrets(&[&server], fake, public_url).await;
     server.kill().await;
 
     let both = format!("{KEY_B},{KEY_A}");
-    assert_everything_under(&status(&database, &both).await, 1);
-    interrupted_rotation(&database, &both).await;
-    assert_eq!(total(&rows_of(&status(&database, &both).await, 0)), 1);
-    let output = keys(&database, &both, &["rotate"]).await;
+    assert_everything_under(&status(database, &both).await, 1);
+    interrupted_rotation(database, &both).await;
+    assert_eq!(total(&rows_of(&status(database, &both).await, 0)), 1);
+    let output = keys(database, &both, &["rotate"]).await;
     assert!(output.status.success(), "{}", stdout(&output));
-    let after = status(&database, &both).await;
+    let after = status(database, &both).await;
     assert_eq!(total(&rows_of(&after, 1)), 0, "{after:?}");
     assert_everything_under(&after, 0);
 
     let server = start(KEY_B).await;
-    every_secret_works(&stored, &server, &seen).await;
-    answers_and_flows_work(&stored, &server, &fake, &seen).await;
+    every_secret_works(&stored, &server, seen).await;
+    answers_and_flows_work(&stored, &server, fake, seen).await;
     server.kill().await;
-    make_tokens_due(&database).await;
+    make_tokens_due(database).await;
     let server = start(KEY_B).await;
-    refresh_tokens_work(&stored, &server, &fake, &seen).await;
+    refresh_tokens_work(&stored, &server, fake, seen).await;
 }
 
 /// A value sealed by a key no longer in the ring is counted under its fingerprint as unknown, left
 /// as it is by a rotation, which says so and fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_no_configured_key_opens_are_reported_and_left() {
-    let database = TestDatabase::new(Backend::Sqlite).await;
-    let fake = FakeProvider::start(FakeOptions::default()).await;
-    let (upstream, _seen) = upstream::recording().await;
-    let port = free_port();
-    let public_url = format!("http://127.0.0.1:{port}");
-    let server = Replica::start(&database.url, &configuration(&fake, upstream), port, &public_url, KEY_A).await;
-    store_secrets(&[&server], &fake, &public_url).await;
+    let setup = Setup::new(Backend::Sqlite).await;
+    let database = &setup.database;
+    let server = setup.start(setup.port, KEY_A).await;
+    store_secrets(&[&server], &setup.fake, &setup.public_url).await;
     server.kill().await;
 
     let third = "dGhpcmQta2V5LWZvci1nYXRlaG91c2Uta2V5cy10ZXM=";
     let ring = format!("{third},{KEY_B}");
-    let status = status(&database, &ring).await;
+    let status = status(database, &ring).await;
     let unknown: Vec<&Value> = status.iter().filter(|key| key["configured"].is_null()).collect();
     assert_eq!(unknown.len(), 1, "{status:?}");
     assert_eq!(
@@ -450,7 +477,7 @@ async fn values_no_configured_key_opens_are_reported_and_left() {
     );
     assert_eq!(unknown[0]["fingerprint"].as_str().map(str::len), Some(8));
 
-    let output = keys(&database, &ring, &["rotate"]).await;
+    let output = keys(database, &ring, &["rotate"]).await;
     assert!(!output.status.success());
     let expected = format!("Done: 0 rows re-encrypted, {} no configured key opens", everything());
     assert!(stdout(&output).contains(&expected), "{}", stdout(&output));

@@ -215,3 +215,7 @@ pub async fn status(store: &dyn Store, vault: &KeyRing) -> Result<KeyStatus, Sto
 fn zeros() -> Vec<(SealedTable, u64)> {
     SealedTable::ALL.iter().map(|table| (*table, 0)).collect()
 }
+
+#[cfg(test)]
+#[path = "rekey_tests.rs"]
+mod tests;
