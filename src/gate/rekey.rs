@@ -197,14 +197,15 @@ pub async fn status(store: &dyn Store, vault: &KeyRing) -> Result<KeyStatus, Sto
                 Some(id) => Sealer::Key(id, ring.iter().position(|known| *known == id)),
                 None => Sealer::UnknownFormat,
             };
-            let at = match sealers.iter().position(|(known, _)| *known == sealer) {
-                Some(at) => at,
-                None => {
-                    sealers.push((sealer, zeros()));
-                    sealers.len() - 1
-                }
-            };
-            if let Some((_, rows)) = sealers[at].1.iter_mut().find(|(t, _)| *t == table) {
+            if !sealers.iter().any(|(known, _)| *known == sealer) {
+                sealers.push((sealer, zeros()));
+            }
+            let counted = sealers
+                .iter_mut()
+                .filter(|(known, _)| *known == sealer)
+                .flat_map(|(_, rows)| rows.iter_mut())
+                .find(|(t, _)| *t == table);
+            if let Some((_, rows)) = counted {
                 *rows += count.rows;
             }
         }
