@@ -1,6 +1,8 @@
 //! What the binaries run: parses the command line and configuration, sets up logging, then
-//! serves, migrates, checks the configuration or makes a key. `gatehouse` and the test-only
-//! `gatehouse-conformance` are both [`binary!`](crate::binary) around [`main`].
+//! serves, migrates, checks the configuration, makes a key or rotates keys (`keys`). `gatehouse`
+//! and the test-only `gatehouse-conformance` are both [`binary!`](crate::binary) around [`main`].
+
+mod keys;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -35,6 +37,11 @@ enum Command {
     CheckConfig,
     /// Print a new random key for `[secrets] keys` (base64, 32 bytes).
     GenerateKey,
+    /// Key rotation: re-encrypt stored secrets under the first key, and see what each key protects.
+    Keys {
+        #[command(subcommand)]
+        command: keys::KeysCommand,
+    },
 }
 
 /// The whole program; its exit code.
@@ -77,6 +84,7 @@ pub fn main() -> ExitCode {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config).await,
             Command::Migrate => migrate(config).await,
+            Command::Keys { command } => keys::run(config, command).await,
             Command::CheckConfig | Command::GenerateKey => Ok(()),
         }
     });

@@ -17,6 +17,7 @@ use crate::providers::{OAuthClient, Provider, Providers};
 use crate::secret::Secret;
 use crate::store::{ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord};
 
+pub(in crate::gate) use flow::verifier_context;
 pub use flow::{CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
 
 /// What a connection looks like to the user (never a token).
@@ -67,7 +68,7 @@ pub(in crate::gate) fn access_context(principal: &Principal, provider: &str) -> 
     format!("connection:{principal}:{provider}:access")
 }
 
-fn refresh_context(principal: &Principal, provider: &str) -> String {
+pub(in crate::gate) fn refresh_context(principal: &Principal, provider: &str) -> String {
     format!("connection:{principal}:{provider}:refresh")
 }
 
