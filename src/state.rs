@@ -51,8 +51,20 @@ const CONNECTION_CACHE_CAPACITY: usize = 100_000;
 /// The `Retry-After` (seconds) of a 503 answered because the database cannot be reached.
 pub const RETRY_AFTER_SECONDS: &str = "1";
 
+/// Everything handlers share. Every request clones it, so it is one pointer to the parts.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+pub struct Shared {
     pub config: Arc<Config>,
     pub store: Arc<dyn Store>,
     pub sessions: Arc<Sessions>,
@@ -174,7 +186,7 @@ impl AppState {
             bus.clone(),
             shutdown.clone(),
         )));
-        let state = Self {
+        let state = Self(Arc::new(Shared {
             config: Arc::new(config),
             store: database.store,
             sessions,
@@ -191,7 +203,7 @@ impl AppState {
             vault,
             public_url,
             shutdown,
-        };
+        }));
         Ok((state, tasks))
     }
 
