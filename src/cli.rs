@@ -113,12 +113,30 @@ async fn serve(config: Config) -> Result<(), String> {
     let public_url = state.public_url.origin();
     let mcp_url = state.public_url.at(crate::mcp::MCP_PATH);
     tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {mcp_url}");
+    let metrics = match state.config.server.metrics_bind {
+        Some(metrics_bind) => {
+            let listener = tokio::net::TcpListener::bind(metrics_bind)
+                .await
+                .map_err(|e| format!("cannot listen on {metrics_bind} (server.metrics_bind): {e}"))?;
+            tracing::info!(%metrics_bind, "metrics at http://{metrics_bind}/metrics");
+            let stopped = shutdown.clone().cancelled_owned();
+            Some(tokio::spawn(crate::serve_metrics(listener, state.clone(), stopped)))
+        }
+        None => None,
+    };
     crate::serve(listener, state, shutdown_signal())
         .await
         .map_err(|e| format!("server error: {e}"))?;
     shutdown.cancel();
     for task in tasks {
         let _ = task.await;
+    }
+    if let Some(metrics) = metrics {
+        match metrics.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "the metrics listener failed"),
+            Err(error) => tracing::warn!(%error, "the metrics listener's task failed"),
+        }
     }
     tracing::info!("gatehouse stopped");
     Ok(())

@@ -1,6 +1,7 @@
 //! The MCP methods gatehouse answers.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -8,6 +9,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::incall::Outbox;
+use super::measure;
 use super::store_failure;
 use super::tool_call::{self, Retry, Stream, ToolRequest, supports_url_elicitation};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
@@ -57,6 +59,17 @@ pub(super) fn kept_client_info(info: &Map<String, Value>) -> Map<String, Value> 
 /// Answers `initialize`: persists a new session (ending the principal's least recently used one
 /// beyond the cap) and returns its id and the result.
 pub async fn initialize(
+    state: &AppState,
+    principal: Principal,
+    params: Option<Value>,
+) -> Result<(SessionId, Value), RpcError> {
+    let started = Instant::now();
+    let answer = start_session(state, principal, params).await;
+    measure::record(state, "initialize", started, answer.as_ref().map(|(_, result)| result));
+    answer
+}
+
+async fn start_session(
     state: &AppState,
     principal: Principal,
     params: Option<Value>,
@@ -153,6 +166,21 @@ pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, p
 /// Answers the request `id` within an established session. `outbox` is the request's own SSE
 /// stream, when it has one.
 pub async fn handle(
+    state: &AppState,
+    session: &Arc<SessionRecord>,
+    caller: &Caller,
+    id: &RequestId,
+    method: &str,
+    params: Option<Value>,
+    outbox: Option<&Outbox>,
+) -> Result<Value, RpcError> {
+    let started = Instant::now();
+    let answer = dispatch(state, session, caller, id, method, params, outbox).await;
+    measure::record(state, method, started, answer.as_ref());
+    answer
+}
+
+async fn dispatch(
     state: &AppState,
     session: &Arc<SessionRecord>,
     caller: &Caller,
