@@ -67,3 +67,33 @@ fn registries_are_per_value() {
     assert!(text(&one).contains("gatehouse_bus_reconnects_total 1"));
     assert!(text(&two).contains("gatehouse_bus_reconnects_total 0"));
 }
+
+#[test]
+fn the_dashboard_uses_only_names_gatehouse_exports() {
+    let metrics = Metrics::new(["github".to_owned()], ["tracker".to_owned()]);
+    metrics.mcp_request("ping", McpOutcome::Ok, Duration::from_millis(1));
+    metrics.elicitations(ElicitationKind::Form, ElicitationOutcome::Completed, 1);
+    metrics.token_refresh("github", RefreshOutcome::Refused);
+    metrics.connection_broken("github");
+    metrics.upstream_request("tracker", UpstreamOutcome::Error);
+    let out = text(&metrics);
+    let dashboard = include_str!("../../deploy/grafana-dashboard.json");
+    let names: std::collections::BTreeSet<&str> = dashboard
+        .match_indices("gatehouse_")
+        .map(|(at, _)| {
+            let rest = &dashboard[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        assert!(
+            out.lines()
+                .any(|line| line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))),
+            "{name} is not exported:\n{out}"
+        );
+    }
+}
