@@ -4,12 +4,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
 use common::fake_oauth::{FakeOptions, FakeProvider};
-use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, WAIT, elicitations, url_of};
+use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, WAIT, elicitations, load_config, url_of};
 use gatehouse::Config;
-use gatehouse::config::{ConfigError, ConfigSource};
+use gatehouse::config::ConfigError;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -166,17 +164,6 @@ backend_test!(
     }
 );
 
-fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("gatehouse.toml");
-    std::fs::write(&path, toml).expect("write config");
-    let env: BTreeMap<String, String> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    Config::load(ConfigSource {
-        file: Some(&path),
-        env: &env,
-    })
-}
-
 fn refused_key(result: Result<Config, ConfigError>) -> String {
     match result {
         Err(ConfigError::Key { key, .. }) => key,
@@ -187,15 +174,15 @@ fn refused_key(result: Result<Config, ConfigError>) -> String {
 
 #[test]
 fn metrics_bind_is_validated_naming_the_key() {
-    let from_file = load("[server]\nmetrics_bind = \"127.0.0.1:9464\"\n", &[]).expect("valid");
+    let from_file = load_config("[server]\nmetrics_bind = \"127.0.0.1:9464\"\n", &[]).expect("valid");
     assert_eq!(
         from_file.server.metrics_bind.map(|a| a.to_string()).as_deref(),
         Some("127.0.0.1:9464")
     );
-    let from_env = load("", &[("GATEHOUSE_SERVER__METRICS_BIND", "127.0.0.1:9465")]).expect("valid");
+    let from_env = load_config("", &[("GATEHOUSE_SERVER__METRICS_BIND", "127.0.0.1:9465")]).expect("valid");
     assert_eq!(from_env.server.metrics_bind.map(|a| a.port()), Some(9465));
     assert!(
-        load("", &[]).expect("default").server.metrics_bind.is_none(),
+        load_config("", &[]).expect("default").server.metrics_bind.is_none(),
         "off by default"
     );
 
@@ -207,6 +194,10 @@ fn metrics_bind_is_validated_naming_the_key() {
             vec![],
         ),
     ] {
-        assert_eq!(refused_key(load(toml, &env)), "server.metrics_bind", "{toml} {env:?}");
+        assert_eq!(
+            refused_key(load_config(toml, &env)),
+            "server.metrics_bind",
+            "{toml} {env:?}"
+        );
     }
 }

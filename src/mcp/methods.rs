@@ -175,56 +175,47 @@ pub async fn handle(
     outbox: Option<&Outbox>,
 ) -> Result<Value, RpcError> {
     let started = Instant::now();
-    let answer = dispatch(state, session, caller, id, method, params, outbox).await;
+    let params = jsonrpc::params_object(params);
+    let answer = async {
+        match method {
+            "ping" => Ok(json!({})),
+            "logging/setLevel" => set_level(state, session, params).await,
+            "tools/list" => list_tools(state, caller, params),
+            "tools/call" => {
+                let running = state.calls.start(&session.id, id);
+                let mut params = params;
+                let request = ToolRequest::parse(&mut params)?;
+                let called = tool_call::call(
+                    state,
+                    session,
+                    caller,
+                    request,
+                    outbox.map(Stream::Full),
+                    Retry::default(),
+                    &running.cancelled,
+                )
+                .await?;
+                tool_call::handshake_answer(session, called)
+            }
+            #[cfg(feature = "conformance")]
+            "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
+            | "prompts/list"
+            | "prompts/get"
+            | "completion/complete" => super::fixtures::answer(state.fixtures.as_deref(), &session.id, method, &params),
+            "initialize" => Err(RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                "the session is already initialized",
+            )),
+            other => Err(RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {other}"))),
+        }
+    }
+    .await;
     measure::record(state, method, started, answer.as_ref());
     answer
-}
-
-async fn dispatch(
-    state: &AppState,
-    session: &Arc<SessionRecord>,
-    caller: &Caller,
-    id: &RequestId,
-    method: &str,
-    params: Option<Value>,
-    outbox: Option<&Outbox>,
-) -> Result<Value, RpcError> {
-    let params = jsonrpc::params_object(params);
-    match method {
-        "ping" => Ok(json!({})),
-        "logging/setLevel" => set_level(state, session, params).await,
-        "tools/list" => list_tools(state, caller, params),
-        "tools/call" => {
-            let running = state.calls.start(&session.id, id);
-            let mut params = params;
-            let request = ToolRequest::parse(&mut params)?;
-            let called = tool_call::call(
-                state,
-                session,
-                caller,
-                request,
-                outbox.map(Stream::Full),
-                Retry::default(),
-                &running.cancelled,
-            )
-            .await?;
-            tool_call::handshake_answer(session, called)
-        }
-        #[cfg(feature = "conformance")]
-        "resources/list"
-        | "resources/templates/list"
-        | "resources/read"
-        | "resources/subscribe"
-        | "resources/unsubscribe"
-        | "prompts/list"
-        | "prompts/get"
-        | "completion/complete" => super::fixtures::answer(state.fixtures.as_deref(), &session.id, method, &params),
-        "initialize" => Err(RpcError::new(
-            jsonrpc::INVALID_REQUEST,
-            "the session is already initialized",
-        )),
-        other => Err(RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {other}"))),
-    }
 }
 
 async fn set_level(state: &AppState, session: &SessionRecord, params: Map<String, Value>) -> Result<Value, RpcError> {

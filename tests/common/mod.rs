@@ -420,6 +420,11 @@ impl TestDatabase {
 
 /// Builds a configuration the way the binary does: TOML text plus environment-style overrides.
 pub fn config(toml: &str, env: &[(&str, &str)]) -> Config {
+    load_config(toml, env).expect("valid test configuration")
+}
+
+/// [`config`], or the error that refuses it.
+pub fn load_config(toml: &str, env: &[(&str, &str)]) -> Result<Config, gatehouse::config::ConfigError> {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("gatehouse.toml");
     std::fs::write(&path, toml).expect("write config");
@@ -428,7 +433,6 @@ pub fn config(toml: &str, env: &[(&str, &str)]) -> Config {
         file: Some(&path),
         env: &env,
     })
-    .expect("valid test configuration")
 }
 
 /// The real server on a loopback port.
