@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::fake_oauth::{AuthorizeOutcome, FakeOptions, FakeProvider};
 use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, WAIT, elicitations, load_config, url_of};
 use gatehouse::Config;
 use gatehouse::config::ConfigError;
@@ -140,6 +140,103 @@ backend_test!(
             (value(&text, "gatehouse_streams_open") == Some(0.0)).then_some(())
         })
         .await;
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    /// A sign-in the provider fails, one the user declines, a refreshed token, a refused refresh
+    /// that breaks the connection, and a call to an upstream that is down: each is counted under
+    /// the configured provider's and upstream's ids.
+    async fn failures_refreshes_broken_connections_and_upstream_calls_are_counted(backend: Backend) {
+        // Tokens live 30 s, under gatehouse's 60 s margin: every use refreshes first.
+        let options = FakeOptions {
+            access_token_ttl: Some(30),
+            ..FakeOptions::default()
+        };
+        let fake = FakeProvider::start(options).await;
+        let database = TestDatabase::new(backend).await;
+        let down = format!("http://127.0.0.1:{}/mcp", common::free_port());
+        let toml = format!(
+            "{}\n[[upstreams]]\nid = \"down\"\nurl = \"{down}\"\ntools = [\"t\"]\ntimeout = \"1s\"\n",
+            configuration(&fake)
+        );
+        let server = TestServer::start(&database, &toml).await;
+        let mut client = server.client().with_user(USER_HEADER, PRINCIPAL);
+        client.initialize().await;
+        let call = |tool: &'static str| client.request("tools/call", json!({"name": tool, "arguments": {}}));
+        let browser = || Browser::as_user(USER_HEADER, PRINCIPAL);
+
+        let elicitation = elicitations(&call("me").await).remove(0);
+        fake.set_authorize_outcome(AuthorizeOutcome::Fail);
+        let page = browser().sign_in(&url_of(&elicitation)).await;
+        assert_eq!(page.status, StatusCode::BAD_GATEWAY, "{}", page.body);
+        fake.set_authorize_outcome(AuthorizeOutcome::Deny);
+        browser().sign_in(&url_of(&elicitation)).await;
+        let declined = call("me").await;
+        assert_eq!(
+            declined.body["result"]["isError"], true,
+            "the decline, once: {:?}",
+            declined.body
+        );
+        fake.set_authorize_outcome(AuthorizeOutcome::Approve);
+        let elicitation = elicitations(&call("me").await).remove(0);
+        browser().sign_in(&url_of(&elicitation)).await;
+        let refreshed = call("me").await;
+        assert_eq!(refreshed.body["result"]["isError"], false, "{:?}", refreshed.body);
+        fake.revoke_everything();
+        assert_eq!(
+            elicitations(&call("me").await).len(),
+            1,
+            "the broken connection asks again"
+        );
+        let upstream = call("down_t").await;
+        assert_eq!(upstream.body["result"]["isError"], true, "{:?}", upstream.body);
+
+        let text = server.scrape().await;
+        for (series, expected) in [
+            (
+                r#"gatehouse_elicitations_total{kind="connection",outcome="created"}"#,
+                3.0,
+            ),
+            (
+                r#"gatehouse_elicitations_total{kind="connection",outcome="failed"}"#,
+                1.0,
+            ),
+            (
+                r#"gatehouse_elicitations_total{kind="connection",outcome="declined"}"#,
+                1.0,
+            ),
+            (
+                r#"gatehouse_elicitations_total{kind="connection",outcome="completed"}"#,
+                1.0,
+            ),
+            (
+                r#"gatehouse_token_refresh_total{provider="fake",outcome="refreshed"}"#,
+                1.0,
+            ),
+            (
+                r#"gatehouse_token_refresh_total{provider="fake",outcome="refused"}"#,
+                1.0,
+            ),
+            (r#"gatehouse_connections_broken_total{provider="fake"}"#, 1.0),
+            (
+                r#"gatehouse_upstream_requests_total{upstream="down",outcome="error"}"#,
+                1.0,
+            ),
+            (
+                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="elicitation_required"}"#,
+                3.0,
+            ),
+            (
+                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="tool_error"}"#,
+                2.0,
+            ),
+            (r#"gatehouse_mcp_requests_total{method="tools/call",outcome="ok"}"#, 1.0),
+        ] {
+            assert_eq!(value(&text, series), Some(expected), "{series} in:\n{text}");
+        }
+        assert!(!text.contains(PRINCIPAL) && !text.contains(&fake.base_url), "{text}");
         server.stop().await;
     }
 );
