@@ -23,6 +23,8 @@ const PROMPTLY: Duration = Duration::from_secs(4);
 struct Replica {
     child: tokio::process::Child,
     base: String,
+    /// Its metrics listener's `/metrics`.
+    metrics: String,
     _dir: tempfile::TempDir,
 }
 
@@ -34,6 +36,7 @@ impl Replica {
         let config_path = dir.path().join("gatehouse.toml");
         std::fs::write(&config_path, config).expect("write config");
         let log = std::fs::File::create(dir.path().join("gatehouse.log")).expect("log file");
+        let metrics_bind = format!("127.0.0.1:{}", free_port());
         let child = tokio::process::Command::new(BINARY)
             .env_clear()
             .arg("--config")
@@ -46,6 +49,7 @@ impl Replica {
             .env("GATEHOUSE_SERVER__SSE_KEEP_ALIVE", "1s")
             .env("GATEHOUSE_SERVER__SSE_RETRY", "250ms")
             .env("GATEHOUSE_SECRETS__KEYS", TEST_KEY)
+            .env("GATEHOUSE_SERVER__METRICS_BIND", &metrics_bind)
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
@@ -54,6 +58,7 @@ impl Replica {
         let replica = Self {
             child,
             base: format!("http://127.0.0.1:{port}"),
+            metrics: format!("http://{metrics_bind}/metrics"),
             _dir: dir,
         };
         replica.wait_ready().await;
@@ -73,6 +78,13 @@ impl Replica {
 
     fn mcp(&self) -> String {
         format!("{}/mcp", self.base)
+    }
+
+    /// `gatehouse_bus_reconnects_total` from its metrics.
+    async fn bus_reconnects(&self) -> Option<u64> {
+        let text = reqwest::get(&self.metrics).await.ok()?.text().await.ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix("gatehouse_bus_reconnects_total ")?.parse().ok())
     }
 
     /// SIGKILL: no shutdown, no goodbye to streams or the database.
@@ -160,10 +172,17 @@ async fn replicas_recover_from_a_database_restart_by_themselves() {
     let mut stream = on(&client, &b).open_stream(None).await;
     assert!(stream.next_event(WAIT).await.is_some(), "priming");
     let asked = elicitations(&client.request("tools/call", json!({"name": "me"})).await);
+    assert_eq!(a.bus_reconnects().await, Some(0));
 
     cluster.restart_server();
     a.wait_ready().await;
     b.wait_ready().await;
+    for replica in [&a, &b] {
+        eventually("the replica's bus listens again, counted", async || {
+            replica.bus_reconnects().await.filter(|n| *n >= 1)
+        })
+        .await;
+    }
 
     // Completed through A after the restart; the stream on B, open all along, gets it once.
     let page = Browser::new().sign_in(&url_of(&asked[0])).await;
