@@ -16,6 +16,8 @@
 //! Section "stateless" (`--skip-stateless`): `whoami` in protocol 2026-07-28 beside 2025-11-25,
 //! then `--held` retries (default 1,000) held at once on a replica, and `--completions` (default
 //! 200) callbacks on the other replica each answering its held retry.
+//! Section "metrics" (`--skip-metrics`): `whoami` without `server.metrics_bind`, then with it,
+//! back to back, and `--scrapes` (default 200) `/metrics` scrapes timed while loaded.
 //! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
 //! of its own.
 
@@ -33,6 +35,8 @@ mod fast_upstream;
 mod identity;
 #[path = "../tests/common/local.rs"]
 mod local;
+#[path = "load/metrics.rs"]
+mod metrics;
 #[path = "load/stateless.rs"]
 mod stateless;
 #[path = "load/upstream.rs"]
@@ -62,6 +66,8 @@ struct Options {
     skip_upstream: bool,
     skip_identity: bool,
     skip_stateless: bool,
+    skip_metrics: bool,
+    scrapes: usize,
     upstream_users: usize,
     held: usize,
     completions: usize,
@@ -106,6 +112,8 @@ impl Options {
             skip_upstream: false,
             skip_identity: false,
             skip_stateless: false,
+            skip_metrics: false,
+            scrapes: 200,
             upstream_users: 1000,
             held: 1000,
             completions: 200,
@@ -131,6 +139,8 @@ impl Options {
                 "--skip-upstream" => options.skip_upstream = true,
                 "--skip-identity" => options.skip_identity = true,
                 "--skip-stateless" => options.skip_stateless = true,
+                "--skip-metrics" => options.skip_metrics = true,
+                "--scrapes" => options.scrapes = value()?.parse().map_err(|e| format!("--scrapes: {e}"))?,
                 "--held" => options.held = value()?.parse().map_err(|e| format!("--held: {e}"))?,
                 "--completions" => options.completions = value()?.parse().map_err(|e| format!("--completions: {e}"))?,
                 "--upstream-users" => {
@@ -553,6 +563,13 @@ async fn drop_database(database: &Database) {
 
 /// The release binary; with `config` (file, public URL) for the elicitation loop.
 fn start_gatehouse(database_url: &str, port: u16, config: Option<(&std::path::Path, &str)>) -> Result<Child, String> {
+    gatehouse_command(database_url, port, config)
+        .spawn()
+        .map_err(|e| format!("cannot start gatehouse: {e}"))
+}
+
+/// The command [`start_gatehouse`] runs, for a section that sets more of the environment.
+fn gatehouse_command(database_url: &str, port: u16, config: Option<(&std::path::Path, &str)>) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
     if let Some((file, public_url)) = config {
         command
@@ -573,9 +590,8 @@ fn start_gatehouse(database_url: &str, port: u16, config: Option<(&std::path::Pa
         )
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start gatehouse: {e}"))
+        .kill_on_drop(true);
+    command
 }
 
 fn start_ts_server(port: u16) -> Result<Child, String> {
@@ -656,6 +672,9 @@ async fn measure(options: &Options, database: &Database) -> Result<(), String> {
     }
     if !options.skip_stateless {
         stateless::section(options, database).await?;
+    }
+    if !options.skip_metrics {
+        metrics::section(options, database).await?;
     }
     Ok(())
 }

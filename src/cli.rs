@@ -5,6 +5,7 @@
 mod keys;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -121,6 +122,10 @@ async fn serve(config: Config) -> Result<(), String> {
     let public_url = state.public_url.origin();
     let mcp_url = state.public_url.at(crate::mcp::MCP_PATH);
     tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {mcp_url}");
+    let metrics = match state.config.server.metrics_bind {
+        Some(metrics_bind) => Some(serve_metrics_apart(metrics_bind, state.clone(), shutdown.clone())?),
+        None => None,
+    };
     crate::serve(listener, state, shutdown_signal())
         .await
         .map_err(|e| format!("server error: {e}"))?;
@@ -128,8 +133,45 @@ async fn serve(config: Config) -> Result<(), String> {
     for task in tasks {
         let _ = task.await;
     }
+    if let Some(metrics) = metrics
+        && tokio::task::spawn_blocking(move || metrics.join()).await.is_err()
+    {
+        tracing::warn!("the metrics listener's thread failed");
+    }
     tracing::info!("gatehouse stopped");
     Ok(())
+}
+
+/// The metrics listener (`server.metrics_bind`) on a thread and runtime of its own, so a scrape
+/// is not queued behind the MCP requests a loaded replica's runtime is busy with. It stops when
+/// `shutdown` is cancelled.
+fn serve_metrics_apart(
+    bind: SocketAddr,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let listener = std::net::TcpListener::bind(bind)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .map_err(|e| format!("cannot listen on {bind} (server.metrics_bind): {e}"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the metrics listener's runtime: {e}"))?;
+    tracing::info!(metrics_bind = %bind, "metrics at http://{bind}/metrics");
+    std::thread::Builder::new()
+        .name("gatehouse-metrics".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let served = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => crate::serve_metrics(listener, state, shutdown.cancelled_owned()).await,
+                    Err(error) => Err(error),
+                };
+                if let Err(error) = served {
+                    tracing::error!(%error, "the metrics listener failed");
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the metrics listener's thread: {e}"))
 }
 
 async fn migrate(config: Config) -> Result<(), String> {

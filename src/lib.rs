@@ -1,7 +1,8 @@
 //! gatehouse: an MCP server that gates tools behind what only a person in a browser can do.
 //!
 //! `app` builds the router and `serve` runs it on a listener until a shutdown future completes;
-//! tests run exactly this on port 0. `cli` is the program the binaries run ([`binary!`]).
+//! tests run exactly this on port 0. `serve_metrics` serves `/metrics` on a listener of its own
+//! (`server.metrics_bind`). `cli` is the program the binaries run ([`binary!`]).
 
 pub mod cli;
 pub mod config;
@@ -12,6 +13,7 @@ pub mod gate;
 pub mod identity;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod metrics;
 pub mod outbound;
 pub mod private_file;
 pub mod providers;
@@ -30,8 +32,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ConnectInfo;
+use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -117,6 +122,24 @@ fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
     )
 }
 
+/// The metrics listener's routes: `GET /metrics` only, Prometheus's scrape.
+pub fn metrics_app(state: AppState) -> Router {
+    Router::new().route("/metrics", get(scrape)).with_state(state)
+}
+
+/// The metrics as OpenMetrics text, with the database pool as it is at the scrape.
+async fn scrape(State(state): State<AppState>) -> Response {
+    let pool = state.store.pool_stats();
+    state.metrics.set_pool(pool.open, pool.idle, pool.max);
+    match state.metrics.encode() {
+        Ok(text) => ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "cannot encode the metrics");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
 /// Serves HTTP/1.1 until `shutdown` completes, then closes the listening socket (new connections
 /// are refused from then on), cancels the state's shutdown token so open streams end (after a
 /// `retry:` hint) and waits for in-flight requests.
@@ -130,7 +153,27 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let token = state.shutdown.clone();
-    let router = app(state);
+    serve_router(listener, app(state), shutdown, move || token.cancel()).await
+}
+
+/// Serves [`metrics_app`] until `shutdown` completes (the binary binds `server.metrics_bind`;
+/// tests bind port 0). Never the public listener: `/metrics` there is 404.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_router(listener, metrics_app(state), shutdown, || {}).await
+}
+
+/// The accept loop of [`serve`] and [`serve_metrics`]; `closed` runs once the listening socket
+/// is closed, before in-flight requests are waited for.
+async fn serve_router(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    closed: impl FnOnce(),
+) -> std::io::Result<()> {
     let mut builder = http1::Builder::new();
     builder
         .max_buf_size(HTTP1_MAX_BUFFER)
@@ -170,7 +213,7 @@ pub async fn serve(
     // Close the listening socket before draining: new connections are refused at once, so a
     // proxy fails over instead of waiting in the backlog until the process exits.
     drop(listener);
-    token.cancel();
+    closed();
     graceful.shutdown().await;
     Ok(())
 }

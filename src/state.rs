@@ -14,6 +14,7 @@ use crate::gate::{self, Backing, Connections, Elicitations, FormValues, Gate, Li
 use crate::identity::Identity;
 use crate::identity::oidc::SignIn;
 use crate::mcp::sessions::{self, Sessions};
+use crate::metrics::Metrics;
 use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
 use crate::store::{self, ConnectionCache, SessionCache, Store, StoreError};
@@ -41,6 +42,17 @@ pub fn key_ring(config: &Config) -> Result<KeyRing, VaultError> {
     } else {
         KeyRing::from_keys(&config.secrets.keys)
     }
+}
+
+/// Recording metrics with `server.metrics_bind`, labelled with the configured providers and upstreams.
+fn metrics(config: &Config) -> Metrics {
+    if config.server.metrics_bind.is_none() {
+        return Metrics::off();
+    }
+    Metrics::new(
+        config.providers.iter().map(|p| p.id.clone()),
+        config.upstreams.iter().map(|u| u.id.clone()),
+    )
 }
 
 /// Cached sessions per replica; a full cache starts over (see `SessionCache`).
@@ -85,6 +97,8 @@ pub struct Shared {
     /// Signs the pages' CSRF tokens (and, inside the gate, seals secrets).
     pub vault: Arc<KeyRing>,
     pub public_url: Arc<PublicUrl>,
+    /// What `/metrics` shows on the metrics listener; records nothing without `server.metrics_bind`.
+    pub metrics: Arc<Metrics>,
     /// Cancelled when the server shuts down: streams end and background tasks stop.
     pub shutdown: CancellationToken,
 }
@@ -105,6 +119,7 @@ impl AppState {
         let upstreams = Upstreams::parse(&config, &providers, &forms)?;
         let vault = Arc::new(key_ring(&config)?);
         let public_url = Arc::new(PublicUrl::new(&config.public_url()));
+        let metrics = Arc::new(metrics(&config));
         let database = store::connect(config.database.url.expose(), config.database.max_connections).await?;
         if config.database.migrate_on_start {
             database.store.migrate().await?;
@@ -131,12 +146,14 @@ impl AppState {
             tasks.push(tokio::spawn(events::listen_postgres(
                 pool,
                 bus.clone(),
+                metrics.clone(),
                 shutdown.clone(),
             )));
         }
         tasks.push(tokio::spawn(sessions::maintain(
             sessions.clone(),
             bus.clone(),
+            metrics.clone(),
             config.mcp.session_idle_timeout,
             shutdown.clone(),
         )));
@@ -146,6 +163,7 @@ impl AppState {
             bus: bus.clone(),
             vault: vault.clone(),
             public_url: public_url.clone(),
+            metrics: metrics.clone(),
         };
         let elicitations = Arc::new(Elicitations::new(
             backing.clone(),
@@ -177,6 +195,7 @@ impl AppState {
             tools.names(),
             database.store.clone(),
             bus.clone(),
+            metrics.clone(),
         )?);
         upstreams.load().await?;
         tasks.push(tokio::spawn(upstreams.clone().maintain(shutdown.clone())));
@@ -202,6 +221,7 @@ impl AppState {
             templates,
             vault,
             public_url,
+            metrics,
             shutdown,
         }));
         Ok((state, tasks))

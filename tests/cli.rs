@@ -151,6 +151,7 @@ backend_test!(
         let dir = tempfile::tempdir().expect("dir");
         let port = free_port();
         let bind = format!("127.0.0.1:{port}");
+        let metrics_bind = format!("127.0.0.1:{}", free_port());
         let mut command = tokio::process::Command::new(BINARY);
         command.env_clear();
         if backend == Backend::Postgres {
@@ -163,6 +164,7 @@ backend_test!(
             .env("GATEHOUSE_DATABASE__URL", &database.url)
             .env("GATEHOUSE_LOG__FORMAT", "json")
             .env("GATEHOUSE_SERVER__SSE_RETRY", "2s")
+            .env("GATEHOUSE_SERVER__METRICS_BIND", &metrics_bind)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -174,6 +176,18 @@ backend_test!(
         assert_eq!(client.call("ping", json!({})).await, json!({}));
         let mut stream = client.open_stream(None).await;
         assert!(stream.next_event(WAIT).await.is_some(), "priming");
+        let metrics = reqwest::get(format!("http://{metrics_bind}/metrics"))
+            .await
+            .expect("the metrics listener")
+            .text()
+            .await
+            .expect("metrics");
+        for line in [
+            r#"gatehouse_mcp_requests_total{method="ping",outcome="ok"} 1"#,
+            "gatehouse_streams_open 1",
+        ] {
+            assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+        }
 
         let pid = child.id().expect("pid").to_string();
         assert!(

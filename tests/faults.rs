@@ -88,10 +88,17 @@ async fn replicas_recover_from_a_database_restart_by_themselves() {
     let mut stream = b.client(&client).open_stream(None).await;
     assert!(stream.next_event(WAIT).await.is_some(), "priming");
     let asked = elicitations(&client.request("tools/call", json!({"name": "me"})).await);
+    assert_eq!(a.bus_reconnects().await, Some(0));
 
     cluster.restart_server();
     a.wait_ready().await;
     b.wait_ready().await;
+    for replica in [&a, &b] {
+        eventually("the replica's bus listens again, counted", async || {
+            replica.bus_reconnects().await.filter(|n| *n >= 1)
+        })
+        .await;
+    }
 
     // Completed through A after the restart; the stream on B, open all along, gets it once.
     let page = Browser::new().sign_in(&url_of(&asked[0])).await;

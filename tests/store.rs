@@ -1482,6 +1482,7 @@ postgres_test!(
         let listening = tokio::spawn(events::listen_postgres(
             other.postgres.clone().expect("a PostgreSQL pool"),
             bus.clone(),
+            Arc::new(gatehouse::metrics::Metrics::off()),
             shutdown.clone(),
         ));
         // Once listening, the bus asks for a full reload (it may have missed changes before).

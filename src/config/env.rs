@@ -76,6 +76,7 @@ const STRING_KEYS: &[(&str, &str)] = &[
     ("server", "sse_keep_alive"),
     ("server", "sse_retry"),
     ("server", "template_dir"),
+    ("server", "metrics_bind"),
     ("database", "url"),
     ("identity", "mode"),
     ("identity", "header"),

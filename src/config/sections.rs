@@ -93,6 +93,9 @@ pub struct ServerConfig {
     pub sse_retry: Duration,
     /// A directory of page templates (same names as the built-in ones) that replace them.
     pub template_dir: Option<PathBuf>,
+    /// Where Prometheus scrapes `/metrics`: a listener of its own, never the public one. Unset
+    /// (the default): no metrics are recorded.
+    pub metrics_bind: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -107,6 +110,7 @@ impl Default for ServerConfig {
             sse_keep_alive: Duration::from_secs(15),
             sse_retry: Duration::from_secs(1),
             template_dir: None,
+            metrics_bind: None,
         }
     }
 }

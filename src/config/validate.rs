@@ -54,6 +54,15 @@ impl Config {
                 "must be longer than zero",
             ));
         }
+        if let Some(metrics) = self.server.metrics_bind
+            && metrics == self.server.bind
+            && metrics.port() != 0
+        {
+            return Err(ConfigError::key(
+                "server.metrics_bind",
+                "must differ from server.bind: metrics are served on a listener of their own",
+            ));
+        }
         if self.server.sse_keep_alive.is_zero() {
             return Err(ConfigError::key("server.sse_keep_alive", "must be longer than zero"));
         }

@@ -20,6 +20,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{ElicitationId, Principal, SessionId, StreamId};
+use crate::metrics::Metrics;
 use crate::store::{ClientAction, Notice};
 use crate::store::{ConnectionCache, NOTIFY_CHANNEL, SessionCache, Store, StoreError};
 
@@ -449,12 +450,21 @@ enum Lost {
     Dropped(sqlx::Error),
 }
 
-/// Listens for other replicas' notices until `shutdown`, reconnecting with backoff.
-pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: CancellationToken) {
+/// Listens for other replicas' notices until `shutdown`, reconnecting with backoff; the metrics
+/// count each time it listens again after a loss.
+pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, metrics: Arc<Metrics>, shutdown: CancellationToken) {
     let hub = &bus.hub;
     let mut delay = RECONNECT_DELAY_MIN;
+    let mut lost = false;
     loop {
-        match listen_once(&pool, hub, &shutdown).await {
+        let listening = || {
+            if lost {
+                metrics.bus_reconnected();
+            }
+        };
+        let ended = listen_once(&pool, hub, &shutdown, listening).await;
+        lost = true;
+        match ended {
             Ok(()) => return,
             Err(Lost::Dropped(error)) => {
                 hub.connected.store(false, Ordering::Relaxed);
@@ -484,7 +494,12 @@ pub async fn listen_postgres(pool: sqlx::PgPool, bus: Arc<Bus>, shutdown: Cancel
 
 /// One LISTEN connection's life. Returns Ok at shutdown and Err when the connection cannot be
 /// opened or fails.
-async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToken) -> Result<(), Lost> {
+async fn listen_once(
+    pool: &sqlx::PgPool,
+    hub: &Hub,
+    shutdown: &CancellationToken,
+    listening: impl FnOnce(),
+) -> Result<(), Lost> {
     let mut listener = PgListener::connect_with(pool).await.map_err(Lost::Opening)?;
     // Failures surface as errors so this function, not sqlx, decides when to resync.
     listener.ignore_pool_close_event(true);
@@ -495,6 +510,7 @@ async fn listen_once(pool: &sqlx::PgPool, hub: &Hub, shutdown: &CancellationToke
     listener.listen(NOTIFY_CHANNEL).await.map_err(Lost::Opening)?;
     hub.connected.store(true, Ordering::Relaxed);
     hub.reachable.store(true, Ordering::Relaxed);
+    listening();
     // Only now, with LISTEN active, can nothing more be missed: catch up on the gap.
     hub.resync();
     tracing::debug!("bus listening");

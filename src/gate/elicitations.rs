@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::{Backing, GateError, Requirement, after, before};
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
+use crate::metrics::{ElicitationKind, ElicitationOutcome};
 use crate::store::{AskKey, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
 use crate::text;
 
@@ -118,6 +119,7 @@ impl Elicitations {
         };
         if stored.id == id {
             tracing::info!(elicitation = %id, principal = %principal, requirement = %stored.requirement, "elicitation created");
+            self.count(&stored, ElicitationOutcome::Created);
         }
         Ok(stored)
     }
@@ -158,7 +160,7 @@ impl Elicitations {
     pub async fn finish(&self, elicitation: &ElicitationRecord, status: ElicitationStatus) -> Result<bool, GateError> {
         let store = &self.backing.store;
         let finished = self
-            .finish_with(elicitation, |notification| async move {
+            .finish_with(elicitation, status, |notification| async move {
                 let ending = Ending {
                     elicitation: &elicitation.id,
                     notification: &notification,
@@ -173,11 +175,27 @@ impl Elicitations {
         Ok(finished)
     }
 
-    /// Finishes an elicitation through `write`, a store operation that must, in one transaction,
-    /// move it out of pending and append the completion `notification` it is given to the
-    /// session's event log; it returns whether it did. Then the session's streams here are woken
-    /// (other replicas learn of it from the store). The one way an elicitation is finished.
-    pub(super) async fn finish_with<F, Fut>(&self, elicitation: &ElicitationRecord, write: F) -> Result<bool, GateError>
+    /// Counts what happened to an elicitation in the metrics.
+    pub(super) fn count(&self, elicitation: &ElicitationRecord, outcome: ElicitationOutcome) {
+        let kind = if elicitation.requirement.starts_with("form:") {
+            ElicitationKind::Form
+        } else {
+            ElicitationKind::Connection
+        };
+        self.backing.metrics.elicitations(kind, outcome, 1);
+    }
+
+    /// Finishes an elicitation as `status` through `write`, a store operation that must, in one
+    /// transaction, move it out of pending and append the completion `notification` it is given
+    /// to the session's event log; it returns whether it did. Then the session's streams here are
+    /// woken (other replicas learn of it from the store) and the metrics count it. The one way an
+    /// elicitation is finished.
+    pub(super) async fn finish_with<F, Fut>(
+        &self,
+        elicitation: &ElicitationRecord,
+        status: ElicitationStatus,
+        write: F,
+    ) -> Result<bool, GateError>
     where
         F: FnOnce(Value) -> Fut,
         Fut: Future<Output = Result<bool, StoreError>>,
@@ -189,13 +207,28 @@ impl Elicitations {
         let finished = write(notification).await?;
         if finished {
             self.backing.bus.appended(&elicitation.session_id);
+            let outcome = match status {
+                ElicitationStatus::Completed => {
+                    let taken = (Utc::now() - elicitation.created_at).to_std().unwrap_or_default();
+                    self.backing.metrics.elicitation_completed_after(taken);
+                    ElicitationOutcome::Completed
+                }
+                ElicitationStatus::Declined => ElicitationOutcome::Declined,
+                ElicitationStatus::Expired => ElicitationOutcome::Expired,
+                ElicitationStatus::Pending | ElicitationStatus::Failed => ElicitationOutcome::Failed,
+            };
+            self.count(elicitation, outcome);
         }
         Ok(finished)
     }
 
     /// Marks every pending elicitation past its expiry expired.
     pub async fn expire_overdue(&self, now: DateTime<Utc>) -> Result<u64, GateError> {
-        Ok(self.backing.store.expire_elicitations(now).await?)
+        let expired = self.backing.store.expire_elicitations(now).await?;
+        self.backing
+            .metrics
+            .elicitations(ElicitationKind::Any, ElicitationOutcome::Expired, expired);
+        Ok(expired)
     }
 
     /// Deletes the elicitations that ended longer than the retention period before `now`, with

@@ -13,7 +13,7 @@ use super::{Backing, Elicitations, GateError, Requirement, sha256_hex};
 use crate::domain::{ElicitationId, Principal, SessionId};
 use crate::forms::{Form, Forms, Submission};
 use crate::secret::Secret;
-use crate::store::{AskKey, ElicitationRecord, FormAnswerRecord, FormValuesRecord, StoreError};
+use crate::store::{AskKey, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord, StoreError};
 
 /// A user's saved values as pages may show them: the non-secret values and the names of the
 /// stored secrets (never their values).
@@ -170,7 +170,7 @@ impl FormValues {
         let completed = match elicitation {
             Some(elicitation) => {
                 self.elicitations
-                    .finish_with(elicitation, |notification| async move {
+                    .finish_with(elicitation, ElicitationStatus::Completed, |notification| async move {
                         store
                             .save_form_values(record, Some(&elicitation.id), &notification, now)
                             .await
@@ -199,7 +199,7 @@ impl FormValues {
         let (store, answer) = (&self.backing.store, &answer);
         let completed = self
             .elicitations
-            .finish_with(elicitation, |notification| async move {
+            .finish_with(elicitation, ElicitationStatus::Completed, |notification| async move {
                 store.save_form_answer(answer, &notification, Utc::now()).await
             })
             .await?;

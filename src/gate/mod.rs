@@ -32,6 +32,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use crate::events::Bus;
+use crate::metrics::Metrics;
 use crate::public_url::PublicUrl;
 use crate::store::{Store, StoreError};
 use crate::vault::{KeyRing, VaultError};
@@ -74,6 +75,8 @@ pub struct Backing {
     /// Seals tokens and form secrets at rest.
     pub vault: Arc<KeyRing>,
     pub public_url: Arc<PublicUrl>,
+    /// Counts elicitations, refreshes and broken connections.
+    pub metrics: Arc<Metrics>,
 }
 
 pub struct Gate {

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::domain::{Principal, SessionId};
 use crate::events::Bus;
 use crate::forms::Forms;
+use crate::metrics::Metrics;
 use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
 use crate::secret::Secret;
@@ -67,6 +68,7 @@ impl Fixture {
                 bus,
                 vault: Arc::new(vault),
                 public_url: Arc::new(public_url),
+                metrics: Arc::new(Metrics::off()),
             },
             cache,
         }

@@ -1,6 +1,7 @@
 //! The MCP methods gatehouse answers.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -8,6 +9,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::incall::Outbox;
+use super::measure;
 use super::store_failure;
 use super::tool_call::{self, Retry, Stream, ToolRequest, supports_url_elicitation};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
@@ -57,6 +59,17 @@ pub(super) fn kept_client_info(info: &Map<String, Value>) -> Map<String, Value> 
 /// Answers `initialize`: persists a new session (ending the principal's least recently used one
 /// beyond the cap) and returns its id and the result.
 pub async fn initialize(
+    state: &AppState,
+    principal: Principal,
+    params: Option<Value>,
+) -> Result<(SessionId, Value), RpcError> {
+    let started = Instant::now();
+    let answer = start_session(state, principal, params).await;
+    measure::record(state, "initialize", started, answer.as_ref().map(|(_, result)| result));
+    answer
+}
+
+async fn start_session(
     state: &AppState,
     principal: Principal,
     params: Option<Value>,
@@ -161,42 +174,48 @@ pub async fn handle(
     params: Option<Value>,
     outbox: Option<&Outbox>,
 ) -> Result<Value, RpcError> {
+    let started = Instant::now();
     let params = jsonrpc::params_object(params);
-    match method {
-        "ping" => Ok(json!({})),
-        "logging/setLevel" => set_level(state, session, params).await,
-        "tools/list" => list_tools(state, caller, params),
-        "tools/call" => {
-            let running = state.calls.start(&session.id, id);
-            let mut params = params;
-            let request = ToolRequest::parse(&mut params)?;
-            let called = tool_call::call(
-                state,
-                session,
-                caller,
-                request,
-                outbox.map(Stream::Full),
-                Retry::default(),
-                &running.cancelled,
-            )
-            .await?;
-            tool_call::handshake_answer(session, called)
+    let answer = async {
+        match method {
+            "ping" => Ok(json!({})),
+            "logging/setLevel" => set_level(state, session, params).await,
+            "tools/list" => list_tools(state, caller, params),
+            "tools/call" => {
+                let running = state.calls.start(&session.id, id);
+                let mut params = params;
+                let request = ToolRequest::parse(&mut params)?;
+                let called = tool_call::call(
+                    state,
+                    session,
+                    caller,
+                    request,
+                    outbox.map(Stream::Full),
+                    Retry::default(),
+                    &running.cancelled,
+                )
+                .await?;
+                tool_call::handshake_answer(session, called)
+            }
+            #[cfg(feature = "conformance")]
+            "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
+            | "prompts/list"
+            | "prompts/get"
+            | "completion/complete" => super::fixtures::answer(state.fixtures.as_deref(), &session.id, method, &params),
+            "initialize" => Err(RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                "the session is already initialized",
+            )),
+            other => Err(RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {other}"))),
         }
-        #[cfg(feature = "conformance")]
-        "resources/list"
-        | "resources/templates/list"
-        | "resources/read"
-        | "resources/subscribe"
-        | "resources/unsubscribe"
-        | "prompts/list"
-        | "prompts/get"
-        | "completion/complete" => super::fixtures::answer(state.fixtures.as_deref(), &session.id, method, &params),
-        "initialize" => Err(RpcError::new(
-            jsonrpc::INVALID_REQUEST,
-            "the session is already initialized",
-        )),
-        other => Err(RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {other}"))),
     }
+    .await;
+    measure::record(state, method, started, answer.as_ref());
+    answer
 }
 
 async fn set_level(state: &AppState, session: &SessionRecord, params: Map<String, Value>) -> Result<Value, RpcError> {

@@ -3,7 +3,8 @@
 //! whether it may run and turns the answer into MCP: the tool's result, error -32042, a result
 //! with the links, or `elicitation/create` within the call. What a requirement is (a sign-in, a
 //! form) is the gate's business. With the `conformance` feature, `resources`, `prompts` and
-//! `completion` answer those methods for the conformance suite's `fixtures`.
+//! `completion` answer those methods for the conformance suite's `fixtures`. `measure` records
+//! every answered request in the metrics.
 
 mod calls;
 #[cfg(feature = "conformance")]
@@ -11,6 +12,7 @@ mod completion;
 #[cfg(feature = "conformance")]
 pub mod fixtures;
 mod incall;
+mod measure;
 mod methods;
 mod modern;
 #[cfg(feature = "conformance")]

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::{LogLevel, SessionId};
 use crate::events::Bus;
 use crate::gate::before;
+use crate::metrics::Metrics;
 use crate::store::{SessionCache, SessionRecord, Store, StoreError};
 
 pub struct Sessions {
@@ -89,8 +90,15 @@ impl Sessions {
 /// How often use is written and idle sessions are ended.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Writes session use (requests and open streams count) and ends idle sessions, until shutdown.
-pub async fn maintain(sessions: Arc<Sessions>, bus: Arc<Bus>, idle_timeout: Duration, shutdown: CancellationToken) {
+/// Writes session use (requests and open streams count), ends idle sessions and counts the live
+/// ones for the metrics, until shutdown.
+pub async fn maintain(
+    sessions: Arc<Sessions>,
+    bus: Arc<Bus>,
+    metrics: Arc<Metrics>,
+    idle_timeout: Duration,
+    shutdown: CancellationToken,
+) {
     let mut interval = tokio::time::interval(MAINTENANCE_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -118,6 +126,12 @@ pub async fn maintain(sessions: Arc<Sessions>, bus: Arc<Bus>, idle_timeout: Dura
                 }
             }
             Err(error) => tracing::warn!(%error, "could not end idle sessions"),
+        }
+        if metrics.is_on() {
+            match sessions.store.count_sessions().await {
+                Ok(count) => metrics.set_sessions_active(count),
+                Err(error) => tracing::warn!(%error, "could not count sessions"),
+            }
         }
     }
     // Use seen since the last tick is written once more so a restart does not lose it.

@@ -14,17 +14,21 @@ use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use chrono::Utc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::PRIMING_SINCE;
 use crate::domain::SessionId;
 use crate::events::StreamSlot;
+use crate::metrics::{Metrics, OpenStream};
 use crate::state::AppState;
 use crate::store::{SessionRecord, Store, StoreError, StoredEvent};
 
 /// Events read from the log per query.
 const BATCH: i64 = 100;
+/// The notification whose delivery the metrics time, from its elicitation's completion.
+const COMPLETION: &str = "notifications/elicitation/complete";
 
 /// Opens the stream: `resume_after` is the client's `Last-Event-ID`; `slot` is its place among
 /// the session's streams on this replica, held until the stream ends or a resumed one replaces it.
@@ -54,6 +58,8 @@ pub async fn open(
         retry: state.config.server.sse_retry,
         closing: false,
         slot,
+        _open: state.metrics.stream_opened(),
+        metrics: state.metrics.clone(),
     };
     let events = futures::stream::unfold(reader, Reader::next);
     let keep_alive = KeepAlive::new().interval(state.config.server.sse_keep_alive);
@@ -73,6 +79,9 @@ struct Reader {
     retry: Duration,
     closing: bool,
     slot: StreamSlot,
+    /// Counts the stream as open while it lives.
+    _open: OpenStream,
+    metrics: Arc<Metrics>,
 }
 
 /// What one read of the session's log found.
@@ -109,6 +118,10 @@ impl Reader {
                 Ok(Ok(_)) if self.slot.is_ended() => return None,
                 Ok(Ok(found)) => {
                     for event in found.events {
+                        if !found.replayed && event.message["method"] == COMPLETION {
+                            let waited = (Utc::now() - event.created_at).to_std().unwrap_or_default();
+                            self.metrics.notification_delivered_after(waited);
+                        }
                         self.push(event.seq, &event.message);
                     }
                     self.cursor = found.cursor;
@@ -172,12 +185,21 @@ struct LogRead {
 struct Found {
     read: Read,
     events: Vec<StoredEvent>,
+    /// The events were delivered before: the client asked to see them again.
+    replayed: bool,
     cursor: i64,
 }
 
 impl LogRead {
     async fn run(self) -> Result<Found, StoreError> {
-        let found = |read, events: Vec<StoredEvent>, cursor| Ok(Found { read, events, cursor });
+        let found = |read, events: Vec<StoredEvent>, cursor| {
+            Ok(Found {
+                read,
+                events,
+                replayed: false,
+                cursor,
+            })
+        };
         if self.cursor < self.replay_until {
             let mut events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
             let more = events.len() as i64 == BATCH;
@@ -186,7 +208,12 @@ impl LogRead {
             if !more {
                 cursor = cursor.max(self.replay_until);
             }
-            return found(Read::Progress, events, cursor);
+            return Ok(Found {
+                read: Read::Progress,
+                events,
+                replayed: true,
+                cursor,
+            });
         }
         let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
         let Some(last) = events.last().map(|e| e.seq) else {

@@ -111,6 +111,18 @@ pub struct SessionRecord {
 pub struct StoredEvent {
     pub seq: i64,
     pub message: Value,
+    /// When it was appended (for an elicitation's completion: when it completed).
+    pub created_at: DateTime<Utc>,
+}
+
+/// The database pool as it is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Connections open, idle or in use.
+    pub open: u32,
+    pub idle: usize,
+    /// The most connections the pool opens.
+    pub max: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,6 +290,9 @@ pub trait Store:
 {
     fn backend(&self) -> Backend;
 
+    /// The connection pool's state, without touching the database.
+    fn pool_stats(&self) -> PoolStats;
+
     /// Applies the backend's pending migrations.
     async fn migrate(&self) -> Result<(), StoreError>;
 
@@ -305,6 +320,9 @@ pub trait Store:
 
     /// Records that these sessions were used at `at` (batched by the caller).
     async fn touch_sessions(&self, ids: &[SessionId], at: DateTime<Utc>) -> Result<(), StoreError>;
+
+    /// How many sessions exist (for the `sessions_active` gauge).
+    async fn count_sessions(&self) -> Result<i64, StoreError>;
 
     /// Ends the sessions last used before `cutoff`; returns their ids.
     async fn delete_idle_sessions(&self, cutoff: DateTime<Utc>) -> Result<Vec<SessionId>, StoreError>;
@@ -496,6 +514,15 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Database, StoreE
             store: Arc::new(store),
             postgres: None,
         })
+    }
+}
+
+/// A pool's [`PoolStats`], for either backend.
+fn pool_stats<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> PoolStats {
+    PoolStats {
+        open: pool.size(),
+        idle: pool.num_idle(),
+        max: pool.options().get_max_connections(),
     }
 }
 

@@ -22,8 +22,8 @@ use super::rows::{
 use super::{
     AskKey, Backend, BrowserSessionRecord, BrowserSessionStore, CatalogueRecord, CatalogueStore, ConnectionRecord,
     ConnectionStore, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord, FormStore, FormValuesRecord,
-    NOTIFY_CHANNEL, Notice, OAuthFlowRecord, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError,
-    StoredEvent,
+    NOTIFY_CHANNEL, Notice, OAuthFlowRecord, PoolStats, RefreshLease, RefreshedTokens, SessionRecord, Store,
+    StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -224,6 +224,10 @@ impl Store for PostgresStore {
         Backend::Postgres
     }
 
+    fn pool_stats(&self) -> PoolStats {
+        super::pool_stats(&self.pool)
+    }
+
     async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
@@ -318,6 +322,12 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    async fn count_sessions(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM sessions")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
     async fn delete_idle_sessions(&self, cutoff: DateTime<Utc>) -> Result<Vec<SessionId>, StoreError> {
         let rows: Vec<(String,)> = sqlx::query_as(sql!(
             "WITH gone AS (DELETE FROM sessions WHERE last_seen_at < $1 RETURNING id)
@@ -351,8 +361,8 @@ impl Store for PostgresStore {
     }
 
     async fn events_after(&self, session: &SessionId, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows: Vec<(i64, Value)> = sqlx::query_as(
-            "SELECT seq, message FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        let rows: Vec<(i64, Value, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT seq, message, created_at FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         )
         .bind(session.as_str())
         .bind(after)
@@ -361,7 +371,11 @@ impl Store for PostgresStore {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(seq, message)| StoredEvent { seq, message })
+            .map(|(seq, message, created_at)| StoredEvent {
+                seq,
+                message,
+                created_at,
+            })
             .collect())
     }
 

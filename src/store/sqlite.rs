@@ -24,7 +24,7 @@ use super::rows::{
 use super::{
     AskKey, Backend, BrowserSessionRecord, BrowserSessionStore, CatalogueRecord, CatalogueStore, ConnectionRecord,
     ConnectionStore, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord, FormStore, FormValuesRecord,
-    OAuthFlowRecord, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
+    OAuthFlowRecord, PoolStats, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 use crate::private_file::create_private_file;
@@ -200,6 +200,10 @@ impl Store for SqliteStore {
         Backend::Sqlite
     }
 
+    fn pool_stats(&self) -> PoolStats {
+        super::pool_stats(&self.pool)
+    }
+
     async fn migrate(&self) -> Result<(), StoreError> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
@@ -290,6 +294,12 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn count_sessions(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM sessions")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
     async fn delete_idle_sessions(&self, cutoff: DateTime<Utc>) -> Result<Vec<SessionId>, StoreError> {
         let rows: Vec<(String,)> = sqlx::query_as("DELETE FROM sessions WHERE last_seen_at < ?1 RETURNING id")
             .bind(millis(cutoff))
@@ -308,8 +318,8 @@ impl Store for SqliteStore {
     }
 
     async fn events_after(&self, session: &SessionId, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT seq, message FROM session_events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        let rows: Vec<(i64, String, i64)> = sqlx::query_as(
+            "SELECT seq, message, created_at FROM session_events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
         )
         .bind(session.as_str())
         .bind(after)
@@ -317,10 +327,11 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(seq, text)| {
+            .map(|(seq, text, created_at)| {
                 Ok(StoredEvent {
                     seq,
                     message: Self::json(text, "event message")?,
+                    created_at: Self::time(created_at)?,
                 })
             })
             .collect()

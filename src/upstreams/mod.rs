@@ -35,6 +35,7 @@ use crate::domain::Principal;
 use crate::events::{Bus, EVERY_UPSTREAM};
 use crate::forms::Forms;
 use crate::jsonrpc;
+use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::store::{CatalogueRecord, Store, StoreError};
 use crate::tools::{Offering, Offerings, Tool};
@@ -66,6 +67,8 @@ pub struct Core {
     own_tools: HashSet<String>,
     store: Arc<dyn Store>,
     bus: Arc<Bus>,
+    /// Counts forwarded calls by upstream and outcome.
+    metrics: Arc<Metrics>,
 }
 
 pub struct Upstreams {
@@ -147,6 +150,7 @@ impl Upstreams {
         own_tools: HashSet<String>,
         store: Arc<dyn Store>,
         bus: Arc<Bus>,
+        metrics: Arc<Metrics>,
     ) -> Result<Self, ConfigError> {
         for upstream in upstreams.iter().filter(|u| u.allow.is_none() && !u.requires.is_empty()) {
             tracing::warn!(upstream = %upstream.id, "lists no tools until a user has called one of them; set `tools` to list them from the start");
@@ -179,6 +183,7 @@ impl Upstreams {
                 own_tools,
                 store,
                 bus,
+                metrics,
             }
         });
         Ok(Self {

@@ -16,6 +16,7 @@ use super::Core;
 use super::failure;
 use super::pool::{OpenError, Opening, Refusal, Session};
 use super::upstream::{Transport, Upstream};
+use crate::metrics::UpstreamOutcome;
 use crate::secret::Secret;
 use crate::store::SessionRecord;
 use crate::text;
@@ -245,6 +246,21 @@ impl Tool for UpstreamTool {
         let Some(core) = self.core.upgrade() else {
             return self.failed("gatehouse is shutting down. Try again in a moment.");
         };
+        let outcome = self.run(&core, context, arguments).await;
+        let counted = match &outcome {
+            ToolOutcome::Done(result) if result.is_error => UpstreamOutcome::Error,
+            ToolOutcome::Done(_) => UpstreamOutcome::Ok,
+            ToolOutcome::UrlElicitations(_) | ToolOutcome::InputRequired { .. } => UpstreamOutcome::ElicitationRequired,
+            ToolOutcome::CredentialRejected { .. } | ToolOutcome::ScopesMissing { .. } => UpstreamOutcome::Refused,
+        };
+        core.metrics.upstream_request(&self.upstream.id, counted);
+        outcome
+    }
+}
+
+impl UpstreamTool {
+    /// The call on the user's upstream session, opened first when it is not yet.
+    async fn run(&self, core: &Core, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
         let opening = match self.opening(context) {
             Ok(opening) => opening,
             Err(outcome) => return outcome,
@@ -275,7 +291,7 @@ impl Tool for UpstreamTool {
             }
         };
         match &self.name {
-            Some(name) => self.forward(&core, &session, context, name, arguments).await,
+            Some(name) => self.forward(core, &session, context, name, arguments).await,
             None => {
                 let listed = core.refresh(&self.upstream.id).await;
                 let names: Vec<String> = listed.iter().map(|tool| tool.definition().name.clone()).collect();

@@ -421,6 +421,11 @@ impl TestDatabase {
 
 /// Builds a configuration the way the binary does: TOML text plus environment-style overrides.
 pub fn config(toml: &str, env: &[(&str, &str)]) -> Config {
+    load_config(toml, env).expect("valid test configuration")
+}
+
+/// [`config`], or the error that refuses it.
+pub fn load_config(toml: &str, env: &[(&str, &str)]) -> Result<Config, gatehouse::config::ConfigError> {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("gatehouse.toml");
     std::fs::write(&path, toml).expect("write config");
@@ -429,7 +434,6 @@ pub fn config(toml: &str, env: &[(&str, &str)]) -> Config {
         file: Some(&path),
         env: &env,
     })
-    .expect("valid test configuration")
 }
 
 /// The real server on a loopback port.
@@ -437,8 +441,12 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub url: String,
     pub state: AppState,
+    /// The metrics listener's address, when the configuration sets `server.metrics_bind` (any
+    /// value: the test server listens on a free loopback port instead).
+    pub metrics_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    metrics: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -472,6 +480,18 @@ impl TestServer {
         let (state, tasks) = AppState::build(config, shutdown.clone())
             .await
             .expect("build app state");
+        let (metrics_addr, metrics) = match state.config.server.metrics_bind {
+            Some(_) => {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind metrics");
+                let metrics_addr = listener.local_addr().expect("metrics addr");
+                let stopped = shutdown.clone().cancelled_owned();
+                let metrics = tokio::spawn(gatehouse::serve_metrics(listener, state.clone(), stopped));
+                (Some(metrics_addr), Some(metrics))
+            }
+            None => (None, None),
+        };
         let server_shutdown = shutdown.clone();
         let server = tokio::spawn(gatehouse::serve(listener, state.clone(), async move {
             server_shutdown.cancelled().await
@@ -480,8 +500,10 @@ impl TestServer {
             addr,
             url: format!("http://{addr}/mcp"),
             state,
+            metrics_addr,
             shutdown,
             server,
+            metrics,
             tasks,
         }
     }
@@ -494,6 +516,13 @@ impl TestServer {
             .expect("server stops in time")
             .expect("join")
             .expect("serve");
+        if let Some(metrics) = self.metrics {
+            tokio::time::timeout(Duration::from_secs(10), metrics)
+                .await
+                .expect("metrics listener stops in time")
+                .expect("join")
+                .expect("serve metrics");
+        }
         for task in self.tasks {
             tokio::time::timeout(Duration::from_secs(10), task)
                 .await
@@ -508,6 +537,22 @@ impl TestServer {
 
     pub fn base(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `/metrics` on the metrics listener, as Prometheus scrapes it: the text, after checking it
+    /// answered 200 with the OpenMetrics content type.
+    pub async fn scrape(&self) -> String {
+        let addr = self.metrics_addr.expect("the test server has a metrics listener");
+        let response = reqwest::get(format!("http://{addr}/metrics")).await.expect("scrape");
+        assert_eq!(response.status(), reqwest::StatusCode::OK);
+        let content_type = response.headers()[reqwest::header::CONTENT_TYPE]
+            .to_str()
+            .expect("text");
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{content_type}"
+        );
+        response.text().await.expect("metrics text")
     }
 }
 

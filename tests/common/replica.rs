@@ -14,6 +14,8 @@ pub const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
 pub struct Replica {
     child: tokio::process::Child,
     pub base: String,
+    /// Its metrics listener's `/metrics`.
+    metrics: String,
     _dir: tempfile::TempDir,
 }
 
@@ -26,6 +28,7 @@ impl Replica {
         let config_path = dir.path().join("gatehouse.toml");
         std::fs::write(&config_path, config).expect("write config");
         let log = std::fs::File::create(dir.path().join("gatehouse.log")).expect("log file");
+        let metrics_bind = format!("127.0.0.1:{}", super::free_port());
         let child = tokio::process::Command::new(BINARY)
             .env_clear()
             .arg("--config")
@@ -38,6 +41,7 @@ impl Replica {
             .env("GATEHOUSE_SERVER__SSE_KEEP_ALIVE", "1s")
             .env("GATEHOUSE_SERVER__SSE_RETRY", "250ms")
             .env("GATEHOUSE_SECRETS__KEYS", keys)
+            .env("GATEHOUSE_SERVER__METRICS_BIND", &metrics_bind)
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
@@ -46,6 +50,7 @@ impl Replica {
         let replica = Self {
             child,
             base: format!("http://127.0.0.1:{port}"),
+            metrics: format!("http://{metrics_bind}/metrics"),
             _dir: dir,
         };
         replica.wait_ready().await;
@@ -65,6 +70,13 @@ impl Replica {
 
     pub fn mcp(&self) -> String {
         format!("{}/mcp", self.base)
+    }
+
+    /// `gatehouse_bus_reconnects_total` from its metrics.
+    pub async fn bus_reconnects(&self) -> Option<u64> {
+        let text = reqwest::get(&self.metrics).await.ok()?.text().await.ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix("gatehouse_bus_reconnects_total ")?.parse().ok())
     }
 
     /// SIGKILL: no shutdown, no goodbye to streams or the database.

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use super::{Connections, access_context, refresh_context};
 use crate::domain::Principal;
 use crate::gate::{GateError, after, random_token, sha256_hex};
+use crate::metrics::ElicitationOutcome;
 use crate::providers::{OAuthError, Provider};
 use crate::secret::Secret;
 use crate::store::{ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord};
@@ -294,10 +295,14 @@ impl Connections {
         started: DateTime<Utc>,
     ) -> Result<CallbackOutcome, GateError> {
         let provider_name = provider.name.clone();
-        let failed = |error: Option<ProviderErrorCode>| CallbackOutcome::ProviderFailed {
-            provider_name: provider.name.clone(),
-            error,
-            retry: elicitation.url.clone(),
+        // The elicitation stays open for another try; the metrics count the failed sign-in.
+        let failed = |error: Option<ProviderErrorCode>| {
+            self.elicitations.count(elicitation, ElicitationOutcome::Failed);
+            CallbackOutcome::ProviderFailed {
+                provider_name: provider.name.clone(),
+                error,
+                retry: elicitation.url.clone(),
+            }
         };
         if let Some(error) = &params.error {
             if error.as_str() == "access_denied" {
@@ -368,7 +373,7 @@ impl Connections {
         let (store, connection, id) = (&self.backing.store, &connection, &elicitation.id);
         let saved = self
             .elicitations
-            .finish_with(elicitation, |notification| async move {
+            .finish_with(elicitation, ElicitationStatus::Completed, |notification| async move {
                 let saved = store.save_connection(connection, id, &notification, started).await?;
                 if saved {
                     // Before the session's streams wake: a call waiting here decides on the new connection.

@@ -184,6 +184,7 @@ impl Connections {
         {
             self.changed(principal);
             tracing::info!(principal = %principal, provider, "the provider refused the token; connection broken");
+            self.backing.metrics.connection_broken(provider);
         }
         Ok(())
     }

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Connections, access_context, refresh_context};
 use crate::gate::{GateError, after};
+use crate::metrics::RefreshOutcome;
 use crate::providers::{OAuthError, Provider};
 use crate::secret::Secret;
 use crate::store::{ConnectionRecord, ConnectionStatus, RefreshLease, RefreshedTokens};
@@ -113,18 +114,30 @@ impl Connections {
                 store.store_refreshed(principal, &provider.id, &refreshed).await?;
                 self.changed(principal);
                 tracing::info!(principal = %principal, provider = %provider.id, "access token refreshed");
+                self.backing
+                    .metrics
+                    .token_refresh(&provider.id, RefreshOutcome::Refreshed);
                 Ok(Some((tokens.access_token, self.version(&leased).await?)))
             }
             Err(OAuthError::Rejected { error, .. }) => {
                 tracing::info!(principal = %principal, provider = %provider.id, %error, "refresh refused; connection broken");
-                store
+                self.backing
+                    .metrics
+                    .token_refresh(&provider.id, RefreshOutcome::Refused);
+                if store
                     .mark_connection_broken(principal, &provider.id, leased.updated_at)
-                    .await?;
+                    .await?
+                {
+                    self.backing.metrics.connection_broken(&provider.id);
+                }
                 self.changed(principal);
                 Ok(None)
             }
             Err(OAuthError::Unavailable(reason)) => {
                 tracing::warn!(principal = %principal, provider = %provider.id, %reason, "refresh failed");
+                self.backing
+                    .metrics
+                    .token_refresh(&provider.id, RefreshOutcome::Unavailable);
                 Err(GateError::ProviderUnavailable {
                     provider: provider.name.clone(),
                     reason,

@@ -8,6 +8,8 @@ mod call;
 mod fixtures;
 mod request_state;
 
+use std::time::Instant;
+
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -15,6 +17,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::incall::Outbox;
+use super::measure;
 use super::methods::{MAX_CAPABILITIES_BYTES, kept_client_info, list_tools, serialized_len};
 use super::{STATELESS_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::domain::{LogLevel, SessionId};
@@ -89,7 +92,7 @@ fn supported_versions() -> Vec<&'static str> {
 pub enum Answer {
     Json(StatusCode, Value),
     Accepted,
-    Streamed(Streamed),
+    Streamed(Box<Streamed>),
 }
 
 /// A `tools/call` with a `progressToken`, checked and ready to run: its progress notifications
@@ -100,12 +103,15 @@ pub struct Streamed {
     session: SessionRecord,
     caller: Caller,
     params: Map<String, Value>,
+    started: Instant,
 }
 
 impl Streamed {
     /// Runs the call, sending its notifications to `outbox`; the JSON-RPC response.
     pub async fn run(self, state: &AppState, outbox: &Outbox) -> Value {
-        match call::call(state, &self.session, &self.caller, self.params, Some(outbox)).await {
+        let answer = call::call(state, &self.session, &self.caller, self.params, Some(outbox)).await;
+        measure::record(state, "tools/call", self.started, answer.as_ref());
+        match answer {
             Ok(result) => jsonrpc::result_response(&self.id, decorate(result)),
             Err(error) => jsonrpc::error_response(Some(&self.id), &error),
         }
@@ -126,22 +132,34 @@ pub async fn answer(state: &AppState, headers: &HeaderMap, caller: &Caller, mess
             return Answer::Json(StatusCode::BAD_REQUEST, jsonrpc::error_response(Some(&id), &error));
         }
     };
+    let started = Instant::now();
     let params = jsonrpc::params_object(params);
     if let Err(Refused { status, error }) = check(headers, &method, &params) {
+        measure::record(state, &method, started, Err(&error));
         return Answer::Json(status, jsonrpc::error_response(Some(&id), &error));
     }
     if method == "tools/call" && params.get("_meta").and_then(|m| m.get("progressToken")).is_some() {
         return match stateless_session(caller, &params) {
-            Ok(session) => Answer::Streamed(Streamed {
+            Ok(session) => Answer::Streamed(Box::new(Streamed {
                 id,
                 session,
                 caller: caller.clone(),
                 params,
-            }),
-            Err(error) => Answer::Json(StatusCode::OK, jsonrpc::error_response(Some(&id), &error)),
+                started,
+            })),
+            Err(error) => {
+                measure::record(state, &method, started, Err(&error));
+                Answer::Json(StatusCode::OK, jsonrpc::error_response(Some(&id), &error))
+            }
         };
     }
     let outcome = dispatch(state, caller, &method, params).await;
+    measure::record(
+        state,
+        &method,
+        started,
+        outcome.as_ref().map_err(|refused| &refused.error),
+    );
     match outcome {
         Ok(result) => Answer::Json(StatusCode::OK, jsonrpc::result_response(&id, decorate(result))),
         Err(Refused { status, error }) => Answer::Json(status, jsonrpc::error_response(Some(&id), &error)),

@@ -1,0 +1,128 @@
+//! Section "metrics": `whoami` at N clients against gatehouse without `server.metrics_bind`, then
+//! with it, back to back on the same machine and database, and `/metrics` scrapes timed while the
+//! second run is under load (spread evenly over its measured window).
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{
+    Database, Era, LoadResult, Options, Target, Who, call_load, gatehouse_command, local, percentile, report,
+    wait_until_up,
+};
+
+pub(super) async fn section(options: &Options, database: &Database) -> Result<(), String> {
+    println!(
+        "\n## whoami without and with metrics at {} concurrent clients ({} s measured after {} s warm-up), \
+         {} scrapes while loaded\n",
+        options.clients,
+        options.duration.as_secs(),
+        options.warmup.as_secs(),
+        options.scrapes
+    );
+    println!("| metrics | calls/s | p50 ms | p99 ms | calls | errors |\n|---|---|---|---|---|---|");
+    let off = run(options, database, None).await?.0;
+    report("off (no metrics_bind)", &off);
+    let metrics_port = local::free_port();
+    let (on, scrapes) = run(options, database, Some(metrics_port)).await?;
+    report("on (metrics_bind, scraped)", &on);
+    let ratio = (on.calls as f64 / on.seconds) / (off.calls as f64 / off.seconds);
+    println!("\nwith / without metrics throughput: {ratio:.3}");
+    let Some(scrapes) = scrapes else {
+        return Err("the run with metrics was not scraped".into());
+    };
+    let mut latencies = scrapes.latencies;
+    latencies.sort_unstable();
+    println!(
+        "/metrics while loaded: {} scrapes, p50 {:.2} ms, p99 {:.2} ms, {} bytes, {} failed; \
+         tools/call counted: {}",
+        latencies.len(),
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99),
+        scrapes.bytes,
+        scrapes.failed,
+        scrapes.counted_calls.as_deref().unwrap_or("nothing")
+    );
+    Ok(())
+}
+
+/// What the scrapes measured, and the last one's count of successful `tools/call`.
+struct Scrapes {
+    latencies: Vec<u32>,
+    bytes: usize,
+    failed: usize,
+    counted_calls: Option<String>,
+}
+
+/// A gatehouse (local identity) under the load; with `metrics_port`, metrics on and scraped there.
+async fn run(
+    options: &Options,
+    database: &Database,
+    metrics_port: Option<u16>,
+) -> Result<(LoadResult, Option<Scrapes>), String> {
+    let port = local::free_port();
+    let mut command = gatehouse_command(&database.url, port, None);
+    if let Some(metrics_port) = metrics_port {
+        command.env("GATEHOUSE_SERVER__METRICS_BIND", format!("127.0.0.1:{metrics_port}"));
+    }
+    let mut gatehouse = command.spawn().map_err(|e| format!("cannot start gatehouse: {e}"))?;
+    let public = format!("http://127.0.0.1:{port}");
+    wait_until_up(&format!("{public}/healthz")).await?;
+    let target = Target {
+        name: "whoami",
+        url: format!("{public}/mcp"),
+        tool: "whoami",
+        arguments: json!({}),
+        who: Who::Nobody,
+        era: Era::Handshake,
+    };
+    let loaded = call_load(&target, options.clients, options.warmup, options.duration);
+    let outcome = match metrics_port {
+        None => loaded.await.map(|result| (result, None)),
+        Some(metrics_port) => {
+            let url = format!("http://127.0.0.1:{metrics_port}/metrics");
+            wait_until_up(&url).await?;
+            let scraped = scrape_while_loaded(&url, options);
+            let (result, scrapes) = tokio::join!(loaded, scraped);
+            result.map(|result| (result, Some(scrapes)))
+        }
+    };
+    let _ = gatehouse.kill().await;
+    outcome
+}
+
+/// `options.scrapes` scrapes spread evenly over the measured window (after the warm-up; the
+/// clients' sessions are opened first, which the warm-up covers only roughly).
+async fn scrape_while_loaded(url: &str, options: &Options) -> Scrapes {
+    let http = reqwest::Client::new();
+    let mut scrapes = Scrapes {
+        latencies: Vec::with_capacity(options.scrapes),
+        bytes: 0,
+        failed: 0,
+        counted_calls: None,
+    };
+    tokio::time::sleep(options.warmup).await;
+    let spacing = options.duration / u32::try_from(options.scrapes.max(1)).unwrap_or(u32::MAX);
+    let mut ticks = tokio::time::interval(spacing.max(Duration::from_millis(1)));
+    for _ in 0..options.scrapes {
+        ticks.tick().await;
+        let started = Instant::now();
+        let text = match http.get(url).send().await {
+            Ok(response) if response.status().is_success() => response.text().await.ok(),
+            _ => None,
+        };
+        let Some(text) = text else {
+            scrapes.failed += 1;
+            continue;
+        };
+        scrapes
+            .latencies
+            .push(started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+        scrapes.bytes = text.len();
+        scrapes.counted_calls = text
+            .lines()
+            .find_map(|line| line.strip_prefix(r#"gatehouse_mcp_requests_total{method="tools/call",outcome="ok"} "#))
+            .map(str::to_owned);
+    }
+    scrapes
+}

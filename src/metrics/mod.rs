@@ -1,0 +1,305 @@
+//! Metrics: what gatehouse counts and times, held in a registry of its own (one per `AppState`, so
+//! servers in one process never share counters), and its OpenMetrics text for `/metrics`. With
+//! `server.metrics_bind` unset, [`Metrics::off`] records nothing and costs a branch per call.
+//!
+//! Label values come only from `labels`: fixed words, or provider and upstream ids from
+//! configuration. A leaf: it imports nothing of gatehouse.
+
+mod labels;
+
+use std::time::Duration;
+
+use prometheus_client::encoding::text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+pub use labels::{ElicitationKind, ElicitationOutcome, McpOutcome, OTHER, RefreshOutcome, UpstreamOutcome};
+
+use labels::{Configured, KindOutcome, Method, MethodOutcome, Provider, ProviderOutcome, UpstreamLabels};
+
+/// The content type of [`Metrics::encode`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// MCP request durations: a millisecond to the longest a call may wait for its user.
+const REQUEST_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 300.0,
+];
+/// From an elicitation's creation to its completion: people take seconds to minutes.
+const COMPLETION_BUCKETS: [f64; 13] = [
+    0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+/// From a completion to its notification written to a stream: milliseconds, unless the client
+/// had no stream open at the time.
+const DELIVERY_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 600.0,
+];
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn request_histogram() -> Histogram {
+    Histogram::new(REQUEST_BUCKETS)
+}
+
+pub struct Metrics {
+    families: Option<Box<Families>>,
+}
+
+struct Families {
+    registry: Registry,
+    providers: Configured,
+    upstreams: Configured,
+    mcp_requests: Family<MethodOutcome, Counter>,
+    mcp_duration: Histograms<Method>,
+    elicitations: Family<KindOutcome, Counter>,
+    completion: Histogram,
+    delivery: Histogram,
+    streams_open: Gauge,
+    sessions_active: Gauge,
+    token_refresh: Family<ProviderOutcome, Counter>,
+    connections_broken: Family<Provider, Counter>,
+    upstream_requests: Family<UpstreamLabels, Counter>,
+    bus_reconnects: Counter,
+    pool_open: Gauge,
+    pool_idle: Gauge,
+    pool_max: Gauge,
+}
+
+impl Metrics {
+    /// Records nothing: `server.metrics_bind` is not set.
+    pub fn off() -> Self {
+        Self { families: None }
+    }
+
+    /// Records; `providers` and `upstreams` are the configured ids, the only values their labels take.
+    pub fn new(providers: impl IntoIterator<Item = String>, upstreams: impl IntoIterator<Item = String>) -> Self {
+        let mut f = Families {
+            registry: Registry::with_prefix("gatehouse"),
+            providers: Configured::new(providers),
+            upstreams: Configured::new(upstreams),
+            mcp_requests: Family::default(),
+            mcp_duration: Family::new_with_constructor(request_histogram),
+            elicitations: Family::default(),
+            completion: Histogram::new(COMPLETION_BUCKETS),
+            delivery: Histogram::new(DELIVERY_BUCKETS),
+            streams_open: Gauge::default(),
+            sessions_active: Gauge::default(),
+            token_refresh: Family::default(),
+            connections_broken: Family::default(),
+            upstream_requests: Family::default(),
+            bus_reconnects: Counter::default(),
+            pool_open: Gauge::default(),
+            pool_idle: Gauge::default(),
+            pool_max: Gauge::default(),
+        };
+        f.registry.register(
+            "mcp_requests",
+            "MCP requests answered, by method and outcome",
+            f.mcp_requests.clone(),
+        );
+        f.registry.register_with_unit(
+            "mcp_request_duration",
+            "Time from an MCP request to its answer, by method",
+            Unit::Seconds,
+            f.mcp_duration.clone(),
+        );
+        f.registry.register(
+            "elicitations",
+            "Elicitations by kind (connection, form) and outcome (created, completed, declined, expired, failed)",
+            f.elicitations.clone(),
+        );
+        f.registry.register_with_unit(
+            "elicitation_completion",
+            "Time from an elicitation's creation to its completion",
+            Unit::Seconds,
+            f.completion.clone(),
+        );
+        f.registry.register_with_unit(
+            "notification_delivery",
+            "Time from an elicitation's completion to its notification written to a client's stream",
+            Unit::Seconds,
+            f.delivery.clone(),
+        );
+        f.registry.register(
+            "streams_open",
+            "Standalone SSE streams open on this replica",
+            f.streams_open.clone(),
+        );
+        f.registry.register(
+            "sessions_active",
+            "Live MCP sessions in the database (counted every 30 s)",
+            f.sessions_active.clone(),
+        );
+        f.registry.register(
+            "token_refresh",
+            "Access token refreshes by provider and outcome",
+            f.token_refresh.clone(),
+        );
+        f.registry.register(
+            "connections_broken",
+            "Connections marked broken (the provider refused a token or a refresh), by provider",
+            f.connections_broken.clone(),
+        );
+        f.registry.register(
+            "upstream_requests",
+            "Tool calls forwarded to upstream MCP servers, by upstream and outcome",
+            f.upstream_requests.clone(),
+        );
+        f.registry.register(
+            "bus_reconnects",
+            "Times this replica's LISTEN connection was opened again after it was lost",
+            f.bus_reconnects.clone(),
+        );
+        f.registry.register(
+            "db_pool_connections",
+            "Database connections open in this replica's pool",
+            f.pool_open.clone(),
+        );
+        f.registry.register(
+            "db_pool_idle_connections",
+            "Database connections idle in this replica's pool",
+            f.pool_idle.clone(),
+        );
+        f.registry.register(
+            "db_pool_max_connections",
+            "The most database connections this replica's pool opens",
+            f.pool_max.clone(),
+        );
+        Self {
+            families: Some(Box::new(f)),
+        }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.families.is_some()
+    }
+
+    /// An MCP request answered after `elapsed`.
+    pub fn mcp_request(&self, method: &str, outcome: McpOutcome, elapsed: Duration) {
+        if let Some(f) = &self.families {
+            let method = labels::method(method);
+            f.mcp_requests
+                .get_or_create(&MethodOutcome {
+                    method,
+                    outcome: outcome.as_str(),
+                })
+                .inc();
+            f.mcp_duration
+                .get_or_create(&Method { method })
+                .observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// `count` elicitations of `kind` reached `outcome`.
+    pub fn elicitations(&self, kind: ElicitationKind, outcome: ElicitationOutcome, count: u64) {
+        if let Some(f) = &self.families {
+            f.elicitations
+                .get_or_create(&KindOutcome {
+                    kind: kind.as_str(),
+                    outcome: outcome.as_str(),
+                })
+                .inc_by(count);
+        }
+    }
+
+    /// An elicitation completed `elapsed` after it was created.
+    pub fn elicitation_completed_after(&self, elapsed: Duration) {
+        if let Some(f) = &self.families {
+            f.completion.observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// A completion notification was written to a stream `elapsed` after the completion.
+    pub fn notification_delivered_after(&self, elapsed: Duration) {
+        if let Some(f) = &self.families {
+            f.delivery.observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// A standalone stream opened; it counts as open until the guard is dropped.
+    pub fn stream_opened(&self) -> OpenStream {
+        let gauge = self.families.as_ref().map(|f| f.streams_open.clone());
+        if let Some(gauge) = &gauge {
+            gauge.inc();
+        }
+        OpenStream(gauge)
+    }
+
+    pub fn set_sessions_active(&self, count: i64) {
+        if let Some(f) = &self.families {
+            f.sessions_active.set(count);
+        }
+    }
+
+    pub fn token_refresh(&self, provider: &str, outcome: RefreshOutcome) {
+        if let Some(f) = &self.families {
+            f.token_refresh
+                .get_or_create(&ProviderOutcome {
+                    provider: f.providers.label(provider),
+                    outcome: outcome.as_str(),
+                })
+                .inc();
+        }
+    }
+
+    pub fn connection_broken(&self, provider: &str) {
+        if let Some(f) = &self.families {
+            f.connections_broken
+                .get_or_create(&Provider {
+                    provider: f.providers.label(provider),
+                })
+                .inc();
+        }
+    }
+
+    pub fn upstream_request(&self, upstream: &str, outcome: UpstreamOutcome) {
+        if let Some(f) = &self.families {
+            f.upstream_requests
+                .get_or_create(&UpstreamLabels {
+                    upstream: f.upstreams.label(upstream),
+                    outcome: outcome.as_str(),
+                })
+                .inc();
+        }
+    }
+
+    pub fn bus_reconnected(&self) {
+        if let Some(f) = &self.families {
+            f.bus_reconnects.inc();
+        }
+    }
+
+    /// The database pool as it is now: connections open, idle among them, and the most it opens.
+    pub fn set_pool(&self, open: u32, idle: usize, max: u32) {
+        if let Some(f) = &self.families {
+            f.pool_open.set(i64::from(open));
+            f.pool_idle.set(i64::try_from(idle).unwrap_or(i64::MAX));
+            f.pool_max.set(i64::from(max));
+        }
+    }
+
+    /// Everything recorded, as OpenMetrics text ([`CONTENT_TYPE`]); empty when off.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        if let Some(f) = &self.families {
+            text::encode(&mut out, &f.registry)?;
+        }
+        Ok(out)
+    }
+}
+
+/// A stream counted in `gatehouse_streams_open` while this lives.
+pub struct OpenStream(Option<Gauge>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        if let Some(gauge) = &self.0 {
+            gauge.dec();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
