@@ -3,6 +3,7 @@
 //! `app` builds the router and `serve` runs it on a listener until a shutdown future completes;
 //! tests run exactly this on port 0. `cli` is the program the binaries run ([`binary!`]).
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod domain;

@@ -12,9 +12,10 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::{Backing, GateError, Requirement, after, before};
+use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
-use crate::store::{AskKey, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
+use crate::store::{AskKey, AuditAction, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
 use crate::text;
 
 /// What the user is asked for: one unmet requirement, in words.
@@ -81,6 +82,7 @@ impl Elicitations {
         principal: &Principal,
         session: &SessionRecord,
         ask: &Ask,
+        from: &Origin,
     ) -> Result<ElicitationRecord, GateError> {
         let now = Utc::now();
         let text = ask.requirement.to_string();
@@ -118,6 +120,7 @@ impl Elicitations {
         };
         if stored.id == id {
             tracing::info!(elicitation = %id, principal = %principal, requirement = %stored.requirement, "elicitation created");
+            self.audit(&stored, AuditAction::ElicitationCreated, from).await;
         }
         Ok(stored)
     }
@@ -155,10 +158,15 @@ impl Elicitations {
 
     /// Ends a pending elicitation without what it asked for (declined, failed) and tells its
     /// session. False when it was no longer pending.
-    pub async fn finish(&self, elicitation: &ElicitationRecord, status: ElicitationStatus) -> Result<bool, GateError> {
+    pub async fn finish(
+        &self,
+        elicitation: &ElicitationRecord,
+        status: ElicitationStatus,
+        from: &Origin,
+    ) -> Result<bool, GateError> {
         let store = &self.backing.store;
         let finished = self
-            .finish_with(elicitation, |notification| async move {
+            .finish_with(elicitation, status, from, |notification| async move {
                 let ending = Ending {
                     elicitation: &elicitation.id,
                     notification: &notification,
@@ -176,8 +184,15 @@ impl Elicitations {
     /// Finishes an elicitation through `write`, a store operation that must, in one transaction,
     /// move it out of pending and append the completion `notification` it is given to the
     /// session's event log; it returns whether it did. Then the session's streams here are woken
-    /// (other replicas learn of it from the store). The one way an elicitation is finished.
-    pub(super) async fn finish_with<F, Fut>(&self, elicitation: &ElicitationRecord, write: F) -> Result<bool, GateError>
+    /// (other replicas learn of it from the store), and the ending, `status`, goes on the audit
+    /// trail. The one way an elicitation is finished.
+    pub(super) async fn finish_with<F, Fut>(
+        &self,
+        elicitation: &ElicitationRecord,
+        status: ElicitationStatus,
+        from: &Origin,
+        write: F,
+    ) -> Result<bool, GateError>
     where
         F: FnOnce(Value) -> Fut,
         Fut: Future<Output = Result<bool, StoreError>>,
@@ -189,13 +204,39 @@ impl Elicitations {
         let finished = write(notification).await?;
         if finished {
             self.backing.bus.appended(&elicitation.session_id);
+            let action = match status {
+                ElicitationStatus::Completed => AuditAction::ElicitationCompleted,
+                ElicitationStatus::Declined => AuditAction::ElicitationDeclined,
+                ElicitationStatus::Expired => AuditAction::ElicitationExpired,
+                ElicitationStatus::Pending | ElicitationStatus::Failed => AuditAction::ElicitationFailed,
+            };
+            self.audit(elicitation, action, from).await;
         }
         Ok(finished)
     }
 
-    /// Marks every pending elicitation past its expiry expired.
-    pub async fn expire_overdue(&self, now: DateTime<Utc>) -> Result<u64, GateError> {
-        Ok(self.backing.store.expire_elicitations(now).await?)
+    /// Puts what happened to `elicitation` on the audit trail: its id, and what it asks for.
+    async fn audit(&self, elicitation: &ElicitationRecord, action: AuditAction, from: &Origin) {
+        self.backing
+            .audit
+            .record(
+                &elicitation.principal,
+                action,
+                &elicitation.id.to_string(),
+                &from.for_client(&elicitation.client_name),
+                json!({ "requirement": elicitation.requirement }),
+            )
+            .await;
+    }
+
+    /// Marks every pending elicitation past its expiry expired; returns them.
+    pub async fn expire_overdue(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, GateError> {
+        let expired = self.backing.store.expire_elicitations(now).await?;
+        for elicitation in &expired {
+            self.audit(elicitation, AuditAction::ElicitationExpired, &Origin::unknown())
+                .await;
+        }
+        Ok(expired)
     }
 
     /// Deletes the elicitations that ended longer than the retention period before `now`, with
@@ -206,8 +247,9 @@ impl Elicitations {
     }
 }
 
-/// The client's name as it introduced itself, for pages ("GitHub wants ... for Claude").
-fn client_name(session: &SessionRecord) -> String {
+/// The client's name as it introduced itself, for pages ("GitHub wants ... for Claude") and the
+/// audit trail.
+pub fn client_name(session: &SessionRecord) -> String {
     session
         .client_info
         .get("title")
@@ -241,13 +283,13 @@ mod tests {
 
         assert!(
             elicitations
-                .finish(&first, ElicitationStatus::Failed)
+                .finish(&first, ElicitationStatus::Failed, &Origin::unknown())
                 .await
                 .expect("finish")
         );
         assert!(
             !elicitations
-                .finish(&first, ElicitationStatus::Declined)
+                .finish(&first, ElicitationStatus::Declined, &Origin::unknown())
                 .await
                 .expect("finish"),
             "finishing twice changes nothing"
@@ -265,7 +307,7 @@ mod tests {
         let mut wake = fixture.backing.bus.subscribe(&session.id);
         assert!(
             elicitations
-                .finish(&elicitation, ElicitationStatus::Declined)
+                .finish(&elicitation, ElicitationStatus::Declined, &Origin::unknown())
                 .await
                 .expect("finish")
         );
@@ -277,7 +319,7 @@ mod tests {
         assert_eq!(events[0].message["params"]["elicitationId"], elicitation.id.to_string());
         assert!(
             !elicitations
-                .finish(&elicitation, ElicitationStatus::Declined)
+                .finish(&elicitation, ElicitationStatus::Declined, &Origin::unknown())
                 .await
                 .expect("finish")
         );
@@ -291,11 +333,11 @@ mod tests {
         let elicitations = fixture.elicitations();
         let asked = ask("acme");
         let elicitation = elicitations
-            .ask(&principal("alice"), &session, &asked)
+            .ask(&principal("alice"), &session, &asked, &Origin::unknown())
             .await
             .expect("ask");
         elicitations
-            .finish(&elicitation, ElicitationStatus::Declined)
+            .finish(&elicitation, ElicitationStatus::Declined, &Origin::unknown())
             .await
             .expect("finish");
         let declined = elicitations
@@ -319,7 +361,7 @@ mod tests {
         let elicitations = fixture.elicitations();
         let elicitation = fixture.ask(&elicitations, &session, "acme").await;
         let later = Utc::now() + chrono::Duration::hours(1);
-        assert_eq!(elicitations.expire_overdue(later).await.expect("sweep"), 1);
+        assert_eq!(elicitations.expire_overdue(later).await.expect("sweep").len(), 1);
         let stored = elicitations.get(&elicitation.id).await.expect("get").expect("stored");
         assert_eq!(stored.status, ElicitationStatus::Expired);
     }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+
+use crate::audit::Origin;
 use serde_json::json;
 use url::Url;
 
@@ -63,6 +65,7 @@ impl Fixture {
         let public_url = PublicUrl::new(&Url::parse("http://127.0.0.1:8080").expect("url"));
         Self {
             backing: Backing {
+                audit: Arc::new(crate::audit::Audit::new(store.clone())),
                 store,
                 bus,
                 vault: Arc::new(vault),
@@ -136,7 +139,7 @@ impl Fixture {
         requirement: &str,
     ) -> ElicitationRecord {
         elicitations
-            .ask(&session.principal, session, &ask(requirement))
+            .ask(&session.principal, session, &ask(requirement), &Origin::unknown())
             .await
             .expect("elicitation")
     }

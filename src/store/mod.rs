@@ -9,6 +9,7 @@ macro_rules! sql {
     };
 }
 
+mod audit;
 mod browser_sessions;
 mod cache;
 mod catalogues;
@@ -25,6 +26,7 @@ use serde_json::Value;
 
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
+pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditStore};
 pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use catalogues::{CatalogueRecord, CatalogueStore};
@@ -267,7 +269,9 @@ pub struct RefreshLease {
 }
 
 #[async_trait]
-pub trait Store: ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + Send + Sync + 'static {
+pub trait Store:
+    ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + AuditStore + Send + Sync + 'static
+{
     fn backend(&self) -> Backend;
 
     /// Applies the backend's pending migrations.
@@ -342,8 +346,8 @@ pub trait Store: ConnectionStore + FormStore + CatalogueStore + BrowserSessionSt
     /// reported.
     async fn take_unreported_decline(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError>;
 
-    /// Marks pending elicitations past their expiry as expired; returns how many.
-    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError>;
+    /// Marks pending elicitations past their expiry as expired; returns them.
+    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, StoreError>;
 
     /// Deletes the elicitations that ended (finished, or expired) before `cutoff`, with their flows
     /// and answers; returns how many.

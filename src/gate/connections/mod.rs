@@ -10,12 +10,14 @@ mod tokens;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
 
 use super::{Backing, Elicitations, GateError};
+use crate::audit::Origin;
 use crate::domain::Principal;
 use crate::providers::{OAuthClient, Provider, Providers};
 use crate::secret::Secret;
-use crate::store::{ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord};
+use crate::store::{AuditAction, ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord};
 
 pub use flow::{CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
 
@@ -107,6 +109,7 @@ impl Connections {
         principal: &Principal,
         provider: &Provider,
         scopes: &[String],
+        from: &Origin,
     ) -> Result<Grant, GateError> {
         let needed = provider.scopes_with(scopes);
         let connection = self
@@ -117,7 +120,7 @@ impl Connections {
             .cloned();
         Ok(match connection {
             Some(c) if c.status == ConnectionStatus::Active && needed.iter().all(|s| c.scopes.contains(s)) => {
-                match self.usable_token(provider, c).await? {
+                match self.usable_token(provider, c, from).await? {
                     Some((token, version)) => Grant::Usable { token, version },
                     None => Grant::SignIn { scopes: needed },
                 }
@@ -139,6 +142,14 @@ impl Connections {
         let loaded = Arc::new(self.backing.store.connections(principal).await?);
         self.cache.insert_loaded(epoch, principal.clone(), loaded.clone());
         Ok(loaded)
+    }
+
+    /// Puts what happened to the principal's connection to `provider` on the audit trail.
+    async fn audit(&self, principal: &Principal, action: AuditAction, provider: &str, from: &Origin, detail: Value) {
+        self.backing
+            .audit
+            .record(principal, action, provider, from, detail)
+            .await;
     }
 
     /// After a change made here; other replicas learn of it from the store's notice.
@@ -174,6 +185,7 @@ impl Connections {
         principal: &Principal,
         provider: &str,
         version: DateTime<Utc>,
+        from: &Origin,
     ) -> Result<(), GateError> {
         if self
             .backing
@@ -183,16 +195,43 @@ impl Connections {
         {
             self.changed(principal);
             tracing::info!(principal = %principal, provider, "the provider refused the token; connection broken");
+            let detail = json!({ "reason": "the provider refused the token" });
+            self.audit(principal, AuditAction::ConnectionBroken, provider, from, detail)
+                .await;
         }
         Ok(())
     }
 
     /// Removes a connection and revokes its tokens where the provider supports it.
-    pub async fn disconnect(&self, principal: &Principal, provider_id: &str) -> Result<Disconnected, GateError> {
+    pub async fn disconnect(
+        &self,
+        principal: &Principal,
+        provider_id: &str,
+        from: &Origin,
+    ) -> Result<Disconnected, GateError> {
         let Some(connection) = self.backing.store.delete_connection(principal, provider_id).await? else {
             return Ok(Disconnected::NothingConnected);
         };
         self.changed(principal);
+        let disconnected = self.revoke(principal, provider_id, &connection).await?;
+        let revocation = match disconnected {
+            Disconnected::NothingConnected | Disconnected::NoRevocation => "none",
+            Disconnected::Revoked => "revoked",
+            Disconnected::RevocationFailed => "failed",
+        };
+        let detail = json!({ "revocation": revocation });
+        self.audit(principal, AuditAction::ConnectionRevoked, provider_id, from, detail)
+            .await;
+        Ok(disconnected)
+    }
+
+    /// Revokes a removed connection's tokens where the provider supports it.
+    async fn revoke(
+        &self,
+        principal: &Principal,
+        provider_id: &str,
+        connection: &ConnectionRecord,
+    ) -> Result<Disconnected, GateError> {
         let Some(provider) = self.providers.get(provider_id).filter(|p| p.revocation_url.is_some()) else {
             return Ok(Disconnected::NoRevocation);
         };

@@ -6,12 +6,14 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde_json::json;
 
 use super::{Connections, access_context, refresh_context};
+use crate::audit::Origin;
 use crate::gate::{GateError, after};
 use crate::providers::{OAuthError, Provider};
 use crate::secret::Secret;
-use crate::store::{ConnectionRecord, ConnectionStatus, RefreshLease, RefreshedTokens};
+use crate::store::{AuditAction, ConnectionRecord, ConnectionStatus, RefreshLease, RefreshedTokens};
 
 /// Tokens expiring sooner than this are refreshed before use.
 const REFRESH_MARGIN: Duration = Duration::from_secs(60);
@@ -34,6 +36,7 @@ impl Connections {
         &self,
         provider: &Provider,
         mut connection: ConnectionRecord,
+        from: &Origin,
     ) -> Result<Option<Usable>, GateError> {
         let deadline = tokio::time::Instant::now() + REFRESH_LEASE;
         loop {
@@ -58,7 +61,7 @@ impl Connections {
             };
             let leased = store.acquire_refresh_lease(&connection, lease).await?;
             if let Some(leased) = leased {
-                return self.refresh(provider, leased).await;
+                return self.refresh(provider, leased, from).await;
             }
             // Another call (here or on another replica) is refreshing: wait for its result.
             if tokio::time::Instant::now() >= deadline {
@@ -76,7 +79,12 @@ impl Connections {
     }
 
     /// Refreshes under the lease the caller holds.
-    async fn refresh(&self, provider: &Provider, leased: ConnectionRecord) -> Result<Option<Usable>, GateError> {
+    async fn refresh(
+        &self,
+        provider: &Provider,
+        leased: ConnectionRecord,
+        from: &Origin,
+    ) -> Result<Option<Usable>, GateError> {
         let principal = &leased.principal;
         let (store, vault) = (&self.backing.store, &self.backing.vault);
         if fresh(&leased, Utc::now()) {
@@ -113,6 +121,9 @@ impl Connections {
                 store.store_refreshed(principal, &provider.id, &refreshed).await?;
                 self.changed(principal);
                 tracing::info!(principal = %principal, provider = %provider.id, "access token refreshed");
+                let detail = json!({ "scopes": refreshed.scopes });
+                self.audit(principal, AuditAction::ConnectionRefreshed, &provider.id, from, detail)
+                    .await;
                 Ok(Some((tokens.access_token, self.version(&leased).await?)))
             }
             Err(OAuthError::Rejected { error, .. }) => {
@@ -121,6 +132,9 @@ impl Connections {
                     .mark_connection_broken(principal, &provider.id, leased.updated_at)
                     .await?;
                 self.changed(principal);
+                let detail = json!({ "reason": "the provider refused the refresh", "error": error });
+                self.audit(principal, AuditAction::ConnectionBroken, &provider.id, from, detail)
+                    .await;
                 Ok(None)
             }
             Err(OAuthError::Unavailable(reason)) => {
