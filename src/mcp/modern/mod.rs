@@ -89,7 +89,8 @@ fn supported_versions() -> Vec<&'static str> {
 pub enum Answer {
     Json(StatusCode, Value),
     Accepted,
-    Streamed(Streamed),
+    /// Boxed: it holds the whole session and caller.
+    Streamed(Box<Streamed>),
 }
 
 /// A `tools/call` with a `progressToken`, checked and ready to run: its progress notifications
@@ -132,12 +133,12 @@ pub async fn answer(state: &AppState, headers: &HeaderMap, caller: &Caller, mess
     }
     if method == "tools/call" && params.get("_meta").and_then(|m| m.get("progressToken")).is_some() {
         return match stateless_session(caller, &params) {
-            Ok(session) => Answer::Streamed(Streamed {
+            Ok(session) => Answer::Streamed(Box::new(Streamed {
                 id,
                 session,
                 caller: caller.clone(),
                 params,
-            }),
+            })),
             Err(error) => Answer::Json(StatusCode::OK, jsonrpc::error_response(Some(&id), &error)),
         };
     }
