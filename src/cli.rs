@@ -175,10 +175,7 @@ async fn audit(
         .await
         .map_err(|e| e.to_string())?;
     database.store.check_ready().await.map_err(|e| e.to_string())?;
-    let records = crate::audit::Audit::new(database.store)
-        .list(&query)
-        .await
-        .map_err(|e| e.to_string())?;
+    let records = database.store.audit(&query).await.map_err(|e| e.to_string())?;
     if json {
         for record in &records {
             println!("{}", crate::audit::json_line(record));

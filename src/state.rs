@@ -132,7 +132,9 @@ impl AppState {
             shutdown.clone(),
         )));
 
-        let audit = Arc::new(Audit::new(database.store.clone()));
+        let (audit, writer) = Audit::start(database.store.clone(), shutdown.clone());
+        let audit = Arc::new(audit);
+        tasks.push(writer);
         let backing = Backing {
             store: database.store.clone(),
             bus: bus.clone(),

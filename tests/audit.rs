@@ -100,14 +100,15 @@ impl Setup {
         self.browser.post_form(url, &self.server.base(), &pairs).await
     }
 
-    /// The whole trail, oldest first.
+    /// The whole trail, oldest first, once everything recorded so far is written.
     async fn trail(&self) -> Vec<AuditRecord> {
+        self.server.state.audit.flush().await;
         let query = AuditQuery {
             principal: None,
             since: None,
             limit: 1000,
         };
-        let mut records = self.server.state.audit.list(&query).await.expect("audit");
+        let mut records = self.server.state.store.audit(&query).await.expect("audit");
         records.reverse();
         records
     }
@@ -295,8 +296,7 @@ backend_test!(
         s.server
             .state
             .audit
-            .admin(&alice, "connections revoke", "fake", &origin, json!({"by": "ops"}))
-            .await;
+            .admin(&alice, "connections revoke", "fake", &origin, json!({"by": "ops"}));
         let trail = s.trail().await;
         let admin = entry(&trail, AuditAction::Admin, "fake");
         assert_eq!(admin.detail, json!({"by": "ops", "command": "connections revoke"}));
@@ -305,8 +305,8 @@ backend_test!(
         s.server
             .state
             .audit
-            .record(&alice, AuditAction::Admin, "fake", &origin, json!({}))
-            .await;
+            .record(&alice, AuditAction::Admin, "fake", &origin, json!({}));
+        s.server.state.audit.flush().await;
         assert!(common::logged_text().contains("audit entry not written"));
         s.server.stop().await;
     }
@@ -359,7 +359,8 @@ backend_test!(
             client_name: None,
             detail: json!({"command": "sessions end"}),
         };
-        s.server.state.store.append_audit(&old).await.expect("append");
+        s.server.state.store.append_audit(&[old]).await.expect("append");
+        s.server.state.audit.flush().await;
         let database = &s.database;
 
         let table = stdout(&audit_command(database, &[]));

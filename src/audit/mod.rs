@@ -4,9 +4,11 @@
 //! names a provider, form, elicitation, tool or upstream, and its detail is a small JSON object
 //! of non-secret facts (scopes, a requirement's text, an outcome), cut to a bounded size.
 //!
-//! An entry is written after the action it records, in its own statement: an audit write that
-//! fails (the database went away in between) is logged with everything the entry held and never
-//! fails or undoes the user's action.
+//! Recording never holds up the user's action: an entry is stamped with the time of the action,
+//! queued, and written by one writer task per replica in batches (one transaction each). A full
+//! queue, or a batch the database refuses (it went away in between), is logged with everything
+//! the entries held; the action stands either way. At shutdown the writer writes what is queued
+//! before it ends; [`Audit::flush`] waits until everything recorded so far is written.
 
 mod report;
 
@@ -15,9 +17,12 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::domain::Principal;
-use crate::store::{AuditAction, AuditEntry, AuditQuery, AuditRecord, Store, StoreError};
+use crate::store::{AuditAction, AuditEntry, Store};
 use crate::text;
 
 pub use report::{json_line, table};
@@ -59,43 +64,47 @@ const MAX_NAME_BYTES: usize = 200;
 /// Longest detail kept, as JSON text; a longer one is replaced by a note that it was cut.
 const MAX_DETAIL_BYTES: usize = 2048;
 
-/// The recorder and the reader of the trail.
+/// Entries waiting for the writer, per replica; beyond this they are logged and dropped.
+const QUEUE: usize = 10_000;
+/// Most entries written in one transaction.
+const BATCH: usize = 256;
+
+enum Job {
+    Entry(AuditEntry),
+    /// Answered once every entry queued before it is written (or its write failed).
+    Flush(oneshot::Sender<()>),
+}
+
+/// The recorder: queues entries for its writer task.
 pub struct Audit {
-    store: Arc<dyn Store>,
+    queue: mpsc::Sender<Job>,
 }
 
 impl Audit {
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+    /// The recorder and its writer task, which ends after `shutdown` once the queue is written.
+    pub fn start(store: Arc<dyn Store>, shutdown: CancellationToken) -> (Self, JoinHandle<()>) {
+        let (queue, jobs) = mpsc::channel(QUEUE);
+        (Self { queue }, tokio::spawn(write(store, jobs, shutdown)))
     }
 
-    /// Appends an entry. A failure is logged, never returned: the action happened either way.
-    pub async fn record(
-        &self,
-        principal: &Principal,
-        action: AuditAction,
-        subject: &str,
-        origin: &Origin,
-        detail: Value,
-    ) {
+    /// Queues an entry, stamped now. Never waits and never fails: a full queue (the database is
+    /// far behind) drops the entry with an error log holding all of it.
+    pub fn record(&self, principal: &Principal, action: AuditAction, subject: &str, origin: &Origin, detail: Value) {
         let entry = entry(principal, action, subject, origin, detail);
-        if let Err(error) = self.store.append_audit(&entry).await {
-            tracing::error!(
-                principal = %entry.principal,
-                action = entry.action.as_str(),
-                subject = %entry.subject,
-                client_address = entry.client_address.as_deref(),
-                client_name = entry.client_name.as_deref(),
-                detail = %entry.detail,
-                %error,
-                "audit entry not written"
-            );
+        if let Err(error) = self.queue.try_send(Job::Entry(entry)) {
+            let reason = match &error {
+                mpsc::error::TrySendError::Full(_) => "the audit queue is full",
+                mpsc::error::TrySendError::Closed(_) => "the audit writer has stopped",
+            };
+            if let Job::Entry(entry) = error.into_inner() {
+                log_unwritten(&entry, reason);
+            }
         }
     }
 
     /// An operator's command against `principal`'s access: `command` names it (e.g.
     /// `connections revoke`), `subject` what it acted on; the detail says which command.
-    pub async fn admin(&self, principal: &Principal, command: &str, subject: &str, origin: &Origin, detail: Value) {
+    pub fn admin(&self, principal: &Principal, command: &str, subject: &str, origin: &Origin, detail: Value) {
         let mut detail = match detail {
             Value::Object(map) => map,
             _ => Map::new(),
@@ -104,14 +113,68 @@ impl Audit {
             "command".to_owned(),
             Value::String(text::bounded(command, MAX_NAME_BYTES)),
         );
-        self.record(principal, AuditAction::Admin, subject, origin, Value::Object(detail))
-            .await;
+        self.record(principal, AuditAction::Admin, subject, origin, Value::Object(detail));
     }
 
-    /// The entries matching `query`, newest first.
-    pub async fn list(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
-        self.store.audit(query).await
+    /// Waits until every entry recorded before it is written (or its write failed and was logged).
+    pub async fn flush(&self) {
+        let (done, written) = oneshot::channel();
+        if self.queue.send(Job::Flush(done)).await.is_ok() {
+            // An error means the writer ended: nothing more will be written.
+            let _ = written.await;
+        }
     }
+}
+
+/// The writer: takes what is queued, up to a batch, and writes it in one transaction; after
+/// `shutdown`, writes what is left and ends.
+async fn write(store: Arc<dyn Store>, mut jobs: mpsc::Receiver<Job>, shutdown: CancellationToken) {
+    loop {
+        let first = tokio::select! {
+            job = jobs.recv() => job,
+            () = shutdown.cancelled() => None,
+        };
+        let stopping = first.is_none();
+        let mut batch = Vec::new();
+        let mut flushes = Vec::new();
+        for job in first.into_iter().chain(std::iter::from_fn(|| jobs.try_recv().ok())) {
+            match job {
+                Job::Entry(entry) => batch.push(entry),
+                Job::Flush(done) => flushes.push(done),
+            }
+            if batch.len() >= BATCH {
+                break;
+            }
+        }
+        if !batch.is_empty()
+            && let Err(error) = store.append_audit(&batch).await
+        {
+            for entry in &batch {
+                log_unwritten(entry, &error.to_string());
+            }
+        }
+        for done in flushes {
+            let _ = done.send(());
+        }
+        if stopping && jobs.is_empty() {
+            return;
+        }
+    }
+}
+
+/// An entry that will not be written, in the log instead.
+fn log_unwritten(entry: &AuditEntry, reason: &str) {
+    tracing::error!(
+        principal = %entry.principal,
+        action = entry.action.as_str(),
+        subject = %entry.subject,
+        at = %entry.at,
+        client_address = entry.client_address.as_deref(),
+        client_name = entry.client_name.as_deref(),
+        detail = %entry.detail,
+        reason,
+        "audit entry not written"
+    );
 }
 
 /// The entry as stored: names cut to size, a detail that is a small object.
@@ -167,6 +230,67 @@ mod tests {
             json!("not an object"),
         );
         assert_eq!(e.detail, json!({}));
+    }
+
+    async fn store() -> Arc<dyn Store> {
+        let store = crate::store::SqliteStore::connect("sqlite::memory:", 1)
+            .await
+            .expect("store");
+        store.migrate().await.expect("migrate");
+        Arc::new(store)
+    }
+
+    async fn stored(store: &Arc<dyn Store>) -> Vec<String> {
+        let query = crate::store::AuditQuery {
+            principal: None,
+            since: None,
+            limit: 100,
+        };
+        let records = store.audit(&query).await.expect("list");
+        records.into_iter().rev().map(|r| r.entry.subject).collect()
+    }
+
+    #[tokio::test]
+    async fn flushing_waits_for_what_was_recorded_and_shutdown_writes_the_rest() {
+        let store = store().await;
+        let shutdown = CancellationToken::new();
+        let (audit, writer) = Audit::start(store.clone(), shutdown.clone());
+        for subject in ["one", "two", "three"] {
+            audit.record(
+                &alice(),
+                AuditAction::CallAllowed,
+                subject,
+                &Origin::unknown(),
+                json!({}),
+            );
+        }
+        audit.flush().await;
+        assert_eq!(stored(&store).await, ["one", "two", "three"], "in order");
+        for subject in ["four", "five"] {
+            audit.record(
+                &alice(),
+                AuditAction::CallAllowed,
+                subject,
+                &Origin::unknown(),
+                json!({}),
+            );
+        }
+        shutdown.cancel();
+        writer.await.expect("writer ends");
+        assert_eq!(
+            stored(&store).await.len(),
+            5,
+            "what was queued is written before the writer ends"
+        );
+        audit.record(
+            &alice(),
+            AuditAction::CallAllowed,
+            "late",
+            &Origin::unknown(),
+            json!({}),
+        );
+        audit.flush().await;
+        assert_eq!(stored(&store).await.len(), 5, "after the writer, only the log");
     }
 
     #[test]

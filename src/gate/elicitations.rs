@@ -120,7 +120,7 @@ impl Elicitations {
         };
         if stored.id == id {
             tracing::info!(elicitation = %id, principal = %principal, requirement = %stored.requirement, "elicitation created");
-            self.audit(&stored, AuditAction::ElicitationCreated, from).await;
+            self.audit(&stored, AuditAction::ElicitationCreated, from);
         }
         Ok(stored)
     }
@@ -210,31 +210,27 @@ impl Elicitations {
                 ElicitationStatus::Expired => AuditAction::ElicitationExpired,
                 ElicitationStatus::Pending | ElicitationStatus::Failed => AuditAction::ElicitationFailed,
             };
-            self.audit(elicitation, action, from).await;
+            self.audit(elicitation, action, from);
         }
         Ok(finished)
     }
 
     /// Puts what happened to `elicitation` on the audit trail: its id, and what it asks for.
-    async fn audit(&self, elicitation: &ElicitationRecord, action: AuditAction, from: &Origin) {
-        self.backing
-            .audit
-            .record(
-                &elicitation.principal,
-                action,
-                &elicitation.id.to_string(),
-                &from.for_client(&elicitation.client_name),
-                json!({ "requirement": elicitation.requirement }),
-            )
-            .await;
+    fn audit(&self, elicitation: &ElicitationRecord, action: AuditAction, from: &Origin) {
+        self.backing.audit.record(
+            &elicitation.principal,
+            action,
+            &elicitation.id.to_string(),
+            &from.for_client(&elicitation.client_name),
+            json!({ "requirement": elicitation.requirement }),
+        );
     }
 
     /// Marks every pending elicitation past its expiry expired; returns them.
     pub async fn expire_overdue(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, GateError> {
         let expired = self.backing.store.expire_elicitations(now).await?;
         for elicitation in &expired {
-            self.audit(elicitation, AuditAction::ElicitationExpired, &Origin::unknown())
-                .await;
+            self.audit(elicitation, AuditAction::ElicitationExpired, &Origin::unknown());
         }
         Ok(expired)
     }

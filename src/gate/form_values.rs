@@ -202,10 +202,7 @@ impl FormValues {
         let from = elicitation.map_or_else(|| from.clone(), |e| from.for_client(&e.client_name));
         let secret_fields: Vec<&String> = submission.secrets.keys().collect();
         let detail = json!({ "fields": fields, "secret_fields": secret_fields });
-        self.backing
-            .audit
-            .record(principal, action, &form.id, &from, detail)
-            .await;
+        self.backing.audit.record(principal, action, &form.id, &from, detail);
         Ok(completed)
     }
 
@@ -246,8 +243,7 @@ impl FormValues {
             tracing::info!(principal = %principal, form, "form values deleted");
             self.backing
                 .audit
-                .record(principal, AuditAction::FormDeleted, form, from, json!({}))
-                .await;
+                .record(principal, AuditAction::FormDeleted, form, from, json!({}));
         }
         Ok(deleted)
     }

@@ -65,7 +65,7 @@ impl Fixture {
         let public_url = PublicUrl::new(&Url::parse("http://127.0.0.1:8080").expect("url"));
         Self {
             backing: Backing {
-                audit: Arc::new(crate::audit::Audit::new(store.clone())),
+                audit: Arc::new(crate::audit::Audit::start(store.clone(), Default::default()).0),
                 store,
                 bus,
                 vault: Arc::new(vault),

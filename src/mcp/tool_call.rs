@@ -137,8 +137,7 @@ pub async fn call(
             &from,
             false,
             json!({ "reason": "not permitted" }),
-        )
-        .await;
+        );
         return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
     }
     let principal = &caller.principal;
@@ -194,18 +193,18 @@ pub async fn call(
         };
         let credentials = match gated {
             Gated::Run(credentials) => {
-                audit_call(state, principal, &name, &from, true, json!({})).await;
+                audit_call(state, principal, &name, &from, true, json!({}));
                 credentials
             }
             Gated::Reply(result) => {
                 let detail = json!({ "reason": "answered without running" });
-                audit_call(state, principal, &name, &from, false, detail).await;
+                audit_call(state, principal, &name, &from, false, detail);
                 return Ok(Called::Result(result.to_json()));
             }
             Gated::Elicit(elicitations) => {
                 let ids: Vec<String> = elicitations.iter().map(|e| e.id.to_string()).collect();
                 let detail = json!({ "reason": "the user must act first", "elicitations": ids });
-                audit_call(state, principal, &name, &from, false, detail).await;
+                audit_call(state, principal, &name, &from, false, detail);
                 return Ok(Called::Elicit(elicitations));
             }
         };
@@ -273,13 +272,13 @@ pub async fn call(
 }
 
 /// Puts the gate's answer to a call on the audit trail: allowed to run, or refused (and why).
-async fn audit_call(state: &AppState, principal: &Principal, tool: &str, from: &Origin, allowed: bool, detail: Value) {
+fn audit_call(state: &AppState, principal: &Principal, tool: &str, from: &Origin, allowed: bool, detail: Value) {
     let action = if allowed {
         AuditAction::CallAllowed
     } else {
         AuditAction::CallRefused
     };
-    state.audit.record(principal, action, tool, from, detail).await;
+    state.audit.record(principal, action, tool, from, detail);
 }
 
 /// Adds `scopes` to the call's requirement for `provider`; false when it holds them all already

@@ -112,7 +112,8 @@ pub struct AuditQuery {
 /// The audit trail: appended to, listed, never changed.
 #[async_trait]
 pub trait AuditStore: Send + Sync {
-    async fn append_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
+    /// Appends `entries` in one transaction: all of them, or none.
+    async fn append_audit(&self, entries: &[AuditEntry]) -> Result<(), StoreError>;
 
     /// The entries matching `query`, newest first.
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError>;

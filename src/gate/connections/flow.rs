@@ -398,8 +398,7 @@ impl Connections {
         tracing::info!(elicitation = %elicitation.id, principal = %principal, provider = %provider.id, "connected");
         let detail = json!({ "scopes": connection.scopes, "elicitation": elicitation.id.to_string() });
         let from = from.for_client(&elicitation.client_name);
-        self.audit(principal, AuditAction::ConnectionCreated, &provider.id, &from, detail)
-            .await;
+        self.audit(principal, AuditAction::ConnectionCreated, &provider.id, &from, detail);
         Ok(CallbackOutcome::Connected {
             provider_name,
             account_label,

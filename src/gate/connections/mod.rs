@@ -145,11 +145,8 @@ impl Connections {
     }
 
     /// Puts what happened to the principal's connection to `provider` on the audit trail.
-    async fn audit(&self, principal: &Principal, action: AuditAction, provider: &str, from: &Origin, detail: Value) {
-        self.backing
-            .audit
-            .record(principal, action, provider, from, detail)
-            .await;
+    fn audit(&self, principal: &Principal, action: AuditAction, provider: &str, from: &Origin, detail: Value) {
+        self.backing.audit.record(principal, action, provider, from, detail);
     }
 
     /// After a change made here; other replicas learn of it from the store's notice.
@@ -196,8 +193,7 @@ impl Connections {
             self.changed(principal);
             tracing::info!(principal = %principal, provider, "the provider refused the token; connection broken");
             let detail = json!({ "reason": "the provider refused the token" });
-            self.audit(principal, AuditAction::ConnectionBroken, provider, from, detail)
-                .await;
+            self.audit(principal, AuditAction::ConnectionBroken, provider, from, detail);
         }
         Ok(())
     }
@@ -220,8 +216,7 @@ impl Connections {
             Disconnected::RevocationFailed => "failed",
         };
         let detail = json!({ "revocation": revocation });
-        self.audit(principal, AuditAction::ConnectionRevoked, provider_id, from, detail)
-            .await;
+        self.audit(principal, AuditAction::ConnectionRevoked, provider_id, from, detail);
         Ok(disconnected)
     }
 

@@ -122,8 +122,7 @@ impl Connections {
                 self.changed(principal);
                 tracing::info!(principal = %principal, provider = %provider.id, "access token refreshed");
                 let detail = json!({ "scopes": refreshed.scopes });
-                self.audit(principal, AuditAction::ConnectionRefreshed, &provider.id, from, detail)
-                    .await;
+                self.audit(principal, AuditAction::ConnectionRefreshed, &provider.id, from, detail);
                 Ok(Some((tokens.access_token, self.version(&leased).await?)))
             }
             Err(OAuthError::Rejected { error, .. }) => {
@@ -133,8 +132,7 @@ impl Connections {
                     .await?;
                 self.changed(principal);
                 let detail = json!({ "reason": "the provider refused the refresh", "error": error });
-                self.audit(principal, AuditAction::ConnectionBroken, &provider.id, from, detail)
-                    .await;
+                self.audit(principal, AuditAction::ConnectionBroken, &provider.id, from, detail);
                 Ok(None)
             }
             Err(OAuthError::Unavailable(reason)) => {

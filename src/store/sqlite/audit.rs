@@ -5,20 +5,24 @@ use crate::store::audit::{AUDIT_COLUMNS, AuditRow, read_row};
 
 #[async_trait]
 impl AuditStore for SqliteStore {
-    async fn append_audit(&self, e: &AuditEntry) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO audit (at, principal, action, subject, client_address, client_name, detail)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .bind(millis(e.at))
-        .bind(e.principal.as_str())
-        .bind(e.action.as_str())
-        .bind(&e.subject)
-        .bind(&e.client_address)
-        .bind(&e.client_name)
-        .bind(e.detail.to_string())
-        .execute(&self.pool)
-        .await?;
+    async fn append_audit(&self, entries: &[AuditEntry]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for e in entries {
+            sqlx::query(
+                "INSERT INTO audit (at, principal, action, subject, client_address, client_name, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .bind(millis(e.at))
+            .bind(e.principal.as_str())
+            .bind(e.action.as_str())
+            .bind(&e.subject)
+            .bind(&e.client_address)
+            .bind(&e.client_name)
+            .bind(e.detail.to_string())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
