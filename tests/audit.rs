@@ -79,16 +79,6 @@ impl Setup {
         url_of(&listed[0])
     }
 
-    /// A call that must run.
-    async fn run(&self, tool: &str, arguments: Value) -> Value {
-        let result = self
-            .client
-            .call("tools/call", json!({"name": tool, "arguments": arguments}))
-            .await;
-        assert_eq!(result["isError"], false, "{tool} should run: {result}");
-        result
-    }
-
     /// Posts a page's form with its token and `fields`, pressing `action`.
     async fn post(&self, url: &str, fields: &[(&str, &str)], action: &str) -> common::Page {
         let page = self.browser.get(url).await;
@@ -170,7 +160,8 @@ backend_test!(
         let (code, state) = (query_param(&callback, "code"), query_param(&callback, "state"));
         assert_eq!(s.browser.get(&callback).await.status, StatusCode::OK);
         // Tokens live a second: this call refreshes first.
-        s.run("me", json!({})).await;
+        let me = s.client.call("tools/call", json!({"name": "me"})).await;
+        assert_eq!(me["isError"], false, "{me}");
 
         // A form filled in, replaced on /connections, deleted there; then one cancelled.
         let form = s.elicit("openai_models").await;
@@ -193,7 +184,12 @@ backend_test!(
         // The provider refuses the refresh: the connection breaks. Then a disconnect.
         s.fake.revoke_everything();
         let broken = s.elicit("me").await;
-        s.run("disconnect", json!({"provider": "fake"})).await;
+        let arguments = json!({"provider": "fake"});
+        let disconnected = s
+            .client
+            .call("tools/call", json!({"name": "disconnect", "arguments": arguments}))
+            .await;
+        assert_eq!(disconnected["isError"], false, "{disconnected}");
 
         let trail = s.trail().await;
         for record in &trail {

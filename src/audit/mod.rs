@@ -180,7 +180,9 @@ fn log_unwritten(entry: &AuditEntry, reason: &str) {
 /// The entry as stored: names cut to size, a detail that is a small object.
 fn entry(principal: &Principal, action: AuditAction, subject: &str, origin: &Origin, detail: Value) -> AuditEntry {
     let detail = match detail {
-        Value::Object(map) if Value::Object(map.clone()).to_string().len() <= MAX_DETAIL_BYTES => Value::Object(map),
+        Value::Object(map) if serde_json::to_string(&map).is_ok_and(|text| text.len() <= MAX_DETAIL_BYTES) => {
+            Value::Object(map)
+        }
         Value::Object(_) => json!({ "cut": true }),
         _ => json!({}),
     };
@@ -255,26 +257,21 @@ mod tests {
         let store = store().await;
         let shutdown = CancellationToken::new();
         let (audit, writer) = Audit::start(store.clone(), shutdown.clone());
-        for subject in ["one", "two", "three"] {
-            audit.record(
-                &alice(),
-                AuditAction::CallAllowed,
-                subject,
-                &Origin::unknown(),
-                json!({}),
-            );
-        }
+        let record = |subjects: &[&str]| {
+            for subject in subjects {
+                audit.record(
+                    &alice(),
+                    AuditAction::CallAllowed,
+                    subject,
+                    &Origin::unknown(),
+                    json!({}),
+                );
+            }
+        };
+        record(&["one", "two", "three"]);
         audit.flush().await;
         assert_eq!(stored(&store).await, ["one", "two", "three"], "in order");
-        for subject in ["four", "five"] {
-            audit.record(
-                &alice(),
-                AuditAction::CallAllowed,
-                subject,
-                &Origin::unknown(),
-                json!({}),
-            );
-        }
+        record(&["four", "five"]);
         shutdown.cancel();
         writer.await.expect("writer ends");
         assert_eq!(
@@ -282,13 +279,7 @@ mod tests {
             5,
             "what was queued is written before the writer ends"
         );
-        audit.record(
-            &alice(),
-            AuditAction::CallAllowed,
-            "late",
-            &Origin::unknown(),
-            json!({}),
-        );
+        record(&["late"]);
         audit.flush().await;
         assert_eq!(stored(&store).await.len(), 5, "after the writer, only the log");
     }
