@@ -1,11 +1,14 @@
 //! What the binaries run: parses the command line and configuration, sets up logging, then
-//! serves, migrates, checks the configuration or makes a key. `gatehouse` and the test-only
-//! `gatehouse-conformance` are both [`binary!`](crate::binary) around [`main`].
+//! serves, migrates, checks the configuration, makes a key, rotates keys (`keys`) or prints the
+//! audit trail (`audit`). `gatehouse` and the test-only `gatehouse-conformance` are both
+//! [`binary!`](crate::binary) around [`main`].
+
+mod audit;
+mod keys;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use crate::config::{ConfigSource, LogFormat};
 use crate::{AppState, Config};
@@ -36,21 +39,13 @@ enum Command {
     CheckConfig,
     /// Print a new random key for `[secrets] keys` (base64, 32 bytes).
     GenerateKey,
-    /// Print the audit trail, newest first.
-    Audit {
-        /// Only this principal's entries.
-        #[arg(long)]
-        principal: Option<String>,
-        /// Only entries this recent: a duration as in the configuration (`90m`, `1h`, `7d`).
-        #[arg(long, value_parser = crate::config::parse_duration)]
-        since: Option<Duration>,
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-        /// At most this many entries, the newest.
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        limit: u32,
+    /// Key rotation: re-encrypt stored secrets under the first key, and see what each key protects.
+    Keys {
+        #[command(subcommand)]
+        command: keys::KeysCommand,
     },
+    /// Print the audit trail, newest first.
+    Audit(audit::AuditArgs),
 }
 
 /// The whole program; its exit code.
@@ -93,12 +88,8 @@ pub fn main() -> ExitCode {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config).await,
             Command::Migrate => migrate(config).await,
-            Command::Audit {
-                principal,
-                since,
-                json,
-                limit,
-            } => audit(config, principal, since, json, limit).await,
+            Command::Keys { command } => keys::run(config, command).await,
+            Command::Audit(args) => audit::run(config, args).await,
             Command::CheckConfig | Command::GenerateKey => Ok(()),
         }
     });
@@ -153,36 +144,6 @@ async fn migrate(config: Config) -> Result<(), String> {
     database.store.migrate().await.map_err(|e| e.to_string())?;
     database.store.check_ready().await.map_err(|e| e.to_string())?;
     println!("migrations applied ({:?})", database.store.backend());
-    Ok(())
-}
-
-async fn audit(
-    config: Config,
-    principal: Option<String>,
-    since: Option<Duration>,
-    json: bool,
-    limit: u32,
-) -> Result<(), String> {
-    let principal = principal
-        .map(|p| crate::domain::Principal::parse(&p).map_err(|e| format!("--principal: {e}")))
-        .transpose()?;
-    let query = crate::store::AuditQuery {
-        principal,
-        since: since.map(|since| crate::gate::before(chrono::Utc::now(), since)),
-        limit: usize::try_from(limit).unwrap_or(usize::MAX),
-    };
-    let database = crate::store::connect(config.database.url.expose(), 1)
-        .await
-        .map_err(|e| e.to_string())?;
-    database.store.check_ready().await.map_err(|e| e.to_string())?;
-    let records = database.store.audit(&query).await.map_err(|e| e.to_string())?;
-    if json {
-        for record in &records {
-            println!("{}", crate::audit::json_line(record));
-        }
-    } else {
-        print!("{}", crate::audit::table(&records));
-    }
     Ok(())
 }
 

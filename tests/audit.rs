@@ -266,7 +266,7 @@ backend_test!(
         }
 
         // No secret anywhere in the trail: tokens, form values, the code, the state.
-        let everything: String = trail.iter().map(gatehouse::audit::json_line).collect();
+        let everything = format!("{trail:?}");
         let stats = s.fake.stats();
         assert!(!stats.issued_access_tokens.is_empty() && !stats.issued_refresh_tokens.is_empty());
         let secrets = stats

@@ -4,90 +4,18 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::cluster::Cluster;
 use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::replica::Replica;
 use common::{Browser, McpClient, Reply, SseStream, TEST_KEY, WAIT, elicitations, eventually, free_port, url_of};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
-
 /// How long a request may take while the database is down: twice the pool's acquire timeout
 /// (2 s). Before the fix a request waited 5 s and then failed with 500.
 const PROMPTLY: Duration = Duration::from_secs(4);
-
-/// A `gatehouse serve` process on `127.0.0.1:port`, killed when dropped.
-struct Replica {
-    child: tokio::process::Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Replica {
-    /// Starts a replica of `cluster`'s database with `config`, every replica of a test with the
-    /// same `public_url` (as behind one load balancer), and waits until it is ready.
-    async fn start(cluster: &Cluster, config: &str, port: u16, public_url: &str) -> Self {
-        let dir = tempfile::tempdir().expect("dir");
-        let config_path = dir.path().join("gatehouse.toml");
-        std::fs::write(&config_path, config).expect("write config");
-        let log = std::fs::File::create(dir.path().join("gatehouse.log")).expect("log file");
-        let child = tokio::process::Command::new(BINARY)
-            .env_clear()
-            .arg("--config")
-            .arg(&config_path)
-            .arg("serve")
-            .current_dir(dir.path())
-            .env("GATEHOUSE_DATABASE__URL", cluster.url())
-            .env("GATEHOUSE_SERVER__BIND", format!("127.0.0.1:{port}"))
-            .env("GATEHOUSE_SERVER__PUBLIC_URL", public_url)
-            .env("GATEHOUSE_SERVER__SSE_KEEP_ALIVE", "1s")
-            .env("GATEHOUSE_SERVER__SSE_RETRY", "250ms")
-            .env("GATEHOUSE_SECRETS__KEYS", TEST_KEY)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn gatehouse");
-        let replica = Self {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            _dir: dir,
-        };
-        replica.wait_ready().await;
-        replica
-    }
-
-    async fn wait_ready(&self) {
-        let readyz = format!("{}/readyz", self.base);
-        eventually("the replica is ready", async || {
-            reqwest::get(&readyz)
-                .await
-                .is_ok_and(|r| r.status() == StatusCode::OK)
-                .then_some(())
-        })
-        .await;
-    }
-
-    fn mcp(&self) -> String {
-        format!("{}/mcp", self.base)
-    }
-
-    /// SIGKILL: no shutdown, no goodbye to streams or the database.
-    async fn kill(mut self) {
-        self.child.kill().await.expect("SIGKILL");
-    }
-}
-
-/// The client's session, addressed to `replica`.
-fn on(client: &McpClient, replica: &Replica) -> McpClient {
-    McpClient {
-        url: replica.mcp(),
-        ..client.clone()
-    }
-}
 
 /// The fake provider, and the configuration of its `me` tool.
 async fn provider() -> (FakeProvider, String) {
@@ -109,8 +37,8 @@ async fn next_is_a_new_event(client: &McpClient, stream: &mut SseStream) {
 async fn two_replicas(cluster: &Cluster, config: &str) -> (Replica, Replica, String) {
     let a_port = free_port();
     let public_url = format!("http://127.0.0.1:{a_port}");
-    let a = Replica::start(cluster, config, a_port, &public_url).await;
-    let b = Replica::start(cluster, config, free_port(), &public_url).await;
+    let a = Replica::start(&cluster.url(), config, a_port, &public_url, TEST_KEY).await;
+    let b = Replica::start(&cluster.url(), config, free_port(), &public_url, TEST_KEY).await;
     (a, b, public_url)
 }
 
@@ -142,7 +70,7 @@ async fn a_replica_killed_mid_flow_leaves_the_flow_to_the_other() {
     // The load balancer sends the callback, and the client's reconnect, to B.
     let page = browser.get(&callback.replacen(&public_url, &b.base, 1)).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    let on_b = on(&client, &b);
+    let on_b = b.client(&client);
     let mut resumed = on_b.open_stream(last_id.as_deref()).await;
     assert_eq!(resumed.next_completion().await, asked[0]["elicitationId"]);
     next_is_a_new_event(&on_b, &mut resumed).await;
@@ -157,7 +85,7 @@ async fn replicas_recover_from_a_database_restart_by_themselves() {
     let (a, b, _) = two_replicas(&cluster, &config).await;
     let mut client = McpClient::new(&a.mcp());
     client.initialize().await;
-    let mut stream = on(&client, &b).open_stream(None).await;
+    let mut stream = b.client(&client).open_stream(None).await;
     assert!(stream.next_event(WAIT).await.is_some(), "priming");
     let asked = elicitations(&client.request("tools/call", json!({"name": "me"})).await);
 
@@ -209,7 +137,14 @@ async fn while_the_database_is_down_requests_get_503_promptly_then_work_again() 
     };
     let (_fake, config) = provider().await;
     let port = free_port();
-    let a = Replica::start(&cluster, &config, port, &format!("http://127.0.0.1:{port}")).await;
+    let a = Replica::start(
+        &cluster.url(),
+        &config,
+        port,
+        &format!("http://127.0.0.1:{port}"),
+        TEST_KEY,
+    )
+    .await;
     let mut client = McpClient::new(&a.mcp());
     client.initialize().await;
     let asked = elicitations(&client.request("tools/call", json!({"name": "me"})).await);

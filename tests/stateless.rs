@@ -4,6 +4,9 @@
 
 mod common;
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
 use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::stateless::{STATELESS, StatelessClient, refused};
 use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, eventually, text};
@@ -267,8 +270,8 @@ postgres_test!(
 );
 
 backend_test!(
-    /// A state that was changed, or belongs to another user, tool or arguments, is an error and
-    /// changes nothing; so is one of the wrong type.
+    /// A state that was changed, has expired, or belongs to another user, tool or arguments, is an
+    /// error and changes nothing; so is one of the wrong type.
     async fn request_state_is_bound_to_its_user_tool_and_arguments(backend: Backend) {
         let (_fake, database, server) = start(backend, "1s", HEADER_IDENTITY).await;
         let alice = StatelessClient::new(&server.url).with_user("x-forwarded-user", "alice");
@@ -290,6 +293,7 @@ backend_test!(
                 json!({"name": "me", "arguments": {"login": "mallory"}, "requestState": state}),
                 "other arguments",
             ),
+            (&alice, retry("me", &expired(&server, &state)), "has expired"),
             (&alice, json!({"name": "me", "requestState": 42}), "must be a string"),
         ];
         for (client, params, why) in probes {
@@ -304,6 +308,27 @@ backend_test!(
         server.stop().await;
     }
 );
+
+/// `state` as the server would have sealed it had it run out a second ago: opened and sealed
+/// again with the server's own key ring (the shortest `elicitation.ttl` is too long to wait for).
+fn expired(server: &TestServer, state: &str) -> String {
+    const CONTEXT: &str = "mcp requestState v1";
+    let sealed = URL_SAFE_NO_PAD.decode(state).expect("base64url state");
+    let opened = server
+        .state
+        .vault
+        .decrypt(&sealed, CONTEXT)
+        .expect("the server's own state opens");
+    let mut fields: Value = serde_json::from_slice(&opened).expect("state JSON");
+    let now = chrono::Utc::now().timestamp();
+    assert!(
+        fields["x"].as_i64().expect("expiry") > now,
+        "issued unexpired: {fields}"
+    );
+    fields["x"] = json!(now - 1);
+    let json = serde_json::to_vec(&fields).expect("JSON");
+    URL_SAFE_NO_PAD.encode(server.state.vault.encrypt(&json, CONTEXT))
+}
 
 backend_test!(
     async fn url_mode_without_the_capability_is_refused_with_its_name(backend: Backend) {

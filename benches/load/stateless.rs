@@ -10,9 +10,10 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+use super::cpu::{Cpu, row};
 use super::{
     ACCEPT, Database, Era, Options, Target, Who, browse_to_callback, call_load, fake_oauth, local, loop_config,
-    percentile, report, settled_rss_kib, start_gatehouse, stateless_headers, stateless_meta, wait_until_up,
+    percentile, settled_rss_kib, start_gatehouse, stateless_headers, stateless_meta, wait_until_up,
 };
 
 /// How long retries are held here: far longer than the measurement, so none runs out.
@@ -36,7 +37,10 @@ async fn throughput(options: &Options, database: &Database) -> Result<(), String
         options.duration.as_secs(),
         options.warmup.as_secs()
     );
-    println!("| era | calls/s | p50 ms | p99 ms | calls | errors |\n|---|---|---|---|---|---|");
+    println!(
+        "| era | calls/s | p50 ms | p99 ms | calls | errors | gatehouse CPU/call | load generator CPU/call | rest |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    let pid = gatehouse.id();
     let mut rates = Vec::new();
     for (name, era) in [
         ("2025-11-25 (a session per client)", Era::Handshake),
@@ -50,7 +54,9 @@ async fn throughput(options: &Options, database: &Database) -> Result<(), String
             who: Who::Nobody,
             era,
         };
+        let cpu = Cpu::read(pid);
         let result = call_load(&target, options.clients, options.warmup, options.duration).await;
+        let after = Cpu::read(pid);
         let result = match result {
             Ok(result) => result,
             Err(error) => {
@@ -58,7 +64,7 @@ async fn throughput(options: &Options, database: &Database) -> Result<(), String
                 return Err(error);
             }
         };
-        report(name, &result);
+        row(name, &result, &cpu.per_call(&after, &result));
         rates.push(result.calls as f64 / result.seconds);
     }
     let _ = gatehouse.kill().await;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::cpu::{Cpu, PerCall, row};
 use super::fast_upstream::FastUpstream;
 use super::{
     ACCEPT, Database, Era, LoadResult, Options, Target, Who, call_load, initialize, local, message_of, settled_rss_kib,
@@ -325,97 +326,4 @@ where
         done.push(handle.await.map_err(|e| e.to_string())??);
     }
     Ok(done)
-}
-
-/// CPU time used so far, in microseconds: by gatehouse, by this process, by the whole machine.
-struct Cpu {
-    gatehouse: Option<u64>,
-    bench: Option<u64>,
-    machine: Option<u64>,
-}
-
-/// CPU microseconds per successful call.
-struct PerCall {
-    gatehouse: Option<f64>,
-    bench: Option<f64>,
-    machine: Option<f64>,
-}
-
-impl Cpu {
-    fn read(gatehouse: Option<u32>) -> Self {
-        Self {
-            gatehouse: gatehouse.and_then(|pid| process_micros(&format!("/proc/{pid}/stat"))),
-            bench: process_micros("/proc/self/stat"),
-            machine: machine_micros(),
-        }
-    }
-
-    fn per_call(&self, after: &Cpu, result: &LoadResult) -> PerCall {
-        let used = |before: Option<u64>, after: Option<u64>| {
-            let used = after?.checked_sub(before?)?;
-            (result.all_calls > 0).then(|| used as f64 / result.all_calls as f64)
-        };
-        PerCall {
-            gatehouse: used(self.gatehouse, after.gatehouse),
-            bench: used(self.bench, after.bench),
-            machine: used(self.machine, after.machine),
-        }
-    }
-}
-
-fn clock_ticks() -> Option<u64> {
-    // SAFETY: sysconf only reads a configuration value.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(ticks).ok().filter(|&t| t > 0)
-}
-
-/// CPU time (user + system) of the process whose `stat` file this is.
-fn process_micros(stat: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(stat).ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces: state is
-    // field 3, utime 14 and stime 15.
-    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some((utime + stime) * 1_000_000 / clock_ticks()?)
-}
-
-/// CPU time all cores spent busy (neither idle nor waiting for I/O), from `/proc/stat`.
-fn machine_micros() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let times: Vec<u64> = stat
-        .lines()
-        .next()?
-        .strip_prefix("cpu ")?
-        .split_whitespace()
-        .map(|t| t.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal (guest time is within user already).
-    let busy: u64 = times
-        .iter()
-        .take(8)
-        .enumerate()
-        .filter(|(i, _)| *i != 3 && *i != 4)
-        .map(|(_, t)| t)
-        .sum();
-    Some(busy * 1_000_000 / clock_ticks()?)
-}
-
-fn row(name: &str, result: &LoadResult, cpu: &PerCall) {
-    let micros = |cpu: Option<f64>| cpu.map_or_else(|| "n/a".to_owned(), |c| format!("{c:.0} µs"));
-    let rest = match (cpu.machine, cpu.gatehouse.unwrap_or(0.0), cpu.bench) {
-        (Some(machine), gatehouse, Some(bench)) => Some((machine - gatehouse - bench).max(0.0)),
-        _ => None,
-    };
-    println!(
-        "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {} |",
-        result.calls as f64 / result.seconds,
-        result.p50_ms,
-        result.p99_ms,
-        result.calls,
-        result.errors,
-        micros(cpu.gatehouse),
-        micros(cpu.bench),
-        micros(rest)
-    );
 }

@@ -1,16 +1,15 @@
 //! The audit trail, domain side: who did what to their access, when, and from where. The gate,
 //! the pages and the protocol call [`Audit::record`]; operators read the trail with
-//! `gatehouse audit`. What goes in is decided here and by the callers, never a secret: an entry
-//! names a provider, form, elicitation, tool or upstream, and its detail is a small JSON object
-//! of non-secret facts (scopes, a requirement's text, an outcome), cut to a bounded size.
+//! `gatehouse audit` (`cli/audit.rs`). What goes in is decided here and by the callers, never a
+//! secret: an entry names a provider, form, elicitation, tool or upstream, and its detail is a
+//! small JSON object of non-secret facts (scopes, a requirement's text, an outcome), cut to a
+//! bounded size.
 //!
 //! Recording never holds up the user's action: an entry is stamped with the time of the action,
 //! queued, and written by one writer task per replica in batches (one transaction each). A full
 //! queue, or a batch the database refuses (it went away in between), is logged with everything
 //! the entries held; the action stands either way. At shutdown the writer writes what is queued
 //! before it ends; [`Audit::flush`] waits until everything recorded so far is written.
-
-mod report;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -24,8 +23,6 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::Principal;
 use crate::store::{AuditAction, AuditEntry, Store};
 use crate::text;
-
-pub use report::{json_line, table};
 
 /// Where an action came from: the client's address (after trusted proxies) and the MCP client's
 /// name, each when known.

@@ -42,12 +42,12 @@ pub struct FormValues {
 }
 
 /// What a user-scoped form's sealed secrets are bound to.
-fn user_form_context(principal: &Principal, form: &str) -> String {
+pub(super) fn user_form_context(principal: &Principal, form: &str) -> String {
     format!("form:{principal}:{form}:secrets")
 }
 
 /// What a call-scoped answer's sealed secrets are bound to.
-fn answer_context(elicitation: &ElicitationId) -> String {
+pub(super) fn answer_context(elicitation: &ElicitationId) -> String {
     format!("answer:{elicitation}:secrets")
 }
 

@@ -9,13 +9,15 @@
 //! - `form_values`: what users typed into hosted forms: sealed secrets, user-scoped values and
 //!   call-scoped answers.
 //!
-//! `decision` combines them into the answer for one tool call. Pages and the protocol call the
+//! `decision` combines them into the answer for one tool call; `rekey` re-seals what the rooms
+//! sealed under a new key (`gatehouse keys`). Pages and the protocol call the
 //! gate; the gate calls the store, the vault, the providers and the bus, never back.
 
 mod connections;
 mod decision;
 mod elicitations;
 mod form_values;
+pub mod rekey;
 mod requirement;
 #[cfg(test)]
 mod testing;

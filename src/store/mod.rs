@@ -1,6 +1,7 @@
 //! Persistence: one `Store` trait with a PostgreSQL and a SQLite implementation, each with its own
 //! migrations, SQL and native types. The backend is chosen by the database URL's scheme. Both read
-//! rows back the same way (`rows`); the payloads of the PostgreSQL bus are defined in `notice`.
+//! rows back the same way (`rows`); the payloads of the PostgreSQL bus are defined in `notice`, and
+//! the walk over every sealed value (for key rotation) in `sealed`.
 
 /// SQL text assembled from constant column lists and notice expressions: no outside input reaches it.
 macro_rules! sql {
@@ -8,6 +9,10 @@ macro_rules! sql {
         sqlx::AssertSqlSafe(format!($($arg)*))
     };
 }
+
+// First: its macro implements the sealed-value statements for both backends.
+#[macro_use]
+mod sealed;
 
 mod audit;
 mod browser_sessions;
@@ -32,6 +37,7 @@ pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use catalogues::{CatalogueRecord, CatalogueStore};
 pub use notice::{ClientAction, NOTIFY_CHANNEL, Notice};
 pub use postgres::PostgresStore;
+pub use sealed::{SealedRow, SealedRowKey, SealedStore, SealedTable, StampCount};
 pub use sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -270,7 +276,7 @@ pub struct RefreshLease {
 
 #[async_trait]
 pub trait Store:
-    ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + AuditStore + Send + Sync + 'static
+    ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + SealedStore + AuditStore + Send + Sync + 'static
 {
     fn backend(&self) -> Backend;
 

@@ -142,6 +142,14 @@ fn pending_query<'q>(
     .bind(now)
 }
 
+sealed_store!(
+    PostgresStore,
+    super::sealed::Syntax {
+        placeholder: '$',
+        same_as: "IS NOT DISTINCT FROM",
+    }
+);
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
 /// How long a request waits for a connection. Short: while the database is down a request

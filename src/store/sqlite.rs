@@ -98,6 +98,14 @@ fn pending_query<'q>(
     .bind(millis(now))
 }
 
+sealed_store!(
+    SqliteStore,
+    super::sealed::Syntax {
+        placeholder: '?',
+        same_as: "IS",
+    }
+);
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 pub struct SqliteStore {

@@ -12,7 +12,8 @@
 //! - a MAC key: `HMAC(key, "gatehouse/mac/v1")`,
 //!
 //! and a public key id: the first 4 bytes of `SHA-256("gatehouse/key-id/v1" || key)`, which
-//! tells which key encrypted a value without revealing anything usable about the key. Separate
+//! tells which key encrypted a value without revealing anything usable about the key ([`KeyId`],
+//! the fingerprint `gatehouse keys status` names keys by). Separate
 //! derived keys mean a weakness in how one purpose uses its key cannot spill into the other.
 //!
 //! # Ciphertext format (version 1)
@@ -73,6 +74,35 @@ const HEADER_LEN: usize = 1 + KEY_ID_LEN + NONCE_LEN;
 const MIN_CIPHERTEXT_LEN: usize = HEADER_LEN + TAG_LEN;
 /// Length of a MAC tag in URL-safe base64 without padding (32 bytes).
 const MAC_TAG_B64_LEN: usize = 43;
+/// How many leading bytes of a ciphertext say which key sealed it: the version and the key id.
+pub const STAMP_LEN: usize = 1 + KEY_ID_LEN;
+
+/// A key's public id (see the module doc): the fingerprint operators tell keys apart by, shown
+/// as 8 hex digits. It reveals nothing usable about the key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyId([u8; KEY_ID_LEN]);
+
+impl KeyId {
+    /// The key that sealed a ciphertext, read from its first [`STAMP_LEN`] bytes (a longer slice,
+    /// such as the whole ciphertext, will do). `None` for a format this version does not write.
+    pub fn of(ciphertext: &[u8]) -> Option<KeyId> {
+        let (&version, rest) = ciphertext.split_first()?;
+        let (id, _) = rest.split_first_chunk::<KEY_ID_LEN>()?;
+        (version == VERSION).then_some(KeyId(*id))
+    }
+}
+
+impl fmt::Display for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex(&self.0))
+    }
+}
+
+impl fmt::Debug for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyId({self})")
+    }
+}
 
 /// Why a key could not be loaded or a value could not be decrypted. No message ever contains key
 /// material or plaintext.
@@ -259,6 +289,21 @@ impl KeyRing {
             ok |= key.mac_over(purpose, message).verify_slice(&tag).is_ok();
         }
         ok
+    }
+
+    /// Every key's id, newest first: in the order of `[secrets] keys`.
+    pub fn key_ids(&self) -> Vec<KeyId> {
+        self.keys().map(|k| KeyId(k.id)).collect()
+    }
+
+    /// What every ciphertext the first key seals starts with (the version and the key's id): a
+    /// stored ciphertext that starts otherwise was sealed by another key, or in an older format.
+    pub fn stamp(&self) -> [u8; STAMP_LEN] {
+        let mut stamp = [VERSION; STAMP_LEN];
+        for (out, byte) in stamp.iter_mut().skip(1).zip(self.first.id) {
+            *out = byte;
+        }
+        stamp
     }
 
     /// How many keys (for logs at start: "vault: 2 keys").

@@ -370,3 +370,41 @@ fn debug_shows_no_key_material() {
         assert!(debug.contains(&hex(&key.id)));
     }
 }
+
+#[test]
+fn key_ids_name_the_key_that_sealed_a_ciphertext() {
+    let (old, new) = (KeyRing::generate_key(), KeyRing::generate_key());
+    let old_ring = ring(&[&old]);
+    let rotated = ring(&[&new, &old]);
+    let ids = rotated.key_ids();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(
+        ids[1],
+        old_ring.key_ids()[0],
+        "the old key keeps its id in the new ring"
+    );
+
+    let by_old = old_ring.encrypt(b"token", CTX);
+    let by_new = rotated.encrypt(b"token", CTX);
+    assert_eq!(KeyId::of(&by_old), Some(ids[1]));
+    assert_eq!(KeyId::of(&by_new), Some(ids[0]));
+    assert!(
+        by_new.starts_with(&rotated.stamp()),
+        "the first key's ciphertexts carry its stamp"
+    );
+    assert!(!by_old.starts_with(&rotated.stamp()));
+    assert_eq!(
+        KeyId::of(&rotated.stamp()),
+        Some(ids[0]),
+        "the stamp alone names the key"
+    );
+
+    assert_eq!(KeyId::of(&[]), None);
+    assert_eq!(KeyId::of(&by_new[..STAMP_LEN - 1]), None, "too short");
+    let mut other_version = by_new.clone();
+    other_version[0] = VERSION + 1;
+    assert_eq!(KeyId::of(&other_version), None);
+    let shown = ids[0].to_string();
+    assert_eq!(shown.len(), 8);
+    assert!(shown.bytes().all(|b| b.is_ascii_hexdigit()), "{shown}");
+}

@@ -25,6 +25,7 @@ pub mod mcp;
 pub mod mcp_upstreams;
 pub mod python;
 pub mod raw;
+pub mod replica;
 pub mod stateless;
 pub mod upstream;
 pub mod web;

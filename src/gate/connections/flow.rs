@@ -172,7 +172,7 @@ enum Checked<'p> {
     Refused(CallbackRefusal),
 }
 
-fn verifier_context(state_hash: &str) -> String {
+pub(in crate::gate) fn verifier_context(state_hash: &str) -> String {
     format!("flow:{state_hash}:verifier")
 }
 

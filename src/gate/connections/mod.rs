@@ -19,6 +19,7 @@ use crate::providers::{OAuthClient, Provider, Providers};
 use crate::secret::Secret;
 use crate::store::{AuditAction, ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord};
 
+pub(in crate::gate) use flow::verifier_context;
 pub use flow::{CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
 
 /// What a connection looks like to the user (never a token).
@@ -69,7 +70,7 @@ pub(in crate::gate) fn access_context(principal: &Principal, provider: &str) -> 
     format!("connection:{principal}:{provider}:access")
 }
 
-fn refresh_context(principal: &Principal, provider: &str) -> String {
+pub(in crate::gate) fn refresh_context(principal: &Principal, provider: &str) -> String {
     format!("connection:{principal}:{provider}:refresh")
 }
 

@@ -1,14 +1,65 @@
-//! How `gatehouse audit` shows the trail: a table for people, or one JSON object per line for
-//! programs. Every text from the database is shown with control characters replaced, so a
-//! principal or client name cannot move the terminal's cursor or fake a row.
+//! `gatehouse audit`: the operator reads the audit trail (`crate::audit` records it), newest
+//! first, as a table for people or one JSON object per line for programs. Every text from the
+//! database is shown with control characters replaced, so a principal or client name cannot move
+//! the terminal's cursor or fake a row.
 
-use chrono::SecondsFormat;
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use clap::Args;
 use serde_json::{Value, json};
 
-use crate::store::AuditRecord;
+use crate::Config;
+use crate::domain::Principal;
+use crate::store::{AuditQuery, AuditRecord};
+
+#[derive(Args)]
+pub(super) struct AuditArgs {
+    /// Only this principal's entries.
+    #[arg(long)]
+    principal: Option<String>,
+    /// Only entries this recent: a duration as in the configuration (`90m`, `1h`, `7d`).
+    #[arg(long, value_parser = crate::config::parse_duration)]
+    since: Option<Duration>,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// At most this many entries, the newest.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    limit: u32,
+}
+
+pub(super) async fn run(config: Config, args: AuditArgs) -> Result<(), String> {
+    let principal = args
+        .principal
+        .map(|p| Principal::parse(&p).map_err(|e| format!("--principal: {e}")))
+        .transpose()?;
+    let query = AuditQuery {
+        principal,
+        since: args.since.map(|since| crate::gate::before(Utc::now(), since)),
+        limit: usize::try_from(args.limit).unwrap_or(usize::MAX),
+    };
+    let database = crate::store::connect(config.database.url.expose(), 1)
+        .await
+        .map_err(|e| e.to_string())?;
+    database
+        .store
+        .check_ready()
+        .await
+        .map_err(|e| format!("{e} (`gatehouse migrate` applies the migrations)"))?;
+    let records = database.store.audit(&query).await.map_err(|e| e.to_string())?;
+    if args.json {
+        for record in &records {
+            println!("{}", json_line(record));
+        }
+    } else {
+        print!("{}", table(&records));
+    }
+    Ok(())
+}
 
 /// One entry as a JSON object (one line of `--json`).
-pub fn json_line(record: &AuditRecord) -> String {
+fn json_line(record: &AuditRecord) -> String {
     let e = &record.entry;
     json!({
         "id": record.id,
@@ -26,7 +77,7 @@ pub fn json_line(record: &AuditRecord) -> String {
 const HEADINGS: [&str; 7] = ["AT", "PRINCIPAL", "ACTION", "SUBJECT", "ADDRESS", "CLIENT", "DETAIL"];
 
 /// The entries as an aligned table with a heading row; the detail, last, is not padded.
-pub fn table(records: &[AuditRecord]) -> String {
+fn table(records: &[AuditRecord]) -> String {
     let rows: Vec<[String; 7]> = records.iter().map(row).collect();
     let mut widths = HEADINGS.map(|h| h.chars().count());
     for row in &rows {

@@ -1,0 +1,82 @@
+//! `gatehouse serve` as a process of its own, as replicas run in production: started with a
+//! configuration file, a database and a key ring, killed when dropped.
+
+use std::process::Stdio;
+
+use reqwest::StatusCode;
+
+use super::{McpClient, eventually};
+
+/// The binary under test.
+pub const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
+
+/// A `gatehouse serve` process on `127.0.0.1:port`, killed when dropped.
+pub struct Replica {
+    child: tokio::process::Child,
+    pub base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Replica {
+    /// Starts a replica of the database at `database_url` with `config` and the key ring `keys`
+    /// (comma-separated, as `GATEHOUSE_SECRETS__KEYS` takes them), every replica of a test with
+    /// the same `public_url` (as behind one load balancer), and waits until it is ready.
+    pub async fn start(database_url: &str, config: &str, port: u16, public_url: &str, keys: &str) -> Self {
+        let dir = tempfile::tempdir().expect("dir");
+        let config_path = dir.path().join("gatehouse.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let log = std::fs::File::create(dir.path().join("gatehouse.log")).expect("log file");
+        let child = tokio::process::Command::new(BINARY)
+            .env_clear()
+            .arg("--config")
+            .arg(&config_path)
+            .arg("serve")
+            .current_dir(dir.path())
+            .env("GATEHOUSE_DATABASE__URL", database_url)
+            .env("GATEHOUSE_SERVER__BIND", format!("127.0.0.1:{port}"))
+            .env("GATEHOUSE_SERVER__PUBLIC_URL", public_url)
+            .env("GATEHOUSE_SERVER__SSE_KEEP_ALIVE", "1s")
+            .env("GATEHOUSE_SERVER__SSE_RETRY", "250ms")
+            .env("GATEHOUSE_SECRETS__KEYS", keys)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn gatehouse");
+        let replica = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        replica.wait_ready().await;
+        replica
+    }
+
+    pub async fn wait_ready(&self) {
+        let readyz = format!("{}/readyz", self.base);
+        eventually("the replica is ready", async || {
+            reqwest::get(&readyz)
+                .await
+                .is_ok_and(|r| r.status() == StatusCode::OK)
+                .then_some(())
+        })
+        .await;
+    }
+
+    pub fn mcp(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    /// SIGKILL: no shutdown, no goodbye to streams or the database.
+    pub async fn kill(mut self) {
+        self.child.kill().await.expect("SIGKILL");
+    }
+
+    /// The client's session, addressed to this replica.
+    pub fn client(&self, client: &McpClient) -> McpClient {
+        McpClient {
+            url: self.mcp(),
+            ..client.clone()
+        }
+    }
+}
