@@ -35,8 +35,17 @@ struct Setup {
     browser: Browser,
 }
 
+/// A tool only the group `eng` may use; the proxy names no groups, so nobody may.
+const ENG_ONLY: &str = r#"
+[[tools]]
+name = "eng_only"
+description = "For engineers"
+allow = { groups = ["eng"] }
+http = { url = "http://127.0.0.1:9/" }
+"#;
+
 /// Header identity behind a proxy on loopback, Fake Hub (tokens that live one second, so every
-/// call refreshes) and the OpenAI key form; alice's client is initialized.
+/// call refreshes), the OpenAI key form and `eng_only`; alice's client is initialized.
 async fn setup(backend: Backend) -> Setup {
     captured_logs();
     let fake = FakeProvider::start(FakeOptions {
@@ -48,7 +57,7 @@ async fn setup(backend: Backend) -> Setup {
     let hub = fake.configure(include_str!("fixtures/fake_hub.toml"));
     let server = TestServer::start_addressed(&database, |addr| {
         let form = include_str!("fixtures/openai_form.toml").replace("GATEHOUSE", addr);
-        format!("{HEADER_IDENTITY}\n{hub}\n{form}")
+        format!("{HEADER_IDENTITY}\n{hub}\n{form}\n{ENG_ONLY}")
     })
     .await;
     let mut client = server
@@ -159,6 +168,9 @@ backend_test!(
         let callback = s.browser.authorize(&authorize).await;
         let (code, state) = (query_param(&callback, "code"), query_param(&callback, "state"));
         assert_eq!(s.browser.get(&callback).await.status, StatusCode::OK);
+        // A tool alice may not use is refused like an unknown one.
+        let forbidden = s.call("eng_only", json!({})).await;
+        assert!(forbidden.body["error"].is_object(), "{}", forbidden.body);
         // Tokens live a second: this call refreshes first.
         let me = s.client.call("tools/call", json!({"name": "me"})).await;
         assert_eq!(me["isError"], false, "{me}");
@@ -255,6 +267,8 @@ backend_test!(
         assert_eq!(revoked.detail, json!({"revocation": "revoked"}));
         assert_eq!(revoked.client_address.as_deref(), Some(CLIENT_ADDRESS));
         entry(&trail, AuditAction::CallAllowed, "disconnect");
+        let not_permitted = entry(&trail, AuditAction::CallRefused, "eng_only");
+        assert_eq!(not_permitted.detail, json!({"reason": "not permitted"}));
         for action in AuditAction::ALL {
             if action != AuditAction::Admin && action != AuditAction::ElicitationFailed {
                 assert!(
