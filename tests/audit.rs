@@ -188,8 +188,11 @@ backend_test!(
         let declined = s.elicit("openai_models").await;
         assert_eq!(s.post(&declined, &[], "cancel").await.status, StatusCode::OK);
 
-        // An elicitation that expires (a step-up nobody finishes), swept.
+        // A step-up nobody finishes expires: asked again before the sweeper came, and swept.
         let step_up = s.elicit("me_write").await;
+        s.database.expire_elicitations().await;
+        let asked_again = s.elicit("me_write").await;
+        assert_ne!(asked_again, step_up);
         s.database.expire_elicitations().await;
         s.server.state.gate.sweep().await.expect("sweep");
 
@@ -257,9 +260,11 @@ backend_test!(
         assert_eq!(form_replaced.client_address.as_deref(), Some("127.0.0.1"));
         entry(&trail, AuditAction::FormDeleted, "openai");
         entry(&trail, AuditAction::ElicitationDeclined, &id_of(&declined));
-        let expired = entry(&trail, AuditAction::ElicitationExpired, &id_of(&step_up));
-        assert_eq!(expired.client_address, None, "the sweeper, not a request");
-        assert_eq!(expired.client_name.as_deref(), Some(CLIENT_NAME));
+        for step_up in [&step_up, &asked_again] {
+            let expired = entry(&trail, AuditAction::ElicitationExpired, &id_of(step_up));
+            assert_eq!(expired.client_address, None, "nobody's request ended it");
+            assert_eq!(expired.client_name.as_deref(), Some(CLIENT_NAME));
+        }
         let broke = entry(&trail, AuditAction::ConnectionBroken, "fake");
         assert_eq!(broke.detail["reason"], "the provider refused the refresh");
         entry(&trail, AuditAction::ElicitationCreated, &id_of(&broken));

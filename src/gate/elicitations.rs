@@ -93,6 +93,13 @@ impl Elicitations {
         {
             return Ok(pending);
         }
+        // One that expired unswept is ended here, on the trail, before a new one is asked.
+        for expired in store
+            .expire_overdue_ask(ask.key(principal, session, &text), now)
+            .await?
+        {
+            self.audit(&expired, AuditAction::ElicitationExpired, &Origin::unknown());
+        }
         let id = ElicitationId::generate();
         let record = ElicitationRecord {
             id,

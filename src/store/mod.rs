@@ -355,6 +355,14 @@ pub trait Store:
     /// Marks pending elicitations past their expiry as expired; returns them.
     async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, StoreError>;
 
+    /// Marks this ask's pending elicitations past their expiry at `now` as expired (the sweeper has
+    /// not reached them yet); returns them.
+    async fn expire_overdue_ask(
+        &self,
+        ask: AskKey<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ElicitationRecord>, StoreError>;
+
     /// Deletes the elicitations that ended (finished, or expired) before `cutoff`, with their flows
     /// and answers; returns how many.
     async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;

@@ -488,6 +488,25 @@ impl Store for PostgresStore {
         self.records(query).await
     }
 
+    async fn expire_overdue_ask(
+        &self,
+        ask: AskKey<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ElicitationRecord>, StoreError> {
+        let query = sqlx::query_as(sql!(
+            "UPDATE elicitations SET status = 'expired'
+             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+                 AND status = 'pending' AND expires_at <= $5
+             RETURNING {ELICITATION_COLUMNS}"
+        ))
+        .bind(ask.principal.as_str())
+        .bind(ask.session.as_str())
+        .bind(ask.requirement)
+        .bind(ask.call_key)
+        .bind(now);
+        self.records(query).await
+    }
+
     async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
         let result = sqlx::query(
             "DELETE FROM elicitations WHERE status <> 'pending' AND COALESCE(completed_at, expires_at) < $1",
