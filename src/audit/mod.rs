@@ -34,8 +34,11 @@ pub struct Origin {
 
 impl Origin {
     /// Nobody's request: the sweeper, a background refresh.
-    pub fn unknown() -> Self {
-        Self::default()
+    pub const fn unknown() -> Self {
+        Self {
+            address: None,
+            client: None,
+        }
     }
 
     /// A request from `address`, by no MCP client (a page, a command).

@@ -5,13 +5,10 @@ use serde_json::json;
 
 use super::*;
 use crate::gate::testing::Fixture;
+use crate::store::ElicitationStatus;
 
 /// Calls from nowhere in particular.
-static NOWHERE: Origin = Origin {
-    address: None,
-    client: None,
-};
-use crate::store::ElicitationStatus;
+static NOWHERE: Origin = Origin::unknown();
 
 const CONFIG: &str = include_str!("testdata/gate.toml");
 

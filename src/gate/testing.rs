@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-
-use crate::audit::Origin;
 use serde_json::json;
 use url::Url;
 
 use super::connections::access_context;
 use super::{Ask, Backing, Connections, Elicitations, FormValues, Gate, Limits, Requirement};
+use crate::audit::Origin;
 use crate::config::Config;
 use crate::domain::{Principal, SessionId};
 use crate::events::Bus;
