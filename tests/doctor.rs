@@ -89,6 +89,14 @@ fn database_env(database: &TestDatabase) -> [(&str, &str); 2] {
     ]
 }
 
+/// A migrated SQLite database (a server started on it, and stopped) and a free loopback address
+/// for server.bind, where nothing listens.
+async fn migrated_database_and_free_bind() -> (TestDatabase, String) {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    TestServer::start(&database, "").await.stop().await;
+    (database, format!("127.0.0.1:{}", free_port()))
+}
+
 backend_test!(
     /// A running server, the fake provider, a migrated database and good keys: every check is ok,
     /// public_url reaches the running server, and doctor exits 0, in both output forms.
@@ -132,9 +140,7 @@ backend_test!(
 /// reaching it, and releases the address when done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_no_server_doctor_listens_on_bind_itself() {
-    let database = TestDatabase::new(Backend::Sqlite).await;
-    TestServer::start(&database, "").await.stop().await;
-    let bind = format!("127.0.0.1:{}", free_port());
+    let (database, bind) = migrated_database_and_free_bind().await;
 
     let diagnosis = doctor(&server_toml(&bind, None, ""), &database_env(&database)).await;
 
@@ -228,9 +234,7 @@ async fn public_url_at_another_instance_names_server_public_url() {
 /// A key that does not decode: a problem naming its place in secrets.keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unparsable_key_names_its_index() {
-    let database = TestDatabase::new(Backend::Sqlite).await;
-    TestServer::start(&database, "").await.stop().await;
-    let bind = format!("127.0.0.1:{}", free_port());
+    let (database, bind) = migrated_database_and_free_bind().await;
 
     let diagnosis = doctor(
         &server_toml(&bind, None, ""),
