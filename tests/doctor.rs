@@ -6,6 +6,7 @@ mod common;
 
 use std::path::Path;
 
+use common::fake_idp::{FakeIdp, FakeIdpOptions};
 use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::{Backend, TEST_KEY, TestDatabase, TestServer, free_port};
 use serde_json::Value;
@@ -78,7 +79,9 @@ async fn doctor(toml: &str, env: &[(&str, &str)]) -> Diagnosis {
 
 /// `[server] bind` (and `public_url` when given) before `rest`.
 fn server_toml(bind: &str, public_url: Option<&str>, rest: &str) -> String {
-    let public_url = public_url.map(|url| format!("public_url = \"{url}\"\n")).unwrap_or_default();
+    let public_url = public_url
+        .map(|url| format!("public_url = \"{url}\"\n"))
+        .unwrap_or_default();
     format!("[server]\nbind = \"{bind}\"\n{public_url}\n{rest}")
 }
 
@@ -148,7 +151,9 @@ async fn with_no_server_doctor_listens_on_bind_itself() {
     let public = diagnosis.finding("public url");
     assert_eq!(public["status"], "ok", "{public}");
     assert!(
-        public["message"].as_str().is_some_and(|m| m.contains("doctor's own listener")),
+        public["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("doctor's own listener")),
         "{public}"
     );
     tokio::net::TcpListener::bind(&bind)
@@ -183,7 +188,12 @@ backend_test!(
         let diagnosis = doctor(&toml, &database_env(&database)).await;
 
         assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
-        assert_eq!(diagnosis.problem_keys(), ["database.migrate_on_start"], "{}", diagnosis.report);
+        assert_eq!(
+            diagnosis.problem_keys(),
+            ["database.migrate_on_start"],
+            "{}",
+            diagnosis.report
+        );
         let message = diagnosis.finding("migrations")["message"].as_str().expect("message");
         assert!(message.starts_with("migrations not applied: 1, 2, "), "{message}");
     }
@@ -207,7 +217,12 @@ async fn a_refusing_provider_endpoint_names_its_key() {
     .await;
 
     assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
-    assert_eq!(diagnosis.problem_keys(), ["providers[0].token_url"], "{}", diagnosis.report);
+    assert_eq!(
+        diagnosis.problem_keys(),
+        ["providers[0].token_url"],
+        "{}",
+        diagnosis.report
+    );
     assert_eq!(diagnosis.finding("provider fake authorize_url")["status"], "ok");
     server.stop().await;
 }
@@ -229,6 +244,42 @@ async fn public_url_at_another_instance_names_server_public_url() {
     assert!(message.contains("another gatehouse instance"), "{message}");
     other.stop().await;
     this.stop().await;
+}
+
+/// `identity.mode = "oauth"`: the fake identity provider's metadata and key set are ok; an issuer
+/// where nothing listens is a problem naming identity.issuer, and so is an upstream's url.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_identity_provider_and_upstreams_are_checked() {
+    let (database, bind) = migrated_database_and_free_bind().await;
+    let idp = FakeIdp::start(FakeIdpOptions::default()).await;
+    let identity =
+        |issuer: &str| format!("[identity]\nmode = \"oauth\"\nissuer = \"{issuer}\"\nclient_id = \"gatehouse\"\n");
+
+    let good = doctor(
+        &server_toml(&bind, None, &identity(&idp.issuer())),
+        &database_env(&database),
+    )
+    .await;
+    assert_eq!(good.code, 0, "{}", good.report);
+    assert_eq!(good.finding("identity provider")["status"], "ok", "{}", good.report);
+    assert_eq!(
+        good.finding("identity provider jwks_uri")["status"],
+        "ok",
+        "{}",
+        good.report
+    );
+
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let upstream = format!("[[upstreams]]\nid = \"tracker\"\nurl = \"{closed}/mcp\"\n");
+    let toml = server_toml(&bind, None, &format!("{}\n{upstream}", identity(&closed)));
+    let bad = doctor(&toml, &database_env(&database)).await;
+    assert_eq!(bad.code, 1, "{}", bad.report);
+    assert_eq!(
+        bad.problem_keys(),
+        ["identity.issuer", "upstreams[0].url"],
+        "{}",
+        bad.report
+    );
 }
 
 /// A key that does not decode: a problem naming its place in secrets.keys.

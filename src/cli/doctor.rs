@@ -118,16 +118,20 @@ pub(super) async fn run(loaded: Result<Config, ConfigError>, json: bool) -> Exit
 
 /// A configuration that does not load: nothing else can be checked.
 fn unloadable(error: &ConfigError) -> Finding {
-    let key = match error {
-        ConfigError::Key { key, .. } => key.clone(),
-        ConfigError::Read { .. } | ConfigError::Syntax { .. } => "--config".to_owned(),
-    };
-    Finding::problem(
-        "configuration",
-        key,
-        error.to_string(),
+    config_problem(
+        error,
+        "--config",
         "fix the configuration, then run doctor again (nothing else was checked)",
     )
+}
+
+/// A configuration error as a finding, naming its key; a file it could not read is `file_key`.
+fn config_problem(error: &ConfigError, file_key: &str, hint: &str) -> Finding {
+    let key = match error {
+        ConfigError::Key { key, .. } => key.clone(),
+        ConfigError::Read { .. } | ConfigError::Syntax { .. } => file_key.to_owned(),
+    };
+    Finding::problem("configuration", key, error.to_string(), hint)
 }
 
 async fn check(config: &Config) -> Vec<Finding> {
@@ -155,13 +159,8 @@ async fn check(config: &Config) -> Vec<Finding> {
 fn configuration(config: &Config) -> Finding {
     match super::check_parts(config) {
         Ok(()) => Finding::ok("configuration", "loads and validates"),
-        Err(error) => {
-            let key = match &error {
-                ConfigError::Key { key, .. } => key.clone(),
-                ConfigError::Read { .. } | ConfigError::Syntax { .. } => "server.template_dir".to_owned(),
-            };
-            Finding::problem("configuration", key, error.to_string(), "`gatehouse check-config` says the same")
-        }
+        // Besides the file itself, only operator templates are read from disk.
+        Err(error) => config_problem(&error, "server.template_dir", "`gatehouse check-config` says the same"),
     }
 }
 
@@ -174,14 +173,22 @@ fn key_ring(config: &Config) -> Finding {
             Ok(ring) => {
                 let ids = ring.key_ids();
                 let first = ids.first().map(ToString::to_string).unwrap_or_default();
-                Finding::ok(CHECK, format!("{} key(s) decode; the first ({first}) encrypts", ids.len()))
+                Finding::ok(
+                    CHECK,
+                    format!("{} key(s) decode; the first ({first}) encrypts", ids.len()),
+                )
             }
             Err(error) => {
                 let key = match &error {
                     VaultError::BadKey { index, .. } => format!("secrets.keys[{index}]"),
                     _ => "secrets.keys".to_owned(),
                 };
-                Finding::problem(CHECK, key, error.to_string(), "`gatehouse generate-key` makes a valid key")
+                Finding::problem(
+                    CHECK,
+                    key,
+                    error.to_string(),
+                    "`gatehouse generate-key` makes a valid key",
+                )
             }
         };
     }
@@ -232,7 +239,14 @@ async fn database(config: &Config) -> Vec<Finding> {
                 "check the URL's host, port, name and credentials, and that the database runs",
             )];
         }
-        Err(elapsed) => return vec![Finding::problem("database", "database.url", elapsed, "check the URL's host and port")],
+        Err(elapsed) => {
+            return vec![Finding::problem(
+                "database",
+                "database.url",
+                elapsed,
+                "check the URL's host and port",
+            )];
+        }
     };
     let mut findings = vec![Finding::ok(
         "database",
@@ -258,7 +272,12 @@ async fn database(config: &Config) -> Vec<Finding> {
             error.to_string(),
             "the database answers but its migrations cannot be read",
         ),
-        Err(elapsed) => Finding::problem("migrations", "database.url", elapsed, "the database is too slow to answer"),
+        Err(elapsed) => Finding::problem(
+            "migrations",
+            "database.url",
+            elapsed,
+            "the database is too slow to answer",
+        ),
     });
     findings
 }
@@ -319,7 +338,10 @@ async fn identity_provider(config: &Config, http: &reqwest::Client) -> Vec<Findi
     let discovery = Discovery::new(issuer.clone(), http.clone(), Duration::ZERO);
     match bounded(discovery.metadata()).await.and_then(|fetched| fetched) {
         Ok(metadata) => {
-            let mut findings = vec![Finding::ok("identity provider", format!("metadata of {issuer} fetched"))];
+            let mut findings = vec![Finding::ok(
+                "identity provider",
+                format!("metadata of {issuer} fetched"),
+            )];
             if let Some(jwks) = &metadata.jwks_uri {
                 findings.push(endpoint(http, "identity provider jwks_uri", "identity.issuer", Method::GET, jwks).await);
             }
@@ -349,7 +371,9 @@ async fn upstreams(config: &Config, http: &reqwest::Client) -> Vec<Finding> {
 
 async fn discovery(http: &reqwest::Client, issuer: Url) -> Result<(), String> {
     let discovery = Discovery::new(issuer, http.clone(), Duration::ZERO);
-    bounded(discovery.metadata()).await.and_then(|fetched| fetched.map(|_| ()))
+    bounded(discovery.metadata())
+        .await
+        .and_then(|fetched| fetched.map(|_| ()))
 }
 
 /// Any HTTP answer means reachable; a connection, TLS or timeout error is a problem.
@@ -395,7 +419,13 @@ async fn public_url(config: &Config, http: &reqwest::Client) -> Finding {
                     .with_graceful_shutdown(stopped.cancelled_owned())
                     .await
             });
-            let finding = compare(http, &there, nonce.as_str(), &format!("doctor's own listener on {bind}")).await;
+            let finding = compare(
+                http,
+                &there,
+                nonce.as_str(),
+                &format!("doctor's own listener on {bind}"),
+            )
+            .await;
             stop.cancel();
             if let Ok(Ok(Err(error))) = tokio::time::timeout(CHECK_TIMEOUT, server).await {
                 tracing::warn!(%error, "doctor's listener on server.bind failed");
@@ -485,7 +515,9 @@ fn timed_out() -> String {
 
 /// `future`, or the timed-out message after [`CHECK_TIMEOUT`].
 async fn bounded<T>(future: impl Future<Output = T>) -> Result<T, String> {
-    tokio::time::timeout(CHECK_TIMEOUT, future).await.map_err(|_| timed_out())
+    tokio::time::timeout(CHECK_TIMEOUT, future)
+        .await
+        .map_err(|_| timed_out())
 }
 
 #[cfg(test)]
