@@ -1,0 +1,197 @@
+//! `gatehouse stdio`, the real binary: the official Python SDK's stdio client signs in through a
+//! URL elicitation whose pages are on the loopback listener, and a raw client checks the
+//! transport's rules (only JSON-RPC on stdout, over-long lines refused, a clean exit at EOF).
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::python::{PythonScript, python_sdk};
+use common::replica::BINARY;
+use common::{Backend, Browser, TEST_KEY, TestDatabase, WAIT};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// The largest line the raw tests' gatehouse reads.
+const MAX_LINE: usize = 4096;
+
+backend_test!(
+    /// The Python SDK launches `gatehouse stdio`, lists the tools, meets -32042 with a link to the
+    /// loopback pages, the test signs in there, the SDK receives the completion notification on
+    /// stdout and its retry succeeds; stdout never carried anything but JSON-RPC (the script
+    /// fails otherwise).
+    async fn python_sdk_signs_in_over_stdio(backend: Backend) {
+        let Some(python) = python_sdk().await else {
+            return;
+        };
+        let fake = FakeProvider::start(FakeOptions::default()).await;
+        let database = TestDatabase::new(backend).await;
+        let dir = tempfile::tempdir().expect("dir");
+        let config = dir.path().join("gatehouse.toml");
+        std::fs::write(&config, fake.configure(include_str!("fixtures/fake_provider.toml"))).expect("config");
+        let config = config.to_str().expect("UTF-8 path");
+        let mut script = PythonScript::start_with_env(
+            &python,
+            "tests/interop/python_elicitation.py",
+            &["--stdio", BINARY, "--list-tools", "--call", "me", "--timeout", "30"],
+            &[
+                ("GATEHOUSE_CONFIG", config),
+                ("GATEHOUSE_DATABASE__URL", &database.url),
+                ("GATEHOUSE_SECRETS__KEYS", TEST_KEY),
+                ("GATEHOUSE_SERVER__BIND", "127.0.0.1:0"),
+            ],
+        );
+        let mut events = Vec::new();
+        while let Some(event) = script.next().await {
+            if event["event"] == "elicitation" {
+                let url = event["url"].as_str().expect("url");
+                assert!(url.starts_with("http://127.0.0.1:"), "the loopback pages: {url}");
+                let page = Browser::new().sign_in(url).await;
+                assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
+            }
+            events.push(event);
+        }
+        script.succeeded().await;
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+        assert_eq!(kinds, ["tools", "elicitation", "completed", "result"], "{events:?}");
+        assert_eq!(events[0]["names"], json!(["whoami", "disconnect", "me"]));
+        assert_eq!(events[1]["elicitationId"], events[2]["elicitationId"]);
+        assert_eq!(events[3]["result"]["isError"], false, "{}", events[3]);
+        assert_eq!(events[3]["result"]["structuredContent"]["login"], "octocat");
+    }
+);
+
+/// `gatehouse stdio` with piped stdin, stdout and stderr, reading lines of at most [`MAX_LINE`].
+fn start(database: &TestDatabase, dir: &std::path::Path, env: &[(&str, &str)]) -> Child {
+    Command::new(BINARY)
+        .env_clear()
+        .arg("stdio")
+        .current_dir(dir)
+        .env("GATEHOUSE_DATABASE__URL", &database.url)
+        .env("GATEHOUSE_SECRETS__KEYS", TEST_KEY)
+        .env("GATEHOUSE_SERVER__BIND", "127.0.0.1:0")
+        .env("GATEHOUSE_SERVER__MAX_REQUEST_BYTES", MAX_LINE.to_string())
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn gatehouse stdio")
+}
+
+/// The next line of stdout, which must be a JSON-RPC message.
+async fn next_message(stdout: &mut BufReader<ChildStdout>) -> Option<Value> {
+    let mut line = String::new();
+    let read = tokio::time::timeout(WAIT, stdout.read_line(&mut line))
+        .await
+        .expect("a line in time")
+        .expect("read stdout");
+    if read == 0 {
+        return None;
+    }
+    let message: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+    assert_eq!(message["jsonrpc"], "2.0", "not JSON-RPC: {line:?}");
+    Some(message)
+}
+
+backend_test!(
+    /// Only JSON-RPC on stdout; an over-long line gets an error and the session goes on; EOF on
+    /// stdin ends the process with 0 and the session with it; the pages' address is on stderr.
+    async fn stdio_keeps_stdout_clean_bounds_lines_and_exits_at_eof(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let dir = tempfile::tempdir().expect("dir");
+        let mut child = start(&database, dir.path(), &[]);
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut stderr = child.stderr.take().expect("stderr");
+        let mut send = async |message: String| {
+            stdin.write_all(format!("{message}\n").as_bytes()).await.expect("write");
+            stdin.flush().await.expect("flush");
+        };
+
+        send(json!({"jsonrpc": "2.0", "id": 0, "method": "ping"}).to_string()).await;
+        let early = next_message(&mut stdout).await.expect("an answer before initialize");
+        assert_eq!(early["error"]["code"], -32600, "{early}");
+
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"url": {}}},
+            "clientInfo": {"name": "raw", "version": "1"},
+        }});
+        send(initialize.to_string()).await;
+        let initialized = next_message(&mut stdout).await.expect("initialize answered");
+        assert_eq!(initialized["id"], 1);
+        assert_eq!(initialized["result"]["protocolVersion"], "2025-11-25", "{initialized}");
+        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string()).await;
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 1);
+
+        // Far beyond the limit, in one line: refused without being kept, and the session goes on.
+        let long = json!({"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"pad": "x".repeat(MAX_LINE * 64)}});
+        send(long.to_string()).await;
+        let refused = next_message(&mut stdout).await.expect("the long line answered");
+        assert_eq!(refused["error"]["code"], -32600, "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("longer than {MAX_LINE} bytes"))),
+            "{refused}"
+        );
+        send("not json".to_owned()).await;
+        let unparsed = next_message(&mut stdout).await.expect("the bad line answered");
+        assert_eq!(unparsed["error"]["code"], -32700, "{unparsed}");
+        send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).to_string()).await;
+        let tools = next_message(&mut stdout).await.expect("tools/list answered");
+        assert_eq!(tools["id"], 3, "{tools}");
+        assert!(
+            tools["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()),
+            "{tools}"
+        );
+
+        drop(stdin);
+        assert_eq!(next_message(&mut stdout).await, None, "nothing more on stdout");
+        let status = tokio::time::timeout(WAIT, child.wait())
+            .await
+            .expect("exits in time")
+            .expect("wait");
+        let mut logged = String::new();
+        stderr.read_to_string(&mut logged).await.expect("stderr");
+        assert!(status.success(), "{status}: {logged}");
+        assert!(logged.contains("gatehouse: pages at http://127.0.0.1:"), "{logged}");
+        assert_eq!(
+            database.query_count("SELECT COUNT(*) FROM sessions").await,
+            0,
+            "the session ended with stdin"
+        );
+    }
+);
+
+/// Anything but `local` identity is refused: a stdio client is the one user at this machine.
+#[tokio::test]
+async fn stdio_refuses_identities_other_than_local() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let child = start(
+        &database,
+        dir.path(),
+        &[
+            ("GATEHOUSE_IDENTITY__MODE", "header"),
+            ("GATEHOUSE_SERVER__TRUSTED_PROXIES", "127.0.0.1/32"),
+        ],
+    );
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("exits in time")
+        .expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("identity.mode = \"local\""), "{stderr}");
+    assert!(
+        output.stdout.is_empty(),
+        "stdout: {:?}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
