@@ -4,16 +4,13 @@
 
 mod common;
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::line_peer::LinePeer;
 use common::python::{PythonScript, python_sdk};
 use common::replica::BINARY;
-use common::{Backend, Browser, TEST_KEY, TestDatabase, WAIT};
-use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
+use common::{Backend, Browser, TEST_KEY, TestDatabase, WAIT, eventually};
+use serde_json::json;
+use tokio::process::Command;
 
 /// The largest line the raw tests' gatehouse reads.
 const MAX_LINE: usize = 4096;
@@ -64,9 +61,10 @@ backend_test!(
     }
 );
 
-/// `gatehouse stdio` with piped stdin, stdout and stderr, reading lines of at most [`MAX_LINE`].
-fn start(database: &TestDatabase, dir: &std::path::Path, env: &[(&str, &str)]) -> Child {
-    Command::new(BINARY)
+/// `gatehouse stdio` with `env`, reading lines of at most [`MAX_LINE`].
+fn start(database: &TestDatabase, dir: &std::path::Path, env: &[(&str, &str)]) -> LinePeer {
+    let mut command = Command::new(BINARY);
+    command
         .env_clear()
         .arg("stdio")
         .current_dir(dir)
@@ -74,28 +72,8 @@ fn start(database: &TestDatabase, dir: &std::path::Path, env: &[(&str, &str)]) -
         .env("GATEHOUSE_SECRETS__KEYS", TEST_KEY)
         .env("GATEHOUSE_SERVER__BIND", "127.0.0.1:0")
         .env("GATEHOUSE_SERVER__MAX_REQUEST_BYTES", MAX_LINE.to_string())
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn gatehouse stdio")
-}
-
-/// The next line of stdout, which must be a JSON-RPC message.
-async fn next_message(stdout: &mut BufReader<ChildStdout>) -> Option<Value> {
-    let mut line = String::new();
-    let read = tokio::time::timeout(WAIT, stdout.read_line(&mut line))
-        .await
-        .expect("a line in time")
-        .expect("read stdout");
-    if read == 0 {
-        return None;
-    }
-    let message: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
-    assert_eq!(message["jsonrpc"], "2.0", "not JSON-RPC: {line:?}");
-    Some(message)
+        .envs(env.iter().copied());
+    LinePeer::spawn(command, "gatehouse stdio")
 }
 
 backend_test!(
@@ -104,35 +82,30 @@ backend_test!(
     async fn stdio_keeps_stdout_clean_bounds_lines_and_exits_at_eof(backend: Backend) {
         let database = TestDatabase::new(backend).await;
         let dir = tempfile::tempdir().expect("dir");
-        let mut child = start(&database, dir.path(), &[]);
-        let mut stdin = child.stdin.take().expect("stdin");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut stderr = child.stderr.take().expect("stderr");
-        let mut send = async |message: String| {
-            stdin.write_all(format!("{message}\n").as_bytes()).await.expect("write");
-            stdin.flush().await.expect("flush");
-        };
+        let mut gatehouse = start(&database, dir.path(), &[]);
 
-        send(json!({"jsonrpc": "2.0", "id": 0, "method": "ping"}).to_string()).await;
-        let early = next_message(&mut stdout).await.expect("an answer before initialize");
+        gatehouse
+            .send(&json!({"jsonrpc": "2.0", "id": 0, "method": "ping"}))
+            .await;
+        let early = gatehouse.next_message().await.expect("an answer before initialize");
         assert_eq!(early["error"]["code"], -32600, "{early}");
 
-        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        let params = json!({
             "protocolVersion": "2025-11-25",
             "capabilities": {"elicitation": {"url": {}}},
             "clientInfo": {"name": "raw", "version": "1"},
-        }});
-        send(initialize.to_string()).await;
-        let initialized = next_message(&mut stdout).await.expect("initialize answered");
-        assert_eq!(initialized["id"], 1);
+        });
+        let initialized = gatehouse.request(1, "initialize", params).await;
         assert_eq!(initialized["result"]["protocolVersion"], "2025-11-25", "{initialized}");
-        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string()).await;
+        gatehouse
+            .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
         assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 1);
 
         // Far beyond the limit, in one line: refused without being kept, and the session goes on.
         let long = json!({"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"pad": "x".repeat(MAX_LINE * 64)}});
-        send(long.to_string()).await;
-        let refused = next_message(&mut stdout).await.expect("the long line answered");
+        gatehouse.send(&long).await;
+        let refused = gatehouse.next_message().await.expect("the long line answered");
         assert_eq!(refused["error"]["code"], -32600, "{refused}");
         assert!(
             refused["error"]["message"]
@@ -140,27 +113,30 @@ backend_test!(
                 .is_some_and(|m| m.contains(&format!("longer than {MAX_LINE} bytes"))),
             "{refused}"
         );
-        send("not json".to_owned()).await;
-        let unparsed = next_message(&mut stdout).await.expect("the bad line answered");
+        gatehouse.send_line("not json").await;
+        let unparsed = gatehouse.next_message().await.expect("the bad line answered");
         assert_eq!(unparsed["error"]["code"], -32700, "{unparsed}");
-        send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).to_string()).await;
-        let tools = next_message(&mut stdout).await.expect("tools/list answered");
-        assert_eq!(tools["id"], 3, "{tools}");
+        let tools = gatehouse.request(3, "tools/list", json!({})).await;
         assert!(
             tools["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()),
             "{tools}"
         );
 
-        drop(stdin);
-        assert_eq!(next_message(&mut stdout).await, None, "nothing more on stdout");
-        let status = tokio::time::timeout(WAIT, child.wait())
+        gatehouse.close_input();
+        assert_eq!(gatehouse.next_message().await, None, "nothing more on stdout");
+        let status = tokio::time::timeout(WAIT, gatehouse.child.wait())
             .await
             .expect("exits in time")
             .expect("wait");
-        let mut logged = String::new();
-        stderr.read_to_string(&mut logged).await.expect("stderr");
-        assert!(status.success(), "{status}: {logged}");
-        assert!(logged.contains("gatehouse: pages at http://127.0.0.1:"), "{logged}");
+        assert!(status.success(), "{status}: {}", gatehouse.stderr.text());
+        let stderr = &gatehouse.stderr;
+        eventually("the pages' address on stderr", async || {
+            stderr
+                .text()
+                .contains("gatehouse: pages at http://127.0.0.1:")
+                .then_some(())
+        })
+        .await;
         assert_eq!(
             database.query_count("SELECT COUNT(*) FROM sessions").await,
             0,
@@ -174,7 +150,7 @@ backend_test!(
 async fn stdio_refuses_identities_other_than_local() {
     let database = TestDatabase::new(Backend::Sqlite).await;
     let dir = tempfile::tempdir().expect("dir");
-    let child = start(
+    let mut gatehouse = start(
         &database,
         dir.path(),
         &[
@@ -182,16 +158,15 @@ async fn stdio_refuses_identities_other_than_local() {
             ("GATEHOUSE_SERVER__TRUSTED_PROXIES", "127.0.0.1/32"),
         ],
     );
-    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+    assert_eq!(gatehouse.next_line().await, None, "nothing on stdout");
+    let status = tokio::time::timeout(WAIT, gatehouse.child.wait())
         .await
         .expect("exits in time")
         .expect("wait");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
-    assert!(stderr.contains("identity.mode = \"local\""), "{stderr}");
-    assert!(
-        output.stdout.is_empty(),
-        "stdout: {:?}",
-        String::from_utf8_lossy(&output.stdout)
-    );
+    assert!(!status.success(), "{}", gatehouse.stderr.text());
+    let stderr = &gatehouse.stderr;
+    eventually("the refusal on stderr", async || {
+        stderr.text().contains("identity.mode = \"local\"").then_some(())
+    })
+    .await;
 }
