@@ -1,7 +1,9 @@
 //! What the binaries run: parses the command line and configuration, sets up logging, then
 //! serves (over HTTP, or over stdin/stdout with `stdio`), migrates, checks the configuration, makes
-//! a key or rotates keys (`keys`). `gatehouse` and the test-only `gatehouse-conformance` are both [`binary!`](crate::binary) around [`main`].
+//! a key, rotates keys (`keys`) or prints the audit trail (`audit`). `gatehouse` and the test-only
+//! `gatehouse-conformance` are both [`binary!`](crate::binary) around [`main`].
 
+mod audit;
 mod keys;
 mod stdio;
 
@@ -47,6 +49,8 @@ enum Command {
         #[command(subcommand)]
         command: keys::KeysCommand,
     },
+    /// Print the audit trail, newest first.
+    Audit(audit::AuditArgs),
 }
 
 /// The whole program; its exit code.
@@ -91,6 +95,7 @@ pub fn main() -> ExitCode {
             Command::Stdio => stdio::run(config, shutdown_signal()).await,
             Command::Migrate => migrate(config).await,
             Command::Keys { command } => keys::run(config, command).await,
+            Command::Audit(args) => audit::run(config, args).await,
             Command::CheckConfig | Command::GenerateKey => Ok(()),
         }
     });

@@ -5,6 +5,7 @@
 //! (`server.metrics_bind`), `serve_pages` the browser pages alone (`gatehouse stdio`). `cli` is
 //! the program the binaries run ([`binary!`]).
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod domain;

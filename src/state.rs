@@ -7,6 +7,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
+use crate::audit::Audit;
 use crate::config::{Config, ConfigError};
 use crate::events::{self, Bus};
 use crate::forms::Forms;
@@ -93,6 +94,8 @@ pub struct Shared {
     /// The pages' OpenID Connect sign-in, in `oauth` mode.
     pub sign_in: Option<Arc<SignIn>>,
     pub gate: Arc<Gate>,
+    /// The audit trail's recorder.
+    pub audit: Arc<Audit>,
     pub templates: Arc<Templates>,
     /// Signs the pages' CSRF tokens (and, inside the gate, seals secrets).
     pub vault: Arc<KeyRing>,
@@ -158,12 +161,16 @@ impl AppState {
             shutdown.clone(),
         )));
 
+        let (audit, writer) = Audit::start(database.store.clone(), shutdown.clone());
+        let audit = Arc::new(audit);
+        tasks.push(writer);
         let backing = Backing {
             store: database.store.clone(),
             bus: bus.clone(),
             vault: vault.clone(),
             public_url: public_url.clone(),
             metrics: metrics.clone(),
+            audit: audit.clone(),
         };
         let elicitations = Arc::new(Elicitations::new(
             backing.clone(),
@@ -218,6 +225,7 @@ impl AppState {
             identity,
             sign_in,
             gate,
+            audit,
             templates,
             vault,
             public_url,
@@ -225,6 +233,11 @@ impl AppState {
             shutdown,
         }));
         Ok((state, tasks))
+    }
+
+    /// The client's address, after trusted proxies.
+    pub fn client_address(&self, headers: &axum::http::HeaderMap, peer: std::net::SocketAddr) -> std::net::IpAddr {
+        crate::identity::client_address(&self.config.server.trusted_proxies, headers, peer)
     }
 
     pub fn bound_to_loopback(&self) -> bool {
