@@ -8,12 +8,43 @@ use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::line_peer::LinePeer;
 use common::python::{PythonScript, python_sdk};
 use common::replica::BINARY;
-use common::{Backend, Browser, TEST_KEY, TestDatabase, WAIT, eventually};
+use common::{
+    Backend, Browser, TEST_KEY, TestDatabase, WAIT, confirm_payment, eventually, free_port, pay_arguments, pay_tool,
+    text,
+};
 use serde_json::json;
 use tokio::process::Command;
 
 /// The largest line the raw tests' gatehouse reads.
 const MAX_LINE: usize = 4096;
+
+/// `tests/interop/python_elicitation.py --stdio` with `args`, launching `gatehouse stdio` with
+/// `config` (in the directory returned, which must outlive the script) and its pages on `bind`.
+fn python_over_stdio(
+    python: &std::path::Path,
+    database: &TestDatabase,
+    config: &str,
+    bind: &str,
+    args: &[&str],
+) -> (PythonScript, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("gatehouse.toml");
+    std::fs::write(&path, config).expect("config");
+    let mut script_args = vec!["--stdio", BINARY, "--timeout", "30"];
+    script_args.extend_from_slice(args);
+    let script = PythonScript::start_with_env(
+        python,
+        "tests/interop/python_elicitation.py",
+        &script_args,
+        &[
+            ("GATEHOUSE_CONFIG", path.to_str().expect("UTF-8 path")),
+            ("GATEHOUSE_DATABASE__URL", &database.url),
+            ("GATEHOUSE_SECRETS__KEYS", TEST_KEY),
+            ("GATEHOUSE_SERVER__BIND", bind),
+        ],
+    );
+    (script, dir)
+}
 
 backend_test!(
     /// The Python SDK launches `gatehouse stdio`, lists the tools, meets -32042 with a link to the
@@ -26,20 +57,13 @@ backend_test!(
         };
         let fake = FakeProvider::start(FakeOptions::default()).await;
         let database = TestDatabase::new(backend).await;
-        let dir = tempfile::tempdir().expect("dir");
-        let config = dir.path().join("gatehouse.toml");
-        std::fs::write(&config, fake.configure(include_str!("fixtures/fake_provider.toml"))).expect("config");
-        let config = config.to_str().expect("UTF-8 path");
-        let mut script = PythonScript::start_with_env(
+        let config = fake.configure(include_str!("fixtures/fake_provider.toml"));
+        let (mut script, _dir) = python_over_stdio(
             &python,
-            "tests/interop/python_elicitation.py",
-            &["--stdio", BINARY, "--list-tools", "--call", "me", "--timeout", "30"],
-            &[
-                ("GATEHOUSE_CONFIG", config),
-                ("GATEHOUSE_DATABASE__URL", &database.url),
-                ("GATEHOUSE_SECRETS__KEYS", TEST_KEY),
-                ("GATEHOUSE_SERVER__BIND", "127.0.0.1:0"),
-            ],
+            &database,
+            &config,
+            "127.0.0.1:0",
+            &["--list-tools", "--call", "me"],
         );
         let mut events = Vec::new();
         while let Some(event) = script.next().await {
@@ -58,6 +82,41 @@ backend_test!(
         assert_eq!(events[1]["elicitationId"], events[2]["elicitationId"]);
         assert_eq!(events[3]["result"]["isError"], false, "{}", events[3]);
         assert_eq!(events[3]["result"]["structuredContent"]["login"], "octocat");
+    }
+);
+
+backend_test!(
+    /// In-call elicitation over stdio: `elicitation/create` reaches the SDK's callback on stdout,
+    /// its answer goes back on stdin, the test confirms on the loopback page and the same call
+    /// returns the tool's result.
+    async fn python_sdk_answers_an_elicitation_within_the_call_over_stdio(backend: Backend) {
+        let Some(python) = python_sdk().await else {
+            return;
+        };
+        let database = TestDatabase::new(backend).await;
+        // The tool calls the pages' own /healthz, so the pages' port is chosen beforehand.
+        let addr = format!("127.0.0.1:{}", free_port());
+        let arguments = pay_arguments().to_string();
+        let (mut script, _dir) = python_over_stdio(
+            &python,
+            &database,
+            &pay_tool(&addr, "30s"),
+            &addr,
+            &["--call", "pay", "--args", &arguments, "--in-call"],
+        );
+        let mut events = Vec::new();
+        while let Some(event) = script.next().await {
+            if event["event"] == "elicitation" {
+                assert_eq!(event["mode"], "url", "{event}");
+                confirm_payment(event["url"].as_str().expect("url"), &format!("http://{addr}")).await;
+            }
+            events.push(event);
+        }
+        script.succeeded().await;
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+        assert_eq!(kinds, ["elicitation", "result"], "{events:?}");
+        assert_eq!(events[1]["result"]["isError"], false, "{}", events[1]);
+        assert_eq!(text(&events[1]["result"]), "ok", "the tool ran after the confirmation");
     }
 );
 

@@ -27,6 +27,7 @@ use crate::domain::SessionId;
 use crate::identity::Caller;
 use crate::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
 use crate::state::AppState;
+use crate::store::SessionRecord;
 
 /// Requests running at once; each may wait for its user in the browser.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -227,7 +228,7 @@ impl Connection {
     }
 
     /// The session as stored now: its log level may have changed, and it may have ended.
-    async fn find(&self, session: &SessionId) -> Result<Arc<crate::store::SessionRecord>, RpcError> {
+    async fn find(&self, session: &SessionId) -> Result<Arc<SessionRecord>, RpcError> {
         match self.state.sessions.find(session).await {
             Ok(Some(record)) => Ok(record),
             Ok(None) => Err(RpcError::new(
