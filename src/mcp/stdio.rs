@@ -256,6 +256,12 @@ impl Connection {
             Ok(record) => record,
             Err(error) => return self.refuse(Some(&id), error).await,
         };
+        // Finished requests leave their outcome in the set until taken.
+        while let Some(finished) = self.running.try_join_next() {
+            if let Err(error) = finished {
+                tracing::error!(%error, "a stdio request's task failed");
+            }
+        }
         let (state, caller, out) = (self.state.clone(), self.caller.clone(), self.out.clone());
         self.running.spawn(async move {
             let _permit = permit;
