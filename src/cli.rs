@@ -1,11 +1,13 @@
 //! What the binaries run: parses the command line and configuration, sets up logging, then
-//! serves, migrates, checks the configuration, makes a key, rotates keys (`keys`), prints the
-//! audit trail (`audit`) or checks a deployment (`doctor`). `gatehouse` and the test-only
-//! `gatehouse-conformance` are both [`binary!`](crate::binary) around [`main`].
+//! serves (over HTTP, or over stdin/stdout with `stdio`), migrates, checks the configuration, makes
+//! a key, rotates keys (`keys`), prints the audit trail (`audit`) or checks a deployment
+//! (`doctor`). `gatehouse` and the test-only `gatehouse-conformance` are both
+//! [`binary!`](crate::binary) around [`main`].
 
 mod audit;
 mod doctor;
 mod keys;
+mod stdio;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -35,6 +37,9 @@ struct Cli {
 enum Command {
     /// Run the server (the default).
     Serve,
+    /// Serve one local client over stdin/stdout (MCP's stdio transport), with the browser pages
+    /// on a loopback listener (`server.bind`). Needs `identity.mode = "local"`.
+    Stdio,
     /// Apply pending database migrations and exit.
     Migrate,
     /// Validate the configuration and exit.
@@ -102,12 +107,16 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config).await,
+            Command::Stdio => stdio::run(config, shutdown_signal()).await,
             Command::Migrate => migrate(config).await,
             Command::Keys { command } => keys::run(config, command).await,
             Command::Audit(args) => audit::run(config, args).await,
             Command::CheckConfig | Command::GenerateKey | Command::Doctor { .. } => Ok(()),
         }
     });
+    // Without waiting for blocking threads: `stdio` reads stdin on one, which a signal leaves
+    // blocked until the next input.
+    runtime.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

@@ -2,7 +2,8 @@
 //!
 //! `app` builds the router and `serve` runs it on a listener until a shutdown future completes;
 //! tests run exactly this on port 0. `serve_metrics` serves `/metrics` on a listener of its own
-//! (`server.metrics_bind`). `cli` is the program the binaries run ([`binary!`]).
+//! (`server.metrics_bind`), `serve_pages` the browser pages alone (`gatehouse stdio`). `cli` is
+//! the program the binaries run ([`binary!`]).
 
 pub mod audit;
 pub mod cli;
@@ -83,9 +84,18 @@ const HTTP1_MAX_BUFFER: usize = 8 * 1024;
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn app(state: AppState) -> Router {
-    Router::new()
-        .merge(mcp::router())
-        .merge(web::router(&state))
+    let routes = Router::new().merge(mcp::router()).merge(web::router(&state));
+    layered(routes, state)
+}
+
+/// The pages without the MCP endpoint: what `gatehouse stdio` serves on its loopback listener.
+pub fn pages_app(state: AppState) -> Router {
+    let routes = web::router(&state);
+    layered(routes, state)
+}
+
+fn layered(routes: Router<AppState>, state: AppState) -> Router {
+    routes
         .layer(axum::middleware::from_fn(unread_body::close_if_unread))
         .layer(
             TraceLayer::new_for_http()
@@ -158,6 +168,15 @@ pub async fn serve(
     serve_router(listener, app(state), shutdown, move || token.cancel()).await
 }
 
+/// Serves [`pages_app`] until `shutdown` completes (`gatehouse stdio`'s browser pages).
+pub async fn serve_pages(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_router(listener, pages_app(state), shutdown, || {}).await
+}
+
 /// Serves [`metrics_app`] until `shutdown` completes (the binary binds `server.metrics_bind`;
 /// tests bind port 0). Never the public listener: `/metrics` there is 404.
 pub async fn serve_metrics(
@@ -168,7 +187,7 @@ pub async fn serve_metrics(
     serve_router(listener, metrics_app(state), shutdown, || {}).await
 }
 
-/// The accept loop of [`serve`] and [`serve_metrics`]; `closed` runs once the listening socket
+/// The accept loop of [`serve`], [`serve_pages`] and [`serve_metrics`]; `closed` runs once the listening socket
 /// is closed, before in-flight requests are waited for.
 async fn serve_router(
     listener: TcpListener,

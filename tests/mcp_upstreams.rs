@@ -8,13 +8,13 @@ mod common;
 use std::process::Stdio;
 
 use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::line_peer::LinePeer;
 use common::mcp_upstreams::{BearerServer, TS_EXAMPLE_TOOLS, TsExampleServer, jsonrpc, stdio_server_command};
 use common::python::python_sdk;
 use common::{eventually, repo, text};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const VERSION: &str = "2025-11-25";
 
@@ -307,62 +307,27 @@ async fn bearer_server_tools_behave_for_the_python_sdk_client() {
 }
 
 /// The stdio server, started with `env`, as a line-oriented JSON-RPC peer.
-struct StdioPeer {
-    child: tokio::process::Child,
-    stdin: tokio::process::ChildStdin,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-}
+struct StdioPeer(LinePeer);
 
 impl StdioPeer {
     async fn start(command: &[String], env: &[(&str, &str)]) -> StdioPeer {
-        let mut child = tokio::process::Command::new(&command[0])
+        let mut program = tokio::process::Command::new(&command[0]);
+        program
             .args(&command[1..])
             .env_remove("API_TOKEN")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start stdio_server.py");
-        let stdin = child.stdin.take().expect("stdin");
-        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut server = StdioPeer { child, stdin, lines };
+            .envs(env.iter().copied());
+        let mut server = LinePeer::spawn(program, "stdio_server.py");
         let answer = server.request(0, "initialize", initialize()["params"].clone()).await;
         assert_eq!(answer["result"]["protocolVersion"], VERSION, "{answer}");
         server
             .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .await;
-        server
-    }
-
-    async fn send(&mut self, message: &Value) {
-        let line = format!("{message}\n");
-        self.stdin
-            .write_all(line.as_bytes())
-            .await
-            .expect("write to the server");
-        self.stdin.flush().await.expect("flush");
-    }
-
-    async fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await;
-        loop {
-            let line = tokio::time::timeout(common::WAIT, self.lines.next_line())
-                .await
-                .expect("an answer in time")
-                .expect("read stdout")
-                .expect("the server answers before closing stdout");
-            let message: Value = serde_json::from_str(&line).expect("one JSON message per line");
-            if message["id"] == id {
-                return message;
-            }
-        }
+        StdioPeer(server)
     }
 
     async fn tool(&mut self, id: i64, name: &str) -> String {
         let answer = self
+            .0
             .request(id, "tools/call", json!({"name": name, "arguments": {}}))
             .await;
         text(&answer["result"])
@@ -383,36 +348,29 @@ async fn stdio_server_reads_its_token_from_the_environment() {
     let pid = server.tool(2, "pid").await;
     assert_eq!(
         pid.parse::<u32>().ok(),
-        server.child.id(),
+        server.0.child.id(),
         "no wrapper process in between"
     );
     assert_eq!(server.tool(3, "leak").await, "ok");
 
     // `crash` exits at once with status 3, unanswered; stderr holds what `leak` wrote.
     server
+        .0
         .send(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
             "params": {"name": "crash", "arguments": {}}}))
         .await;
-    let after_crash = tokio::time::timeout(common::WAIT, server.lines.next_line())
-        .await
-        .expect("stdout closes in time")
-        .expect("read stdout");
+    let after_crash = server.0.next_line().await;
     assert_eq!(after_crash, None, "crash answers nothing and closes stdout");
-    let status = tokio::time::timeout(common::WAIT, server.child.wait())
+    let status = tokio::time::timeout(common::WAIT, server.0.child.wait())
         .await
         .expect("exits in time")
         .expect("wait");
     assert_eq!(status.code(), Some(3));
-    let mut stderr = String::new();
-    server
-        .child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut stderr)
-        .await
-        .expect("read stderr");
-    assert!(stderr.contains("the token is s3cret-token"), "{stderr}");
+    let stderr = &server.0.stderr;
+    eventually("stderr holds what leak wrote", async || {
+        stderr.text().contains("the token is s3cret-token").then_some(())
+    })
+    .await;
 
     let mut unset = StdioPeer::start(&command, &[]).await;
     assert_eq!(unset.tool(1, "token_hash").await, "unset");

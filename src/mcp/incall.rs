@@ -38,6 +38,11 @@ impl Outbox {
         (Self { sender }, receiver)
     }
 
+    /// Sends on `sender`, a channel whose reader writes to the client (stdio's output).
+    pub fn onto(sender: mpsc::Sender<Value>) -> Self {
+        Self { sender }
+    }
+
     /// False when the client has gone away.
     pub async fn send(&self, message: Value) -> bool {
         self.sender.send(message).await.is_ok()

@@ -218,6 +218,14 @@ pub async fn handle(
     answer
 }
 
+/// A notification from the client within an established session: a cancellation stops its
+/// call; the others need nothing from the server.
+pub async fn notified(state: &AppState, session: &SessionId, method: &str, params: Option<&Value>) {
+    if method == "notifications/cancelled" {
+        super::calls::cancel(state, session, params).await;
+    }
+}
+
 async fn set_level(state: &AppState, session: &SessionRecord, params: Map<String, Value>) -> Result<Value, RpcError> {
     let level: LogLevel = params
         .get("level")

@@ -1,6 +1,6 @@
 //! The MCP protocol over Streamable HTTP: the transport (headers, bodies, batches), sessions,
-//! method dispatch, the standalone SSE stream and in-call elicitation. A tool call asks the gate
-//! whether it may run and turns the answer into MCP: the tool's result, error -32042, a result
+//! method dispatch, the standalone SSE stream and in-call elicitation; and over stdin/stdout for
+//! local clients (`stdio`, with the same dispatch). A tool call asks the gate whether it may run and turns the answer into MCP: the tool's result, error -32042, a result
 //! with the links, or `elicitation/create` within the call. What a requirement is (a sign-in, a
 //! form) is the gate's business. With the `conformance` feature, `resources`, `prompts` and
 //! `completion` answer those methods for the conformance suite's `fixtures`. `measure` records
@@ -22,6 +22,7 @@ mod resource_metadata;
 mod resources;
 pub mod sessions;
 mod sse;
+pub mod stdio;
 mod stream;
 mod tool_call;
 mod transport;

@@ -1,5 +1,6 @@
 //! The standalone SSE stream (GET /mcp), read from the session's persisted event log. Each event's
 //! SSE `id` is its sequence number, so `Last-Event-ID` resumes exactly where the client was.
+//! `follow` is the reading itself, which `stdio` also uses to write the session's events to stdout.
 //!
 //! A stream first replays what the client asked to see again (after `Last-Event-ID`, up to the
 //! delivered mark), then delivers new events. New events are claimed in the database before they
@@ -15,6 +16,8 @@ use std::time::Duration;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
+use futures::{Stream, StreamExt};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +33,16 @@ const BATCH: i64 = 100;
 /// The notification whose delivery the metrics time, from its elicitation's completion.
 const COMPLETION: &str = "notifications/elicitation/complete";
 
+/// What a session's log gives the stream that follows it, whatever carries it (an SSE stream
+/// here, stdout in `stdio`).
+pub(super) enum Delivered {
+    /// The log's event `seq`.
+    Message { seq: i64, message: Value },
+    /// The stream ends after a failure; the client may follow again after this long, from the
+    /// last `seq` it got.
+    Retry(Duration),
+}
+
 /// Opens the stream: `resume_after` is the client's `Last-Event-ID`; `slot` is its place among
 /// the session's streams on this replica, held until the stream ends or a resumed one replaces it.
 pub async fn open(
@@ -38,22 +51,45 @@ pub async fn open(
     resume_after: Option<i64>,
     slot: StreamSlot,
 ) -> Result<Response, StoreError> {
+    let (cursor, delivered) = follow(state, &session.id, resume_after, slot).await?;
+    // A priming event (an id, empty data) tells the client where to resume if this stream drops.
+    let priming =
+        (session.protocol_version.as_str() >= PRIMING_SINCE).then(|| Event::default().id(cursor.to_string()).data(""));
+    let events = futures::stream::iter(priming)
+        .chain(delivered.map(|delivered| {
+            match delivered {
+                Delivered::Message { seq, message } => Event::default()
+                    .event("message")
+                    .id(seq.to_string())
+                    .data(message.to_string()),
+                Delivered::Retry(retry) => Event::default().retry(retry),
+            }
+        }))
+        .map(Ok::<_, Infallible>);
+    let keep_alive = KeepAlive::new().interval(state.config.server.sse_keep_alive);
+    Ok(Sse::new(events).keep_alive(keep_alive).into_response())
+}
+
+/// Follows the session's log from `resume_after` (else from its delivered mark) while `slot`
+/// holds: returns where it starts and what it delivers, which ends when the session does, at
+/// shutdown (with a retry hint) or when a resumed stream replaces this one.
+pub(super) async fn follow(
+    state: &AppState,
+    session: &SessionId,
+    resume_after: Option<i64>,
+    slot: StreamSlot,
+) -> Result<(i64, impl Stream<Item = Delivered> + use<>), StoreError> {
     // Subscribe before the first read, so an event appended in between still wakes the stream.
-    let wake = state.bus.subscribe(&session.id);
-    let delivered = state.store.delivered_seq(&session.id).await?.unwrap_or(0);
+    let wake = state.bus.subscribe(session);
+    let delivered = state.store.delivered_seq(session).await?.unwrap_or(0);
     let cursor = resume_after.unwrap_or(delivered);
-    let mut pending = VecDeque::new();
-    if session.protocol_version.as_str() >= PRIMING_SINCE {
-        // A priming event (an id, empty data) tells the client where to resume if this stream drops.
-        pending.push_back(Event::default().id(cursor.to_string()).data(""));
-    }
     let reader = Reader {
         store: state.store.clone(),
-        session: session.id.clone(),
+        session: session.clone(),
         wake,
         cursor,
         replay_until: delivered,
-        pending,
+        pending: VecDeque::new(),
         shutdown: state.shutdown.clone(),
         retry: state.config.server.sse_retry,
         closing: false,
@@ -61,9 +97,7 @@ pub async fn open(
         _open: state.metrics.stream_opened(),
         metrics: state.metrics.clone(),
     };
-    let events = futures::stream::unfold(reader, Reader::next);
-    let keep_alive = KeepAlive::new().interval(state.config.server.sse_keep_alive);
-    Ok(Sse::new(events).keep_alive(keep_alive).into_response())
+    Ok((cursor, futures::stream::unfold(reader, Reader::next)))
 }
 
 struct Reader {
@@ -74,7 +108,7 @@ struct Reader {
     cursor: i64,
     /// Events up to here were delivered before this stream opened and are replayed unclaimed.
     replay_until: i64,
-    pending: VecDeque<Event>,
+    pending: VecDeque<Delivered>,
     shutdown: CancellationToken,
     retry: Duration,
     closing: bool,
@@ -95,10 +129,10 @@ enum Read {
 }
 
 impl Reader {
-    async fn next(mut self) -> Option<(Result<Event, Infallible>, Self)> {
+    async fn next(mut self) -> Option<(Delivered, Self)> {
         loop {
             if let Some(event) = self.pending.pop_front() {
-                return Some((Ok(event), self));
+                return Some((event, self));
             }
             // Replaced: claim nothing more, and end without a retry hint.
             if self.closing || self.slot.is_ended() {
@@ -152,17 +186,15 @@ impl Reader {
     }
 
     fn close_with_retry(&mut self) {
-        self.pending.push_back(Event::default().retry(self.retry));
+        self.pending.push_back(Delivered::Retry(self.retry));
         self.closing = true;
     }
 
-    fn push(&mut self, seq: i64, message: &serde_json::Value) {
-        self.pending.push_back(
-            Event::default()
-                .event("message")
-                .id(seq.to_string())
-                .data(message.to_string()),
-        );
+    fn push(&mut self, seq: i64, message: &Value) {
+        self.pending.push_back(Delivered::Message {
+            seq,
+            message: message.clone(),
+        });
         self.cursor = seq;
     }
 }

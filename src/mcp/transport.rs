@@ -380,9 +380,7 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
             Ok(accepted())
         }
         Message::Notification { method, params } => {
-            if method == "notifications/cancelled" {
-                calls::cancel(state, &session.id, params.as_ref()).await;
-            }
+            methods::notified(state, &session.id, &method, params.as_ref()).await;
             Ok(accepted())
         }
     }

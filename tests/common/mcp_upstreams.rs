@@ -281,7 +281,7 @@ pub async fn stage_npm(what: &str, source: &str, stage: &str) -> Option<PathBuf>
 }
 
 /// A started child: itself, its stdin, its stdout lines as they come, all its stdout, its stderr.
-type Spawned = (
+pub type Spawned = (
     Child,
     Option<ChildStdin>,
     tokio::sync::mpsc::UnboundedReceiver<String>,
@@ -292,7 +292,7 @@ type Spawned = (
 /// Spawns `command` with every pipe open and the child killed on drop. The stdin returned is the
 /// child's (a child may watch it to exit when the test goes away); stdout and stderr are read
 /// continuously, so the child never blocks on a full pipe.
-fn spawn(mut command: Command, what: &str) -> Spawned {
+pub fn spawn(mut command: Command, what: &str) -> Spawned {
     let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -20,6 +20,7 @@ pub mod browser;
 pub mod cluster;
 pub mod fake_idp;
 pub mod fake_oauth;
+pub mod line_peer;
 pub mod local;
 pub mod mcp;
 pub mod mcp_upstreams;

@@ -88,10 +88,16 @@ pub struct PythonScript {
 impl PythonScript {
     /// Starts `script` (a path from the repository's root) with `interpreter` and `args`.
     pub fn start(interpreter: &std::path::Path, script: &str, args: &[&str]) -> Self {
+        Self::start_with_env(interpreter, script, args, &[])
+    }
+
+    /// [`PythonScript::start`] with `env` added to the script's environment.
+    pub fn start_with_env(interpreter: &std::path::Path, script: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         use std::io::BufRead;
         let mut child = Command::new(interpreter)
             .arg(repo().join(script))
             .args(args)
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

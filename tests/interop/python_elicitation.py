@@ -20,6 +20,13 @@ client can complete gatehouse's sign-in flow over Streamable HTTP (protocol
   5. retries the call, closes the session (HTTP DELETE) and prints a final line
        {"event": "result", "result": {"isError", "content", "structuredContent"}}
 
+With --stdio GATEHOUSE the script launches `GATEHOUSE stdio` instead (the SDK's stdio
+client, the environment passed on) and speaks to it over its stdin and stdout: there is no
+GET stream to wait for in step 2, the completion notifications arrive on stdout, and a line
+of stdout that is not a JSON-RPC message is a failure. With --list-tools it prints
+  {"event": "tools", "names": [...]}
+after initializing.
+
 With --in-call the tool is expected to ask within the call instead (gatehouse's
 `elicit = "request"`): the server sends `elicitation/create` (URL mode) on the
 call's own SSE stream and the call waits for the user. Then:
@@ -47,6 +54,7 @@ Requires Python >= 3.11 (uses the built-in BaseExceptionGroup).
 Usage:
   python_elicitation.py --url http://127.0.0.1:PORT/mcp --call whoami [--args '{}'] [--timeout 60]
   python_elicitation.py --url ... --call pay --args '{...}' --in-call [--action decline] [--progress]
+  python_elicitation.py --stdio target/debug/gatehouse --list-tools --call me
 """
 
 from __future__ import annotations
@@ -54,7 +62,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +73,7 @@ import httpx2
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import ClientSession, MCPError
 from mcp.client.session import ClientRequestContext, IncomingMessage
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from python_client import result_to_json, run_main
@@ -94,6 +105,8 @@ class Flow:
     get_status: int | None = None
     phase: str = "connecting"
     pending: list[str] = field(default_factory=list)
+    # Lines of the server's stdout that were not JSON-RPC messages (--stdio).
+    bad_lines: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.completions_in, self.completions_out = anyio.create_memory_object_stream[str](math.inf)
@@ -106,7 +119,10 @@ class Flow:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="Streamable HTTP endpoint, e.g. http://127.0.0.1:8080/mcp")
+    server = parser.add_mutually_exclusive_group(required=True)
+    server.add_argument("--url", help="Streamable HTTP endpoint, e.g. http://127.0.0.1:8080/mcp")
+    server.add_argument("--stdio", metavar="GATEHOUSE", help="launch `GATEHOUSE stdio` and speak over its stdin/stdout")
+    parser.add_argument("--list-tools", action="store_true", help="print the tools' names after initializing")
     parser.add_argument("--call", required=True, metavar="TOOL", help="tool to call")
     parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
     parser.add_argument("--timeout", type=float, default=60.0, help="overall timeout in seconds")
@@ -185,7 +201,33 @@ async def call_in_call(session: ClientSession, tool: str, arguments: dict[str, A
     return result
 
 
-async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow, in_call: InCall | None) -> dict[str, Any]:
+@asynccontextmanager
+async def http_transport(url: str, flow: Flow):  # type: ignore[no-untyped-def]
+    """Streamable HTTP, noting when the GET SSE stream answers."""
+
+    async def on_response(response: httpx2.Response) -> None:
+        # Fires when the response headers arrive, i.e. before the SSE body is read.
+        if response.request.method != "GET" or response.is_redirect:
+            return
+        if flow.get_status is None or response.is_success:
+            flow.get_status = response.status_code
+        flow.get_answered.set()
+
+    http_client = create_mcp_http_client()
+    http_client.event_hooks = {"response": [on_response]}
+    # The client is ours, so we close it; the transport still sends DELETE with the
+    # Mcp-Session-Id on exit (terminate_on_close=True), before the session is left.
+    async with http_client, streamable_http_client(url, http_client=http_client) as streams:
+        yield streams
+
+
+def stdio_transport(gatehouse: str) -> AbstractAsyncContextManager[Any]:
+    """`gatehouse stdio` as a child process, with this script's environment."""
+    return stdio_client(StdioServerParameters(command=gatehouse, args=["stdio"], env=dict(os.environ)))
+
+
+async def run(opts: argparse.Namespace, arguments: dict[str, Any], flow: Flow, in_call: InCall | None) -> dict[str, Any]:
+    tool = opts.call
     client_info = Implementation(name="gatehouse-interop-python-elicitation", version="1.0.0")
 
     async def elicitation_callback(
@@ -204,22 +246,14 @@ async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow, in_cal
     async def message_handler(message: IncomingMessage) -> None:
         if isinstance(message, ElicitCompleteNotification):
             flow.completions_in.send_nowait(message.params.elicitation_id)
-        # Transport-level exceptions also land here; the SDK retries the GET stream itself,
-        # and a stream that never delivers shows up as the timeout, so they are ignored.
+        elif isinstance(message, Exception) and opts.stdio:
+            # Over stdio an exception is a line of stdout that is not a JSON-RPC message.
+            flow.bad_lines.append(repr(message))
+        # Over HTTP transport-level exceptions also land here; the SDK retries the GET stream
+        # itself, and a stream that never delivers shows up as the timeout, so they are ignored.
 
-    async def on_response(response: httpx2.Response) -> None:
-        # Fires when the response headers arrive, i.e. before the SSE body is read.
-        if response.request.method != "GET" or response.is_redirect:
-            return
-        if flow.get_status is None or response.is_success:
-            flow.get_status = response.status_code
-        flow.get_answered.set()
-
-    http_client = create_mcp_http_client()
-    http_client.event_hooks = {"response": [on_response]}
-    # The client is ours, so we close it; the transport still sends DELETE with the
-    # Mcp-Session-Id on exit (terminate_on_close=True), before the session is left.
-    async with http_client, streamable_http_client(url, http_client=http_client) as (read_stream, write_stream):
+    transport = stdio_transport(opts.stdio) if opts.stdio else http_transport(opts.url, flow)
+    async with transport as (read_stream, write_stream):
         async with ClientSession(
             read_stream,
             write_stream,
@@ -229,6 +263,9 @@ async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow, in_cal
         ) as session:
             flow.phase = "initializing"
             await session.initialize()
+            if opts.list_tools:
+                listed = await session.list_tools()
+                emit({"event": "tools", "names": [t.name for t in listed.tools]})
 
             if in_call is not None:
                 flow.phase = f"calling {tool} (expecting elicitation/create within the call)"
@@ -238,10 +275,11 @@ async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow, in_cal
 
             # The SDK opens the GET SSE stream once notifications/initialized is sent; the
             # completion notifications travel on it, so make sure it is open before calling.
-            flow.phase = "waiting for the GET SSE stream"
-            await flow.get_answered.wait()
-            if flow.get_status is None or not 200 <= flow.get_status < 300:
-                raise ProtocolFailure(f"GET SSE stream not opened: HTTP {flow.get_status}")
+            if not opts.stdio:
+                flow.phase = "waiting for the GET SSE stream"
+                await flow.get_answered.wait()
+                if flow.get_status is None or not 200 <= flow.get_status < 300:
+                    raise ProtocolFailure(f"GET SSE stream not opened: HTTP {flow.get_status}")
 
             flow.phase = f"calling {tool} (expecting -32042)"
             try:
@@ -271,6 +309,8 @@ async def run(url: str, tool: str, arguments: dict[str, Any], flow: Flow, in_cal
             flow.phase = f"retrying {tool}"
             result = await session.call_tool(tool, arguments)
             flow.phase = "closing the session"
+    if flow.bad_lines:
+        raise ProtocolFailure(f"stdout carried lines that are not JSON-RPC messages: {flow.bad_lines}")
     return {"event": "result", "result": result_to_json(result)}
 
 
@@ -283,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         flow = Flow()
         flows.append(flow)
         in_call = InCall(action=opts.action, progress=opts.progress) if opts.in_call else None
-        return await run(opts.url, opts.call, arguments, flow, in_call)
+        return await run(opts, arguments, flow, in_call)
 
     return run_main(
         opts, body, "interop elicitation client", lambda: flows[0].describe() if flows else "starting"
