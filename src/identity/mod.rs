@@ -160,6 +160,34 @@ fn single_header<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option
         .map_err(|_| IdentityError::NotUtf8(name.clone()))
 }
 
+/// The client's address: the peer's, or when the peer is a trusted proxy, the nearest address
+/// in `X-Forwarded-For` that is not one (each proxy appends the address it was reached from, so
+/// only the hops after the last untrusted one are believed). An entry that is not an address
+/// stops the walk at the hop that sent it.
+pub fn client_address(trusted: &[IpNet], headers: &HeaderMap, peer: SocketAddr) -> IpAddr {
+    let mut address = peer.ip();
+    if !is_trusted(trusted, address) {
+        return address;
+    }
+    let hops = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .collect::<Vec<_>>();
+    for hop in hops.into_iter().rev() {
+        let Ok(hop) = hop.parse::<IpAddr>() else {
+            return address;
+        };
+        address = hop;
+        if !is_trusted(trusted, hop) {
+            return hop;
+        }
+    }
+    address
+}
+
 fn is_trusted(trusted: &[IpNet], ip: IpAddr) -> bool {
     let ip = match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
@@ -187,6 +215,24 @@ mod tests {
             email_header: Some(HeaderName::from_static("x-forwarded-email")),
             trusted_proxies: vec!["10.0.0.0/8".parse().expect("cidr")],
         }
+    }
+
+    #[test]
+    fn the_client_address_is_believed_from_trusted_proxies_only() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("cidr")];
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-forwarded-for",
+            "198.51.100.1, 192.0.2.9, 10.0.0.2".parse().expect("value"),
+        );
+        let proxy: SocketAddr = "10.1.2.3:5000".parse().expect("addr");
+        let stranger: SocketAddr = "203.0.113.5:5000".parse().expect("addr");
+        let ip = |text: &str| text.parse::<IpAddr>().expect("ip");
+        assert_eq!(client_address(&trusted, &headers, proxy), ip("192.0.2.9"));
+        assert_eq!(client_address(&trusted, &headers, stranger), ip("203.0.113.5"));
+        assert_eq!(client_address(&trusted, &HeaderMap::new(), proxy), ip("10.1.2.3"));
+        headers.insert("x-forwarded-for", "not-an-address, 10.0.0.2".parse().expect("value"));
+        assert_eq!(client_address(&trusted, &headers, proxy), ip("10.0.0.2"));
     }
 
     #[test]

@@ -30,10 +30,8 @@ use response::PageResponse;
 use templates::impl_page;
 
 pub fn router(state: &AppState) -> Router<AppState> {
-    Router::new()
+    let pages = Router::new()
         .route("/", get(index))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
         .merge(
             Router::new()
                 .merge(connect::router())
@@ -45,6 +43,11 @@ pub fn router(state: &AppState) -> Router<AppState> {
                     response::refuse_while_database_down,
                 )),
         )
+        .layer(middleware::from_fn_with_state(state.clone(), response::limit_requests));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(pages)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             response::refuse_foreign_requests,
