@@ -11,30 +11,12 @@ use common::{Backend, McpClient, Reply, TestDatabase, TestServer, elicitations, 
 use gatehouse::config::ConfigError;
 use gatehouse::domain::SessionId;
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 const USER_HEADER: &str = "X-Forwarded-User";
 
 /// A call-scoped confirmation, so every new amount asks anew; its upstream is never reached.
-const PAY: &str = r#"
-[[forms]]
-id = "confirm_pay"
-title = "Confirm payment"
-description = "Pay {{args.amount}} EUR?"
-scope = "call"
-[[forms.fields]]
-name = "sure"
-label = "I confirm this payment"
-type = "boolean"
-required = true
-
-[[tools]]
-name = "pay"
-description = "Pays, after the user confirms"
-requires = ["form:confirm_pay"]
-input_schema = { type = "object", properties = { amount = { type = "number" } }, required = ["amount"] }
-http = { url = "http://127.0.0.1:9/pay" }
-"#;
+const PAY: &str = include_str!("fixtures/pay_confirmation.toml");
 
 fn header_identity(extra: &str) -> String {
     format!("{}\n{extra}", include_str!("fixtures/header_identity.toml"))
@@ -46,9 +28,19 @@ async fn user(server: &TestServer, name: &str) -> McpClient {
     client
 }
 
+fn pay_params(amount: u32) -> Value {
+    json!({"name": "pay", "arguments": {"payee": "Alice", "amount": amount}})
+}
+
 async fn pay(client: &McpClient, amount: u32) -> Reply {
-    client
-        .request("tools/call", json!({"name": "pay", "arguments": {"amount": amount}}))
+    client.request("tools/call", pay_params(amount)).await
+}
+
+/// A 2026-07-28 call of `pay` by `user`: its result.
+async fn pay_stateless(server: &TestServer, user: &str, amount: u32) -> Value {
+    StatelessClient::new(&server.url)
+        .with_user(USER_HEADER, user)
+        .result("tools/call", pay_params(amount))
         .await
 }
 
@@ -91,10 +83,7 @@ backend_test!(
             "pending links still work"
         );
 
-        let stateless = StatelessClient::new(&server.url).with_user(USER_HEADER, "alice");
-        let modern = stateless
-            .result("tools/call", json!({"name": "pay", "arguments": {"amount": 4}}))
-            .await;
+        let modern = pay_stateless(&server, "alice", 4).await;
         assert_eq!(modern["isError"], true, "{modern}");
         assert_eq!(modern["resultType"], "complete", "{modern}");
         assert!((1..=30).contains(&retry_seconds(&text(&modern))), "{modern}");
@@ -104,10 +93,7 @@ backend_test!(
         for amount in [1, 2, 1, 2, 1] {
             elicitations(&pay(&bob, amount).await);
         }
-        let carol = StatelessClient::new(&server.url).with_user(USER_HEADER, "carol");
-        let asked = carol
-            .result("tools/call", json!({"name": "pay", "arguments": {"amount": 1}}))
-            .await;
+        let asked = pay_stateless(&server, "carol", 1).await;
         assert_eq!(asked["resultType"], "input_required", "{asked}");
         server.stop().await;
     }
