@@ -21,11 +21,11 @@
 //! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
 //! of its own.
 
+#[path = "load/cpu.rs"]
+mod cpu;
 #[allow(dead_code)]
 #[path = "../tests/common/fake_idp.rs"]
 mod fake_idp;
-#[path = "load/cpu.rs"]
-mod cpu;
 #[allow(dead_code)]
 #[path = "../tests/common/fake_oauth.rs"]
 mod fake_oauth;

@@ -1,7 +1,9 @@
 //! What the binaries run: parses the command line and configuration, sets up logging, then
-//! serves, migrates, checks the configuration, makes a key or rotates keys (`keys`). `gatehouse`
-//! and the test-only `gatehouse-conformance` are both [`binary!`](crate::binary) around [`main`].
+//! serves, migrates, checks the configuration, makes a key, rotates keys (`keys`) or prints the
+//! audit trail (`audit`). `gatehouse` and the test-only `gatehouse-conformance` are both
+//! [`binary!`](crate::binary) around [`main`].
 
+mod audit;
 mod keys;
 
 use std::collections::BTreeMap;
@@ -43,6 +45,8 @@ enum Command {
         #[command(subcommand)]
         command: keys::KeysCommand,
     },
+    /// Print the audit trail, newest first.
+    Audit(audit::AuditArgs),
 }
 
 /// The whole program; its exit code.
@@ -86,6 +90,7 @@ pub fn main() -> ExitCode {
             Command::Serve => serve(config).await,
             Command::Migrate => migrate(config).await,
             Command::Keys { command } => keys::run(config, command).await,
+            Command::Audit(args) => audit::run(config, args).await,
             Command::CheckConfig | Command::GenerateKey => Ok(()),
         }
     });

@@ -4,6 +4,7 @@
 //! tests run exactly this on port 0. `serve_metrics` serves `/metrics` on a listener of its own
 //! (`server.metrics_bind`). `cli` is the program the binaries run ([`binary!`]).
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod domain;

@@ -8,6 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
+use crate::audit::Audit;
 use crate::config::{Config, ConfigError};
 use crate::events::{self, Bus};
 use crate::forms::Forms;
@@ -95,6 +96,8 @@ pub struct Shared {
     /// The pages' OpenID Connect sign-in, in `oauth` mode.
     pub sign_in: Option<Arc<SignIn>>,
     pub gate: Arc<Gate>,
+    /// The audit trail's recorder.
+    pub audit: Arc<Audit>,
     pub templates: Arc<Templates>,
     /// Signs the pages' CSRF tokens (and, inside the gate, seals secrets).
     pub vault: Arc<KeyRing>,
@@ -162,12 +165,16 @@ impl AppState {
             shutdown.clone(),
         )));
 
+        let (audit, writer) = Audit::start(database.store.clone(), shutdown.clone());
+        let audit = Arc::new(audit);
+        tasks.push(writer);
         let backing = Backing {
             store: database.store.clone(),
             bus: bus.clone(),
             vault: vault.clone(),
             public_url: public_url.clone(),
             metrics: metrics.clone(),
+            audit: audit.clone(),
         };
         let elicitations = Arc::new(Elicitations::new(
             backing.clone(),
@@ -224,6 +231,7 @@ impl AppState {
             identity,
             sign_in,
             gate,
+            audit,
             templates,
             vault,
             public_url,

@@ -314,10 +314,17 @@ backend_test!(
 fn expired(server: &TestServer, state: &str) -> String {
     const CONTEXT: &str = "mcp requestState v1";
     let sealed = URL_SAFE_NO_PAD.decode(state).expect("base64url state");
-    let opened = server.state.vault.decrypt(&sealed, CONTEXT).expect("the server's own state opens");
+    let opened = server
+        .state
+        .vault
+        .decrypt(&sealed, CONTEXT)
+        .expect("the server's own state opens");
     let mut fields: Value = serde_json::from_slice(&opened).expect("state JSON");
     let now = chrono::Utc::now().timestamp();
-    assert!(fields["x"].as_i64().expect("expiry") > now, "issued unexpired: {fields}");
+    assert!(
+        fields["x"].as_i64().expect("expiry") > now,
+        "issued unexpired: {fields}"
+    );
     fields["x"] = json!(now - 1);
     let json = serde_json::to_vec(&fields).expect("JSON");
     URL_SAFE_NO_PAD.encode(server.state.vault.encrypt(&json, CONTEXT))

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use super::connections::Grant;
 use super::form_values::call_key;
 use super::{Ask, Gate, GateError, Requirement};
+use crate::audit::Origin;
 use crate::domain::Principal;
 use crate::forms::{Form, FormScope, Submission};
 use crate::providers::Provider;
@@ -22,6 +23,8 @@ pub struct ToolCall<'a> {
     pub arguments: &'a Map<String, Value>,
     /// The call-scoped forms' descriptions with this call's arguments, by form id.
     pub details: &'a HashMap<String, String>,
+    /// Where the call came from, for the audit trail.
+    pub from: &'a Origin,
 }
 
 /// What one call may use: access tokens by provider (with the connection version they came from)
@@ -120,7 +123,7 @@ impl Gate {
                     let Some(provider) = self.connections.provider(provider) else {
                         continue;
                     };
-                    match self.connections.grant(principal, provider, scopes).await? {
+                    match self.connections.grant(principal, provider, scopes, call.from).await? {
                         Grant::Usable { token, version } => {
                             credentials.tokens.insert(provider.id.clone(), (token, version));
                         }
@@ -173,7 +176,7 @@ impl Gate {
             {
                 return Ok(Decision::Declined(declined));
             }
-            elicitations.push(self.elicitations.ask(principal, session, ask).await?);
+            elicitations.push(self.elicitations.ask(principal, session, ask, call.from).await?);
         }
         Ok(Decision::Elicit(elicitations))
     }
@@ -222,9 +225,14 @@ impl Gate {
         principal: &Principal,
         provider: &str,
         credentials: &Credentials,
+        from: &Origin,
     ) -> Result<(), GateError> {
         match credentials.tokens.get(provider) {
-            Some((_, version)) => self.connections.token_rejected(principal, provider, *version).await,
+            Some((_, version)) => {
+                self.connections
+                    .token_rejected(principal, provider, *version, from)
+                    .await
+            }
             None => Ok(()),
         }
     }

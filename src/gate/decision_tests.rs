@@ -7,6 +7,9 @@ use super::*;
 use crate::gate::testing::Fixture;
 use crate::store::ElicitationStatus;
 
+/// Calls from nowhere in particular.
+static NOWHERE: Origin = Origin::unknown();
+
 const CONFIG: &str = include_str!("testdata/gate.toml");
 
 struct Call {
@@ -36,6 +39,7 @@ impl Call {
             requires: &self.requires,
             arguments: &self.arguments,
             details: &self.details,
+            from: &NOWHERE,
         }
     }
 }
@@ -71,7 +75,7 @@ async fn save_key(gate: &Gate, session: &SessionRecord) {
         secrets: [("api_key".to_owned(), Secret::new("sk-123456".to_owned()))].into(),
     };
     gate.form_values()
-        .save_user(&session.principal, form, submission, None)
+        .save_user(&session.principal, form, submission, None, &Origin::unknown())
         .await
         .expect("save");
 }
@@ -129,7 +133,7 @@ async fn a_broken_connection_asks_for_a_new_sign_in_and_a_rejected_token_breaks_
     fixture.connect(&gate, &session, &["read"], None).await;
     let call = Call::new(&["acme"], json!({}));
     let run = credentials(decide(&gate, &session, &call).await);
-    gate.credential_rejected(&session.principal, "acme", &run)
+    gate.credential_rejected(&session.principal, "acme", &run, &Origin::unknown())
         .await
         .expect("rejected");
     let asked = elicited(decide(&gate, &session, &call).await);
@@ -154,7 +158,7 @@ async fn a_decline_is_reported_once_then_asked_afresh() {
     let call = Call::new(&["acme"], json!({}));
     let asked = elicited(decide(&gate, &session, &call).await);
     gate.elicitations()
-        .finish(&asked[0], ElicitationStatus::Declined)
+        .finish(&asked[0], ElicitationStatus::Declined, &Origin::unknown())
         .await
         .expect("decline");
     match decide(&gate, &session, &call).await {
@@ -190,7 +194,12 @@ async fn a_call_scoped_answer_serves_only_the_call_that_asked_and_only_once() {
         values: Map::new(),
         secrets: Default::default(),
     };
-    assert!(gate.form_values().answer_call(&asked[0], answer).await.expect("answer"));
+    assert!(
+        gate.form_values()
+            .answer_call(&asked[0], answer, &Origin::unknown())
+            .await
+            .expect("answer")
+    );
 
     let other = Call::new(&["form:confirm"], json!({"amount": 13}));
     let asked_other = elicited(decide(&gate, &session, &other).await);
@@ -215,7 +224,12 @@ async fn a_call_scoped_answer_waits_until_nothing_else_is_missing() {
         values: Map::new(),
         secrets: Default::default(),
     };
-    assert!(gate.form_values().answer_call(&asked[0], answer).await.expect("answer"));
+    assert!(
+        gate.form_values()
+            .answer_call(&asked[0], answer, &Origin::unknown())
+            .await
+            .expect("answer")
+    );
     let run = credentials(decide(&gate, &session, &call).await);
     assert!(run.forms().contains_key("key") && run.forms().contains_key("confirm"));
 }

@@ -12,11 +12,12 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::{Backing, GateError, Requirement, after, before};
+use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
 use crate::metrics::{ElicitationKind, ElicitationOutcome};
 use crate::rate_limit::RateLimit;
-use crate::store::{AskKey, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
+use crate::store::{AskKey, AuditAction, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
 use crate::text;
 
 /// What the user is asked for: one unmet requirement, in words.
@@ -92,6 +93,7 @@ impl Elicitations {
         principal: &Principal,
         session: &SessionRecord,
         ask: &Ask,
+        from: &Origin,
     ) -> Result<ElicitationRecord, GateError> {
         let now = Utc::now();
         let text = ask.requirement.to_string();
@@ -101,6 +103,14 @@ impl Elicitations {
             .await?
         {
             return Ok(pending);
+        }
+        // One that expired unswept is ended here, on the trail, before a new one is asked.
+        for expired in store
+            .expire_overdue_ask(ask.key(principal, session, &text), now)
+            .await?
+        {
+            self.count(&expired, ElicitationOutcome::Expired);
+            self.audit(&expired, AuditAction::ElicitationExpired, &Origin::unknown());
         }
         if let Err(limited) = self.created.check(principal) {
             let retry_after = limited.retry_after_seconds();
@@ -138,6 +148,7 @@ impl Elicitations {
         if stored.id == id {
             tracing::info!(elicitation = %id, principal = %principal, requirement = %stored.requirement, "elicitation created");
             self.count(&stored, ElicitationOutcome::Created);
+            self.audit(&stored, AuditAction::ElicitationCreated, from);
         }
         Ok(stored)
     }
@@ -175,10 +186,15 @@ impl Elicitations {
 
     /// Ends a pending elicitation without what it asked for (declined, failed) and tells its
     /// session. False when it was no longer pending.
-    pub async fn finish(&self, elicitation: &ElicitationRecord, status: ElicitationStatus) -> Result<bool, GateError> {
+    pub async fn finish(
+        &self,
+        elicitation: &ElicitationRecord,
+        status: ElicitationStatus,
+        from: &Origin,
+    ) -> Result<bool, GateError> {
         let store = &self.backing.store;
         let finished = self
-            .finish_with(elicitation, status, |notification| async move {
+            .finish_with(elicitation, status, from, |notification| async move {
                 let ending = Ending {
                     elicitation: &elicitation.id,
                     notification: &notification,
@@ -203,15 +219,16 @@ impl Elicitations {
         self.backing.metrics.elicitations(kind, outcome, 1);
     }
 
-    /// Finishes an elicitation as `status` through `write`, a store operation that must, in one
-    /// transaction, move it out of pending and append the completion `notification` it is given
-    /// to the session's event log; it returns whether it did. Then the session's streams here are
-    /// woken (other replicas learn of it from the store) and the metrics count it. The one way an
-    /// elicitation is finished.
+    /// Finishes an elicitation through `write`, a store operation that must, in one transaction,
+    /// move it out of pending and append the completion `notification` it is given to the
+    /// session's event log; it returns whether it did. Then the session's streams here are woken
+    /// (other replicas learn of it from the store), the metrics count the ending, `status`, and it
+    /// goes on the audit trail. The one way an elicitation is finished.
     pub(super) async fn finish_with<F, Fut>(
         &self,
         elicitation: &ElicitationRecord,
         status: ElicitationStatus,
+        from: &Origin,
         write: F,
     ) -> Result<bool, GateError>
     where
@@ -236,16 +253,35 @@ impl Elicitations {
                 ElicitationStatus::Pending | ElicitationStatus::Failed => ElicitationOutcome::Failed,
             };
             self.count(elicitation, outcome);
+            let action = match status {
+                ElicitationStatus::Completed => AuditAction::ElicitationCompleted,
+                ElicitationStatus::Declined => AuditAction::ElicitationDeclined,
+                ElicitationStatus::Expired => AuditAction::ElicitationExpired,
+                ElicitationStatus::Pending | ElicitationStatus::Failed => AuditAction::ElicitationFailed,
+            };
+            self.audit(elicitation, action, from);
         }
         Ok(finished)
     }
 
-    /// Marks every pending elicitation past its expiry expired.
-    pub async fn expire_overdue(&self, now: DateTime<Utc>) -> Result<u64, GateError> {
+    /// Puts what happened to `elicitation` on the audit trail: its id, and what it asks for.
+    fn audit(&self, elicitation: &ElicitationRecord, action: AuditAction, from: &Origin) {
+        self.backing.audit.record(
+            &elicitation.principal,
+            action,
+            &elicitation.id.to_string(),
+            &from.for_client(&elicitation.client_name),
+            json!({ "requirement": elicitation.requirement }),
+        );
+    }
+
+    /// Marks every pending elicitation past its expiry expired; returns them.
+    pub async fn expire_overdue(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, GateError> {
         let expired = self.backing.store.expire_elicitations(now).await?;
-        self.backing
-            .metrics
-            .elicitations(ElicitationKind::Any, ElicitationOutcome::Expired, expired);
+        for elicitation in &expired {
+            self.count(elicitation, ElicitationOutcome::Expired);
+            self.audit(elicitation, AuditAction::ElicitationExpired, &Origin::unknown());
+        }
         Ok(expired)
     }
 
@@ -257,8 +293,9 @@ impl Elicitations {
     }
 }
 
-/// The client's name as it introduced itself, for pages ("GitHub wants ... for Claude").
-fn client_name(session: &SessionRecord) -> String {
+/// The client's name as it introduced itself, for pages ("GitHub wants ... for Claude") and the
+/// audit trail.
+pub fn client_name(session: &SessionRecord) -> String {
     session
         .client_info
         .get("title")
@@ -292,13 +329,13 @@ mod tests {
 
         assert!(
             elicitations
-                .finish(&first, ElicitationStatus::Failed)
+                .finish(&first, ElicitationStatus::Failed, &Origin::unknown())
                 .await
                 .expect("finish")
         );
         assert!(
             !elicitations
-                .finish(&first, ElicitationStatus::Declined)
+                .finish(&first, ElicitationStatus::Declined, &Origin::unknown())
                 .await
                 .expect("finish"),
             "finishing twice changes nothing"
@@ -324,7 +361,7 @@ mod tests {
         }
         fixture.ask(&elicitations, &session, "form:key").await;
         let refused = elicitations
-            .ask(&principal("alice"), &session, &ask("form:other"))
+            .ask(&principal("alice"), &session, &ask("form:other"), &Origin::unknown())
             .await
             .expect_err("a third creation within the minute");
         assert!(
@@ -344,7 +381,7 @@ mod tests {
         let mut wake = fixture.backing.bus.subscribe(&session.id);
         assert!(
             elicitations
-                .finish(&elicitation, ElicitationStatus::Declined)
+                .finish(&elicitation, ElicitationStatus::Declined, &Origin::unknown())
                 .await
                 .expect("finish")
         );
@@ -356,7 +393,7 @@ mod tests {
         assert_eq!(events[0].message["params"]["elicitationId"], elicitation.id.to_string());
         assert!(
             !elicitations
-                .finish(&elicitation, ElicitationStatus::Declined)
+                .finish(&elicitation, ElicitationStatus::Declined, &Origin::unknown())
                 .await
                 .expect("finish")
         );
@@ -370,11 +407,11 @@ mod tests {
         let elicitations = fixture.elicitations();
         let asked = ask("acme");
         let elicitation = elicitations
-            .ask(&principal("alice"), &session, &asked)
+            .ask(&principal("alice"), &session, &asked, &Origin::unknown())
             .await
             .expect("ask");
         elicitations
-            .finish(&elicitation, ElicitationStatus::Declined)
+            .finish(&elicitation, ElicitationStatus::Declined, &Origin::unknown())
             .await
             .expect("finish");
         let declined = elicitations
@@ -398,7 +435,7 @@ mod tests {
         let elicitations = fixture.elicitations();
         let elicitation = fixture.ask(&elicitations, &session, "acme").await;
         let later = Utc::now() + chrono::Duration::hours(1);
-        assert_eq!(elicitations.expire_overdue(later).await.expect("sweep"), 1);
+        assert_eq!(elicitations.expire_overdue(later).await.expect("sweep").len(), 1);
         let stored = elicitations.get(&elicitation.id).await.expect("get").expect("stored");
         assert_eq!(stored.status, ElicitationStatus::Expired);
     }

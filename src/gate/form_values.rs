@@ -10,10 +10,13 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
 use super::{Backing, Elicitations, GateError, Requirement, sha256_hex};
+use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal, SessionId};
 use crate::forms::{Form, Forms, Submission};
 use crate::secret::Secret;
-use crate::store::{AskKey, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord, StoreError};
+use crate::store::{
+    AskKey, AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord, StoreError,
+};
 
 /// A user's saved values as pages may show them: the non-secret values and the names of the
 /// stored secrets (never their values).
@@ -147,6 +150,7 @@ impl FormValues {
         form: &Form,
         mut submission: Submission,
         elicitation: Option<&ElicitationRecord>,
+        from: &Origin,
     ) -> Result<bool, GateError> {
         let context = user_form_context(principal, &form.id);
         let store = &self.backing.store;
@@ -158,6 +162,10 @@ impl FormValues {
                 submission.secrets.entry(name).or_insert(value);
             }
         }
+        let action = match existing {
+            Some(_) => AuditAction::FormReplaced,
+            None => AuditAction::FormSaved,
+        };
         let record = FormValuesRecord {
             principal: principal.clone(),
             form: form.id.clone(),
@@ -170,16 +178,31 @@ impl FormValues {
         let completed = match elicitation {
             Some(elicitation) => {
                 self.elicitations
-                    .finish_with(elicitation, ElicitationStatus::Completed, |notification| async move {
-                        store
-                            .save_form_values(record, Some(&elicitation.id), &notification, now)
-                            .await
-                    })
+                    .finish_with(
+                        elicitation,
+                        ElicitationStatus::Completed,
+                        from,
+                        |notification| async move {
+                            store
+                                .save_form_values(record, Some(&elicitation.id), &notification, now)
+                                .await
+                        },
+                    )
                     .await?
             }
             None => store.save_form_values(record, None, &Value::Null, now).await?,
         };
         tracing::info!(principal = %principal, form = %form.id, "form values saved");
+        // The names of the fields saved, never their values.
+        let fields: Vec<&String> = record
+            .fields
+            .as_object()
+            .map(|f| f.keys().collect())
+            .unwrap_or_default();
+        let from = elicitation.map_or_else(|| from.clone(), |e| from.for_client(&e.client_name));
+        let secret_fields: Vec<&String> = submission.secrets.keys().collect();
+        let detail = json!({ "fields": fields, "secret_fields": secret_fields });
+        self.backing.audit.record(principal, action, &form.id, &from, detail);
         Ok(completed)
     }
 
@@ -189,6 +212,7 @@ impl FormValues {
         &self,
         elicitation: &ElicitationRecord,
         submission: Submission,
+        from: &Origin,
     ) -> Result<bool, GateError> {
         let answer = FormAnswerRecord {
             elicitation_id: elicitation.id,
@@ -199,9 +223,12 @@ impl FormValues {
         let (store, answer) = (&self.backing.store, &answer);
         let completed = self
             .elicitations
-            .finish_with(elicitation, ElicitationStatus::Completed, |notification| async move {
-                store.save_form_answer(answer, &notification, Utc::now()).await
-            })
+            .finish_with(
+                elicitation,
+                ElicitationStatus::Completed,
+                from,
+                |notification| async move { store.save_form_answer(answer, &notification, Utc::now()).await },
+            )
             .await?;
         if completed {
             tracing::info!(elicitation = %elicitation.id, "call form answered");
@@ -210,10 +237,13 @@ impl FormValues {
     }
 
     /// Deletes the principal's values for a form; false when there were none.
-    pub async fn delete(&self, principal: &Principal, form: &str) -> Result<bool, GateError> {
+    pub async fn delete(&self, principal: &Principal, form: &str, from: &Origin) -> Result<bool, GateError> {
         let deleted = self.backing.store.delete_form_values(principal, form).await?;
         if deleted {
             tracing::info!(principal = %principal, form, "form values deleted");
+            self.backing
+                .audit
+                .record(principal, AuditAction::FormDeleted, form, from, json!({}));
         }
         Ok(deleted)
     }

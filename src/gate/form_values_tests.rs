@@ -33,7 +33,12 @@ async fn user_values_are_sealed_kept_and_blank_secrets_keep_the_stored_one() {
     let alice = principal("alice");
     let key = form(&gate, "key");
     let first = submission(json!({"org": "acme"}), &[("api_key", "sk-first-secret-value")]);
-    assert!(!values.save_user(&alice, key, first, None).await.expect("save"));
+    assert!(
+        !values
+            .save_user(&alice, key, first, None, &Origin::unknown())
+            .await
+            .expect("save")
+    );
     let stored = fixture
         .backing
         .store
@@ -49,7 +54,13 @@ async fn user_values_are_sealed_kept_and_blank_secrets_keep_the_stored_one() {
     assert!(!stored.fields.to_string().contains("sk-first"));
 
     values
-        .save_user(&alice, key, submission(json!({"org": "personal"}), &[]), None)
+        .save_user(
+            &alice,
+            key,
+            submission(json!({"org": "personal"}), &[]),
+            None,
+            &Origin::unknown(),
+        )
         .await
         .expect("replace");
     let used = values.user_values(&alice, "key").await.expect("values").expect("saved");
@@ -60,8 +71,8 @@ async fn user_values_are_sealed_kept_and_blank_secrets_keep_the_stored_one() {
     assert_eq!(values.all_stored(&alice).await.expect("all").len(), 1);
     assert!(values.stored(&principal("bob"), "key").await.expect("stored").is_none());
 
-    assert!(values.delete(&alice, "key").await.expect("delete"));
-    assert!(!values.delete(&alice, "key").await.expect("delete"));
+    assert!(values.delete(&alice, "key", &Origin::unknown()).await.expect("delete"));
+    assert!(!values.delete(&alice, "key", &Origin::unknown()).await.expect("delete"));
     assert!(values.user_values(&alice, "key").await.expect("values").is_none());
 }
 
@@ -78,11 +89,15 @@ async fn a_call_answer_is_taken_once_by_the_call_that_asked() {
         call_key: Some(key.clone()),
         detail: None,
     };
-    let elicitation = gate.elicitations().ask(&alice, &session, &ask).await.expect("ask");
+    let elicitation = gate
+        .elicitations()
+        .ask(&alice, &session, &ask, &Origin::unknown())
+        .await
+        .expect("ask");
     let answer = submission(json!({"note": "ok"}), &[("pin", "1234")]);
     assert!(
         gate.form_values()
-            .answer_call(&elicitation, answer)
+            .answer_call(&elicitation, answer, &Origin::unknown())
             .await
             .expect("answer")
     );
@@ -120,7 +135,11 @@ async fn a_call_answer_is_taken_once_by_the_call_that_asked() {
     assert_eq!(done.status, ElicitationStatus::Completed);
     let late = submission(json!({"note": "again"}), &[]);
     assert!(
-        !gate.form_values().answer_call(&done, late).await.expect("answer"),
+        !gate
+            .form_values()
+            .answer_call(&done, late, &Origin::unknown())
+            .await
+            .expect("answer"),
         "a finished elicitation takes no second answer"
     );
 }
@@ -137,7 +156,11 @@ async fn saving_for_an_elicitation_completes_it_once() {
         call_key: None,
         detail: None,
     };
-    let elicitation = gate.elicitations().ask(&alice, &session, &ask).await.expect("ask");
+    let elicitation = gate
+        .elicitations()
+        .ask(&alice, &session, &ask, &Origin::unknown())
+        .await
+        .expect("ask");
     assert_eq!(
         gate.form_values().form_of(&elicitation).map(|f| f.id.as_str()),
         Some("key")
@@ -146,14 +169,14 @@ async fn saving_for_an_elicitation_completes_it_once() {
     let values = submission(json!({"org": "acme"}), &[("api_key", "sk-0123456789abcdef0123")]);
     assert!(
         gate.form_values()
-            .save_user(&alice, key, values.clone(), Some(&elicitation))
+            .save_user(&alice, key, values.clone(), Some(&elicitation), &Origin::unknown())
             .await
             .expect("save")
     );
     assert!(
         !gate
             .form_values()
-            .save_user(&alice, key, values, Some(&elicitation))
+            .save_user(&alice, key, values, Some(&elicitation), &Origin::unknown())
             .await
             .expect("save"),
         "the elicitation is no longer pending"

@@ -31,6 +31,7 @@ use chrono::{DateTime, Utc};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
+use crate::audit::Audit;
 use crate::events::Bus;
 use crate::metrics::Metrics;
 use crate::public_url::PublicUrl;
@@ -42,7 +43,7 @@ pub use connections::{
     ProviderErrorCode, StartedFlow,
 };
 pub use decision::{Credentials, Decision, ToolCall};
-pub use elicitations::{Ask, Elicitations, Limits};
+pub use elicitations::{Ask, Elicitations, Limits, client_name};
 pub use form_values::{FormValues, StoredValues};
 pub use requirement::{InvalidRequirement, Requirement};
 
@@ -81,6 +82,8 @@ pub struct Backing {
     pub public_url: Arc<PublicUrl>,
     /// Counts elicitations, refreshes and broken connections.
     pub metrics: Arc<Metrics>,
+    /// Where what happens to a principal's access is recorded.
+    pub audit: Arc<Audit>,
 }
 
 pub struct Gate {
@@ -129,7 +132,7 @@ impl Gate {
     pub async fn sweep(&self) -> Result<(), GateError> {
         let now = Utc::now();
         let retention = before(now, RETENTION);
-        let expired = self.elicitations.expire_overdue(now).await?;
+        let expired = self.elicitations.expire_overdue(now).await?.len() as u64;
         let flows = self.connections.forget_flows_before(retention).await?;
         let answers = self.form_values.drop_untaken_answers(retention).await?;
         let forgotten = self.elicitations.forget_ended(now).await?;

@@ -10,6 +10,7 @@ use url::Url;
 
 use super::connections::access_context;
 use super::{Ask, Backing, Connections, Elicitations, FormValues, Gate, Limits, Requirement};
+use crate::audit::Origin;
 use crate::config::Config;
 use crate::domain::{Principal, SessionId};
 use crate::events::Bus;
@@ -64,6 +65,7 @@ impl Fixture {
         let public_url = PublicUrl::new(&Url::parse("http://127.0.0.1:8080").expect("url"));
         Self {
             backing: Backing {
+                audit: Arc::new(crate::audit::Audit::start(store.clone(), Default::default()).0),
                 store,
                 bus,
                 vault: Arc::new(vault),
@@ -139,7 +141,7 @@ impl Fixture {
         requirement: &str,
     ) -> ElicitationRecord {
         elicitations
-            .ask(&session.principal, session, &ask(requirement))
+            .ask(&session.principal, session, &ask(requirement), &Origin::unknown())
             .await
             .expect("elicitation")
     }

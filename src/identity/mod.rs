@@ -40,6 +40,9 @@ pub enum IdentityError {
 pub struct Caller {
     pub principal: Principal,
     pub claims: Arc<Claims>,
+    /// Where the request came from, after trusted proxies (set by the transport, for the audit
+    /// trail).
+    pub address: Option<IpAddr>,
 }
 
 impl Caller {
@@ -48,6 +51,7 @@ impl Caller {
         Self {
             principal,
             claims: Arc::new(Claims::default()),
+            address: None,
         }
     }
 }
@@ -140,6 +144,7 @@ impl HeaderIdentity {
         Ok(Caller {
             principal,
             claims: Arc::new(claims),
+            address: None,
         })
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::audit::Origin;
 use crate::events::AnswerReceiver;
 use crate::jsonrpc;
 use crate::state::AppState;
@@ -226,7 +227,9 @@ async fn drop_completed(state: &AppState, answers: &mut Vec<(ElicitationRecord, 
 async fn finish_declined(state: &AppState, elicitation: &ElicitationRecord) {
     let elicitations = state.gate.elicitations();
     let result = async {
-        elicitations.finish(elicitation, ElicitationStatus::Declined).await?;
+        elicitations
+            .finish(elicitation, ElicitationStatus::Declined, &Origin::unknown())
+            .await?;
         elicitations.mark_decline_reported(elicitation).await
     }
     .await;

@@ -15,13 +15,14 @@ use tokio_util::sync::CancellationToken;
 use super::calls::StreamChannel;
 use super::incall::{self, Outbox, Waited};
 use super::{STATELESS_PROTOCOL_VERSION, store_failure};
+use crate::audit::Origin;
 use crate::config::ElicitMode;
 use crate::domain::{ElicitationId, LogLevel, Principal};
-use crate::gate::{Credentials, Decision, GateError, Requirement, ToolCall};
+use crate::gate::{Credentials, Decision, GateError, Requirement, ToolCall, client_name};
 use crate::identity::Caller;
 use crate::jsonrpc::{self, RpcError, URL_ELICITATION_REQUIRED};
 use crate::state::AppState;
-use crate::store::{ElicitationRecord, SessionRecord};
+use crate::store::{AuditAction, ElicitationRecord, SessionRecord};
 use crate::tools::{CallContext, CallStream, Tool, ToolInput, ToolOutcome, ToolResult};
 
 /// A `tools/call`'s own parameters, parsed.
@@ -123,8 +124,20 @@ pub async fn call(
             .tool(&name)
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?,
     };
+    let from = Origin {
+        address: caller.address,
+        client: Some(client_name(session)),
+    };
     // A tool the caller may not use is refused exactly like one that does not exist.
     if !tool.definition().permits(&caller.claims) {
+        audit_call(
+            state,
+            &caller.principal,
+            &name,
+            &from,
+            false,
+            json!({ "reason": "not permitted" }),
+        );
         return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
     }
     let principal = &caller.principal;
@@ -172,15 +185,28 @@ pub async fn call(
             requires: &requires,
             arguments: &arguments,
             details: &details,
+            from: &from,
         };
         let gated = match hold.as_mut() {
             Some(hold) => held(state, session, principal, &call, hold).await?,
             None => gate_call(state, session, principal, &call, waiting.as_ref()).await?,
         };
         let credentials = match gated {
-            Gated::Run(credentials) => credentials,
-            Gated::Reply(result) => return Ok(Called::Result(result.to_json())),
-            Gated::Elicit(elicitations) => return Ok(Called::Elicit(elicitations)),
+            Gated::Run(credentials) => {
+                audit_call(state, principal, &name, &from, true, json!({}));
+                credentials
+            }
+            Gated::Reply(result) => {
+                let detail = json!({ "reason": "answered without running" });
+                audit_call(state, principal, &name, &from, false, detail);
+                return Ok(Called::Result(result.to_json()));
+            }
+            Gated::Elicit(elicitations) => {
+                let ids: Vec<String> = elicitations.iter().map(|e| e.id.to_string()).collect();
+                let detail = json!({ "reason": "the user must act first", "elicitations": ids });
+                audit_call(state, principal, &name, &from, false, detail);
+                return Ok(Called::Elicit(elicitations));
+            }
         };
         let context = CallContext {
             principal,
@@ -192,6 +218,7 @@ pub async fn call(
             cancelled,
             offerings: state.upstreams.as_ref(),
             input: input.as_ref(),
+            from: &from,
         };
         match tool.call(&context, &arguments).await {
             ToolOutcome::Done(result) => {
@@ -216,7 +243,7 @@ pub async fn call(
             ToolOutcome::CredentialRejected { provider } => {
                 state
                     .gate
-                    .credential_rejected(principal, &provider, &credentials)
+                    .credential_rejected(principal, &provider, &credentials, &from)
                     .await
                     .map_err(internal)?;
             }
@@ -242,6 +269,16 @@ pub async fn call(
         ))
         .to_json(),
     ))
+}
+
+/// Puts the gate's answer to a call on the audit trail: allowed to run, or refused (and why).
+fn audit_call(state: &AppState, principal: &Principal, tool: &str, from: &Origin, allowed: bool, detail: Value) {
+    let action = if allowed {
+        AuditAction::CallAllowed
+    } else {
+        AuditAction::CallRefused
+    };
+    state.audit.record(principal, action, tool, from, detail);
 }
 
 /// Adds `scopes` to the call's requirement for `provider`; false when it holds them all already

@@ -193,7 +193,11 @@ fn refuse_stateless(headers: &HeaderMap) -> Result<(), Refusal> {
 
 /// The caller, by the identity mode; refused with the challenge MCP authorization prescribes.
 async fn caller(state: &AppState, parts: &Parts, peer: SocketAddr) -> Result<Caller, Refusal> {
-    state.identity.caller(&parts.headers, peer).await.map_err(|e| {
+    let identified = state.identity.caller(&parts.headers, peer).await.map(|mut caller| {
+        caller.address = Some(state.client_address(&parts.headers, peer));
+        caller
+    });
+    identified.map_err(|e| {
         let bearer = match (&e, state.identity.resource_server()) {
             (IdentityError::Bearer(bearer), Some(server)) => Some((bearer, server)),
             _ => None,

@@ -77,8 +77,6 @@ pub enum ElicitationKind {
     Connection,
     /// A hosted form.
     Form,
-    /// Not told apart: the expiry sweep counts the elicitations it expires, not their kinds.
-    Any,
 }
 
 impl ElicitationKind {
@@ -86,7 +84,6 @@ impl ElicitationKind {
         match self {
             ElicitationKind::Connection => "connection",
             ElicitationKind::Form => "form",
-            ElicitationKind::Any => "any",
         }
     }
 }

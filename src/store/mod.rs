@@ -14,6 +14,7 @@ macro_rules! sql {
 #[macro_use]
 mod sealed;
 
+mod audit;
 mod browser_sessions;
 mod cache;
 mod catalogues;
@@ -30,6 +31,7 @@ use serde_json::Value;
 
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
+pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditStore};
 pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use catalogues::{CatalogueRecord, CatalogueStore};
@@ -286,7 +288,7 @@ pub struct RefreshLease {
 
 #[async_trait]
 pub trait Store:
-    ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + SealedStore + Send + Sync + 'static
+    ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + SealedStore + AuditStore + Send + Sync + 'static
 {
     fn backend(&self) -> Backend;
 
@@ -368,8 +370,16 @@ pub trait Store:
     /// reported.
     async fn take_unreported_decline(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError>;
 
-    /// Marks pending elicitations past their expiry as expired; returns how many.
-    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError>;
+    /// Marks pending elicitations past their expiry as expired; returns them.
+    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, StoreError>;
+
+    /// Marks this ask's pending elicitations past their expiry at `now` as expired (the sweeper has
+    /// not reached them yet); returns them.
+    async fn expire_overdue_ask(
+        &self,
+        ask: AskKey<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ElicitationRecord>, StoreError>;
 
     /// Deletes the elicitations that ended (finished, or expired) before `cutoff`, with their flows
     /// and answers; returns how many.

@@ -2,6 +2,7 @@
 //! `pg_notify` inside the transaction that makes it, so the announcement and the change commit
 //! together.
 
+mod audit;
 mod browser_sessions;
 mod catalogues;
 mod connections;
@@ -20,10 +21,10 @@ use super::rows::{
     FORM_ANSWER_COLUMNS, FORM_VALUES_COLUMNS, Native, SESSION_COLUMNS, Stored, parse_session_id,
 };
 use super::{
-    AskKey, Backend, BrowserSessionRecord, BrowserSessionStore, CatalogueRecord, CatalogueStore, ConnectionRecord,
-    ConnectionStore, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord, FormStore, FormValuesRecord,
-    NOTIFY_CHANNEL, Notice, OAuthFlowRecord, PoolStats, RefreshLease, RefreshedTokens, SessionRecord, Store,
-    StoreError, StoredEvent,
+    AskKey, AuditEntry, AuditQuery, AuditRecord, AuditStore, Backend, BrowserSessionRecord, BrowserSessionStore,
+    CatalogueRecord, CatalogueStore, ConnectionRecord, ConnectionStore, ElicitationRecord, ElicitationStatus, Ending,
+    FormAnswerRecord, FormStore, FormValuesRecord, NOTIFY_CHANNEL, Notice, OAuthFlowRecord, PoolStats, RefreshLease,
+    RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -492,13 +493,32 @@ impl Store for PostgresStore {
         self.record(query).await
     }
 
-    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let result =
-            sqlx::query("UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= $1")
-                .bind(now)
-                .execute(&self.pool)
-                .await?;
-        Ok(result.rows_affected())
+    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, StoreError> {
+        let query = sqlx::query_as(sql!(
+            "UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= $1
+             RETURNING {ELICITATION_COLUMNS}"
+        ))
+        .bind(now);
+        self.records(query).await
+    }
+
+    async fn expire_overdue_ask(
+        &self,
+        ask: AskKey<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ElicitationRecord>, StoreError> {
+        let query = sqlx::query_as(sql!(
+            "UPDATE elicitations SET status = 'expired'
+             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+                 AND status = 'pending' AND expires_at <= $5
+             RETURNING {ELICITATION_COLUMNS}"
+        ))
+        .bind(ask.principal.as_str())
+        .bind(ask.session.as_str())
+        .bind(ask.requirement)
+        .bind(ask.call_key)
+        .bind(now);
+        self.records(query).await
     }
 
     async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {

@@ -290,7 +290,7 @@ fn parse_elicitation_id(text: &str) -> Result<ElicitationId, StoreError> {
         .map_err(|_| StoreError::Corrupt(format!("elicitation id {text:?} is malformed")))
 }
 
-fn parse_principal(text: &str) -> Result<Principal, StoreError> {
+pub(super) fn parse_principal(text: &str) -> Result<Principal, StoreError> {
     Principal::parse(text).map_err(|e| StoreError::Corrupt(format!("principal: {e}")))
 }
 

@@ -1,6 +1,7 @@
 //! The embedded store for one process on a laptop: a file in WAL mode. Other processes must not
 //! share the file (the bus of a SQLite deployment is in process).
 
+mod audit;
 mod browser_sessions;
 mod catalogues;
 mod connections;
@@ -22,9 +23,10 @@ use super::rows::{
     FORM_ANSWER_COLUMNS, FORM_VALUES_COLUMNS, Native, SESSION_COLUMNS, Stored, parse_session_id,
 };
 use super::{
-    AskKey, Backend, BrowserSessionRecord, BrowserSessionStore, CatalogueRecord, CatalogueStore, ConnectionRecord,
-    ConnectionStore, ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord, FormStore, FormValuesRecord,
-    OAuthFlowRecord, PoolStats, RefreshLease, RefreshedTokens, SessionRecord, Store, StoreError, StoredEvent,
+    AskKey, AuditEntry, AuditQuery, AuditRecord, AuditStore, Backend, BrowserSessionRecord, BrowserSessionStore,
+    CatalogueRecord, CatalogueStore, ConnectionRecord, ConnectionStore, ElicitationRecord, ElicitationStatus, Ending,
+    FormAnswerRecord, FormStore, FormValuesRecord, OAuthFlowRecord, PoolStats, RefreshLease, RefreshedTokens, SessionRecord,
+    Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 use crate::private_file::create_private_file;
@@ -449,13 +451,32 @@ impl Store for SqliteStore {
         self.record(query).await
     }
 
-    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let result =
-            sqlx::query("UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= ?1")
-                .bind(millis(now))
-                .execute(&self.pool)
-                .await?;
-        Ok(result.rows_affected())
+    async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, StoreError> {
+        let query = sqlx::query_as(sql!(
+            "UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= ?1
+             RETURNING {ELICITATION_COLUMNS}"
+        ))
+        .bind(millis(now));
+        self.records(query).await
+    }
+
+    async fn expire_overdue_ask(
+        &self,
+        ask: AskKey<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ElicitationRecord>, StoreError> {
+        let query = sqlx::query_as(sql!(
+            "UPDATE elicitations SET status = 'expired'
+             WHERE principal = ?1 AND session_id = ?2 AND requirement = ?3 AND call_key IS ?4
+                 AND status = 'pending' AND expires_at <= ?5
+             RETURNING {ELICITATION_COLUMNS}"
+        ))
+        .bind(ask.principal.as_str())
+        .bind(ask.session.as_str())
+        .bind(ask.requirement)
+        .bind(ask.call_key)
+        .bind(millis(now));
+        self.records(query).await
     }
 
     async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {

@@ -40,7 +40,11 @@ impl Tool for Disconnect {
 
     async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
         let provider = arguments.get("provider").and_then(Value::as_str).unwrap_or_default();
-        let disconnected = context.gate.connections().disconnect(context.principal, provider).await;
+        let disconnected = context
+            .gate
+            .connections()
+            .disconnect(context.principal, provider, context.from)
+            .await;
         if matches!(
             disconnected,
             Ok(Disconnected::Revoked | Disconnected::NoRevocation | Disconnected::RevocationFailed)

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::Origin;
 use crate::config::{Config, ConfigError, ElicitMode};
 use crate::domain::Principal;
 use crate::forms::{Form, FormScope, Forms};
@@ -161,6 +162,8 @@ pub struct CallContext<'a> {
     pub offerings: &'a dyn Offerings,
     /// On a 2026-07-28 retry: what the client answered to the tool's input requests.
     pub input: Option<&'a ToolInput>,
+    /// Where the call came from, for the audit trail.
+    pub from: &'a Origin,
 }
 
 /// A 2026-07-28 retry's answers to the input requests of a tool's previous round, with the state

@@ -19,6 +19,7 @@ use super::error::{NoticePage, PageError, START_AGAIN};
 use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
 use super::response::PageResponse;
 use super::templates::impl_page;
+use crate::audit::Origin;
 use crate::gate::{CALLBACK_PATH, CallbackOutcome, CallbackParams, ProviderErrorCode};
 use crate::state::AppState;
 use crate::store::{ElicitationRecord, ElicitationStatus};
@@ -50,7 +51,9 @@ impl_page!(ConnectPage, "connect.html");
 
 async fn show(
     State(state): State<AppState>,
-    OwnedElicitation { principal, elicitation }: OwnedElicitation,
+    OwnedElicitation {
+        principal, elicitation, ..
+    }: OwnedElicitation,
 ) -> Result<PageResponse, PageError> {
     let (provider, scopes) = state
         .gate
@@ -79,12 +82,16 @@ struct ConnectForm {
 
 async fn act(
     State(state): State<AppState>,
-    OwnedElicitation { principal, elicitation }: OwnedElicitation,
+    OwnedElicitation {
+        principal,
+        elicitation,
+        from,
+    }: OwnedElicitation,
     Posted(form): Posted<ConnectForm>,
 ) -> Result<Response, PageError> {
     CsrfBinding::new(PURPOSE, elicitation.id).check(&state, &principal, &form.csrf)?;
     match form.action.as_str() {
-        "decline" => Ok(declined(&state, &elicitation, "Declined", "declined")
+        "decline" => Ok(declined(&state, &elicitation, &from, "Declined", "declined")
             .await?
             .into_response()),
         "continue" => {
@@ -112,13 +119,14 @@ async fn act(
 pub async fn declined(
     state: &AppState,
     elicitation: &ElicitationRecord,
+    from: &Origin,
     heading: &str,
     verb: &str,
 ) -> Result<PageResponse, PageError> {
     state
         .gate
         .elicitations()
-        .finish(elicitation, ElicitationStatus::Declined)
+        .finish(elicitation, ElicitationStatus::Declined, from)
         .await?;
     Ok(PageResponse::new(NoticePage::new(
         heading,
@@ -140,11 +148,11 @@ async fn callback(
     };
     let params =
         CallbackParams::from_query(query.as_deref().unwrap_or_default()).map_err(|refusal| refused(refusal, None))?;
-    let Browser { principal, .. } = Browser::from_parts(&state, &Method::GET, &uri, &headers, peer).await?;
+    let Browser { principal, from, .. } = Browser::from_parts(&state, &Method::GET, &uri, &headers, peer).await?;
     let connections = state.gate.connections();
     let cookie_name = connections.flow_cookie_name(&params);
     let page = match connections
-        .callback(&principal, &params, cookies::read(&headers, &cookie_name))
+        .callback(&principal, &params, cookies::read(&headers, &cookie_name), &from)
         .await?
     {
         CallbackOutcome::Refused { refusal, retry } => return Err(refused(refusal, retry)),

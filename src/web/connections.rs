@@ -148,7 +148,12 @@ async fn act(
     let principal = &browser.principal;
     csrf().check(&state, principal, &action.csrf)?;
     let status = match (action.action.as_str(), action.provider, action.form) {
-        ("disconnect", Some(provider), _) => match state.gate.connections().disconnect(principal, &provider).await? {
+        ("disconnect", Some(provider), _) => match state
+            .gate
+            .connections()
+            .disconnect(principal, &provider, &browser.from)
+            .await?
+        {
             Disconnected::NothingConnected => format!("Nothing was connected at {provider}."),
             Disconnected::RevocationFailed => format!(
                 "Disconnected {provider}. The service did not confirm revoking access; you can also revoke it in \
@@ -158,7 +163,7 @@ async fn act(
         },
         ("delete-form", _, Some(form)) => {
             let values = state.gate.form_values();
-            if values.delete(principal, &form).await? {
+            if values.delete(principal, &form, &browser.from).await? {
                 let title = values.forms().get(&form).map_or(form.as_str(), |f| f.title.as_str());
                 format!("Deleted your answers to \"{title}\".")
             } else {

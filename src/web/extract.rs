@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use super::browser_sessions;
 use super::error::PageError;
 use super::sign_in::login_path;
+use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal};
 use crate::identity::Identity;
 use crate::state::AppState;
@@ -29,6 +30,8 @@ pub struct Browser {
     pub principal: Principal,
     /// In `oauth` mode, who the browser signed in as, in words (name and principal).
     pub signed_in_as: Option<String>,
+    /// Where the request came from (the client's address after trusted proxies).
+    pub from: Origin,
 }
 
 impl Browser {
@@ -45,6 +48,7 @@ impl Browser {
             .map(|(principal, signed_in_as)| Browser {
                 principal,
                 signed_in_as,
+                from: Origin::at(state.client_address(headers, peer)),
             })
     }
 }
@@ -103,6 +107,8 @@ pub(super) fn peer_of(extensions: &Extensions) -> Result<SocketAddr, PageError> 
 pub struct OwnedElicitation {
     pub principal: Principal,
     pub elicitation: ElicitationRecord,
+    /// Where the request came from (the client's address after trusted proxies).
+    pub from: Origin,
 }
 
 impl FromRequestParts<AppState> for OwnedElicitation {
@@ -126,7 +132,11 @@ impl FromRequestParts<AppState> for OwnedElicitation {
             return Err(PageError::NotYours { signed_in_as });
         }
         match elicitation.status {
-            ElicitationStatus::Pending if elicitation.expires_at > Utc::now() => Ok(Self { principal, elicitation }),
+            ElicitationStatus::Pending if elicitation.expires_at > Utc::now() => Ok(Self {
+                principal,
+                elicitation,
+                from: Origin::at(state.client_address(&parts.headers, peer)),
+            }),
             ElicitationStatus::Pending => Err(PageError::Closed(ElicitationStatus::Expired)),
             status => Err(PageError::Closed(status)),
         }

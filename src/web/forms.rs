@@ -216,7 +216,7 @@ async fn submit(
     let (form, elicitation, principal) = (target.form, &owned.elicitation, &owned.principal);
     let posted = read_post(&state, &target, pairs)?;
     match posted.action.as_str() {
-        "cancel" => declined(&state, elicitation, "Cancelled", "cancelled").await,
+        "cancel" => declined(&state, elicitation, &owned.from, "Cancelled", "cancelled").await,
         "submit" => {
             let submission = match validated(&state, &target, &posted).await? {
                 Checked::Valid(submission) => submission,
@@ -224,8 +224,12 @@ async fn submit(
             };
             let values = state.gate.form_values();
             let completed = match form.scope {
-                FormScope::User => values.save_user(principal, form, submission, Some(elicitation)).await?,
-                FormScope::Call => values.answer_call(elicitation, submission).await?,
+                FormScope::User => {
+                    values
+                        .save_user(principal, form, submission, Some(elicitation), &owned.from)
+                        .await?
+                }
+                FormScope::Call => values.answer_call(elicitation, submission, &owned.from).await?,
             };
             if !completed {
                 return Err(PageError::EndedMeanwhile);
@@ -274,7 +278,7 @@ async fn show_stored(
 
 async fn replace(
     State(state): State<AppState>,
-    Browser { principal, .. }: Browser,
+    Browser { principal, from, .. }: Browser,
     Path(form): Path<String>,
     Posted(pairs): Posted<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
@@ -295,7 +299,7 @@ async fn replace(
     state
         .gate
         .form_values()
-        .save_user(&principal, form, submission, None)
+        .save_user(&principal, form, submission, None, &from)
         .await?;
     Ok(redirect_to_connections())
 }

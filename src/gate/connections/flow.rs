@@ -8,14 +8,18 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde_json::json;
 
 use super::{Connections, access_context, refresh_context};
+use crate::audit::Origin;
 use crate::domain::Principal;
 use crate::gate::{GateError, after, random_token, sha256_hex};
 use crate::metrics::ElicitationOutcome;
 use crate::providers::{OAuthError, Provider};
 use crate::secret::Secret;
-use crate::store::{ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord};
+use crate::store::{
+    AuditAction, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord,
+};
 
 /// The one redirect URI of a deployment.
 pub const CALLBACK_PATH: &str = "/oauth/callback";
@@ -246,6 +250,7 @@ impl Connections {
         principal: &Principal,
         params: &CallbackParams,
         cookie: Option<&str>,
+        from: &Origin,
     ) -> Result<CallbackOutcome, GateError> {
         let started = Utc::now();
         let state_hash = params.state_hash();
@@ -271,7 +276,10 @@ impl Connections {
             });
         }
         // From here on the flow is used up: a failure must not read as "nothing happened".
-        match self.finish_flow(provider, &flow, &elicitation, params, started).await {
+        match self
+            .finish_flow(provider, &flow, &elicitation, params, started, from)
+            .await
+        {
             Ok(outcome) => Ok(outcome),
             Err(error) => {
                 tracing::error!(elicitation = %elicitation.id, provider = %provider.id, %error, "a used sign-in flow could not be finished");
@@ -293,6 +301,7 @@ impl Connections {
         elicitation: &ElicitationRecord,
         params: &CallbackParams,
         started: DateTime<Utc>,
+        from: &Origin,
     ) -> Result<CallbackOutcome, GateError> {
         let provider_name = provider.name.clone();
         // The elicitation stays open for another try; the metrics count the failed sign-in.
@@ -308,7 +317,7 @@ impl Connections {
             if error.as_str() == "access_denied" {
                 tracing::info!(elicitation = %elicitation.id, provider = %provider.id, "declined at the provider");
                 self.elicitations
-                    .finish(elicitation, ElicitationStatus::Declined)
+                    .finish(elicitation, ElicitationStatus::Declined, from)
                     .await?;
                 return Ok(CallbackOutcome::Declined { provider_name });
             }
@@ -373,20 +382,28 @@ impl Connections {
         let (store, connection, id) = (&self.backing.store, &connection, &elicitation.id);
         let saved = self
             .elicitations
-            .finish_with(elicitation, ElicitationStatus::Completed, |notification| async move {
-                let saved = store.save_connection(connection, id, &notification, started).await?;
-                if saved {
-                    // Before the session's streams wake: a call waiting here decides on the new connection.
-                    self.changed(principal);
-                }
-                Ok(saved)
-            })
+            .finish_with(
+                elicitation,
+                ElicitationStatus::Completed,
+                from,
+                |notification| async move {
+                    let saved = store.save_connection(connection, id, &notification, started).await?;
+                    if saved {
+                        // Before the session's streams wake: a call waiting here decides on the new connection.
+                        self.changed(principal);
+                    }
+                    Ok(saved)
+                },
+            )
             .await?;
         if !saved {
             tracing::info!(elicitation = %elicitation.id, provider = %provider.id, "the request ended during the sign-in; nothing stored");
             return Ok(CallbackOutcome::refused(CallbackRefusal::EndedMeanwhile));
         }
         tracing::info!(elicitation = %elicitation.id, principal = %principal, provider = %provider.id, "connected");
+        let detail = json!({ "scopes": connection.scopes, "elicitation": elicitation.id.to_string() });
+        let from = from.for_client(&elicitation.client_name);
+        self.audit(principal, AuditAction::ConnectionCreated, &provider.id, &from, detail);
         Ok(CallbackOutcome::Connected {
             provider_name,
             account_label,

@@ -10,12 +10,14 @@ mod tokens;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
 
 use super::{Backing, Elicitations, GateError};
+use crate::audit::Origin;
 use crate::domain::Principal;
 use crate::providers::{OAuthClient, Provider, Providers};
 use crate::secret::Secret;
-use crate::store::{ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord};
+use crate::store::{AuditAction, ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord};
 
 pub(in crate::gate) use flow::verifier_context;
 pub use flow::{CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
@@ -108,6 +110,7 @@ impl Connections {
         principal: &Principal,
         provider: &Provider,
         scopes: &[String],
+        from: &Origin,
     ) -> Result<Grant, GateError> {
         let needed = provider.scopes_with(scopes);
         let connection = self
@@ -118,7 +121,7 @@ impl Connections {
             .cloned();
         Ok(match connection {
             Some(c) if c.status == ConnectionStatus::Active && needed.iter().all(|s| c.scopes.contains(s)) => {
-                match self.usable_token(provider, c).await? {
+                match self.usable_token(provider, c, from).await? {
                     Some((token, version)) => Grant::Usable { token, version },
                     None => Grant::SignIn { scopes: needed },
                 }
@@ -140,6 +143,11 @@ impl Connections {
         let loaded = Arc::new(self.backing.store.connections(principal).await?);
         self.cache.insert_loaded(epoch, principal.clone(), loaded.clone());
         Ok(loaded)
+    }
+
+    /// Puts what happened to the principal's connection to `provider` on the audit trail.
+    fn audit(&self, principal: &Principal, action: AuditAction, provider: &str, from: &Origin, detail: Value) {
+        self.backing.audit.record(principal, action, provider, from, detail);
     }
 
     /// After a change made here; other replicas learn of it from the store's notice.
@@ -175,6 +183,7 @@ impl Connections {
         principal: &Principal,
         provider: &str,
         version: DateTime<Utc>,
+        from: &Origin,
     ) -> Result<(), GateError> {
         if self
             .backing
@@ -185,16 +194,41 @@ impl Connections {
             self.changed(principal);
             tracing::info!(principal = %principal, provider, "the provider refused the token; connection broken");
             self.backing.metrics.connection_broken(provider);
+            let detail = json!({ "reason": "the provider refused the token" });
+            self.audit(principal, AuditAction::ConnectionBroken, provider, from, detail);
         }
         Ok(())
     }
 
     /// Removes a connection and revokes its tokens where the provider supports it.
-    pub async fn disconnect(&self, principal: &Principal, provider_id: &str) -> Result<Disconnected, GateError> {
+    pub async fn disconnect(
+        &self,
+        principal: &Principal,
+        provider_id: &str,
+        from: &Origin,
+    ) -> Result<Disconnected, GateError> {
         let Some(connection) = self.backing.store.delete_connection(principal, provider_id).await? else {
             return Ok(Disconnected::NothingConnected);
         };
         self.changed(principal);
+        let disconnected = self.revoke(principal, provider_id, &connection).await?;
+        let revocation = match disconnected {
+            Disconnected::NothingConnected | Disconnected::NoRevocation => "none",
+            Disconnected::Revoked => "revoked",
+            Disconnected::RevocationFailed => "failed",
+        };
+        let detail = json!({ "revocation": revocation });
+        self.audit(principal, AuditAction::ConnectionRevoked, provider_id, from, detail);
+        Ok(disconnected)
+    }
+
+    /// Revokes a removed connection's tokens where the provider supports it.
+    async fn revoke(
+        &self,
+        principal: &Principal,
+        provider_id: &str,
+        connection: &ConnectionRecord,
+    ) -> Result<Disconnected, GateError> {
         let Some(provider) = self.providers.get(provider_id).filter(|p| p.revocation_url.is_some()) else {
             return Ok(Disconnected::NoRevocation);
         };

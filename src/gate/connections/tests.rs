@@ -27,7 +27,10 @@ async fn grants_follow_the_stored_connection() {
     let acme = connections.provider("acme").expect("provider");
     let alice = &session.principal;
 
-    let none = connections.grant(alice, acme, &[]).await.expect("grant");
+    let none = connections
+        .grant(alice, acme, &[], &Origin::unknown())
+        .await
+        .expect("grant");
     assert_eq!(
         scopes(&none),
         ["read"],
@@ -35,32 +38,50 @@ async fn grants_follow_the_stored_connection() {
     );
 
     let stored = fixture.connect(&gate, &session, &["read"], None).await;
-    match connections.grant(alice, acme, &[]).await.expect("grant") {
+    match connections
+        .grant(alice, acme, &[], &Origin::unknown())
+        .await
+        .expect("grant")
+    {
         Grant::Usable { token, version } => {
             assert_eq!(token.expose(), "access-token-1");
             assert_eq!(version, stored.updated_at);
         }
         Grant::SignIn { .. } => panic!("a fresh connection is usable"),
     }
-    let step_up = connections.grant(alice, acme, &["write".into()]).await.expect("grant");
+    let step_up = connections
+        .grant(alice, acme, &["write".into()], &Origin::unknown())
+        .await
+        .expect("grant");
     assert_eq!(scopes(&step_up), ["read", "write"], "step-up asks for the union");
 
     connections
-        .token_rejected(alice, "acme", stored.updated_at - chrono::Duration::seconds(5))
+        .token_rejected(
+            alice,
+            "acme",
+            stored.updated_at - chrono::Duration::seconds(5),
+            &Origin::unknown(),
+        )
         .await
         .expect("stale version");
     assert!(
         matches!(
-            connections.grant(alice, acme, &[]).await.expect("grant"),
+            connections
+                .grant(alice, acme, &[], &Origin::unknown())
+                .await
+                .expect("grant"),
             Grant::Usable { .. }
         ),
         "a refusal of an older version breaks nothing"
     );
     connections
-        .token_rejected(alice, "acme", stored.updated_at)
+        .token_rejected(alice, "acme", stored.updated_at, &Origin::unknown())
         .await
         .expect("reject");
-    let broken = connections.grant(alice, acme, &[]).await.expect("grant");
+    let broken = connections
+        .grant(alice, acme, &[], &Origin::unknown())
+        .await
+        .expect("grant");
     assert_eq!(scopes(&broken), ["read"], "a broken connection asks for a new sign-in");
     let summaries = connections.summaries(alice).await.expect("summaries");
     assert_eq!(summaries.len(), 1);
@@ -77,7 +98,7 @@ async fn an_expiring_token_without_a_refresh_token_needs_a_new_sign_in() {
     let acme = gate.connections().provider("acme").expect("provider");
     let grant = gate
         .connections()
-        .grant(&session.principal, acme, &[])
+        .grant(&session.principal, acme, &[], &Origin::unknown())
         .await
         .expect("grant");
     assert_eq!(scopes(&grant), ["read"]);
@@ -91,7 +112,7 @@ async fn disconnecting_without_a_revocation_endpoint() {
     let connections = gate.connections();
     assert_eq!(
         connections
-            .disconnect(&session.principal, "acme")
+            .disconnect(&session.principal, "acme", &Origin::unknown())
             .await
             .expect("disconnect"),
         Disconnected::NothingConnected
@@ -99,7 +120,7 @@ async fn disconnecting_without_a_revocation_endpoint() {
     fixture.connect(&gate, &session, &["read"], None).await;
     assert_eq!(
         connections
-            .disconnect(&session.principal, "acme")
+            .disconnect(&session.principal, "acme", &Origin::unknown())
             .await
             .expect("disconnect"),
         Disconnected::NoRevocation
@@ -157,25 +178,28 @@ async fn callbacks_that_do_not_match_their_flow_are_refused_and_change_nothing()
 
     let unknown = CallbackParams::from_query("state=forged&code=abc").expect("params");
     let outcome = connections
-        .callback(alice, &unknown, Some(&cookie))
+        .callback(alice, &unknown, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     assert_eq!(outcome, refused(CallbackRefusal::UnknownState, false));
     let outcome = connections
-        .callback(alice, &params, Some("other"))
+        .callback(alice, &params, Some("other"), &Origin::unknown())
         .await
         .expect("callback");
     assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser, true));
-    let outcome = connections.callback(alice, &params, None).await.expect("callback");
+    let outcome = connections
+        .callback(alice, &params, None, &Origin::unknown())
+        .await
+        .expect("callback");
     assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser, true));
     let outcome = connections
-        .callback(&principal("mallory"), &params, Some(&cookie))
+        .callback(&principal("mallory"), &params, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     assert_eq!(outcome, refused(CallbackRefusal::OtherUser, false));
     let (wrong_iss, cookie2) = started(&gate, &asked, "&code=abc&iss=https%3A%2F%2Fevil.example").await;
     let outcome = connections
-        .callback(alice, &wrong_iss, Some(&cookie2))
+        .callback(alice, &wrong_iss, Some(&cookie2), &Origin::unknown())
         .await
         .expect("callback");
     assert_eq!(outcome, refused(CallbackRefusal::WrongIssuer, true));
@@ -217,7 +241,7 @@ async fn callbacks_without_their_issuer_or_with_another_providers_are_refused() 
     for (asked, extra, refusal) in cases {
         let (params, cookie) = started(&gate, asked, extra).await;
         let outcome = connections
-            .callback(alice, &params, Some(&cookie))
+            .callback(alice, &params, Some(&cookie), &Origin::unknown())
             .await
             .expect("callback");
         let retry = Some(asked.url.clone());
@@ -254,7 +278,7 @@ async fn an_issuer_sent_only_sometimes_is_checked_when_sent() {
     ] {
         let (params, cookie) = started(&gate, &globex, extra).await;
         let outcome = connections
-            .callback(alice, &params, Some(&cookie))
+            .callback(alice, &params, Some(&cookie), &Origin::unknown())
             .await
             .expect("callback");
         let retry = Some(globex.url.clone());
@@ -262,7 +286,7 @@ async fn an_issuer_sent_only_sometimes_is_checked_when_sent() {
     }
     let (silent, cookie) = started(&gate, &globex, "&error=access_denied").await;
     let outcome = connections
-        .callback(alice, &silent, Some(&cookie))
+        .callback(alice, &silent, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     assert!(
@@ -280,7 +304,7 @@ async fn a_provider_refusal_declines_and_uses_up_the_flow() {
     let (params, cookie) = started(&gate, &asked, "&error=access_denied&iss=http%3A%2F%2F127.0.0.1%3A9").await;
     let connections = gate.connections();
     let outcome = connections
-        .callback(&session.principal, &params, Some(&cookie))
+        .callback(&session.principal, &params, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     assert_eq!(
@@ -292,7 +316,7 @@ async fn a_provider_refusal_declines_and_uses_up_the_flow() {
     let declined = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
     assert_eq!(declined.status, ElicitationStatus::Declined);
     let replay = connections
-        .callback(&session.principal, &params, Some(&cookie))
+        .callback(&session.principal, &params, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     let ended = CallbackOutcome::Refused {
@@ -314,7 +338,7 @@ async fn provider_errors_store_nothing_and_keep_the_way_back() {
     let iss = "&iss=http%3A%2F%2F127.0.0.1%3A9";
     let (params, cookie) = started(&gate, &asked, &format!("&error=server_error{iss}")).await;
     let outcome = connections
-        .callback(alice, &params, Some(&cookie))
+        .callback(alice, &params, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     assert_eq!(
@@ -327,7 +351,7 @@ async fn provider_errors_store_nothing_and_keep_the_way_back() {
     );
     let (params, cookie) = started(&gate, &asked, iss).await;
     let outcome = connections
-        .callback(alice, &params, Some(&cookie))
+        .callback(alice, &params, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     let no_code = CallbackOutcome::Refused {
@@ -339,7 +363,7 @@ async fn provider_errors_store_nothing_and_keep_the_way_back() {
     assert_eq!(still.status, ElicitationStatus::Pending, "the request is still open");
 
     let replay = connections
-        .callback(alice, &params, Some(&cookie))
+        .callback(alice, &params, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     let used = |retry| CallbackOutcome::Refused {
@@ -348,7 +372,7 @@ async fn provider_errors_store_nothing_and_keep_the_way_back() {
     };
     assert_eq!(replay, used(retry), "a reload: nothing stored, the way back");
     let stranger = connections
-        .callback(&principal("mallory"), &params, Some(&cookie))
+        .callback(&principal("mallory"), &params, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     assert_eq!(stranger, used(None), "another user learns nothing");
@@ -381,12 +405,12 @@ async fn a_flow_for_an_elicitation_that_ended_is_refused_as_expired() {
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
     let (params, cookie) = started(&gate, &asked, "&code=abc&iss=http%3A%2F%2F127.0.0.1%3A9").await;
     gate.elicitations()
-        .finish(&asked, ElicitationStatus::Declined)
+        .finish(&asked, ElicitationStatus::Declined, &Origin::unknown())
         .await
         .expect("finish");
     let outcome = gate
         .connections()
-        .callback(&session.principal, &params, Some(&cookie))
+        .callback(&session.principal, &params, Some(&cookie), &Origin::unknown())
         .await
         .expect("callback");
     assert_eq!(
@@ -436,7 +460,7 @@ async fn a_call_waits_for_another_replicas_refresh_and_uses_its_token() {
         let (gate, alice) = (gate.clone(), alice.clone());
         async move {
             let acme = gate.connections().provider("acme").expect("provider");
-            gate.connections().grant(&alice, acme, &[]).await
+            gate.connections().grant(&alice, acme, &[], &Origin::unknown()).await
         }
     });
     // Once the call has read the expiring connection, the other replica's refresh lands and

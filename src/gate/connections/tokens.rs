@@ -6,13 +6,15 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde_json::json;
 
 use super::{Connections, access_context, refresh_context};
+use crate::audit::Origin;
 use crate::gate::{GateError, after};
 use crate::metrics::RefreshOutcome;
 use crate::providers::{OAuthError, Provider};
 use crate::secret::Secret;
-use crate::store::{ConnectionRecord, ConnectionStatus, RefreshLease, RefreshedTokens};
+use crate::store::{AuditAction, ConnectionRecord, ConnectionStatus, RefreshLease, RefreshedTokens};
 
 /// Tokens expiring sooner than this are refreshed before use.
 const REFRESH_MARGIN: Duration = Duration::from_secs(60);
@@ -35,6 +37,7 @@ impl Connections {
         &self,
         provider: &Provider,
         mut connection: ConnectionRecord,
+        from: &Origin,
     ) -> Result<Option<Usable>, GateError> {
         let deadline = tokio::time::Instant::now() + REFRESH_LEASE;
         loop {
@@ -59,7 +62,7 @@ impl Connections {
             };
             let leased = store.acquire_refresh_lease(&connection, lease).await?;
             if let Some(leased) = leased {
-                return self.refresh(provider, leased).await;
+                return self.refresh(provider, leased, from).await;
             }
             // Another call (here or on another replica) is refreshing: wait for its result.
             if tokio::time::Instant::now() >= deadline {
@@ -77,7 +80,12 @@ impl Connections {
     }
 
     /// Refreshes under the lease the caller holds.
-    async fn refresh(&self, provider: &Provider, leased: ConnectionRecord) -> Result<Option<Usable>, GateError> {
+    async fn refresh(
+        &self,
+        provider: &Provider,
+        leased: ConnectionRecord,
+        from: &Origin,
+    ) -> Result<Option<Usable>, GateError> {
         let principal = &leased.principal;
         let (store, vault) = (&self.backing.store, &self.backing.vault);
         if fresh(&leased, Utc::now()) {
@@ -117,6 +125,8 @@ impl Connections {
                 self.backing
                     .metrics
                     .token_refresh(&provider.id, RefreshOutcome::Refreshed);
+                let detail = json!({ "scopes": refreshed.scopes });
+                self.audit(principal, AuditAction::ConnectionRefreshed, &provider.id, from, detail);
                 Ok(Some((tokens.access_token, self.version(&leased).await?)))
             }
             Err(OAuthError::Rejected { error, .. }) => {
@@ -131,6 +141,8 @@ impl Connections {
                     self.backing.metrics.connection_broken(&provider.id);
                 }
                 self.changed(principal);
+                let detail = json!({ "reason": "the provider refused the refresh", "error": error });
+                self.audit(principal, AuditAction::ConnectionBroken, &provider.id, from, detail);
                 Ok(None)
             }
             Err(OAuthError::Unavailable(reason)) => {

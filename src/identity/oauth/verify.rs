@@ -152,6 +152,7 @@ impl ResourceServer {
             caller: Caller {
                 principal,
                 claims: Arc::new(Claims::from_token(claims)),
+                address: None,
             },
             scopes: scopes_of(claims),
             expires_at,

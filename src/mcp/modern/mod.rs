@@ -92,6 +92,7 @@ fn supported_versions() -> Vec<&'static str> {
 pub enum Answer {
     Json(StatusCode, Value),
     Accepted,
+    /// Boxed: it holds the whole session and caller.
     Streamed(Box<Streamed>),
 }
 
