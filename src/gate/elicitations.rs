@@ -1,6 +1,7 @@
 //! The elicitation lifecycle: one pending elicitation per unmet requirement of a session (reused
-//! while it is pending; how many a principal may create per minute and have pending is bounded), the page that satisfies it, declines reported once, expiry, and the one
-//! place where an elicitation is finished (completed, declined, failed): it writes the
+//! while it is pending; how many a principal may create per minute and have pending is bounded),
+//! the page that satisfies it, declines reported once, expiry, and the one place where an
+//! elicitation is finished (completed, declined, failed): it writes the
 //! `notifications/elicitation/complete` event in the same store transaction as whatever finished
 //! it, then wakes the session's streams here. Expiry alone ends one silently: nobody finished it,
 //! and a client asking again gets a new one.
