@@ -1,9 +1,10 @@
 //! What the binaries run: parses the command line and configuration, sets up logging, then
-//! serves, migrates, checks the configuration, makes a key, rotates keys (`keys`) or prints the
-//! audit trail (`audit`). `gatehouse` and the test-only `gatehouse-conformance` are both
-//! [`binary!`](crate::binary) around [`main`].
+//! serves, migrates, checks the configuration, makes a key, rotates keys (`keys`), prints the
+//! audit trail (`audit`) or checks a deployment (`doctor`). `gatehouse` and the test-only
+//! `gatehouse-conformance` are both [`binary!`](crate::binary) around [`main`].
 
 mod audit;
+mod doctor;
 mod keys;
 
 use std::collections::BTreeMap;
@@ -11,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{ConfigSource, LogFormat};
+use crate::config::{ConfigError, ConfigSource, LogFormat};
 use crate::{AppState, Config};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -47,6 +48,13 @@ enum Command {
     },
     /// Print the audit trail, newest first.
     Audit(audit::AuditArgs),
+    /// Check a deployment: configuration, database and migrations, the key ring, every provider
+    /// and upstream, and that `server.public_url` reaches this instance. Exits 1 on any problem.
+    Doctor {
+        /// Print JSON instead of one line per check.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The whole program; its exit code.
@@ -57,10 +65,19 @@ pub fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    let config = match Config::load(ConfigSource {
+    let loaded = Config::load(ConfigSource {
         file: cli.config.as_deref(),
         env: &env,
-    }) {
+    });
+    if let Some(Command::Doctor { json }) = cli.command {
+        // A configuration that does not load is one of doctor's findings, not a reason to stop.
+        init_logging(loaded.as_ref().map_or(LogFormat::Text, |config| config.log.format));
+        return match runtime() {
+            Ok(runtime) => runtime.block_on(doctor::run(loaded, json)),
+            Err(code) => code,
+        };
+    }
+    let config = match loaded {
         Ok(config) => config,
         Err(error) => {
             eprintln!("gatehouse: {error}");
@@ -78,12 +95,9 @@ pub fn main() -> ExitCode {
             }
         };
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("gatehouse: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve) {
@@ -91,7 +105,7 @@ pub fn main() -> ExitCode {
             Command::Migrate => migrate(config).await,
             Command::Keys { command } => keys::run(config, command).await,
             Command::Audit(args) => audit::run(config, args).await,
-            Command::CheckConfig | Command::GenerateKey => Ok(()),
+            Command::CheckConfig | Command::GenerateKey | Command::Doctor { .. } => Ok(()),
         }
     });
     match result {
@@ -102,6 +116,13 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Runtime::new().map_err(|error| {
+        eprintln!("gatehouse: cannot start the async runtime: {error}");
+        ExitCode::FAILURE
+    })
 }
 
 fn init_logging(format: LogFormat) {
@@ -190,17 +211,23 @@ async fn migrate(config: Config) -> Result<(), String> {
 }
 
 fn check_config(config: Config) -> Result<(), String> {
-    let providers = crate::providers::Providers::from_config(&config).map_err(|e| e.to_string())?;
-    let forms = crate::forms::Forms::from_config(&config.forms).map_err(|e| e.to_string())?;
-    crate::tools::ToolRegistry::from_config(&config, &providers, &forms, reqwest::Client::new())
-        .map_err(|e| e.to_string())?;
-    crate::upstreams::Upstreams::parse(&config, &providers, &forms).map_err(|e| e.to_string())?;
-    crate::web::templates::Templates::load(config.server.template_dir.as_deref()).map_err(|e| e.to_string())?;
-    crate::identity::Identity::from_config(&config, reqwest::Client::new()).map_err(|e| e.to_string())?;
+    check_parts(&config).map_err(|e| e.to_string())?;
     if !config.secrets.keys.is_empty() {
         crate::vault::KeyRing::from_keys(&config.secrets.keys).map_err(|e| e.to_string())?;
     }
     println!("configuration is valid");
+    Ok(())
+}
+
+/// What start builds from the configuration besides the key ring and the database: providers,
+/// forms, tools, upstreams, templates and identity.
+fn check_parts(config: &Config) -> Result<(), ConfigError> {
+    let providers = crate::providers::Providers::from_config(config)?;
+    let forms = crate::forms::Forms::from_config(&config.forms)?;
+    crate::tools::ToolRegistry::from_config(config, &providers, &forms, reqwest::Client::new())?;
+    crate::upstreams::Upstreams::parse(config, &providers, &forms)?;
+    crate::web::templates::Templates::load(config.server.template_dir.as_deref())?;
+    crate::identity::Identity::from_config(config, reqwest::Client::new())?;
     Ok(())
 }
 

@@ -12,6 +12,7 @@ pub mod events;
 pub mod forms;
 pub mod gate;
 pub mod identity;
+pub mod instance;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod metrics;

@@ -15,6 +15,7 @@ use crate::forms::Forms;
 use crate::gate::{self, Backing, Connections, Elicitations, FormValues, Gate, Limits};
 use crate::identity::Identity;
 use crate::identity::oidc::SignIn;
+use crate::instance::InstanceNonce;
 use crate::mcp::sessions::{self, Sessions};
 use crate::metrics::Metrics;
 use crate::providers::{OAuthClient, Providers};
@@ -102,6 +103,8 @@ pub struct Shared {
     /// Signs the pages' CSRF tokens (and, inside the gate, seals secrets).
     pub vault: Arc<KeyRing>,
     pub public_url: Arc<PublicUrl>,
+    /// Drawn at start, served at `/healthz/instance` (see `crate::instance`).
+    pub instance: InstanceNonce,
     /// What `/metrics` shows on the metrics listener; records nothing without `server.metrics_bind`.
     pub metrics: Arc<Metrics>,
     /// Page requests per client address in the last minute (`limits.page_requests_per_minute`).
@@ -235,6 +238,7 @@ impl AppState {
             templates,
             vault,
             public_url,
+            instance: InstanceNonce::random(),
             metrics,
             page_requests,
             shutdown,

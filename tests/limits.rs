@@ -139,8 +139,8 @@ async fn page(server: &TestServer, path: &str, client: &str) -> reqwest::Respons
 
 /// With 3 page requests a minute per client address, behind a trusted proxy: the fourth from one
 /// address, the OAuth callback included, gets 429 with `Retry-After` and a plain page, whatever
-/// the client writes in front of the proxy's `X-Forwarded-For`; other addresses, `/mcp`,
-/// `/healthz` and `/readyz` are not limited.
+/// the client writes in front of the proxy's `X-Forwarded-For`; other addresses, `/mcp` and the
+/// health checks are not limited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn page_requests_beyond_the_rate_get_429_with_retry_after() {
     let database = TestDatabase::new(Backend::Sqlite).await;
@@ -167,7 +167,7 @@ async fn page_requests_beyond_the_rate_get_429_with_retry_after() {
         let status = page(&server, "/", &format!("{forged}, 192.0.2.1")).await.status();
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "a forged hop counts nothing");
     }
-    for path in ["/healthz", "/readyz"] {
+    for path in ["/healthz", "/healthz/instance", "/readyz"] {
         assert_eq!(
             page(&server, path, "192.0.2.1").await.status(),
             StatusCode::OK,

@@ -548,26 +548,30 @@ fn connection_status_str(status: ConnectionStatus) -> &'static str {
     }
 }
 
-/// Checks that every embedded migration is recorded as applied, successfully.
+/// Checks that every embedded migration is recorded as applied, successfully; the error names
+/// every one that is not.
 fn check_migrations(migrator: &sqlx::migrate::Migrator, applied: &[(i64, bool)]) -> Result<(), StoreError> {
+    let mut failed = Vec::new();
+    let mut pending = Vec::new();
     for migration in migrator.iter() {
         match applied.iter().find(|(version, _)| *version == migration.version) {
             Some((_, true)) => {}
-            Some((_, false)) => {
-                return Err(StoreError::NotReady(format!(
-                    "migration {} failed part-way",
-                    migration.version
-                )));
-            }
-            None => {
-                return Err(StoreError::NotReady(format!(
-                    "migration {} is not applied",
-                    migration.version
-                )));
-            }
+            Some((_, false)) => failed.push(migration.version.to_string()),
+            None => pending.push(migration.version.to_string()),
         }
     }
-    Ok(())
+    let mut reasons = Vec::new();
+    if !failed.is_empty() {
+        reasons.push(format!("migrations failed part-way: {}", failed.join(", ")));
+    }
+    if !pending.is_empty() {
+        reasons.push(format!("migrations not applied: {}", pending.join(", ")));
+    }
+    if reasons.is_empty() {
+        Ok(())
+    } else {
+        Err(StoreError::NotReady(reasons.join("; ")))
+    }
 }
 
 #[cfg(test)]

@@ -25,8 +25,8 @@ use super::rows::{
 use super::{
     AskKey, AuditEntry, AuditQuery, AuditRecord, AuditStore, Backend, BrowserSessionRecord, BrowserSessionStore,
     CatalogueRecord, CatalogueStore, ConnectionRecord, ConnectionStore, ElicitationRecord, ElicitationStatus, Ending,
-    FormAnswerRecord, FormStore, FormValuesRecord, OAuthFlowRecord, PoolStats, RefreshLease, RefreshedTokens, SessionRecord,
-    Store, StoreError, StoredEvent,
+    FormAnswerRecord, FormStore, FormValuesRecord, OAuthFlowRecord, PoolStats, RefreshLease, RefreshedTokens,
+    SessionRecord, Store, StoreError, StoredEvent,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 use crate::private_file::create_private_file;

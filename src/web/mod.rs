@@ -16,7 +16,7 @@ pub mod templates;
 use askama::Template;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::http::header::RETRY_AFTER;
+use axum::http::header::{CACHE_CONTROL, RETRY_AFTER};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router, middleware};
@@ -24,6 +24,7 @@ use serde::Serialize;
 use serde_json::json;
 use std::time::Duration;
 
+use crate::instance::{INSTANCE_PATH, InstanceNonce};
 use crate::mcp::MCP_PATH;
 use crate::state::{AppState, RETRY_AFTER_SECONDS};
 use response::PageResponse;
@@ -47,6 +48,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route(INSTANCE_PATH, get(instance))
         .merge(pages)
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -77,6 +79,21 @@ async fn index(State(state): State<AppState>) -> PageResponse {
 /// The process is up.
 async fn healthz() -> &'static str {
     "ok"
+}
+
+/// This process's nonce (`crate::instance`), which `gatehouse doctor` compares.
+async fn instance(State(state): State<AppState>) -> Response {
+    instance_answer(&state.instance)
+}
+
+/// Only [`INSTANCE_PATH`], answering `nonce`: what `gatehouse doctor` serves on `server.bind`
+/// while no server does, to see whether `server.public_url` reaches it.
+pub fn instance_only(nonce: InstanceNonce) -> Router {
+    Router::new().route(INSTANCE_PATH, get(move || async move { instance_answer(&nonce) }))
+}
+
+fn instance_answer(nonce: &InstanceNonce) -> Response {
+    ([(CACHE_CONTROL, "no-store")], nonce.as_str().to_owned()).into_response()
 }
 
 /// How long `/readyz` waits for the database: a load balancer's probe must not hang for the

@@ -1,0 +1,311 @@
+//! `gatehouse doctor`, the real binary against real things: a running server (or none), the fake
+//! OAuth provider, SQLite and PostgreSQL. A good deployment passes with exit 0; each broken thing
+//! is reported as a problem naming its configuration key, with exit 1.
+
+mod common;
+
+use std::path::Path;
+
+use common::fake_idp::{FakeIdp, FakeIdpOptions};
+use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::{Backend, TEST_KEY, TestDatabase, TestServer, free_port};
+use serde_json::Value;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
+
+/// What one doctor run said: its exit code and its findings (`--json`).
+struct Diagnosis {
+    code: i32,
+    report: Value,
+}
+
+impl Diagnosis {
+    fn checks(&self) -> &[Value] {
+        self.report["checks"].as_array().map_or(&[], Vec::as_slice)
+    }
+
+    /// The one finding of `check`.
+    fn finding(&self, check: &str) -> &Value {
+        self.checks()
+            .iter()
+            .find(|f| f["check"] == check)
+            .unwrap_or_else(|| panic!("no finding for {check}: {}", self.report))
+    }
+
+    /// Every problem's key.
+    fn problem_keys(&self) -> Vec<&str> {
+        self.checks()
+            .iter()
+            .filter(|f| f["status"] == "problem")
+            .filter_map(|f| f["key"].as_str())
+            .collect()
+    }
+}
+
+/// Runs `gatehouse doctor` (with `--json` when `json`) in a clean environment plus `env`, with
+/// `toml` as its configuration file.
+async fn doctor_output(dir: &Path, toml: &str, env: &[(&str, &str)], json: bool) -> std::process::Output {
+    let file = dir.join("gatehouse.toml");
+    std::fs::write(&file, toml).expect("write config");
+    let mut args = vec!["--config".to_owned(), file.display().to_string(), "doctor".to_owned()];
+    if json {
+        args.push("--json".to_owned());
+    }
+    tokio::process::Command::new(BINARY)
+        .args(&args)
+        .current_dir(dir)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .expect("run gatehouse doctor")
+}
+
+async fn doctor(toml: &str, env: &[(&str, &str)]) -> Diagnosis {
+    let dir = tempfile::tempdir().expect("dir");
+    let output = doctor_output(dir.path(), toml, env, true).await;
+    let report = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "--json prints JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    Diagnosis {
+        code: output.status.code().expect("exit code"),
+        report,
+    }
+}
+
+/// `[server] bind` (and `public_url` when given) before `rest`.
+fn server_toml(bind: &str, public_url: Option<&str>, rest: &str) -> String {
+    let public_url = public_url
+        .map(|url| format!("public_url = \"{url}\"\n"))
+        .unwrap_or_default();
+    format!("[server]\nbind = \"{bind}\"\n{public_url}\n{rest}")
+}
+
+fn database_env(database: &TestDatabase) -> [(&str, &str); 2] {
+    [
+        ("GATEHOUSE_DATABASE__URL", database.url.as_str()),
+        ("GATEHOUSE_SECRETS__KEYS", TEST_KEY),
+    ]
+}
+
+/// A migrated SQLite database (a server started on it, and stopped) and a free loopback address
+/// for server.bind, where nothing listens.
+async fn migrated_database_and_free_bind() -> (TestDatabase, String) {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    TestServer::start(&database, "").await.stop().await;
+    (database, format!("127.0.0.1:{}", free_port()))
+}
+
+backend_test!(
+    /// A running server, the fake provider, a migrated database and good keys: every check is ok,
+    /// public_url reaches the running server, and doctor exits 0, in both output forms.
+    async fn a_good_deployment_passes(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let fake = FakeProvider::start(FakeOptions::default()).await;
+        let providers = fake.configure(include_str!("fixtures/fake_provider.toml"));
+        let server = TestServer::start(&database, &providers).await;
+        let toml = server_toml(&server.addr.to_string(), None, &providers);
+
+        let diagnosis = doctor(&toml, &database_env(&database)).await;
+
+        assert_eq!(diagnosis.code, 0, "{}", diagnosis.report);
+        assert_eq!(diagnosis.report["problems"], 0, "{}", diagnosis.report);
+        assert_eq!(diagnosis.report["warnings"], 0, "{}", diagnosis.report);
+        for check in [
+            "configuration",
+            "key ring",
+            "database",
+            "migrations",
+            "provider fake authorize_url",
+            "provider fake token_url",
+            "public url",
+        ] {
+            assert_eq!(diagnosis.finding(check)["status"], "ok", "{}", diagnosis.report);
+        }
+        let public = diagnosis.finding("public url")["message"].as_str().expect("message");
+        assert!(public.contains("the server on"), "{public}");
+
+        let dir = tempfile::tempdir().expect("dir");
+        let text = doctor_output(dir.path(), &toml, &database_env(&database), false).await;
+        assert!(text.status.success());
+        let lines = String::from_utf8(text.stdout).expect("utf-8");
+        assert!(lines.lines().all(|line| !line.starts_with("problem")), "{lines}");
+        assert!(lines.contains("ok       public url: "), "{lines}");
+        server.stop().await;
+    }
+);
+
+/// With nothing on server.bind, doctor listens there itself with its own nonce, finds public_url
+/// reaching it, and releases the address when done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_server_doctor_listens_on_bind_itself() {
+    let (database, bind) = migrated_database_and_free_bind().await;
+
+    let diagnosis = doctor(&server_toml(&bind, None, ""), &database_env(&database)).await;
+
+    assert_eq!(diagnosis.code, 0, "{}", diagnosis.report);
+    let public = diagnosis.finding("public url");
+    assert_eq!(public["status"], "ok", "{public}");
+    assert!(
+        public["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("doctor's own listener")),
+        "{public}"
+    );
+    tokio::net::TcpListener::bind(&bind)
+        .await
+        .expect("doctor released server.bind");
+}
+
+/// A database URL where nothing listens is a problem naming database.url.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_names_database_url() {
+    let bind = format!("127.0.0.1:{}", free_port());
+    let url = format!("postgres://postgres@127.0.0.1:{}/gatehouse", free_port());
+
+    let diagnosis = doctor(
+        &server_toml(&bind, None, ""),
+        &[("GATEHOUSE_DATABASE__URL", &url), ("GATEHOUSE_SECRETS__KEYS", TEST_KEY)],
+    )
+    .await;
+
+    assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
+    assert_eq!(diagnosis.problem_keys(), ["database.url"], "{}", diagnosis.report);
+}
+
+backend_test!(
+    /// A database without migrations, with migrate_on_start = false: a problem naming the key and
+    /// every pending migration.
+    async fn pending_migrations_are_named(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let bind = format!("127.0.0.1:{}", free_port());
+        let toml = server_toml(&bind, None, "[database]\nmigrate_on_start = false\n");
+
+        let diagnosis = doctor(&toml, &database_env(&database)).await;
+
+        assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
+        assert_eq!(
+            diagnosis.problem_keys(),
+            ["database.migrate_on_start"],
+            "{}",
+            diagnosis.report
+        );
+        let message = diagnosis.finding("migrations")["message"].as_str().expect("message");
+        assert!(message.starts_with("migrations not applied: 1, 2, "), "{message}");
+    }
+);
+
+/// A provider whose token endpoint refuses connections: a problem naming that provider's token_url.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_provider_endpoint_names_its_key() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let fake = FakeProvider::start(FakeOptions::default()).await;
+    let providers = fake.configure(include_str!("fixtures/fake_provider.toml")).replace(
+        &format!("{}/token", fake.base_url),
+        &format!("http://127.0.0.1:{}/token", free_port()),
+    );
+    let server = TestServer::start(&database, &providers).await;
+
+    let diagnosis = doctor(
+        &server_toml(&server.addr.to_string(), None, &providers),
+        &database_env(&database),
+    )
+    .await;
+
+    assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
+    assert_eq!(
+        diagnosis.problem_keys(),
+        ["providers[0].token_url"],
+        "{}",
+        diagnosis.report
+    );
+    assert_eq!(diagnosis.finding("provider fake authorize_url")["status"], "ok");
+    server.stop().await;
+}
+
+/// public_url pointing at another running instance: the nonces differ, a problem naming
+/// server.public_url.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_url_at_another_instance_names_server_public_url() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let this = TestServer::start(&database, "").await;
+    let other = TestServer::start(&database, "").await;
+
+    let toml = server_toml(&this.addr.to_string(), Some(&other.base()), "");
+    let diagnosis = doctor(&toml, &database_env(&database)).await;
+
+    assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
+    assert_eq!(diagnosis.problem_keys(), ["server.public_url"], "{}", diagnosis.report);
+    let message = diagnosis.finding("public url")["message"].as_str().expect("message");
+    assert!(message.contains("another gatehouse instance"), "{message}");
+    other.stop().await;
+    this.stop().await;
+}
+
+/// `identity.mode = "oauth"`: the fake identity provider's metadata and key set are ok; an issuer
+/// where nothing listens is a problem naming identity.issuer, and so is an upstream's url.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_identity_provider_and_upstreams_are_checked() {
+    let (database, bind) = migrated_database_and_free_bind().await;
+    let idp = FakeIdp::start(FakeIdpOptions::default()).await;
+    let identity =
+        |issuer: &str| format!("[identity]\nmode = \"oauth\"\nissuer = \"{issuer}\"\nclient_id = \"gatehouse\"\n");
+
+    let good = doctor(
+        &server_toml(&bind, None, &identity(&idp.issuer())),
+        &database_env(&database),
+    )
+    .await;
+    assert_eq!(good.code, 0, "{}", good.report);
+    assert_eq!(good.finding("identity provider")["status"], "ok", "{}", good.report);
+    assert_eq!(
+        good.finding("identity provider jwks_uri")["status"],
+        "ok",
+        "{}",
+        good.report
+    );
+
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let upstream = format!("[[upstreams]]\nid = \"tracker\"\nurl = \"{closed}/mcp\"\n");
+    let toml = server_toml(&bind, None, &format!("{}\n{upstream}", identity(&closed)));
+    let bad = doctor(&toml, &database_env(&database)).await;
+    assert_eq!(bad.code, 1, "{}", bad.report);
+    assert_eq!(
+        bad.problem_keys(),
+        ["identity.issuer", "upstreams[0].url"],
+        "{}",
+        bad.report
+    );
+}
+
+/// A key that does not decode: a problem naming its place in secrets.keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unparsable_key_names_its_index() {
+    let (database, bind) = migrated_database_and_free_bind().await;
+
+    let diagnosis = doctor(
+        &server_toml(&bind, None, ""),
+        &[
+            ("GATEHOUSE_DATABASE__URL", &database.url),
+            ("GATEHOUSE_SECRETS__KEYS", "not-a-key"),
+        ],
+    )
+    .await;
+
+    assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
+    assert_eq!(diagnosis.problem_keys(), ["secrets.keys[0]"], "{}", diagnosis.report);
+}
+
+/// A configuration that does not load is itself the finding, naming the key; nothing else runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_that_does_not_load_is_the_finding() {
+    let diagnosis = doctor("[server]\nbind = \"nowhere\"\n", &[]).await;
+
+    assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
+    assert_eq!(diagnosis.problem_keys(), ["server.bind"], "{}", diagnosis.report);
+    assert_eq!(diagnosis.checks().len(), 1, "{}", diagnosis.report);
+}
