@@ -11,7 +11,7 @@ use gatehouse::events::{self, Bus, EVERY_UPSTREAM};
 use gatehouse::store::{
     self, AskKey, CatalogueRecord, ClientAction, ConnectionCache, ConnectionRecord, ConnectionStatus,
     ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord, FormValuesRecord, NOTIFY_CHANNEL, Notice,
-    RefreshedTokens, SessionCache, SessionRecord, Store, StoreError,
+    RefreshLease, RefreshedTokens, SealedTable, SessionCache, SessionRecord, Store, StoreError,
 };
 use serde_json::{Value, json};
 use sqlx::postgres::PgListener;
@@ -884,6 +884,56 @@ backend_test!(
 );
 
 backend_test!(
+    /// A refresh that finds the token already refreshed releases its lease without writing the
+    /// token it read back: `keys rotate` may have re-sealed it meanwhile.
+    async fn a_lease_released_unchanged_keeps_a_token_resealed_meanwhile(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let pending = asked(&store, "alice", "github:repo", None).await;
+        let saved = connection(&pending.principal, now());
+        assert!(
+            store
+                .save_connection(&saved, &pending.id, &notification(1), now())
+                .await
+                .expect("save connection")
+        );
+        let lease = RefreshLease {
+            now: now(),
+            until: now() + Duration::seconds(20),
+        };
+        let leased = store
+            .acquire_refresh_lease(&saved, lease)
+            .await
+            .expect("lease")
+            .expect("leased");
+        let batch = store
+            .sealed_batch(SealedTable::Connections, b"rotated", None, 10)
+            .await
+            .expect("batch");
+        assert_eq!(batch.len(), 1);
+        let resealed = Some(b"rotated-token".to_vec());
+        assert!(store.reseal(&batch[0], &[resealed.clone(), None]).await.expect("reseal"));
+        let unchanged = RefreshedTokens {
+            access_token: None,
+            refresh_token: None,
+            expires_at: leased.expires_at,
+            scopes: None,
+        };
+        store
+            .store_refreshed(&leased.principal, "github", &unchanged)
+            .await
+            .expect("release");
+        let stored = store
+            .connection(&leased.principal, "github")
+            .await
+            .expect("load")
+            .expect("still there");
+        assert_eq!(Some(stored.access_token.clone()), resealed);
+        let again = store.acquire_refresh_lease(&stored, lease).await.expect("lease again");
+        assert!(again.is_some(), "the lease was released");
+    }
+);
+
+backend_test!(
     /// Issue 9, item 14: a callback that started in time completes its elicitation even when the
     /// sweeper expired it during the code exchange; otherwise nothing is saved.
     async fn a_connection_is_saved_only_with_its_elicitations_completion(backend: Backend) {
@@ -1033,7 +1083,7 @@ postgres_test!(
             .expect("mark broken");
         expect_notices(&mut listener, std::slice::from_ref(&connections_changed)).await;
         let tokens = RefreshedTokens {
-            access_token: vec![4],
+            access_token: Some(vec![4]),
             refresh_token: None,
             expires_at: None,
             scopes: None,

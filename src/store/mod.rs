@@ -255,7 +255,8 @@ pub struct ConnectionRecord {
 /// New tokens from a refresh; `refresh_token: None` keeps the stored one.
 #[derive(Debug, Clone)]
 pub struct RefreshedTokens {
-    pub access_token: Vec<u8>,
+    /// The new access token; `None` keeps the stored one (a lease released unchanged).
+    pub access_token: Option<Vec<u8>>,
     pub refresh_token: Option<Vec<u8>>,
     pub expires_at: Option<DateTime<Utc>>,
     pub scopes: Option<Vec<String>>,

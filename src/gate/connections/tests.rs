@@ -433,7 +433,7 @@ async fn a_call_waits_for_another_replicas_refresh_and_uses_its_token() {
     let sealed_access = |token: &str| vault.encrypt_str(token, &access_context(&alice, "acme"));
     let expiring = fixture.connect(&gate, &session, &["read"], Some(Utc::now())).await;
     let refreshable = RefreshedTokens {
-        access_token: sealed_access("access-token-1"),
+        access_token: Some(sealed_access("access-token-1")),
         refresh_token: Some(vault.encrypt_str("refresh-token-1", &refresh_context(&alice, "acme"))),
         expires_at: expiring.expires_at,
         scopes: None,
@@ -475,7 +475,7 @@ async fn a_call_waits_for_another_replicas_refresh_and_uses_its_token() {
         tokio::task::yield_now().await;
     }
     let refreshed = RefreshedTokens {
-        access_token: sealed_access("access-token-2"),
+        access_token: Some(sealed_access("access-token-2")),
         refresh_token: None,
         expires_at: Some(now + chrono::Duration::hours(1)),
         scopes: None,

@@ -89,9 +89,10 @@ impl Connections {
         let principal = &leased.principal;
         let (store, vault) = (&self.backing.store, &self.backing.vault);
         if fresh(&leased, Utc::now()) {
-            // Refreshed by someone else between our read and the lease: release it unchanged.
+            // Refreshed by someone else between our read and the lease: release it unchanged. The
+            // token is not written back: `keys rotate` may have re-sealed it since it was read.
             let unchanged = RefreshedTokens {
-                access_token: leased.access_token.clone(),
+                access_token: None,
                 refresh_token: None,
                 expires_at: leased.expires_at,
                 scopes: None,
@@ -109,8 +110,9 @@ impl Connections {
         match self.oauth.refresh(provider, refresh_token.expose()).await {
             Ok(tokens) => {
                 let refreshed = RefreshedTokens {
-                    access_token: vault
-                        .encrypt_str(tokens.access_token.expose(), &access_context(principal, &provider.id)),
+                    access_token: Some(
+                        vault.encrypt_str(tokens.access_token.expose(), &access_context(principal, &provider.id)),
+                    ),
                     // A provider that sends no new refresh token keeps the old one valid.
                     refresh_token: tokens
                         .refresh_token

@@ -130,7 +130,7 @@ impl ConnectionStore for PostgresStore {
         t: &RefreshedTokens,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "WITH changed AS (UPDATE connections SET access_token = $3, refresh_token = COALESCE($4, refresh_token),
+            "WITH changed AS (UPDATE connections SET access_token = COALESCE($3, access_token), refresh_token = COALESCE($4, refresh_token),
                  expires_at = $5, scopes = COALESCE($6, scopes), refresh_lease = NULL, updated_at = now()
                  WHERE principal = $1 AND provider = $2 RETURNING principal)
              SELECT pg_notify($7, $8) FROM changed",

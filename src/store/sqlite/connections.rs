@@ -122,7 +122,7 @@ impl ConnectionStore for SqliteStore {
         t: &RefreshedTokens,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE connections SET access_token = ?3, refresh_token = COALESCE(?4, refresh_token), expires_at = ?5,
+            "UPDATE connections SET access_token = COALESCE(?3, access_token), refresh_token = COALESCE(?4, refresh_token), expires_at = ?5,
                  scopes = COALESCE(?6, scopes), refresh_lease = NULL, updated_at = ?7
              WHERE principal = ?1 AND provider = ?2",
         )
