@@ -772,9 +772,10 @@ async fn loops_on(options: &Options, url: &str, config: &std::path::Path, tls: T
 }
 
 /// Header identity (each loop is another user), the fake provider and the tool that needs it.
+/// Every page request comes from the load generator's one address, so the page rate is off.
 fn loop_config(fake: &fake_oauth::FakeProvider) -> String {
     format!(
-        "{}{}",
+        "{}[limits]\npage_requests_per_minute = 0\n{}",
         include_str!("../tests/fixtures/header_identity.toml"),
         fake.configure(include_str!("../tests/fixtures/fake_provider.toml"))
     )

@@ -21,6 +21,7 @@ pub mod outbound;
 pub mod private_file;
 pub mod providers;
 pub mod public_url;
+pub mod rate_limit;
 pub mod secret;
 pub mod state;
 pub mod store;

@@ -1,6 +1,7 @@
 //! `AppState`: everything handlers share, built once at start. Handlers never read the
 //! environment or open pools.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
@@ -19,6 +20,7 @@ use crate::mcp::sessions::{self, Sessions};
 use crate::metrics::Metrics;
 use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
+use crate::rate_limit::RateLimit;
 use crate::store::{self, ConnectionCache, SessionCache, Store, StoreError};
 use crate::tools::ToolRegistry;
 use crate::upstreams::Upstreams;
@@ -105,6 +107,8 @@ pub struct Shared {
     pub instance: InstanceNonce,
     /// What `/metrics` shows on the metrics listener; records nothing without `server.metrics_bind`.
     pub metrics: Arc<Metrics>,
+    /// Page requests per client address in the last minute (`limits.page_requests_per_minute`).
+    pub page_requests: RateLimit<IpAddr>,
     /// Cancelled when the server shuts down: streams end and background tasks stop.
     pub shutdown: CancellationToken,
 }
@@ -144,7 +148,7 @@ impl AppState {
             database.store.clone(),
             session_cache,
             bus.clone(),
-            config.mcp.max_sessions_per_principal,
+            config.sessions_per_principal(),
         ));
 
         let mut tasks = Vec::new();
@@ -180,6 +184,7 @@ impl AppState {
             Limits {
                 ttl: config.elicitation.ttl,
                 max_pending: config.elicitation.max_pending_per_principal,
+                per_minute: config.limits.elicitations_per_minute,
                 retention: config.elicitation.retention,
             },
         ));
@@ -215,6 +220,7 @@ impl AppState {
             bus.clone(),
             shutdown.clone(),
         )));
+        let page_requests = RateLimit::per_minute(config.limits.page_requests_per_minute);
         let state = Self(Arc::new(Shared {
             config: Arc::new(config),
             store: database.store,
@@ -234,6 +240,7 @@ impl AppState {
             public_url,
             instance: InstanceNonce::random(),
             metrics,
+            page_requests,
             shutdown,
         }));
         Ok((state, tasks))

@@ -15,25 +15,7 @@ use serde_json::{Value, json};
 
 /// A call-scoped confirmation showing the call's arguments. Its upstream is never reached: no
 /// test here confirms.
-const PAY: &str = r#"
-[[forms]]
-id = "confirm_pay"
-title = "Confirm payment"
-description = "Pay {{args.amount}} EUR to {{args.payee}}?"
-scope = "call"
-[[forms.fields]]
-name = "sure"
-label = "I confirm this payment"
-type = "boolean"
-required = true
-
-[[tools]]
-name = "pay"
-description = "Pays someone, after the user confirms"
-requires = ["form:confirm_pay"]
-input_schema = { type = "object", properties = { payee = { type = "string" }, amount = { type = "number" } }, required = ["payee", "amount"] }
-http = { url = "http://127.0.0.1:9/pay" }
-"#;
+const PAY: &str = include_str!("fixtures/pay_confirmation.toml");
 
 async fn setup(backend: Backend, toml: &str) -> (TestDatabase, TestServer) {
     captured_logs();

@@ -28,7 +28,9 @@ pub use env::ENV_PREFIX;
 pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
 pub use identity::{AllowConfig, IdentityConfig, IdentityMode};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
-pub use sections::{DatabaseConfig, ElicitationConfig, LogConfig, LogFormat, McpConfig, SecretsConfig, ServerConfig};
+pub use sections::{
+    DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, SecretsConfig, ServerConfig,
+};
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
 pub use upstreams::{UpstreamConfig, UpstreamOverride};
 
@@ -61,11 +63,15 @@ pub struct Config {
     pub log: LogConfig,
     pub secrets: SecretsConfig,
     pub elicitation: ElicitationConfig,
+    pub limits: LimitsConfig,
     pub providers: Vec<ProviderConfig>,
     pub forms: Vec<FormConfig>,
     pub tools: Vec<ToolConfig>,
     pub upstreams: Vec<UpstreamConfig>,
 }
+
+/// `limits.sessions_per_principal` when neither it nor its old name is set.
+const DEFAULT_SESSIONS_PER_PRINCIPAL: usize = 100;
 
 /// Where the configuration comes from: an optional file plus the process environment.
 pub struct ConfigSource<'a> {
@@ -101,6 +107,15 @@ impl Config {
         })?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Live sessions one principal may hold: `limits.sessions_per_principal`, or its old name
+    /// `mcp.max_sessions_per_principal` (validation refuses the two set apart), else 100.
+    pub fn sessions_per_principal(&self) -> usize {
+        self.limits
+            .sessions_per_principal
+            .or(self.mcp.max_sessions_per_principal)
+            .unwrap_or(DEFAULT_SESSIONS_PER_PRINCIPAL)
     }
 
     /// The URL browsers and clients use: `server.public_url`, or on loopback the bind address.

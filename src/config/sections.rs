@@ -1,5 +1,5 @@
 //! The server and its sections: `[server]`, `[database]`, `[mcp]`, `[log]`,
-//! `[secrets]` and `[elicitation]`, each with the defaults an empty file gets.
+//! `[secrets]`, `[elicitation]` and `[limits]`, each with the defaults an empty file gets.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -143,9 +143,8 @@ pub struct McpConfig {
     /// Sessions unused for this long are ended and their events dropped.
     #[serde(deserialize_with = "duration")]
     pub session_idle_timeout: Duration,
-    /// Live sessions one principal may hold; an `initialize` beyond it ends that principal's
-    /// least recently used session.
-    pub max_sessions_per_principal: usize,
+    /// The old name of `limits.sessions_per_principal`, still read (see [`Config::sessions_per_principal`]).
+    pub max_sessions_per_principal: Option<usize>,
     /// Serve the official conformance suite's fixture tools, resources and prompts. Only a build
     /// with the `conformance` feature (`gatehouse-conformance`) has them; elsewhere `true` is refused.
     pub conformance_fixtures: bool,
@@ -156,8 +155,33 @@ impl Default for McpConfig {
         Self {
             page_size: 50,
             session_idle_timeout: Duration::from_secs(24 * 3600),
-            max_sessions_per_principal: 64,
+            max_sessions_per_principal: None,
             conformance_fixtures: false,
+        }
+    }
+}
+
+/// What one client may make the server do or hold; each replica counts the rates in its own memory.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Elicitations one principal may have created per minute (reused pending ones do not count);
+    /// beyond it a gated call gets a tool error saying when to retry. 0: no limit.
+    pub elicitations_per_minute: u32,
+    /// Live sessions one principal may hold; an `initialize` beyond it ends that principal's
+    /// least recently used session. Unset: `mcp.max_sessions_per_principal`, else 100.
+    pub sessions_per_principal: Option<usize>,
+    /// Requests per minute one client address (after trusted proxies) may make to the pages and
+    /// the OAuth callback; beyond it 429 with `Retry-After`. 0: no limit.
+    pub page_requests_per_minute: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            elicitations_per_minute: 30,
+            sessions_per_principal: None,
+            page_requests_per_minute: 120,
         }
     }
 }

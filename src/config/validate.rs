@@ -87,9 +87,7 @@ impl Config {
         if self.mcp.page_size == 0 {
             return Err(ConfigError::key("mcp.page_size", "must be at least 1"));
         }
-        if self.mcp.max_sessions_per_principal == 0 {
-            return Err(ConfigError::key("mcp.max_sessions_per_principal", "must be at least 1"));
-        }
+        self.validate_limits()?;
         if self.mcp.conformance_fixtures && !cfg!(feature = "conformance") {
             return Err(ConfigError::key(
                 "mcp.conformance_fixtures",
@@ -156,6 +154,31 @@ impl Config {
                 "secrets.keys",
                 "must list at least one key on PostgreSQL (replicas must share it); \
                  make one with `gatehouse generate-key`",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[limits]`, and the old name of one of its keys.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        let sessions = [
+            ("limits.sessions_per_principal", self.limits.sessions_per_principal),
+            ("mcp.max_sessions_per_principal", self.mcp.max_sessions_per_principal),
+        ];
+        for (key, value) in sessions {
+            if value == Some(0) {
+                return Err(ConfigError::key(key, "must be at least 1"));
+            }
+        }
+        if let (Some(new), Some(old)) = (self.limits.sessions_per_principal, self.mcp.max_sessions_per_principal)
+            && new != old
+        {
+            return Err(ConfigError::key(
+                "limits.sessions_per_principal",
+                format!(
+                    "is {new}, but mcp.max_sessions_per_principal (its old name) is {old}: set only \
+                     limits.sessions_per_principal"
+                ),
             ));
         }
         Ok(())

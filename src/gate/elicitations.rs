@@ -1,6 +1,7 @@
 //! The elicitation lifecycle: one pending elicitation per unmet requirement of a session (reused
-//! while it is pending), the page that satisfies it, declines reported once, expiry, and the one
-//! place where an elicitation is finished (completed, declined, failed): it writes the
+//! while it is pending; how many a principal may create per minute and have pending is bounded),
+//! the page that satisfies it, declines reported once, expiry, and the one place where an
+//! elicitation is finished (completed, declined, failed): it writes the
 //! `notifications/elicitation/complete` event in the same store transaction as whatever finished
 //! it, then wakes the session's streams here. Expiry alone ends one silently: nobody finished it,
 //! and a client asking again gets a new one.
@@ -16,6 +17,7 @@ use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
 use crate::metrics::{ElicitationKind, ElicitationOutcome};
+use crate::rate_limit::RateLimit;
 use crate::store::{AskKey, AuditAction, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
 use crate::text;
 
@@ -43,13 +45,16 @@ impl Ask {
     }
 }
 
-/// How long elicitations last, how many a principal may have pending, how long ended ones are kept.
+/// How long elicitations last, how many a principal may create and have pending, how long ended
+/// ones are kept.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// How long the user has to finish in the browser.
     pub ttl: Duration,
     /// Pending elicitations one principal may have at once.
     pub max_pending: usize,
+    /// Elicitations one principal may create per minute, on this replica (0: no limit).
+    pub per_minute: u32,
     /// How long an elicitation is kept after it ended (finished or expired).
     pub retention: Duration,
 }
@@ -57,6 +62,8 @@ pub struct Limits {
 pub struct Elicitations {
     backing: Backing,
     limits: Limits,
+    /// Elicitations created per principal in the last minute.
+    created: RateLimit<Principal>,
 }
 
 /// Longest client name kept from `clientInfo` (it is shown on pages).
@@ -67,7 +74,11 @@ const MAX_DETAIL_BYTES: usize = 16 * 1024;
 
 impl Elicitations {
     pub fn new(backing: Backing, limits: Limits) -> Self {
-        Self { backing, limits }
+        Self {
+            backing,
+            created: RateLimit::per_minute(limits.per_minute),
+            limits,
+        }
     }
 
     pub async fn get(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, GateError> {
@@ -75,9 +86,9 @@ impl Elicitations {
     }
 
     /// The session's pending elicitation for this ask, or a new one; refused when the principal
-    /// has the most pending elicitations allowed. Refusing the new one, rather than expiring the
-    /// oldest, keeps every link the user was already given working: the model is told to have the
-    /// user finish those first.
+    /// has the most pending elicitations allowed, or created the most allowed within the minute.
+    /// Refusing the new one, rather than expiring the oldest, keeps every link the user was
+    /// already given working: the model is told to have the user finish those first, or to wait.
     pub async fn ask(
         &self,
         principal: &Principal,
@@ -101,6 +112,14 @@ impl Elicitations {
         {
             self.count(&expired, ElicitationOutcome::Expired);
             self.audit(&expired, AuditAction::ElicitationExpired, &Origin::unknown());
+        }
+        if let Err(limited) = self.created.check(principal) {
+            let retry_after = limited.retry_after_seconds();
+            tracing::info!(principal = %principal, retry_after, "elicitation refused: too many created this minute");
+            return Err(GateError::TooManyCreated {
+                per_minute: self.limits.per_minute,
+                retry_after,
+            });
         }
         let id = ElicitationId::generate();
         let record = ElicitationRecord {
@@ -324,6 +343,34 @@ mod tests {
         );
         let next = fixture.ask(&elicitations, &session, "acme").await;
         assert_ne!(next.id, first.id, "a new one once the old one ended");
+    }
+
+    #[tokio::test]
+    async fn creations_beyond_the_rate_are_refused_and_reuses_are_not_counted() {
+        let fixture = Fixture::new().await;
+        let session = fixture.session("alice").await;
+        let limits = Limits {
+            ttl: Duration::from_secs(600),
+            max_pending: 32,
+            per_minute: 2,
+            retention: Duration::from_secs(3600),
+        };
+        let elicitations = Elicitations::new(fixture.backing.clone(), limits);
+        let first = fixture.ask(&elicitations, &session, "acme").await;
+        for _ in 0..5 {
+            assert_eq!(fixture.ask(&elicitations, &session, "acme").await.id, first.id);
+        }
+        fixture.ask(&elicitations, &session, "form:key").await;
+        let refused = elicitations
+            .ask(&principal("alice"), &session, &ask("form:other"), &Origin::unknown())
+            .await
+            .expect_err("a third creation within the minute");
+        assert!(
+            matches!(refused, GateError::TooManyCreated { per_minute: 2, retry_after } if (1..=30).contains(&retry_after)),
+            "{refused:?}"
+        );
+        let bob = fixture.session("bob").await;
+        fixture.ask(&elicitations, &bob, "acme").await;
     }
 
     #[tokio::test]

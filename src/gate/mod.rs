@@ -59,6 +59,10 @@ pub enum GateError {
     /// The principal has `max` elicitations pending already; nothing new was stored.
     #[error("{max} elicitations are pending already")]
     TooManyPending { max: usize },
+    /// The principal created `per_minute` elicitations within the minute; nothing new was stored,
+    /// and the next one may be created in `retry_after` seconds.
+    #[error("{per_minute} elicitations were created within the minute")]
+    TooManyCreated { per_minute: u32, retry_after: u64 },
 }
 
 impl GateError {

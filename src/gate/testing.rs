@@ -82,6 +82,7 @@ impl Fixture {
             Limits {
                 ttl: Duration::from_secs(600),
                 max_pending: 32,
+                per_minute: 0,
                 retention: Duration::from_secs(7 * 24 * 3600),
             },
         )

@@ -470,6 +470,13 @@ async fn decide(
             "The user already has {max} requests waiting in the browser, the most allowed. Ask the user to \
              finish or decline the ones they were given (or wait until they expire), then call this tool again."
         )))),
+        Err(GateError::TooManyCreated {
+            per_minute,
+            retry_after,
+        }) => Ok(Gated::Reply(ToolResult::error(format!(
+            "The user was asked to do something in the browser {per_minute} times within the last minute, the \
+             most allowed. Call this tool again in {retry_after} seconds."
+        )))),
         Err(error) => Err(internal(error)),
     }
 }

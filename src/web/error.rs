@@ -110,6 +110,10 @@ pub enum PageError {
     /// The database cannot be reached right now (logged where it was noticed).
     #[error("the database is unavailable")]
     Unavailable,
+    /// The client address made `limits.page_requests_per_minute` requests within the minute; the
+    /// next is allowed in `retry_after` seconds.
+    #[error("too many requests")]
+    TooManyRequests { retry_after: u64 },
     /// Logged by the page layer with the request; the user sees a generic message.
     #[error("internal error: {0}")]
     Internal(String),
@@ -155,6 +159,7 @@ impl PageError {
             PageError::TooSlow => StatusCode::REQUEST_TIMEOUT,
             PageError::ProviderUnavailable => StatusCode::BAD_GATEWAY,
             PageError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            PageError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             PageError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -257,6 +262,14 @@ impl PageError {
                 "gatehouse cannot reach its database right now. Nothing was changed.",
                 Some("Try again in a moment."),
             ),
+            PageError::TooManyRequests { retry_after } => NoticePage::new(
+                "Too many requests",
+                format!(
+                    "This address opened gatehouse's pages too often within the last minute. Nothing was changed. \
+                     Try again in {retry_after} seconds."
+                ),
+                None,
+            ),
             PageError::Internal(_) => NoticePage::new(
                 "Something went wrong",
                 "Something went wrong on our side. Nothing was changed; try again in a moment.",
@@ -284,6 +297,11 @@ impl IntoResponse for PageError {
                 response
                     .headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+            }
+            PageError::TooManyRequests { retry_after } => {
+                response
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(retry_after));
             }
             _ => {}
         }

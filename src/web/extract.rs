@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use axum::Form;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{Extensions, HeaderMap, Method, StatusCode, Uri};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
@@ -88,14 +88,14 @@ impl FromRequestParts<AppState> for Browser {
     type Rejection = PageError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let peer = peer_of(parts)?;
+        let peer = peer_of(&parts.extensions)?;
         Self::from_parts(state, &parts.method, &parts.uri, &parts.headers, peer).await
     }
 }
 
-fn peer_of(parts: &Parts) -> Result<SocketAddr, PageError> {
-    parts
-        .extensions
+/// The peer's address, which `gatehouse::serve` puts on every request.
+pub(super) fn peer_of(extensions: &Extensions) -> Result<SocketAddr, PageError> {
+    extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(peer)| *peer)
         .ok_or_else(|| {
@@ -115,7 +115,7 @@ impl FromRequestParts<AppState> for OwnedElicitation {
     type Rejection = PageError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let peer = peer_of(parts)?;
+        let peer = peer_of(&parts.extensions)?;
         let (principal, signed_in_as) = identify(state, &parts.method, &parts.uri, &parts.headers, peer).await?;
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await

@@ -31,11 +31,8 @@ use response::PageResponse;
 use templates::impl_page;
 
 pub fn router(state: &AppState) -> Router<AppState> {
-    Router::new()
+    let pages = Router::new()
         .route("/", get(index))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route(INSTANCE_PATH, get(instance))
         .merge(
             Router::new()
                 .merge(connect::router())
@@ -47,6 +44,12 @@ pub fn router(state: &AppState) -> Router<AppState> {
                     response::refuse_while_database_down,
                 )),
         )
+        .layer(middleware::from_fn_with_state(state.clone(), response::limit_requests));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route(INSTANCE_PATH, get(instance))
+        .merge(pages)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             response::refuse_foreign_requests,

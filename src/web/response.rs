@@ -3,8 +3,9 @@
 //! cannot reach. `security_headers` puts the page headers on every response of the
 //! browser-facing routes, errors and redirects included; `refuse_foreign_requests` gives the pages
 //! the Host and Origin checks `/mcp` has; `refuse_while_database_down` answers 503 at once during an
-//! outage.
+//! outage; `limit_requests` answers 429 to a client address beyond `limits.page_requests_per_minute`.
 
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -18,6 +19,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::{Failure, PageError};
+use super::extract::peer_of;
 use super::templates::{Page, RenderError, Templates};
 use crate::state::AppState;
 
@@ -152,6 +154,34 @@ pub async fn refuse_while_database_down(State(state): State<AppState>, request: 
     next.run(request).await
 }
 
+/// A client address beyond `limits.page_requests_per_minute` gets 429 with `Retry-After`, before
+/// anything else happens. IPv6 addresses count by their /64, which one subscriber usually holds
+/// whole.
+pub async fn limit_requests(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let peer = match peer_of(request.extensions()) {
+        Ok(peer) => peer,
+        Err(error) => return error.into_response(),
+    };
+    let address = state.client_address(request.headers(), peer);
+    if let Err(limited) = state.page_requests.check(&counted_as(address)) {
+        let retry_after = limited.retry_after_seconds();
+        tracing::info!(%address, path = request.uri().path(), retry_after, "refused a page request: too many from this address");
+        return PageError::TooManyRequests { retry_after }.into_response();
+    }
+    next.run(request).await
+}
+
+/// The address a page request is counted under: IPv4 as it is, IPv6 by its /64.
+fn counted_as(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !u128::from(u64::MAX))),
+        },
+        v4 => v4,
+    }
+}
+
 /// Every page's Content Security Policy: nothing loads but our own styles and images, forms post
 /// only to us (and where `form_action` adds), nobody frames us.
 fn csp(form_action: &str) -> String {
@@ -177,4 +207,18 @@ pub async fn security_headers(mut response: Response) -> Response {
     headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_addresses_count_by_their_64() {
+        let ip = |text: &str| text.parse::<IpAddr>().expect("ip");
+        assert_eq!(counted_as(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(counted_as(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(counted_as(ip("2001:db8:1:2:bbbb::9")), ip("2001:db8:1:2::"));
+        assert_eq!(counted_as(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+    }
 }
