@@ -271,7 +271,12 @@ backend_test!(
         let revoked = entry(&trail, AuditAction::ConnectionRevoked, "fake");
         assert_eq!(revoked.detail, json!({"revocation": "revoked"}));
         assert_eq!(revoked.client_address.as_deref(), Some(CLIENT_ADDRESS));
-        entry(&trail, AuditAction::CallAllowed, "disconnect");
+        assert!(
+            !trail
+                .iter()
+                .any(|r| r.entry.action == AuditAction::CallAllowed && r.entry.subject == "disconnect"),
+            "a tool that needs nothing (disconnect) is no access decision: not on the trail"
+        );
         let not_permitted = entry(&trail, AuditAction::CallRefused, "eng_only");
         assert_eq!(not_permitted.detail, json!({"reason": "not permitted"}));
         for action in AuditAction::ALL {

@@ -193,7 +193,11 @@ pub async fn call(
         };
         let credentials = match gated {
             Gated::Run(credentials) => {
-                audit_call(state, principal, &name, &from, true, json!({}));
+                // Only a gated tool's call is on the trail: one that needs nothing (whoami, say)
+                // is not an access decision, and would put a row per call in the database.
+                if !requires.is_empty() {
+                    audit_call(state, principal, &name, &from, true, json!({}));
+                }
                 credentials
             }
             Gated::Reply(result) => {
