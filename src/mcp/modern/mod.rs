@@ -134,13 +134,13 @@ pub async fn answer(state: &AppState, headers: &HeaderMap, caller: &Caller, mess
         }
     };
     let started = Instant::now();
-    let params = jsonrpc::params_object(params);
+    let mut params = jsonrpc::params_object(params);
     if let Err(Refused { status, error }) = check(headers, &method, &params) {
         measure::record(state, &method, started, Err(&error));
         return Answer::Json(status, jsonrpc::error_response(Some(&id), &error));
     }
     if method == "tools/call" && params.get("_meta").and_then(|m| m.get("progressToken")).is_some() {
-        return match stateless_session(caller, &params) {
+        return match stateless_session(caller, &mut params) {
             Ok(session) => Answer::Streamed(Box::new(Streamed {
                 id,
                 session,
@@ -266,7 +266,7 @@ async fn dispatch(
     state: &AppState,
     caller: &Caller,
     method: &str,
-    params: Map<String, Value>,
+    mut params: Map<String, Value>,
 ) -> Result<Value, Refused> {
     match method {
         "server/discover" => Ok(discover(state)),
@@ -279,7 +279,7 @@ async fn dispatch(
             Ok(result)
         }
         "tools/call" => {
-            let session = stateless_session(caller, &params)?;
+            let session = stateless_session(caller, &mut params)?;
             Ok(call::call(state, &session, caller, params, None).await?)
         }
         #[cfg(feature = "conformance")]
@@ -289,7 +289,7 @@ async fn dispatch(
         | "prompts/list"
         | "prompts/get"
         | "completion/complete" => {
-            let session = stateless_session(caller, &params)?;
+            let session = stateless_session(caller, &mut params)?;
             fixtures::answer(state, &session, method, params)
         }
         other => Err(not_found(other)),
@@ -334,10 +334,15 @@ fn decorate(mut result: Value) -> Value {
 
 /// The session a stateless request stands in: the principal's shared stateless id, with what
 /// this request's `_meta` says of its client, and nothing from any earlier request.
-fn stateless_session(caller: &Caller, params: &Map<String, Value>) -> Result<SessionRecord, RpcError> {
+/// The capabilities are moved out of `_meta` (the session holds them from then on).
+fn stateless_session(caller: &Caller, params: &mut Map<String, Value>) -> Result<SessionRecord, RpcError> {
+    let capabilities = params
+        .get_mut("_meta")
+        .and_then(Value::as_object_mut)
+        .and_then(|meta| meta.remove(META_CAPABILITIES));
     let meta = params.get("_meta").and_then(Value::as_object);
-    let capabilities = match meta.and_then(|meta| meta.get(META_CAPABILITIES)) {
-        Some(value @ Value::Object(_)) if serialized_len(value) <= MAX_CAPABILITIES_BYTES => value.clone(),
+    let capabilities = match capabilities {
+        Some(value @ Value::Object(_)) if serialized_len(&value) <= MAX_CAPABILITIES_BYTES => value,
         Some(Value::Object(_)) => {
             return Err(RpcError::invalid_params(format!(
                 "_meta's clientCapabilities is larger than {MAX_CAPABILITIES_BYTES} bytes"
@@ -384,7 +389,8 @@ mod tests {
         let caller = Caller::named(crate::domain::Principal::parse("ada").expect("principal"));
         let with = |meta: Value| {
             let params = json!({"_meta": meta});
-            stateless_session(&caller, params.as_object().expect("object")).map(|session| session.log_level)
+            let mut params = params.as_object().expect("object").clone();
+            stateless_session(&caller, &mut params).map(|session| session.log_level)
         };
         let capabilities = json!({});
         assert_eq!(with(json!({META_CAPABILITIES: capabilities})).expect("no level"), None);
