@@ -22,6 +22,7 @@ pub mod private_file;
 pub mod providers;
 pub mod public_url;
 pub mod rate_limit;
+pub mod retention;
 pub mod secret;
 pub mod state;
 pub mod store;

@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
 use crate::rate_limit::RateLimit;
+use crate::retention::{self, Periods, Retention};
 use crate::store::{self, ConnectionCache, SessionCache, Store, StoreError};
 use crate::tools::ToolRegistry;
 use crate::upstreams::Upstreams;
@@ -97,6 +98,8 @@ pub struct Shared {
     /// The pages' OpenID Connect sign-in, in `oauth` mode.
     pub sign_in: Option<Arc<SignIn>>,
     pub gate: Arc<Gate>,
+    /// Deletes what is over once its `[retention]` period has passed, on one replica at a time.
+    pub retention: Arc<Retention>,
     /// The audit trail's recorder.
     pub audit: Arc<Audit>,
     pub templates: Arc<Templates>,
@@ -185,7 +188,6 @@ impl AppState {
                 ttl: config.elicitation.ttl,
                 max_pending: config.elicitation.max_pending_per_principal,
                 per_minute: config.limits.elicitations_per_minute,
-                retention: config.elicitation.retention,
             },
         ));
         let connections = Arc::new(Connections::new(
@@ -204,6 +206,20 @@ impl AppState {
             form_values,
         ));
         tasks.push(tokio::spawn(gate::sweep_periodically(gate.clone(), shutdown.clone())));
+        let instance = InstanceNonce::random();
+        let retention = Arc::new(Retention::new(
+            database.store.clone(),
+            Periods {
+                events: config.retention.events,
+                finished_elicitations: config.finished_elicitations_retention(),
+                audit: config.retention.audit,
+            },
+            instance.as_str().to_owned(),
+        ));
+        tasks.push(tokio::spawn(retention::sweep_periodically(
+            retention.clone(),
+            shutdown.clone(),
+        )));
         let upstreams = Arc::new(Upstreams::new(
             upstreams,
             forms_for_upstreams,
@@ -234,11 +250,12 @@ impl AppState {
             identity,
             sign_in,
             gate,
+            retention,
             audit,
             templates,
             vault,
             public_url,
-            instance: InstanceNonce::random(),
+            instance,
             metrics,
             page_requests,
             shutdown,

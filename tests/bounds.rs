@@ -190,8 +190,9 @@ backend_test!(
 );
 
 backend_test!(
-    /// The sweeper deletes an elicitation that ended longer than `elicitation.retention` ago; its
-    /// link then answers like an unknown one.
+    /// The retention sweep deletes an elicitation that ended longer than `elicitation.retention`
+    /// (the old name of `retention.finished_elicitations`) ago; its link then answers like an
+    /// unknown one.
     async fn ended_elicitations_are_deleted_after_the_retention_period(backend: Backend) {
         let toml = format!("[elicitation]\nretention = \"1h\"\n{PAY}");
         let (database, server) = setup(backend, &toml).await;
@@ -200,7 +201,8 @@ backend_test!(
         let old = elicitations(&pay(&client, "Alice", 1).await).remove(0);
         let recent = elicitations(&pay(&client, "Alice", 2).await).remove(0);
         age(&database, old["elicitationId"].as_str().expect("id")).await;
-        server.state.gate.sweep().await.expect("sweep");
+        server.state.gate.sweep().await.expect("expire");
+        server.sweep_retention().await;
         assert_eq!(database.query_count("SELECT COUNT(*) FROM elicitations").await, 1);
         assert_eq!(Browser::new().get(&url_of(&old)).await.status, StatusCode::NOT_FOUND);
         assert_eq!(Browser::new().get(&url_of(&recent)).await.status, StatusCode::OK);

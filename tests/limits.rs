@@ -7,8 +7,7 @@
 mod common;
 
 use common::stateless::StatelessClient;
-use common::{Backend, McpClient, Reply, TestDatabase, TestServer, elicitations, load_config, text};
-use gatehouse::config::ConfigError;
+use common::{Backend, McpClient, Reply, TestDatabase, TestServer, elicitations, load_config, refusal, text};
 use gatehouse::domain::SessionId;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -187,14 +186,6 @@ async fn page_requests_beyond_the_rate_get_429_with_retry_after() {
     server.stop().await;
 }
 
-fn key_of(result: Result<gatehouse::Config, ConfigError>) -> (String, String) {
-    match result {
-        Err(ConfigError::Key { key, message }) => (key, message),
-        Err(other) => panic!("not a key error: {other}"),
-        Ok(_) => panic!("accepted"),
-    }
-}
-
 #[test]
 fn the_limits_are_checked_naming_their_keys() {
     let defaults = load_config("", &[]).expect("defaults");
@@ -206,10 +197,10 @@ fn the_limits_are_checked_naming_their_keys() {
     assert_eq!(old.sessions_per_principal(), 7);
     let both = "[limits]\nsessions_per_principal = 7\n[mcp]\nmax_sessions_per_principal = 7\n";
     assert_eq!(load_config(both, &[]).expect("equal").sessions_per_principal(), 7);
-    let (key, message) = key_of(load_config(
+    let (key, message) = refusal(
         "[limits]\nsessions_per_principal = 7\n[mcp]\nmax_sessions_per_principal = 8\n",
         &[],
-    ));
+    );
     assert_eq!(key, "limits.sessions_per_principal");
     assert!(message.contains("mcp.max_sessions_per_principal"), "{message}");
 
@@ -235,7 +226,7 @@ fn the_limits_are_checked_naming_their_keys() {
             "limits.elicitations_per_minute",
         ),
     ] {
-        assert_eq!(key_of(load_config(file, &[])).0, key, "{file}");
+        assert_eq!(refusal(file, &[]).0, key, "{file}");
     }
 
     let off = load_config(

@@ -5,9 +5,9 @@
 mod common;
 
 use common::fake_oauth::{AuthorizeOutcome, FakeOptions, FakeProvider};
-use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, WAIT, elicitations, load_config, url_of};
-use gatehouse::Config;
-use gatehouse::config::ConfigError;
+use common::{
+    Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, WAIT, elicitations, load_config, refusal, url_of,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -261,14 +261,6 @@ backend_test!(
     }
 );
 
-fn refused_key(result: Result<Config, ConfigError>) -> String {
-    match result {
-        Err(ConfigError::Key { key, .. }) => key,
-        Err(other) => panic!("expected an error naming a key, got {other}"),
-        Ok(_) => panic!("expected the configuration to be refused"),
-    }
-}
-
 #[test]
 fn metrics_bind_is_validated_naming_the_key() {
     let from_file = load_config("[server]\nmetrics_bind = \"127.0.0.1:9464\"\n", &[]).expect("valid");
@@ -291,10 +283,6 @@ fn metrics_bind_is_validated_naming_the_key() {
             vec![],
         ),
     ] {
-        assert_eq!(
-            refused_key(load_config(toml, &env)),
-            "server.metrics_bind",
-            "{toml} {env:?}"
-        );
+        assert_eq!(refusal(toml, &env).0, "server.metrics_bind", "{toml} {env:?}");
     }
 }

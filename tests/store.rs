@@ -4,40 +4,23 @@ mod common;
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Duration, TimeZone, Utc};
+use chrono::{DateTime, Duration, Utc};
+use common::records::{answer, elicitation, notification, now, open, session};
 use common::{Backend, TestDatabase};
 use gatehouse::domain::{ElicitationId, LogLevel, Principal, SessionId};
 use gatehouse::events::{self, Bus, EVERY_UPSTREAM};
 use gatehouse::store::{
     self, AskKey, CatalogueRecord, ClientAction, ConnectionCache, ConnectionRecord, ConnectionStatus,
-    ElicitationRecord, ElicitationStatus, Ending, FormAnswerRecord, FormValuesRecord, NOTIFY_CHANNEL, Notice,
-    RefreshLease, RefreshedTokens, SealedTable, SessionCache, SessionRecord, Store, StoreError,
+    ElicitationRecord, ElicitationStatus, Ending, FormValuesRecord, NOTIFY_CHANNEL, Notice, RefreshLease,
+    RefreshedTokens, SealedTable, SessionCache, SessionRecord, Store, StoreError,
 };
 use serde_json::{Value, json};
 use sqlx::postgres::PgListener;
-
-async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
-    let database = TestDatabase::new(backend).await;
-    let store = store::connect(&database.url, 4).await.expect("connect").store;
-    store.migrate().await.expect("migrate");
-    (database, store)
-}
 
 /// Caps the contract tests stay far below, except where a test is about them.
 const SESSION_CAP: usize = 64;
 const PENDING_CAP: usize = 32;
 
-fn session(principal: &str) -> SessionRecord {
-    SessionRecord {
-        id: SessionId::generate(),
-        principal: Principal::parse(principal).expect("principal"),
-        protocol_version: "2025-11-25".into(),
-        client_info: json!({"name": "test-client", "version": "1.0"}),
-        client_capabilities: json!({"elicitation": {"url": {}}}),
-        log_level: None,
-        created_at: Utc::now(),
-    }
-}
 backend_test!(
     async fn sessions_round_trip(backend: Backend) {
         let (_database, store) = open(backend).await;
@@ -202,13 +185,6 @@ backend_test!(
     }
 );
 
-/// Now, at the millisecond: the precision both backends keep, so stored times compare equal.
-fn now() -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(Utc::now().timestamp_millis())
-        .single()
-        .expect("now")
-}
-
 fn ask<'a>(
     principal: &'a Principal,
     session: &'a SessionId,
@@ -250,26 +226,6 @@ fn principal(name: &str) -> Principal {
     Principal::parse(name).expect("principal")
 }
 
-/// A pending elicitation asked in `session`, expiring in ten minutes.
-fn elicitation(session: &SessionRecord, requirement: &str, call_key: Option<&str>) -> ElicitationRecord {
-    let at = now();
-    ElicitationRecord {
-        id: ElicitationId::generate(),
-        principal: session.principal.clone(),
-        session_id: session.id.clone(),
-        requirement: requirement.into(),
-        status: ElicitationStatus::Pending,
-        message: "Please fill in the form.".into(),
-        url: "https://gatehouse.test/connect/x".into(),
-        client_name: "test-client".into(),
-        created_at: at,
-        expires_at: at + Duration::minutes(10),
-        completed_at: None,
-        call_key: call_key.map(str::to_owned),
-        detail: call_key.map(|key| format!("Run the tool with call {key}")),
-    }
-}
-
 /// A new session of `owner` with a stored pending elicitation.
 async fn asked(store: &Arc<dyn Store>, owner: &str, requirement: &str, call_key: Option<&str>) -> ElicitationRecord {
     let record = session(owner);
@@ -293,19 +249,6 @@ fn values(owner: &str, form: &str, fields: Value, secrets: Option<Vec<u8>>, at: 
         created_at: at,
         updated_at: at,
     }
-}
-
-fn answer(to: &ElicitationRecord, fields: Value, secrets: Option<Vec<u8>>) -> FormAnswerRecord {
-    FormAnswerRecord {
-        elicitation_id: to.id,
-        fields,
-        secrets,
-        created_at: now(),
-    }
-}
-
-fn notification(n: i64) -> Value {
-    json!({"jsonrpc": "2.0", "method": "notifications/elicitation/complete", "params": {"n": n}})
 }
 
 async fn events_of(store: &Arc<dyn Store>, session: &SessionId) -> Vec<Value> {
@@ -911,7 +854,12 @@ backend_test!(
             .expect("batch");
         assert_eq!(batch.len(), 1);
         let resealed = Some(b"rotated-token".to_vec());
-        assert!(store.reseal(&batch[0], &[resealed.clone(), None]).await.expect("reseal"));
+        assert!(
+            store
+                .reseal(&batch[0], &[resealed.clone(), None])
+                .await
+                .expect("reseal")
+        );
         let unchanged = RefreshedTokens {
             access_token: None,
             refresh_token: None,
@@ -1367,7 +1315,8 @@ backend_test!(
 
 backend_test!(
     /// Elicitations that ended (finished or expired) before the cutoff are deleted with their
-    /// flows and answers; pending ones and ones that ended later are kept.
+    /// flows and answers, at most the limit per call; pending ones and ones that ended later are
+    /// kept.
     async fn ended_elicitations_are_deleted_after_the_retention_period(backend: Backend) {
         let (database, store) = open(backend).await;
         let record = session("alice");
@@ -1429,7 +1378,10 @@ backend_test!(
         assert_eq!(store.expire_elicitations(now()).await.expect("expire").len(), 1);
 
         let cutoff = now() - Duration::days(7);
-        assert_eq!(store.delete_ended_elicitations(cutoff).await.expect("delete"), 2);
+        for _ in 0..2 {
+            let deleted = store.delete_ended_elicitations(cutoff, 1).await.expect("delete");
+            assert_eq!(deleted, 1, "one batch of one");
+        }
         for gone in [&expired.id, &answered.id] {
             assert!(store.elicitation(gone).await.expect("load").is_none());
         }
@@ -1438,7 +1390,7 @@ backend_test!(
         }
         assert_eq!(database.query_count("SELECT COUNT(*) FROM oauth_flows").await, 0);
         assert_eq!(database.query_count("SELECT COUNT(*) FROM form_answers").await, 0);
-        assert_eq!(store.delete_ended_elicitations(cutoff).await.expect("delete"), 0);
+        assert_eq!(store.delete_ended_elicitations(cutoff, 1000).await.expect("delete"), 0);
     }
 );
 

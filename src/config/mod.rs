@@ -19,6 +19,7 @@ mod validate;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use url::Url;
@@ -29,7 +30,8 @@ pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
 pub use identity::{AllowConfig, IdentityConfig, IdentityMode};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
 pub use sections::{
-    DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, SecretsConfig, ServerConfig,
+    DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig, SecretsConfig,
+    ServerConfig,
 };
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
 pub use upstreams::{UpstreamConfig, UpstreamOverride};
@@ -64,6 +66,7 @@ pub struct Config {
     pub secrets: SecretsConfig,
     pub elicitation: ElicitationConfig,
     pub limits: LimitsConfig,
+    pub retention: RetentionConfig,
     pub providers: Vec<ProviderConfig>,
     pub forms: Vec<FormConfig>,
     pub tools: Vec<ToolConfig>,
@@ -72,6 +75,9 @@ pub struct Config {
 
 /// `limits.sessions_per_principal` when neither it nor its old name is set.
 const DEFAULT_SESSIONS_PER_PRINCIPAL: usize = 100;
+
+/// `retention.finished_elicitations` when neither it nor its old name is set: 7 days.
+const DEFAULT_FINISHED_ELICITATIONS: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Where the configuration comes from: an optional file plus the process environment.
 pub struct ConfigSource<'a> {
@@ -116,6 +122,15 @@ impl Config {
             .sessions_per_principal
             .or(self.mcp.max_sessions_per_principal)
             .unwrap_or(DEFAULT_SESSIONS_PER_PRINCIPAL)
+    }
+
+    /// How long ended elicitations are kept: `retention.finished_elicitations`, or its old name
+    /// `elicitation.retention` (validation refuses the two set apart), else 7 days.
+    pub fn finished_elicitations_retention(&self) -> Duration {
+        self.retention
+            .finished_elicitations
+            .or(self.elicitation.retention)
+            .unwrap_or(DEFAULT_FINISHED_ELICITATIONS)
     }
 
     /// The URL browsers and clients use: `server.public_url`, or on loopback the bind address.

@@ -1,5 +1,6 @@
 //! The server and its sections: `[server]`, `[database]`, `[mcp]`, `[log]`,
-//! `[secrets]`, `[elicitation]` and `[limits]`, each with the defaults an empty file gets.
+//! `[secrets]`, `[elicitation]`, `[limits]` and `[retention]`, each with the defaults an empty
+//! file gets.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use url::Url;
 
-use super::duration::duration;
+use super::duration::{duration, optional_duration};
 use crate::secret::Secret;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -46,10 +47,10 @@ pub struct ElicitationConfig {
     /// Pending elicitations one principal may have at once; a call that would ask for one more
     /// is refused (a tool error) and nothing is stored.
     pub max_pending_per_principal: usize,
-    /// Finished and expired elicitations (and what hangs off them) are deleted this long after
-    /// they ended.
-    #[serde(deserialize_with = "duration")]
-    pub retention: Duration,
+    /// The old name of `retention.finished_elicitations`, still read (see
+    /// [`super::Config::finished_elicitations_retention`]).
+    #[serde(deserialize_with = "optional_duration")]
+    pub retention: Option<Duration>,
     /// How long a 2026-07-28 retry waits for the elicitations it was given before answering
     /// `input_required` again: below common client timeouts, and long enough that a user who takes
     /// minutes in the browser does not use up the client's rounds of retries. Zero: no waiting.
@@ -64,7 +65,7 @@ impl Default for ElicitationConfig {
             wait: Duration::from_secs(300),
             progress_interval: Duration::from_secs(10),
             max_pending_per_principal: 32,
-            retention: Duration::from_secs(7 * 24 * 3600),
+            retention: None,
             hold: Duration::from_secs(25),
         }
     }
@@ -198,4 +199,31 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     pub format: LogFormat,
+}
+
+/// How long what is over is kept; the sweep that deletes it runs on one replica at a time.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Events written to a stream are deleted this long after they were appended (events of
+    /// ended sessions go with their session, at once).
+    #[serde(deserialize_with = "duration")]
+    pub events: Duration,
+    /// Finished and expired elicitations, their flows and answers are deleted this long after they
+    /// ended. Unset: `elicitation.retention`, else 7 days.
+    #[serde(deserialize_with = "optional_duration")]
+    pub finished_elicitations: Option<Duration>,
+    /// Audit rows are deleted this long after they were recorded.
+    #[serde(deserialize_with = "duration")]
+    pub audit: Duration,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            events: Duration::from_secs(7 * 24 * 3600),
+            finished_elicitations: None,
+            audit: Duration::from_secs(365 * 24 * 3600),
+        }
+    }
 }

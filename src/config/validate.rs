@@ -8,6 +8,11 @@ use url::Url;
 use super::identity::check_allow;
 use super::{Config, ConfigError};
 
+/// The shortest and longest retention periods (`[retention]`); the longest is `"100y"` as
+/// durations are written (a year of 365.25 days).
+const MIN_RETENTION: Duration = Duration::from_secs(3600);
+const MAX_RETENTION: Duration = Duration::from_secs(100 * 31_557_600);
+
 impl Config {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         let loopback = self.server.bind.ip().is_loopback();
@@ -101,12 +106,7 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        if self.elicitation.retention < Duration::from_secs(3600) {
-            return Err(ConfigError::key(
-                "elicitation.retention",
-                "must be at least 1h: a late callback or a retried call still looks its elicitation up",
-            ));
-        }
+        self.validate_retention()?;
         if self.elicitation.ttl < Duration::from_secs(30) {
             return Err(ConfigError::key(
                 "elicitation.ttl",
@@ -154,6 +154,43 @@ impl Config {
                 "secrets.keys",
                 "must list at least one key on PostgreSQL (replicas must share it); \
                  make one with `gatehouse generate-key`",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[retention]`, and the old name of one of its keys: each at least an hour (a late callback,
+    /// a retried call or a resumed stream still finds what it needs) and at most a century.
+    fn validate_retention(&self) -> Result<(), ConfigError> {
+        let periods = [
+            ("retention.events", Some(self.retention.events)),
+            ("retention.finished_elicitations", self.retention.finished_elicitations),
+            ("retention.audit", Some(self.retention.audit)),
+            ("elicitation.retention", self.elicitation.retention),
+        ];
+        for (key, period) in periods {
+            let Some(period) = period else { continue };
+            if period < MIN_RETENTION {
+                return Err(ConfigError::key(
+                    key,
+                    "must be at least 1h: a late callback, a retried call or a resumed stream still looks it up",
+                ));
+            }
+            if period > MAX_RETENTION {
+                return Err(ConfigError::key(key, "must be at most 100y"));
+            }
+        }
+        if let (Some(new), Some(old)) = (self.retention.finished_elicitations, self.elicitation.retention)
+            && new != old
+        {
+            return Err(ConfigError::key(
+                "retention.finished_elicitations",
+                format!(
+                    "is {}, but elicitation.retention (its old name) is {}: set only \
+                     retention.finished_elicitations",
+                    humantime::format_duration(new),
+                    humantime::format_duration(old)
+                ),
             ));
         }
         Ok(())

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Backing, GateError, Requirement, after, before};
+use super::{Backing, GateError, Requirement, after};
 use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
@@ -45,8 +45,7 @@ impl Ask {
     }
 }
 
-/// How long elicitations last, how many a principal may create and have pending, how long ended
-/// ones are kept.
+/// How long elicitations last, how many a principal may create and have pending.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// How long the user has to finish in the browser.
@@ -55,8 +54,6 @@ pub struct Limits {
     pub max_pending: usize,
     /// Elicitations one principal may create per minute, on this replica (0: no limit).
     pub per_minute: u32,
-    /// How long an elicitation is kept after it ended (finished or expired).
-    pub retention: Duration,
 }
 
 pub struct Elicitations {
@@ -285,13 +282,6 @@ impl Elicitations {
         }
         Ok(expired)
     }
-
-    /// Deletes the elicitations that ended longer than the retention period before `now`, with
-    /// their flows and answers.
-    pub async fn forget_ended(&self, now: DateTime<Utc>) -> Result<u64, GateError> {
-        let cutoff = before(now, self.limits.retention);
-        Ok(self.backing.store.delete_ended_elicitations(cutoff).await?)
-    }
 }
 
 /// The client's name as it introduced itself, for pages ("GitHub wants ... for Claude") and the
@@ -353,7 +343,6 @@ mod tests {
             ttl: Duration::from_secs(600),
             max_pending: 32,
             per_minute: 2,
-            retention: Duration::from_secs(3600),
         };
         let elicitations = Elicitations::new(fixture.backing.clone(), limits);
         let first = fixture.ask(&elicitations, &session, "acme").await;

@@ -22,6 +22,7 @@ mod requirement;
 #[cfg(test)]
 mod testing;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
 
 use crate::audit::Audit;
 use crate::events::Bus;
@@ -127,25 +129,22 @@ impl Gate {
     }
 
     /// Marks overdue elicitations expired, forgets long-expired flows and untaken call answers,
-    /// deletes elicitations that ended longer than their retention period ago, and ends expired
-    /// browser sessions.
+    /// and ends expired browser sessions. Ended elicitations are deleted by the retention sweep
+    /// (`crate::retention`), once their period has passed.
     pub async fn sweep(&self) -> Result<(), GateError> {
         let now = Utc::now();
         let retention = before(now, RETENTION);
         let expired = self.elicitations.expire_overdue(now).await?.len() as u64;
         let flows = self.connections.forget_flows_before(retention).await?;
         let answers = self.form_values.drop_untaken_answers(retention).await?;
-        let forgotten = self.elicitations.forget_ended(now).await?;
         let browser_sessions = self.store.delete_expired_browser_sessions(now).await?;
-        if expired + flows + answers + forgotten + browser_sessions > 0 {
+        if expired + flows + answers + browser_sessions > 0 {
             tracing::info!(
                 expired,
                 flows,
                 answers,
-                forgotten,
                 browser_sessions,
-                "swept expired elicitations, old flows, untaken call answers, ended elicitations and expired \
-                 browser sessions"
+                "swept expired elicitations, old flows, untaken call answers and expired browser sessions"
             );
         }
         Ok(())
@@ -153,17 +152,30 @@ impl Gate {
 }
 
 /// Runs the sweeper until shutdown.
-pub async fn sweep_periodically(gate: Arc<Gate>, shutdown: tokio_util::sync::CancellationToken) {
-    let mut interval = tokio::time::interval(SWEEP_INTERVAL);
+pub async fn sweep_periodically(gate: Arc<Gate>, shutdown: CancellationToken) {
+    every(SWEEP_INTERVAL, shutdown, || async {
+        if let Err(error) = gate.sweep().await {
+            tracing::warn!(%error, "elicitation sweep failed");
+        }
+    })
+    .await;
+}
+
+/// Runs `task` every `period`, the first time at once, until shutdown (a late run delays the
+/// next ones rather than bunching them).
+pub async fn every<F, Run>(period: Duration, shutdown: CancellationToken, mut task: F)
+where
+    F: FnMut() -> Run,
+    Run: Future<Output = ()>,
+{
+    let mut interval = tokio::time::interval(period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = interval.tick() => {}
         }
-        if let Err(error) = gate.sweep().await {
-            tracing::warn!(%error, "elicitation sweep failed");
-        }
+        task().await;
     }
 }
 

@@ -83,7 +83,6 @@ impl Fixture {
                 ttl: Duration::from_secs(600),
                 max_pending: 32,
                 per_minute: 0,
-                retention: Duration::from_secs(7 * 24 * 3600),
             },
         )
     }

@@ -1,7 +1,8 @@
 //! Persistence: one `Store` trait with a PostgreSQL and a SQLite implementation, each with its own
 //! migrations, SQL and native types. The backend is chosen by the database URL's scheme. Both read
-//! rows back the same way (`rows`); the payloads of the PostgreSQL bus are defined in `notice`, and
-//! the walk over every sealed value (for key rotation) in `sealed`.
+//! rows back the same way (`rows`); the payloads of the PostgreSQL bus are defined in `notice`,
+//! the walk over every sealed value (for key rotation) in `sealed`, and leases and the retention
+//! sweep's bounded deletes in `retention`.
 
 /// SQL text assembled from constant column lists and notice expressions: no outside input reaches it.
 macro_rules! sql {
@@ -10,9 +11,11 @@ macro_rules! sql {
     };
 }
 
-// First: its macro implements the sealed-value statements for both backends.
+// First: their macros implement the sealed-value and retention statements for both backends.
 #[macro_use]
 mod sealed;
+#[macro_use]
+mod retention;
 
 mod audit;
 mod browser_sessions;
@@ -37,6 +40,7 @@ pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use catalogues::{CatalogueRecord, CatalogueStore};
 pub use notice::{ClientAction, NOTIFY_CHANNEL, Notice};
 pub use postgres::PostgresStore;
+pub use retention::{Lease, RetentionStore};
 pub use sealed::{SealedRow, SealedRowKey, SealedStore, SealedTable, StampCount};
 pub use sqlite::SqliteStore;
 
@@ -289,7 +293,16 @@ pub struct RefreshLease {
 
 #[async_trait]
 pub trait Store:
-    ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + SealedStore + AuditStore + Send + Sync + 'static
+    ConnectionStore
+    + FormStore
+    + CatalogueStore
+    + BrowserSessionStore
+    + SealedStore
+    + AuditStore
+    + RetentionStore
+    + Send
+    + Sync
+    + 'static
 {
     fn backend(&self) -> Backend;
 
@@ -381,10 +394,6 @@ pub trait Store:
         ask: AskKey<'_>,
         now: DateTime<Utc>,
     ) -> Result<Vec<ElicitationRecord>, StoreError>;
-
-    /// Deletes the elicitations that ended (finished, or expired) before `cutoff`, with their flows
-    /// and answers; returns how many.
-    async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError>;
 
     async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError>;
 

@@ -150,6 +150,8 @@ sealed_store!(
     }
 );
 
+retention_store!(PostgresStore, '$', std::convert::identity);
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
 /// How long a request waits for a connection. Short: while the database is down a request
@@ -519,16 +521,6 @@ impl Store for PostgresStore {
         .bind(ask.call_key)
         .bind(now);
         self.records(query).await
-    }
-
-    async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
-        let result = sqlx::query(
-            "DELETE FROM elicitations WHERE status <> 'pending' AND COALESCE(completed_at, expires_at) < $1",
-        )
-        .bind(cutoff)
-        .execute(&self.pool)
-        .await?;
-        Ok(result.rows_affected())
     }
 
     async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError> {

@@ -106,6 +106,8 @@ sealed_store!(
     }
 );
 
+retention_store!(SqliteStore, '?', millis);
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 pub struct SqliteStore {
@@ -477,16 +479,6 @@ impl Store for SqliteStore {
         .bind(ask.call_key)
         .bind(millis(now));
         self.records(query).await
-    }
-
-    async fn delete_ended_elicitations(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
-        let result = sqlx::query(
-            "DELETE FROM elicitations WHERE status <> 'pending' AND COALESCE(completed_at, expires_at) < ?1",
-        )
-        .bind(millis(cutoff))
-        .execute(&self.pool)
-        .await?;
-        Ok(result.rows_affected())
     }
 
     async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError> {

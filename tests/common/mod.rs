@@ -26,6 +26,7 @@ pub mod mcp;
 pub mod mcp_upstreams;
 pub mod python;
 pub mod raw;
+pub mod records;
 pub mod replica;
 pub mod stateless;
 pub mod upstream;
@@ -437,6 +438,16 @@ pub fn load_config(toml: &str, env: &[(&str, &str)]) -> Result<Config, gatehouse
     })
 }
 
+/// The key and message of the error that refuses this configuration; panics when it is accepted
+/// or refused without naming a key.
+pub fn refusal(toml: &str, env: &[(&str, &str)]) -> (String, String) {
+    match load_config(toml, env) {
+        Err(gatehouse::config::ConfigError::Key { key, message }) => (key, message),
+        Err(other) => panic!("expected an error naming a key, got {other}"),
+        Ok(_) => panic!("expected the configuration to be refused: {toml}"),
+    }
+}
+
 /// The real server on a loopback port.
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -534,6 +545,15 @@ impl TestServer {
 
     pub fn client(&self) -> McpClient {
         McpClient::new(&self.url)
+    }
+
+    /// One retention sweep by this server, once it gets the lease (its own periodic sweep, or
+    /// another replica's, may hold it for a moment).
+    pub async fn sweep_retention(&self) -> gatehouse::retention::Swept {
+        eventually("the retention lease was free", async || {
+            self.state.retention.sweep().await.expect("retention sweep")
+        })
+        .await
     }
 
     pub fn base(&self) -> String {
