@@ -331,10 +331,12 @@ postgres_test!(
         }
         assert_eq!(database.query_count("SELECT COUNT(*) FROM audit").await, 3);
 
-        // Its time runs out: the next replica to ask sweeps, and releases it for the other.
+        // Its time runs out: the next replica to ask sweeps, and releases it for the other. (A
+        // replica's own minute's sweep may come first on a slow machine: then it found them.)
         let ran_out = lease(LEASE_NAME, "elsewhere", Utc::now() - Duration::seconds(1));
         assert!(a.state.store.take_lease(ran_out).await.expect("lease"));
-        assert_eq!(a.sweep_retention().await.audit, 3);
+        let by_a = a.sweep_retention().await.audit;
+        assert!(by_a == 3 || by_a == 0, "a swept {by_a}");
         assert_eq!(b.sweep_retention().await, Swept::default());
         assert_eq!(database.query_count("SELECT COUNT(*) FROM audit").await, 0);
         a.stop().await;
