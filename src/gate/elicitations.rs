@@ -59,6 +59,18 @@ pub struct Limits {
     pub retention: Duration,
 }
 
+impl Limits {
+    /// The limits `[elicitation]` and `[limits]` configure.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Self {
+            ttl: config.elicitation.ttl,
+            max_pending: config.elicitation.max_pending_per_principal,
+            per_minute: config.limits.elicitations_per_minute,
+            retention: config.elicitation.retention,
+        }
+    }
+}
+
 pub struct Elicitations {
     backing: Backing,
     limits: Limits,

@@ -14,6 +14,7 @@ macro_rules! sql {
 #[macro_use]
 mod sealed;
 
+mod admin;
 mod audit;
 mod browser_sessions;
 mod cache;
@@ -31,6 +32,7 @@ use serde_json::Value;
 
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
+pub use admin::AdminStore;
 pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditStore};
 pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
@@ -289,7 +291,7 @@ pub struct RefreshLease {
 
 #[async_trait]
 pub trait Store:
-    ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + SealedStore + AuditStore + Send + Sync + 'static
+    ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + SealedStore + AuditStore + AdminStore + Send + Sync + 'static
 {
     fn backend(&self) -> Backend;
 
