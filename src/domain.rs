@@ -51,7 +51,8 @@ impl SessionId {
 
 /// Only URL-safe base64's alphabet.
 fn is_url_safe(text: &str) -> bool {
-    text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    text.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 #[derive(Debug, thiserror::Error)]

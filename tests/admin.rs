@@ -159,7 +159,10 @@ backend_test!(
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0]["provider"], "fake");
         assert_eq!(listed[0]["scopes"], json!(["read"]));
-        s.refused(&["connections", "list", "--principal", "carol"], "carol has no connections");
+        s.refused(
+            &["connections", "list", "--principal", "carol"],
+            "carol has no connections",
+        );
 
         // Revoked here and at the provider; the gated tool asks again.
         s.change(&["connections", "revoke", "--principal", "alice", "--provider", "fake"])
@@ -211,7 +214,10 @@ backend_test!(
         ];
         let saved = s.browser.post_form(&form, &s.server().base(), &fields).await;
         assert_eq!(saved.status, StatusCode::OK, "{}", saved.body);
-        assert_eq!(s.client.call("tools/call", json!({"name": "openai_models"})).await["isError"], false);
+        assert_eq!(
+            s.client.call("tools/call", json!({"name": "openai_models"})).await["isError"],
+            false
+        );
         s.change(&["forms", "delete", "--principal", "alice", "--form", "openai"])
             .await;
         s.elicit("openai_models").await;

@@ -125,6 +125,27 @@ pub(super) enum FormsCommand {
     },
 }
 
+/// The lists' columns, each the lowercase name of a field of their JSON lines.
+const CONNECTION_HEADINGS: [&str; 7] = [
+    "PRINCIPAL",
+    "PROVIDER",
+    "ACCOUNT",
+    "STATE",
+    "CONNECTED",
+    "UPDATED",
+    "SCOPES",
+];
+const ELICITATION_HEADINGS: [&str; 7] = [
+    "ID",
+    "PRINCIPAL",
+    "STATUS",
+    "CLIENT",
+    "CREATED",
+    "EXPIRES",
+    "REQUIREMENT",
+];
+const SESSION_HEADINGS: [&str; 5] = ["SESSION", "PRINCIPAL", "PROTOCOL", "CREATED", "CLIENT"];
+
 /// Entries of the caches this process keeps for the gate and the sessions: it serves no one.
 const CACHE_CAPACITY: usize = 16;
 
@@ -241,11 +262,7 @@ impl Admin {
         {
             return Err(format!("{principal} has no connections"));
         }
-        print_list(
-            list,
-            &["PRINCIPAL", "PROVIDER", "ACCOUNT", "STATE", "CONNECTED", "UPDATED", "SCOPES"],
-            connections.iter().map(connection_json),
-        );
+        print_list(list, &CONNECTION_HEADINGS, connections.iter().map(connection_json));
         Ok(())
     }
 
@@ -289,11 +306,7 @@ impl Admin {
             .list_elicitations(pending, limit(list))
             .await
             .map_err(|e| e.to_string())?;
-        print_list(
-            list,
-            &["ID", "PRINCIPAL", "STATUS", "CLIENT", "CREATED", "EXPIRES", "REQUIREMENT"],
-            elicitations.iter().map(elicitation_json),
-        );
+        print_list(list, &ELICITATION_HEADINGS, elicitations.iter().map(elicitation_json));
         Ok(())
     }
 
@@ -327,11 +340,7 @@ impl Admin {
 
     async fn list_sessions(&self, list: &ListOptions) -> Result<(), String> {
         let sessions = self.store.list_sessions(limit(list)).await.map_err(|e| e.to_string())?;
-        print_list(
-            list,
-            &["SESSION", "PRINCIPAL", "PROTOCOL", "CREATED", "CLIENT"],
-            sessions.iter().map(session_json),
-        );
+        print_list(list, &SESSION_HEADINGS, sessions.iter().map(session_json));
         Ok(())
     }
 

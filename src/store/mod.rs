@@ -291,7 +291,16 @@ pub struct RefreshLease {
 
 #[async_trait]
 pub trait Store:
-    ConnectionStore + FormStore + CatalogueStore + BrowserSessionStore + SealedStore + AuditStore + AdminStore + Send + Sync + 'static
+    ConnectionStore
+    + FormStore
+    + CatalogueStore
+    + BrowserSessionStore
+    + SealedStore
+    + AuditStore
+    + AdminStore
+    + Send
+    + Sync
+    + 'static
 {
     fn backend(&self) -> Backend;
 
