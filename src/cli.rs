@@ -1,13 +1,15 @@
 //! What the binaries run: parses the command line and configuration, sets up logging, then
 //! serves (over HTTP, or over stdin/stdout with `stdio`), migrates, checks the configuration, makes
-//! a key, rotates keys (`keys`), prints the audit trail (`audit`) or checks a deployment
-//! (`doctor`). `gatehouse` and the test-only `gatehouse-conformance` are both
+//! a key, rotates keys (`keys`), prints the audit trail (`audit`), acts on users' access
+//! (`admin`) or checks a deployment (`doctor`). `gatehouse` and the test-only `gatehouse-conformance` are both
 //! [`binary!`](crate::binary) around [`main`].
 
+mod admin;
 mod audit;
 mod doctor;
 mod keys;
 mod stdio;
+mod table;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -53,6 +55,11 @@ enum Command {
     },
     /// Print the audit trail, newest first.
     Audit(audit::AuditArgs),
+    /// List and end users' connections, elicitations, sessions and saved form values.
+    Admin {
+        #[command(subcommand)]
+        command: admin::AdminCommand,
+    },
     /// Check a deployment: configuration, database and migrations, the key ring, every provider
     /// and upstream, and that `server.public_url` reaches this instance. Exits 1 on any problem.
     Doctor {
@@ -111,6 +118,7 @@ pub fn main() -> ExitCode {
             Command::Migrate => migrate(config).await,
             Command::Keys { command } => keys::run(config, command).await,
             Command::Audit(args) => audit::run(config, args).await,
+            Command::Admin { command } => admin::run(config, command).await,
             Command::CheckConfig | Command::GenerateKey | Command::Doctor { .. } => Ok(()),
         }
     });
@@ -217,6 +225,20 @@ async fn migrate(config: Config) -> Result<(), String> {
     database.store.check_ready().await.map_err(|e| e.to_string())?;
     println!("migrations applied ({:?})", database.store.backend());
     Ok(())
+}
+
+/// The configured database for an operator's command, refused unless it is migrated (naming the
+/// command that migrates it).
+async fn open_database(config: &Config, max_connections: u32) -> Result<crate::store::Database, String> {
+    let database = crate::store::connect(config.database.url.expose(), max_connections)
+        .await
+        .map_err(|e| e.to_string())?;
+    database
+        .store
+        .check_ready()
+        .await
+        .map_err(|e| format!("{e} (`gatehouse migrate` applies the migrations)"))?;
+    Ok(database)
 }
 
 fn check_config(config: Config) -> Result<(), String> {

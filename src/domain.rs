@@ -49,6 +49,12 @@ impl SessionId {
     }
 }
 
+/// Only URL-safe base64's alphabet.
+fn is_url_safe(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("not a gatehouse session id")]
 pub struct InvalidSessionId;
@@ -58,10 +64,7 @@ impl FromStr for SessionId {
 
     /// Only well-formed ids reach the database, so a tampered header costs no query.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let well_formed = text.len() == SESSION_ID_LEN
-            && text
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let well_formed = text.len() == SESSION_ID_LEN && is_url_safe(text);
         if well_formed {
             Ok(Self(text.to_owned()))
         } else {
@@ -79,7 +82,48 @@ impl fmt::Display for SessionId {
 impl fmt::Debug for SessionId {
     /// Logs show a prefix only: the full id is a bearer credential for the session.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SessionId({}…)", &self.0[..8.min(self.0.len())])
+        write!(f, "SessionId({}…)", self.prefix())
+    }
+}
+
+impl SessionId {
+    /// What may be shown of the id (as in logs): its first [`SESSION_PREFIX_LEN`] characters.
+    pub fn prefix(&self) -> SessionPrefix {
+        SessionPrefix(self.0.chars().take(SESSION_PREFIX_LEN).collect())
+    }
+}
+
+/// Characters of a session id shown to operators: 48 bits, enough to tell sessions apart, far
+/// from enough to use one.
+pub const SESSION_PREFIX_LEN: usize = 8;
+
+/// The start of a session id, as `gatehouse admin sessions` shows it: exactly
+/// [`SESSION_PREFIX_LEN`] of the id's characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPrefix(String);
+
+impl SessionPrefix {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for SessionPrefix {
+    type Err = InvalidSessionId;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let well_formed = text.len() == SESSION_PREFIX_LEN && is_url_safe(text);
+        if well_formed {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(InvalidSessionId)
+        }
+    }
+}
+
+impl fmt::Display for SessionPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 

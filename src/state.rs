@@ -182,14 +182,7 @@ impl AppState {
             metrics: metrics.clone(),
             audit: audit.clone(),
         };
-        let elicitations = Arc::new(Elicitations::new(
-            backing.clone(),
-            Limits {
-                ttl: config.elicitation.ttl,
-                max_pending: config.elicitation.max_pending_per_principal,
-                per_minute: config.limits.elicitations_per_minute,
-            },
-        ));
+        let elicitations = Arc::new(Elicitations::new(backing.clone(), Limits::from_config(&config)));
         let connections = Arc::new(Connections::new(
             backing.clone(),
             elicitations.clone(),

@@ -1,7 +1,6 @@
 //! `gatehouse audit`: the operator reads the audit trail (`crate::audit` records it), newest
-//! first, as a table for people or one JSON object per line for programs. Every text from the
-//! database is shown with control characters replaced, so a principal or client name cannot move
-//! the terminal's cursor or fake a row.
+//! first, as a table for people (`cli/table.rs`, which replaces control characters) or one JSON
+//! object per line for programs.
 
 use std::time::Duration;
 
@@ -39,14 +38,7 @@ pub(super) async fn run(config: Config, args: AuditArgs) -> Result<(), String> {
         since: args.since.map(|since| crate::gate::before(Utc::now(), since)),
         limit: usize::try_from(args.limit).unwrap_or(usize::MAX),
     };
-    let database = crate::store::connect(config.database.url.expose(), 1)
-        .await
-        .map_err(|e| e.to_string())?;
-    database
-        .store
-        .check_ready()
-        .await
-        .map_err(|e| format!("{e} (`gatehouse migrate` applies the migrations)"))?;
+    let database = super::open_database(&config, 1).await?;
     let records = database.store.audit(&query).await.map_err(|e| e.to_string())?;
     if args.json {
         for record in &records {
@@ -78,38 +70,17 @@ const HEADINGS: [&str; 7] = ["AT", "PRINCIPAL", "ACTION", "SUBJECT", "ADDRESS", 
 
 /// The entries as an aligned table with a heading row; the detail, last, is not padded.
 fn table(records: &[AuditRecord]) -> String {
-    let rows: Vec<[String; 7]> = records.iter().map(row).collect();
-    let mut widths = HEADINGS.map(|h| h.chars().count());
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let headings = HEADINGS.map(str::to_owned);
-    for cells in std::iter::once(&headings).chain(&rows) {
-        let mut line = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(cell);
-                line.push_str(&" ".repeat(widths[i] - cell.chars().count() + 2));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    let rows: Vec<Vec<String>> = records.iter().map(row).collect();
+    super::table::table(&HEADINGS, &rows)
 }
 
-fn row(record: &AuditRecord) -> [String; 7] {
+fn row(record: &AuditRecord) -> Vec<String> {
     let e = &record.entry;
     let detail = match &e.detail {
         Value::Object(map) if map.is_empty() => String::new(),
         detail => detail.to_string(),
     };
-    [
+    vec![
         e.at.to_rfc3339_opts(SecondsFormat::Secs, true),
         e.principal.as_str().to_owned(),
         e.action.as_str().to_owned(),
@@ -118,14 +89,6 @@ fn row(record: &AuditRecord) -> [String; 7] {
         e.client_name.clone().unwrap_or_else(|| "-".to_owned()),
         detail,
     ]
-    .map(|cell| printable(&cell))
-}
-
-/// `text` with every control character (and so every escape sequence's start) replaced.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
-        .collect()
 }
 
 #[cfg(test)]

@@ -38,14 +38,7 @@ pub(super) enum KeysCommand {
 
 pub(super) async fn run(config: Config, command: KeysCommand) -> Result<(), String> {
     let vault = crate::state::key_ring(&config).map_err(|e| format!("secrets: {e}"))?;
-    let database = crate::store::connect(config.database.url.expose(), 2)
-        .await
-        .map_err(|e| e.to_string())?;
-    let store = database.store;
-    store
-        .check_ready()
-        .await
-        .map_err(|e| format!("{e} (`gatehouse migrate` applies the migrations)"))?;
+    let store = super::open_database(&config, 2).await?.store;
     match command {
         KeysCommand::Rotate { batch_size, pause } => {
             let options = RotateOptions {

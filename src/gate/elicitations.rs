@@ -56,6 +56,17 @@ pub struct Limits {
     pub per_minute: u32,
 }
 
+impl Limits {
+    /// The limits `[elicitation]` and `[limits]` configure.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Self {
+            ttl: config.elicitation.ttl,
+            max_pending: config.elicitation.max_pending_per_principal,
+            per_minute: config.limits.elicitations_per_minute,
+        }
+    }
+}
+
 pub struct Elicitations {
     backing: Backing,
     limits: Limits,

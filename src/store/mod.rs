@@ -17,6 +17,7 @@ mod sealed;
 #[macro_use]
 mod retention;
 
+mod admin;
 mod audit;
 mod browser_sessions;
 mod cache;
@@ -34,6 +35,7 @@ use serde_json::Value;
 
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
+pub use admin::AdminStore;
 pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditStore};
 pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
@@ -300,6 +302,7 @@ pub trait Store:
     + SealedStore
     + AuditStore
     + RetentionStore
+    + AdminStore
     + Send
     + Sync
     + 'static

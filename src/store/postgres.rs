@@ -2,6 +2,7 @@
 //! `pg_notify` inside the transaction that makes it, so the announcement and the change commit
 //! together.
 
+mod admin;
 mod audit;
 mod browser_sessions;
 mod catalogues;

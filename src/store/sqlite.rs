@@ -1,6 +1,7 @@
 //! The embedded store for one process on a laptop: a file in WAL mode. Other processes must not
 //! share the file (the bus of a SQLite deployment is in process).
 
+mod admin;
 mod audit;
 mod browser_sessions;
 mod catalogues;

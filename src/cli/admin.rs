@@ -1,0 +1,511 @@
+//! `gatehouse admin`: the operator lists and ends users' connections, elicitations, sessions and
+//! saved form values. Thin over the gate and the sessions, which do the work as they do for the
+//! user (revoking at the provider, waking the session's streams, telling other replicas); each
+//! change also goes on the audit trail as an `admin` entry. Lists are bounded tables for people
+//! or JSON lines for programs, and never show a secret: no tokens, no form values, and of a
+//! session id (a bearer credential for the session) only its first characters.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::Config;
+use crate::audit::{Audit, Origin};
+use crate::domain::{ElicitationId, Principal, SessionId, SessionPrefix};
+use crate::events::Bus;
+use crate::forms::Forms;
+use crate::gate::{self, Backing, Connections, Disconnected, Elicitations, FormValues, Limits};
+use crate::mcp::sessions::Sessions;
+use crate::metrics::Metrics;
+use crate::providers::{OAuthClient, Providers};
+use crate::public_url::PublicUrl;
+use crate::store::{
+    ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, SessionCache,
+    SessionRecord, Store,
+};
+
+#[derive(Subcommand)]
+pub(super) enum AdminCommand {
+    /// Users' connections to providers.
+    Connections {
+        #[command(subcommand)]
+        command: ConnectionsCommand,
+    },
+    /// Requests to users to sign in or fill in a form.
+    Elicitations {
+        #[command(subcommand)]
+        command: ElicitationsCommand,
+    },
+    /// MCP sessions.
+    Sessions {
+        #[command(subcommand)]
+        command: SessionsCommand,
+    },
+    /// Users' saved form values.
+    Forms {
+        #[command(subcommand)]
+        command: FormsCommand,
+    },
+}
+
+#[derive(Args)]
+pub(super) struct ListOptions {
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// At most this many rows.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    limit: u32,
+}
+
+#[derive(Subcommand)]
+pub(super) enum ConnectionsCommand {
+    /// Connections, by principal and provider (never a token).
+    List {
+        /// Only this principal's connections.
+        #[arg(long)]
+        principal: Option<String>,
+        #[command(flatten)]
+        list: ListOptions,
+    },
+    /// Remove a connection and revoke it at the provider, as the user's `disconnect` does.
+    Revoke {
+        #[arg(long)]
+        principal: String,
+        /// The provider's id (`providers[].id`).
+        #[arg(long)]
+        provider: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub(super) enum ElicitationsCommand {
+    /// Elicitations, newest first.
+    List {
+        /// Only the pending ones.
+        #[arg(long)]
+        pending: bool,
+        #[command(flatten)]
+        list: ListOptions,
+    },
+    /// Expire a pending elicitation now; its client is told it is over.
+    Expire {
+        /// The elicitation's id (a UUID).
+        id: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub(super) enum SessionsCommand {
+    /// Live sessions, newest first, each shown by the first 8 characters of its id.
+    List {
+        #[command(flatten)]
+        list: ListOptions,
+    },
+    /// End a session and its streams on every replica; its client gets 404 afterwards.
+    End {
+        /// The 8 characters `admin sessions list` shows, or the whole session id.
+        id: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub(super) enum FormsCommand {
+    /// Delete a principal's saved values of a form; the next call needing them asks again.
+    Delete {
+        #[arg(long)]
+        principal: String,
+        /// The form's id (`forms[].id`).
+        #[arg(long)]
+        form: String,
+    },
+}
+
+/// The lists' columns, each the lowercase name of a field of their JSON lines.
+const CONNECTION_HEADINGS: [&str; 7] = [
+    "PRINCIPAL",
+    "PROVIDER",
+    "ACCOUNT",
+    "STATE",
+    "CONNECTED",
+    "UPDATED",
+    "SCOPES",
+];
+const ELICITATION_HEADINGS: [&str; 7] = [
+    "ID",
+    "PRINCIPAL",
+    "STATUS",
+    "CLIENT",
+    "CREATED",
+    "EXPIRES",
+    "REQUIREMENT",
+];
+const SESSION_HEADINGS: [&str; 5] = ["SESSION", "PRINCIPAL", "PROTOCOL", "CREATED", "CLIENT"];
+
+/// Entries of the caches this process keeps for the gate and the sessions: it serves no one.
+const CACHE_CAPACITY: usize = 16;
+
+/// What the commands act through: the gate's rooms and the sessions, as a replica builds them,
+/// without serving, sweeping or listening.
+struct Admin {
+    store: Arc<dyn Store>,
+    elicitations: Arc<Elicitations>,
+    connections: Connections,
+    form_values: FormValues,
+    sessions: Sessions,
+    audit: Arc<Audit>,
+    writer: JoinHandle<()>,
+    shutdown: CancellationToken,
+}
+
+pub(super) async fn run(config: Config, command: AdminCommand) -> Result<(), String> {
+    let admin = Admin::open(&config).await?;
+    let result = admin.dispatch(command).await;
+    admin.close().await;
+    result
+}
+
+impl Admin {
+    async fn open(config: &Config) -> Result<Self, String> {
+        let providers = Arc::new(Providers::from_config(config).map_err(|e| e.to_string())?);
+        let forms = Arc::new(Forms::from_config(&config.forms).map_err(|e| e.to_string())?);
+        let vault = Arc::new(crate::state::key_ring(config).map_err(|e| format!("secrets: {e}"))?);
+        let http = crate::outbound::client().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let database = super::open_database(config, 2).await?;
+        let store = database.store;
+        let session_cache = Arc::new(SessionCache::new(CACHE_CAPACITY));
+        let connection_cache = Arc::new(ConnectionCache::new(CACHE_CAPACITY));
+        // On PostgreSQL the store's NOTIFYs tell the serving replicas what changed here.
+        let bus = Arc::new(Bus::new(
+            store.clone(),
+            session_cache.clone(),
+            connection_cache.clone(),
+            database.postgres.is_none(),
+        ));
+        let shutdown = CancellationToken::new();
+        let (audit, writer) = Audit::start(store.clone(), shutdown.clone());
+        let audit = Arc::new(audit);
+        let backing = Backing {
+            store: store.clone(),
+            bus: bus.clone(),
+            vault,
+            public_url: Arc::new(PublicUrl::new(&config.public_url())),
+            metrics: Arc::new(Metrics::off()),
+            audit: audit.clone(),
+        };
+        let elicitations = Arc::new(Elicitations::new(backing.clone(), Limits::from_config(config)));
+        let connections = Connections::new(
+            backing.clone(),
+            elicitations.clone(),
+            providers,
+            OAuthClient::new(http),
+            connection_cache,
+        );
+        let form_values = FormValues::new(backing, elicitations.clone(), forms);
+        let sessions = Sessions::new(store.clone(), session_cache, bus, config.sessions_per_principal());
+        Ok(Self {
+            store,
+            elicitations,
+            connections,
+            form_values,
+            sessions,
+            audit,
+            writer,
+            shutdown,
+        })
+    }
+
+    /// Writes the audit entries recorded, then stops the writer.
+    async fn close(self) {
+        self.audit.flush().await;
+        self.shutdown.cancel();
+        if self.writer.await.is_err() {
+            tracing::warn!("the audit writer failed");
+        }
+    }
+
+    async fn dispatch(&self, command: AdminCommand) -> Result<(), String> {
+        match command {
+            AdminCommand::Connections { command } => match command {
+                ConnectionsCommand::List { principal, list } => self.list_connections(principal, &list).await,
+                ConnectionsCommand::Revoke { principal, provider } => {
+                    self.revoke(&principal_arg(&principal)?, &provider).await
+                }
+            },
+            AdminCommand::Elicitations { command } => match command {
+                ElicitationsCommand::List { pending, list } => self.list_elicitations(pending, &list).await,
+                ElicitationsCommand::Expire { id } => self.expire(&id).await,
+            },
+            AdminCommand::Sessions { command } => match command {
+                SessionsCommand::List { list } => self.list_sessions(&list).await,
+                SessionsCommand::End { id } => self.end_session(&id).await,
+            },
+            AdminCommand::Forms {
+                command: FormsCommand::Delete { principal, form },
+            } => self.delete_form(&principal_arg(&principal)?, &form).await,
+        }
+    }
+
+    async fn list_connections(&self, principal: Option<String>, list: &ListOptions) -> Result<(), String> {
+        let principal = principal.as_deref().map(principal_arg).transpose()?;
+        let connections = self
+            .store
+            .list_connections(principal.as_ref(), limit(list))
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(principal) = &principal
+            && connections.is_empty()
+        {
+            return Err(format!("{principal} has no connections"));
+        }
+        print_list(list, &CONNECTION_HEADINGS, connections.iter().map(connection_json));
+        Ok(())
+    }
+
+    async fn revoke(&self, principal: &Principal, provider: &str) -> Result<(), String> {
+        let disconnected = self
+            .connections
+            .disconnect(principal, provider, &Origin::unknown())
+            .await
+            .map_err(|e| e.to_string())?;
+        let revocation = match disconnected {
+            Disconnected::NothingConnected => return Err(format!("{principal} has no connection to {provider}")),
+            Disconnected::NoRevocation => "none",
+            Disconnected::Revoked => "revoked",
+            Disconnected::RevocationFailed => "failed",
+        };
+        self.record(
+            principal,
+            "connections revoke",
+            provider,
+            json!({ "revocation": revocation }),
+        );
+        match disconnected {
+            Disconnected::Revoked => println!("Removed {principal}'s connection to {provider} and revoked it there."),
+            Disconnected::NoRevocation => println!(
+                "Removed {principal}'s connection to {provider}; {provider} has no revocation endpoint, so the \
+                 grant lives on there until the user removes it in {provider}'s settings."
+            ),
+            Disconnected::RevocationFailed | Disconnected::NothingConnected => {
+                return Err(format!(
+                    "removed {principal}'s connection to {provider}, but {provider} did not confirm revoking it \
+                     (see the log); the user can remove the grant in {provider}'s settings"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_elicitations(&self, pending: bool, list: &ListOptions) -> Result<(), String> {
+        let elicitations = self
+            .store
+            .list_elicitations(pending, limit(list))
+            .await
+            .map_err(|e| e.to_string())?;
+        print_list(list, &ELICITATION_HEADINGS, elicitations.iter().map(elicitation_json));
+        Ok(())
+    }
+
+    async fn expire(&self, id: &str) -> Result<(), String> {
+        let id: ElicitationId = id
+            .parse()
+            .map_err(|_| format!("{id:?} is not an elicitation id (a UUID, as `admin elicitations list` shows)"))?;
+        let Some(elicitation) = self.elicitations.get(&id).await.map_err(|e| e.to_string())? else {
+            return Err(format!("no elicitation {id}"));
+        };
+        if elicitation.status != ElicitationStatus::Pending {
+            return Err(format!("elicitation {id} is {} already", elicitation.status.as_str()));
+        }
+        let expired = self
+            .elicitations
+            .finish(&elicitation, ElicitationStatus::Expired, &Origin::unknown())
+            .await
+            .map_err(|e| e.to_string())?;
+        if !expired {
+            return Err(format!("elicitation {id} ended meanwhile"));
+        }
+        self.record(
+            &elicitation.principal,
+            "elicitations expire",
+            &id.to_string(),
+            json!({ "requirement": elicitation.requirement }),
+        );
+        println!("Expired elicitation {id} of {}.", elicitation.principal);
+        Ok(())
+    }
+
+    async fn list_sessions(&self, list: &ListOptions) -> Result<(), String> {
+        let sessions = self.store.list_sessions(limit(list)).await.map_err(|e| e.to_string())?;
+        print_list(list, &SESSION_HEADINGS, sessions.iter().map(session_json));
+        Ok(())
+    }
+
+    async fn end_session(&self, id: &str) -> Result<(), String> {
+        let id = self.session_id(id).await?;
+        let Some(session) = self.store.session(&id).await.map_err(|e| e.to_string())? else {
+            return Err(format!("no session {}", id.prefix()));
+        };
+        if !self.sessions.end(&id).await.map_err(|e| e.to_string())? {
+            return Err(format!("session {} ended meanwhile", id.prefix()));
+        }
+        let prefix = id.prefix().to_string();
+        self.record(&session.principal, "sessions end", &prefix, json!({}));
+        println!("Ended session {prefix} of {}.", session.principal);
+        Ok(())
+    }
+
+    /// The session `text` names: a whole id, or the start `admin sessions list` shows.
+    async fn session_id(&self, text: &str) -> Result<SessionId, String> {
+        if let Ok(id) = text.parse::<SessionId>() {
+            return Ok(id);
+        }
+        let prefix: SessionPrefix = text.parse().map_err(|_| {
+            format!("{text:?} is not a session (the 8 characters `admin sessions list` shows, or the whole id)")
+        })?;
+        let mut found = self
+            .store
+            .sessions_with_prefix(&prefix, 2)
+            .await
+            .map_err(|e| e.to_string())?;
+        match (found.pop(), found.is_empty()) {
+            (Some(id), true) => Ok(id),
+            (Some(_), false) => Err(format!(
+                "several sessions start with {prefix}; give the whole session id"
+            )),
+            (None, _) => Err(format!("no session {prefix}")),
+        }
+    }
+
+    async fn delete_form(&self, principal: &Principal, form: &str) -> Result<(), String> {
+        if self.form_values.forms().get(form).is_none() {
+            return Err(format!("no form {form:?} is configured (forms[].id)"));
+        }
+        let deleted = self
+            .form_values
+            .delete(principal, form, &Origin::unknown())
+            .await
+            .map_err(|e| e.to_string())?;
+        if !deleted {
+            return Err(format!("{principal} has no saved values for form {form}"));
+        }
+        self.record(principal, "forms delete", form, json!({}));
+        println!("Deleted {principal}'s values for form {form}.");
+        Ok(())
+    }
+
+    /// The `admin` audit entry of a change, from no client and no address: the operator's shell.
+    fn record(&self, principal: &Principal, command: &str, subject: &str, detail: Value) {
+        self.audit
+            .admin(principal, command, subject, &Origin::unknown(), detail);
+    }
+}
+
+fn principal_arg(text: &str) -> Result<Principal, String> {
+    Principal::parse(text).map_err(|e| format!("--principal: {e}"))
+}
+
+fn limit(list: &ListOptions) -> usize {
+    usize::try_from(list.limit).unwrap_or(usize::MAX)
+}
+
+fn time(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Each object as a JSON line, or its values (in `headings`' order) as a table row.
+fn print_list(list: &ListOptions, headings: &[&str], objects: impl Iterator<Item = Value>) {
+    let objects: Vec<Value> = objects.collect();
+    if list.json {
+        for object in &objects {
+            println!("{object}");
+        }
+        return;
+    }
+    let rows: Vec<Vec<String>> = objects.iter().map(|object| cells(headings, object)).collect();
+    print!("{}", super::table::table(headings, &rows));
+}
+
+/// The object's fields named by `headings` (lowercased), as text; `-` for null.
+fn cells(headings: &[&str], object: &Value) -> Vec<String> {
+    headings
+        .iter()
+        .map(|heading| match &object[heading.to_ascii_lowercase()] {
+            Value::Null => "-".to_owned(),
+            Value::String(text) => text.clone(),
+            Value::Array(items) => items
+                .iter()
+                .map(|item| item.as_str().map_or_else(|| item.to_string(), str::to_owned))
+                .collect::<Vec<_>>()
+                .join(" "),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+/// What a connection shows: never its tokens.
+fn connection_json(c: &ConnectionRecord) -> Value {
+    json!({
+        "principal": c.principal.as_str(),
+        "provider": c.provider,
+        "account": c.account_label,
+        "state": match c.status {
+            ConnectionStatus::Active => "active",
+            ConnectionStatus::Broken => "broken",
+        },
+        "connected": time(c.created_at),
+        "updated": time(c.updated_at),
+        "scopes": c.scopes,
+    })
+}
+
+/// What an elicitation shows: not its call-scoped detail, which holds the model's arguments.
+fn elicitation_json(e: &ElicitationRecord) -> Value {
+    json!({
+        "id": e.id.to_string(),
+        "principal": e.principal.as_str(),
+        "status": e.status.as_str(),
+        "client": e.client_name,
+        "created": time(e.created_at),
+        "expires": time(e.expires_at),
+        "requirement": e.requirement,
+    })
+}
+
+/// What a session shows: the start of its id only.
+fn session_json(s: &SessionRecord) -> Value {
+    json!({
+        "session": s.id.prefix().to_string(),
+        "principal": s.principal.as_str(),
+        "protocol": s.protocol_version,
+        "created": time(s.created_at),
+        "client": gate::client_name(s),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_row_follows_its_headings() {
+        let object = json!({ "principal": "alice", "scopes": ["repo", "read:user"], "account": null });
+        assert_eq!(
+            cells(&["PRINCIPAL", "ACCOUNT", "SCOPES"], &object),
+            ["alice", "-", "repo read:user"]
+        );
+    }
+
+    #[test]
+    fn a_session_shows_only_the_start_of_its_id() {
+        let id = SessionId::generate();
+        let shown = id.prefix().to_string();
+        assert_eq!(shown.len(), crate::domain::SESSION_PREFIX_LEN);
+        assert!(id.to_string().starts_with(&shown));
+        assert!(shown.parse::<SessionPrefix>().is_ok());
+        assert!(id.to_string().parse::<SessionPrefix>().is_err());
+    }
+}
