@@ -74,6 +74,9 @@ pub struct Core {
 pub struct Upstreams {
     core: Arc<Core>,
     refresh: Mutex<Option<mpsc::Receiver<String>>>,
+    /// Other replicas' changed catalogues, subscribed to from the start: a change announced
+    /// between the first `load` and `maintain` is not lost.
+    changes: Mutex<Option<broadcast::Receiver<String>>>,
 }
 
 /// Pages of `tools/list` read from one upstream, at most.
@@ -186,9 +189,11 @@ impl Upstreams {
                 metrics,
             }
         });
+        let changes = core.bus.subscribe_catalogues();
         Ok(Self {
             core,
             refresh: Mutex::new(Some(receiver)),
+            changes: Mutex::new(Some(changes)),
         })
     }
 
@@ -230,12 +235,14 @@ impl Upstreams {
         self.core.pool.open_count()
     }
 
-    /// Reads the stored catalogues, which replace the allow-lists' stand-ins.
-    pub async fn load(&self) -> Result<(), StoreError> {
+    /// Reads the stored catalogues, which replace the allow-lists' stand-ins; true when one of
+    /// them was new here.
+    pub async fn load(&self) -> Result<bool, StoreError> {
+        let mut adopted = false;
         for record in self.core.store.catalogues().await? {
-            self.core.adopt(&record);
+            adopted |= self.core.adopt(&record);
         }
-        Ok(())
+        Ok(adopted)
     }
 
     /// Refreshes catalogues and closes idle sessions until shutdown.
@@ -243,7 +250,9 @@ impl Upstreams {
         let Some(mut refresh) = self.refresh.lock().unwrap_or_else(PoisonError::into_inner).take() else {
             return;
         };
-        let mut changes = self.core.bus.subscribe_catalogues();
+        let Some(mut changes) = self.changes.lock().unwrap_or_else(PoisonError::into_inner).take() else {
+            return;
+        };
         let mut tick = tokio::time::interval(MAINTENANCE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -255,11 +264,13 @@ impl Upstreams {
                 Some(upstream) = refresh.recv() => self.core.list(&upstream).await,
                 change = changes.recv() => match change {
                     Ok(upstream) if upstream != EVERY_UPSTREAM => self.core.reload(&upstream).await,
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        if let Err(error) = self.load().await {
-                            tracing::warn!(%error, "could not reload the upstream catalogues");
-                        }
-                    }
+                    // After a gap (this replica's LISTEN re-opened, or it fell behind): read them all,
+                    // and tell the clients here when one was new.
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => match self.load().await {
+                        Ok(true) => self.core.announce().await,
+                        Ok(false) => {}
+                        Err(error) => tracing::warn!(%error, "could not reload the upstream catalogues"),
+                    },
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = tick.tick() => {
