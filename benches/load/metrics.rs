@@ -82,8 +82,12 @@ async fn run(
         Some(metrics_port) => {
             let url = format!("http://127.0.0.1:{metrics_port}/metrics");
             wait_until_up(&url).await?;
-            let scraped = scrape_while_loaded(&url, options);
-            let (result, scrapes) = tokio::join!(loaded, scraped);
+            let scraper = scraper(url, options)?;
+            let result = loaded.await;
+            let scrapes = tokio::task::spawn_blocking(move || scraper.join())
+                .await
+                .map_err(|e| format!("the scraper's thread failed: {e}"))?
+                .map_err(|_| "the scraper panicked".to_string())?;
             result.map(|result| (result, Some(scrapes)))
         }
     };
@@ -91,20 +95,34 @@ async fn run(
     outcome
 }
 
+/// The scrapes on a thread and runtime of their own, as Prometheus would be a process of its own:
+/// on the load generator's runtime a scrape's time would include waiting behind 50 clients' tasks.
+fn scraper(url: String, options: &Options) -> Result<std::thread::JoinHandle<Scrapes>, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the scraper's runtime: {e}"))?;
+    let (warmup, duration, count) = (options.warmup, options.duration, options.scrapes);
+    std::thread::Builder::new()
+        .name("scraper".into())
+        .spawn(move || runtime.block_on(scrape_while_loaded(&url, warmup, duration, count)))
+        .map_err(|e| format!("cannot start the scraper's thread: {e}"))
+}
+
 /// `options.scrapes` scrapes spread evenly over the measured window (after the warm-up; the
 /// clients' sessions are opened first, which the warm-up covers only roughly).
-async fn scrape_while_loaded(url: &str, options: &Options) -> Scrapes {
+async fn scrape_while_loaded(url: &str, warmup: Duration, duration: Duration, count: usize) -> Scrapes {
     let http = reqwest::Client::new();
     let mut scrapes = Scrapes {
-        latencies: Vec::with_capacity(options.scrapes),
+        latencies: Vec::with_capacity(count),
         bytes: 0,
         failed: 0,
         counted_calls: None,
     };
-    tokio::time::sleep(options.warmup).await;
-    let spacing = options.duration / u32::try_from(options.scrapes.max(1)).unwrap_or(u32::MAX);
+    tokio::time::sleep(warmup).await;
+    let spacing = duration / u32::try_from(count.max(1)).unwrap_or(u32::MAX);
     let mut ticks = tokio::time::interval(spacing.max(Duration::from_millis(1)));
-    for _ in 0..options.scrapes {
+    for _ in 0..count {
         ticks.tick().await;
         let started = Instant::now();
         let text = match http.get(url).send().await {
