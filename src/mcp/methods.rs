@@ -42,8 +42,21 @@ pub(super) const MAX_CAPABILITIES_BYTES: usize = 16 * 1024;
 const CLIENT_INFO_FIELDS: [&str; 3] = ["name", "title", "version"];
 const MAX_CLIENT_INFO_BYTES: usize = 256;
 
+/// The length of `value` serialized, counted without writing it anywhere (a stateless request
+/// carries its capabilities every time, so this runs on every such call).
 pub(super) fn serialized_len(value: &Value) -> usize {
-    serde_json::to_vec(value).map_or(usize::MAX, |bytes| bytes.len())
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(bytes.len());
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, value).map_or(usize::MAX, |()| counter.0)
 }
 
 pub(super) fn kept_client_info(info: &Map<String, Value>) -> Map<String, Value> {
@@ -281,6 +294,17 @@ pub(super) fn list_tools(state: &AppState, caller: &Caller, params: Map<String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_serialized_length_is_counted_exactly() {
+        for value in [
+            json!({}),
+            json!({"elicitation": {"url": {}}, "name": "é \" \u{1}", "n": [1, 2.5, null, true]}),
+        ] {
+            let written = serde_json::to_vec(&value).map(|bytes| bytes.len());
+            assert_eq!(Ok(serialized_len(&value)), written.map_err(|e| e.to_string()));
+        }
+    }
 
     #[test]
     fn cursors_round_trip_and_reject_forgeries() {
