@@ -246,3 +246,29 @@ postgres_test!(
         assert_eq!((a - before_a, b - before_b), (5, 5), "ten calls, five on each replica");
     }
 );
+
+/// The substitutions match the repository's file even on a machine without `caddy`.
+#[test]
+fn the_deploy_caddyfile_adapts() {
+    let adapted = adapt(&deploy_caddyfile(), 18080, &["127.0.0.1:1", "127.0.0.1:2"]);
+    for expected in [
+        "\tbasicauth {\n",
+        "\tadmin off\n",
+        "\n:18080 {\n",
+        "reverse_proxy 127.0.0.1:1 127.0.0.1:2 {",
+    ] {
+        assert!(adapted.contains(expected), "{expected:?} in:\n{adapted}");
+    }
+    assert!(!adapted.contains("stream_close_delay"), "{adapted}");
+}
+
+/// A Caddyfile the substitutions no longer fit is refused, not half adapted.
+#[test]
+#[should_panic(expected = "the Caddyfile changed")]
+fn a_caddyfile_the_substitutions_do_not_fit_is_refused() {
+    adapt(
+        &deploy_caddyfile().replace("\n:8080 {", "\n:9090 {"),
+        18080,
+        &["127.0.0.1:1", "127.0.0.1:2"],
+    );
+}
