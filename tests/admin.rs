@@ -245,6 +245,8 @@ backend_test!(
         .await;
         s.refused(&["sessions", "end", &shown], "no session");
         s.refused(&["sessions", "end", "not a session"], "is not a session");
+        // One id in 64 starts with `-`, which is not an option here.
+        s.refused(&["sessions", "end", "-Ov_PZeU"], "no session");
         s.ok(&["sessions", "list", "--limit", "1"]);
         assert!(!s.admin(&["sessions", "list", "--limit", "0"]).status.success());
 

@@ -108,7 +108,9 @@ pub(super) enum SessionsCommand {
     },
     /// End a session and its streams on every replica; its client gets 404 afterwards.
     End {
-        /// The 8 characters `admin sessions list` shows, or the whole session id.
+        /// The 8 characters `admin sessions list` shows, or the whole session id (which may start
+        /// with `-`: URL-safe base64).
+        #[arg(allow_hyphen_values = true)]
         id: String,
     },
 }

@@ -17,6 +17,7 @@ use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 pub mod browser;
+pub mod caddy;
 pub mod cluster;
 pub mod fake_idp;
 pub mod fake_oauth;

@@ -79,6 +79,20 @@ impl Replica {
             .find_map(|line| line.strip_prefix("gatehouse_bus_reconnects_total ")?.parse().ok())
     }
 
+    /// How many MCP requests it has answered (`gatehouse_mcp_requests_total`, every label).
+    pub async fn mcp_requests(&self) -> u64 {
+        let text = reqwest::get(&self.metrics)
+            .await
+            .expect("scrape")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .filter(|line| line.starts_with("gatehouse_mcp_requests_total{"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     /// SIGKILL: no shutdown, no goodbye to streams or the database.
     pub async fn kill(mut self) {
         self.child.kill().await.expect("SIGKILL");

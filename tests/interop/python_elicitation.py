@@ -23,7 +23,9 @@ client can complete gatehouse's sign-in flow over Streamable HTTP (protocol
 With --stdio GATEHOUSE the script launches `GATEHOUSE stdio` instead (the SDK's stdio
 client, the environment passed on) and speaks to it over its stdin and stdout: there is no
 GET stream to wait for in step 2, the completion notifications arrive on stdout, and a line
-of stdout that is not a JSON-RPC message is a failure. With --list-tools it prints
+of stdout that is not a JSON-RPC message is a failure. With --basic-auth USER:PASSWORD every
+HTTP request carries HTTP basic auth (a reverse proxy in front of gatehouse asks for it). With
+--list-tools it prints
   {"event": "tools", "names": [...]}
 after initializing.
 
@@ -55,6 +57,7 @@ Usage:
   python_elicitation.py --url http://127.0.0.1:PORT/mcp --call whoami [--args '{}'] [--timeout 60]
   python_elicitation.py --url ... --call pay --args '{...}' --in-call [--action decline] [--progress]
   python_elicitation.py --stdio target/debug/gatehouse --list-tools --call me
+  python_elicitation.py --url http://127.0.0.1:PORT/mcp --basic-auth demo:demo-password --call me
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     server = parser.add_mutually_exclusive_group(required=True)
     server.add_argument("--url", help="Streamable HTTP endpoint, e.g. http://127.0.0.1:8080/mcp")
     server.add_argument("--stdio", metavar="GATEHOUSE", help="launch `GATEHOUSE stdio` and speak over its stdin/stdout")
+    parser.add_argument("--basic-auth", metavar="USER:PASSWORD", help="HTTP basic auth on every request")
     parser.add_argument("--list-tools", action="store_true", help="print the tools' names after initializing")
     parser.add_argument("--call", required=True, metavar="TOOL", help="tool to call")
     parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
@@ -139,6 +143,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     opts = parser.parse_args(argv)
     if (opts.action != "accept" or opts.progress) and not opts.in_call:
         parser.error("--action and --progress need --in-call")
+    if opts.basic_auth is not None and (opts.stdio or ":" not in opts.basic_auth):
+        parser.error("--basic-auth needs --url and the form USER:PASSWORD")
     return opts
 
 
@@ -202,8 +208,8 @@ async def call_in_call(session: ClientSession, tool: str, arguments: dict[str, A
 
 
 @asynccontextmanager
-async def http_transport(url: str, flow: Flow):  # type: ignore[no-untyped-def]
-    """Streamable HTTP, noting when the GET SSE stream answers."""
+async def http_transport(url: str, flow: Flow, basic_auth: str | None):  # type: ignore[no-untyped-def]
+    """Streamable HTTP, noting when the GET SSE stream answers; with basic auth when given."""
 
     async def on_response(response: httpx2.Response) -> None:
         # Fires when the response headers arrive, i.e. before the SSE body is read.
@@ -213,7 +219,8 @@ async def http_transport(url: str, flow: Flow):  # type: ignore[no-untyped-def]
             flow.get_status = response.status_code
         flow.get_answered.set()
 
-    http_client = create_mcp_http_client()
+    auth = httpx2.BasicAuth(*basic_auth.split(":", 1)) if basic_auth is not None else None
+    http_client = create_mcp_http_client(auth=auth)
     http_client.event_hooks = {"response": [on_response]}
     # The client is ours, so we close it; the transport still sends DELETE with the
     # Mcp-Session-Id on exit (terminate_on_close=True), before the session is left.
@@ -252,7 +259,7 @@ async def run(opts: argparse.Namespace, arguments: dict[str, Any], flow: Flow, i
         # Over HTTP transport-level exceptions also land here; the SDK retries the GET stream
         # itself, and a stream that never delivers shows up as the timeout, so they are ignored.
 
-    transport = stdio_transport(opts.stdio) if opts.stdio else http_transport(opts.url, flow)
+    transport = stdio_transport(opts.stdio) if opts.stdio else http_transport(opts.url, flow, opts.basic_auth)
     async with transport as (read_stream, write_stream):
         async with ClientSession(
             read_stream,

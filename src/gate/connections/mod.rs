@@ -66,6 +66,13 @@ pub struct Connections {
     cache: Arc<ConnectionCache>,
 }
 
+/// Whether `connection` is an active one to `provider` granting every scope in `needed`.
+fn serves(connection: &ConnectionRecord, provider: &Provider, needed: &[String]) -> bool {
+    connection.provider == provider.id
+        && connection.status == ConnectionStatus::Active
+        && needed.iter().all(|s| connection.scopes.contains(s))
+}
+
 pub(in crate::gate) fn access_context(principal: &Principal, provider: &str) -> String {
     format!("connection:{principal}:{provider}:access")
 }
@@ -113,19 +120,19 @@ impl Connections {
         from: &Origin,
     ) -> Result<Grant, GateError> {
         let needed = provider.scopes_with(scopes);
-        let connection = self
-            .of(principal)
-            .await?
-            .iter()
-            .find(|c| c.provider == provider.id)
-            .cloned();
+        let connections = match self.cache.get(principal) {
+            Some(cached) if cached.iter().any(|c| serves(c, provider, &needed)) => cached,
+            // A sign-in on another replica reaches this cache through the bus, which can be a
+            // moment after its completion notification reached the client, whose retry may come
+            // here first: the store, not the cache, decides that the user must sign in.
+            _ => self.load(principal).await?,
+        };
+        let connection = connections.iter().find(|c| c.provider == provider.id).cloned();
         Ok(match connection {
-            Some(c) if c.status == ConnectionStatus::Active && needed.iter().all(|s| c.scopes.contains(s)) => {
-                match self.usable_token(provider, c, from).await? {
-                    Some((token, version)) => Grant::Usable { token, version },
-                    None => Grant::SignIn { scopes: needed },
-                }
-            }
+            Some(c) if serves(&c, provider, &needed) => match self.usable_token(provider, c, from).await? {
+                Some((token, version)) => Grant::Usable { token, version },
+                None => Grant::SignIn { scopes: needed },
+            },
             // Step-up: sign in again for everything granted so far plus what is missing.
             Some(c) if c.status == ConnectionStatus::Active => Grant::SignIn {
                 scopes: provider.scopes_with(&[c.scopes, needed].concat()),
@@ -136,9 +143,14 @@ impl Connections {
 
     /// The principal's connections, from the cache when it has them.
     async fn of(&self, principal: &Principal) -> Result<Arc<Vec<ConnectionRecord>>, GateError> {
-        if let Some(cached) = self.cache.get(principal) {
-            return Ok(cached);
+        match self.cache.get(principal) {
+            Some(cached) => Ok(cached),
+            None => self.load(principal).await,
         }
+    }
+
+    /// The principal's connections from the store, cached unless they changed meanwhile.
+    async fn load(&self, principal: &Principal) -> Result<Arc<Vec<ConnectionRecord>>, GateError> {
         let epoch = self.cache.epoch();
         let loaded = Arc::new(self.backing.store.connections(principal).await?);
         self.cache.insert_loaded(epoch, principal.clone(), loaded.clone());

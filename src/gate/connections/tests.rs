@@ -90,6 +90,33 @@ async fn grants_follow_the_stored_connection() {
 }
 
 #[tokio::test]
+async fn a_sign_in_is_asked_for_only_when_the_store_has_no_usable_connection() {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let connections = gate.connections();
+    let session = fixture.session("alice").await;
+    let acme = connections.provider("acme").expect("provider");
+    let alice = &session.principal;
+    fixture.connect(&gate, &session, &["read"], None).await;
+    // As on a replica that cached no connection and has not yet had the bus's notice of the
+    // sign-in another replica just stored (whose completion the client may already have).
+    fixture.cache.insert(alice.clone(), Arc::new(Vec::new()));
+    match connections
+        .grant(alice, acme, &[], &Origin::unknown())
+        .await
+        .expect("grant")
+    {
+        Grant::Usable { token, .. } => assert_eq!(token.expose(), "access-token-1"),
+        Grant::SignIn { .. } => panic!("the stored connection is used, not the stale cache"),
+    }
+    assert_eq!(
+        fixture.cache.get(alice).map(|cached| cached.len()),
+        Some(1),
+        "the cache holds what the store had"
+    );
+}
+
+#[tokio::test]
 async fn an_expiring_token_without_a_refresh_token_needs_a_new_sign_in() {
     let fixture = Fixture::new().await;
     let gate = fixture.gate(CONFIG);

@@ -1,0 +1,141 @@
+// URL-mode elicitation on protocol 2025-11-25 with the official TypeScript MCP SDK
+// (@modelcontextprotocol/sdk 1.32.x), the counterpart of python_elicitation.py.
+//
+// The Rust integration tests run this as a subprocess. It connects to --url declaring
+// {"elicitation": {"url": {}}} (with HTTP basic auth on every request when --basic-auth is given,
+// through the transport's requestInit headers), waits until the GET SSE stream answered, calls
+// --call with the JSON object --args, which must fail with -32042 (the SDK's
+// UrlElicitationRequiredError), and prints per listed elicitation one line
+//   {"event": "elicitation", "elicitationId", "url", "message"}
+// Then it waits for a notifications/elicitation/complete for each of them, printing
+//   {"event": "completed", "elicitationId"}
+// in arrival order, retries the call, ends the session (DELETE) and prints a final line
+//   {"event": "result", "result": {"isError", "content", "structuredContent"}}
+//
+// Every stdout line is one JSON object. Exit 0 on success, 1 with a message on stderr otherwise,
+// including --timeout (seconds) running out.
+//
+// Usage: node ts_elicitation.mjs --sdk STAGE_DIR --url http://127.0.0.1:PORT/mcp --call me
+//            [--args '{}'] [--basic-auth USER:PASSWORD] [--timeout 60]
+// where STAGE_DIR holds node_modules/@modelcontextprotocol/sdk (scripts/npm-stage puts it there).
+
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const { values: opts } = parseArgs({
+    options: {
+        sdk: { type: 'string' },
+        url: { type: 'string' },
+        call: { type: 'string' },
+        args: { type: 'string', default: '{}' },
+        'basic-auth': { type: 'string' },
+        timeout: { type: 'string', default: '60' }
+    }
+});
+
+let phase = 'starting';
+
+function emit(event) {
+    console.log(JSON.stringify(event));
+}
+
+async function run() {
+    if (!opts.sdk || !opts.url || !opts.call) {
+        throw new Error('--sdk, --url and --call are required');
+    }
+    const sdk = path => import(pathToFileURL(join(opts.sdk, 'node_modules/@modelcontextprotocol/sdk/dist/esm', path)).href);
+    const { Client } = await sdk('client/index.js');
+    const { StreamableHTTPClientTransport } = await sdk('client/streamableHttp.js');
+    const { ElicitationCompleteNotificationSchema, ErrorCode } = await sdk('types.js');
+
+    const headers = {};
+    if (opts['basic-auth'] !== undefined) {
+        headers.Authorization = `Basic ${Buffer.from(opts['basic-auth']).toString('base64')}`;
+    }
+    // The GET SSE stream carries the completion notifications: note when it answers.
+    let getAnswered;
+    const getStatus = new Promise(resolve => (getAnswered = resolve));
+    const fetchNoting = async (url, init) => {
+        const response = await fetch(url, init);
+        if ((init?.method ?? 'GET') === 'GET') {
+            getAnswered(response.status);
+        }
+        return response;
+    };
+
+    // Completions in arrival order; a waiter is woken by the next one.
+    const completed = [];
+    let wake = () => {};
+    const client = new Client(
+        { name: 'gatehouse-interop-ts-elicitation', version: '1.0.0' },
+        { capabilities: { elicitation: { url: {} } } }
+    );
+    client.setNotificationHandler(ElicitationCompleteNotificationSchema, notification => {
+        completed.push(notification.params.elicitationId);
+        wake();
+    });
+    const transport = new StreamableHTTPClientTransport(new URL(opts.url), {
+        requestInit: { headers },
+        fetch: fetchNoting
+    });
+    phase = 'initializing';
+    await client.connect(transport);
+    phase = 'waiting for the GET SSE stream';
+    const status = await getStatus;
+    if (status < 200 || status >= 300) {
+        throw new Error(`GET SSE stream not opened: HTTP ${status}`);
+    }
+
+    phase = `calling ${opts.call} (expecting -32042)`;
+    const call = () => client.callTool({ name: opts.call, arguments: JSON.parse(opts.args) });
+    let elicitations;
+    try {
+        const first = await call();
+        throw new Error(`expected error -32042, but the call succeeded: ${JSON.stringify(first)}`);
+    } catch (error) {
+        if (error?.code !== ErrorCode.UrlElicitationRequired) {
+            throw error;
+        }
+        elicitations = error.elicitations;
+    }
+    if (!Array.isArray(elicitations) || elicitations.length === 0) {
+        throw new Error('-32042 without data.elicitations');
+    }
+    for (const { elicitationId, url, message } of elicitations) {
+        emit({ event: 'elicitation', elicitationId, url, message });
+    }
+
+    const pending = new Set(elicitations.map(e => e.elicitationId));
+    phase = 'waiting for completion';
+    while (pending.size > 0) {
+        const next = completed.shift();
+        if (next === undefined) {
+            await new Promise(resolve => (wake = resolve));
+        } else if (pending.delete(next)) {
+            emit({ event: 'completed', elicitationId: next });
+        }
+    }
+
+    phase = `retrying ${opts.call}`;
+    const result = await call();
+    phase = 'closing the session';
+    await transport.terminateSession();
+    await client.close();
+    return {
+        event: 'result',
+        result: { isError: Boolean(result.isError), content: result.content, structuredContent: result.structuredContent }
+    };
+}
+
+const timeout = setTimeout(() => {
+    console.error(`TypeScript elicitation client failed: no answer within ${opts.timeout}s while ${phase}`);
+    process.exit(1);
+}, Number(opts.timeout) * 1000);
+try {
+    emit(await run());
+    clearTimeout(timeout);
+} catch (error) {
+    console.error(`TypeScript elicitation client failed while ${phase}: ${error?.stack ?? error}`);
+    process.exit(1);
+}
