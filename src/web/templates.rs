@@ -30,6 +30,9 @@ pub const PAGE_NAMES: &[&str] = &[
 const PREFIX: &str = "prefix";
 
 const BUILT_IN_BASE: &str = include_str!("../../templates/base.html");
+/// How the built-in templates write the prefix (askama's runtime value). The built-in base also
+/// serves minijinja, under an operator's pages, where it is the variable `{{ prefix }}`.
+const ASKAMA_PREFIX: &str = r#"{{ ("prefix"|value::<String>)? }}"#;
 /// Wraps a built-in page's blocks, rendered by askama, into the operator's layout.
 const WRAPPER_NAME: &str = "gatehouse-wrapper.html";
 const WRAPPER: &str = "{% extends \"base.html\" %}{% block title %}{{ gatehouse_title|safe }}{% endblock %}\
@@ -126,7 +129,7 @@ impl Templates {
         }
         if !replaced.contains("base.html") {
             environment
-                .add_template("base.html", BUILT_IN_BASE)
+                .add_template_owned("base.html", BUILT_IN_BASE.replace(ASKAMA_PREFIX, "{{ prefix }}"))
                 .map_err(|e| ConfigError::key(key, format!("built-in base.html: {e}")))?;
         }
         environment
