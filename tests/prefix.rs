@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::fake_idp::{FakeIdp, FakeIdpOptions, TestUser};
+use common::fake_idp::{FakeIdp, FakeIdpOptions, TestClient, TestUser};
 use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::{Backend, Browser, McpClient, Page, TestDatabase, TestServer, elicitations, upstream, url_of};
 use reqwest::StatusCode;
@@ -236,11 +236,16 @@ backend_test!(
     }
 );
 
-/// In `oauth` identity mode the challenge names metadata under the prefix (which a proxy that
-/// forwards only the prefix passes on), RFC 9728's own location at the host's root answers too,
-/// and a token for the prefixed `/mcp` is accepted.
-#[tokio::test]
-async fn oauth_identity_metadata_under_a_prefix() {
+/// `[identity]` in `oauth` mode at `idp`.
+fn oauth_identity(idp: &FakeIdp) -> String {
+    format!(
+        "[identity]\nmode = \"oauth\"\nissuer = \"{}\"\nscopes = [\"mcp\"]\nclient_id = \"gatehouse\"\n\
+         client_secret = \"gatehouse-secret\"\n",
+        idp.issuer()
+    )
+}
+
+async fn idp_with_alice() -> FakeIdp {
     let idp = FakeIdp::start(FakeIdpOptions::default()).await;
     idp.add_user(TestUser {
         sub: "alice".to_owned(),
@@ -248,13 +253,80 @@ async fn oauth_identity_metadata_under_a_prefix() {
         email: "alice@acme.test".to_owned(),
         groups: Vec::new(),
     });
-    let issuer = idp.issuer();
+    idp
+}
+
+backend_test!(
+    /// In `oauth` mode a browser without a session is sent to the prefixed /login, signs in at the
+    /// provider with the prefixed callback, and comes back to the prefixed page, its cookies scoped
+    /// to the prefix.
+    async fn the_pages_sign_in_under_a_prefix(backend: Backend) {
+        let idp = idp_with_alice().await;
+        idp.sign_in_as("alice");
+        let database = TestDatabase::new(backend).await;
+        let note = "[[forms]]\nid = \"note\"\ntitle = \"A note\"\n[[forms.fields]]\nname = \"text\"\nlabel = \"Note\"\n\
+                    type = \"text\"\n\n[[tools]]\nname = \"noted\"\ndescription = \"Needs a note\"\n\
+                    requires = [\"form:note\"]\nhttp = { url = \"http://127.0.0.1:9/\" }\n";
+        let server = start(&database, &format!("{}\n{note}", oauth_identity(&idp))).await;
+        let public = public(&server);
+        idp.register_client(TestClient {
+            id: "gatehouse".to_owned(),
+            secret: Some("gatehouse-secret".to_owned()),
+            redirect_uris: vec![format!("{public}/login/callback")],
+        });
+        let token = idp.access_token("alice", &format!("{public}/mcp"), "mcp");
+        for route in [Route::Direct, Route::Stripped] {
+            let mut client = McpClient::new(&route.reach(&format!("{public}/mcp")))
+                .with_user("Authorization", &format!("Bearer {token}"));
+            client.initialize().await;
+            let reply = client.request("tools/call", json!({"name": "noted"})).await;
+            let url = url_of(&elicitations(&reply)[0]);
+            let id = url.rsplit('/').next().expect("id").to_owned();
+            assert_eq!(url, format!("{public}/forms/{id}"));
+
+            let browser = Browser::new();
+            let first = browser.get(&route.reach(&url)).await;
+            assert_eq!(first.status, StatusCode::SEE_OTHER, "{}", first.body);
+            assert_eq!(first.location(), format!("{PREFIX}/login?next=%2Fforms%2F{id}"));
+            let login = browser
+                .get(&route.reach(&format!("{}{}", server.base(), first.location())))
+                .await;
+            assert_eq!(login.status, StatusCode::FOUND, "{}", login.body);
+            assert_cookies_under_prefix(&login);
+            let authorize = url::Url::parse(&login.location()).expect("authorize url");
+            let query: HashMap<String, String> = authorize.query_pairs().into_owned().collect();
+            assert_eq!(query["redirect_uri"], format!("{public}/login/callback"));
+            let callback = browser.authorize(authorize.as_str()).await;
+            let signed_in = browser.get(&route.reach(&callback)).await;
+            assert_eq!(signed_in.status, StatusCode::SEE_OTHER, "{}", signed_in.body);
+            assert_eq!(signed_in.location(), format!("{PREFIX}/forms/{id}"));
+            assert_cookies_under_prefix(&signed_in);
+            let form = browser.get(&route.reach(&url)).await;
+            assert_eq!(form.status, StatusCode::OK, "{}", form.body);
+            assert!(
+                form.body.contains(&format!("action=\"{PREFIX}/forms/{id}\"")),
+                "{}",
+                form.body
+            );
+            let logout = browser.get(&route.reach(&format!("{public}/logout"))).await;
+            assert!(
+                logout.body.contains(&format!("action=\"{PREFIX}/logout\"")),
+                "{}",
+                logout.body
+            );
+        }
+        server.stop().await;
+    }
+);
+
+/// In `oauth` identity mode the challenge names metadata under the prefix (which a proxy that
+/// forwards only the prefix passes on), RFC 9728's own location at the host's root answers too,
+/// and a token for the prefixed `/mcp` is accepted.
+#[tokio::test]
+async fn oauth_identity_metadata_under_a_prefix() {
+    let idp = idp_with_alice().await;
     let database = TestDatabase::new(Backend::Sqlite).await;
-    let identity = format!(
-        "[identity]\nmode = \"oauth\"\nissuer = \"{issuer}\"\nscopes = [\"mcp\"]\nclient_id = \"gatehouse\"\n\
-         client_secret = \"gatehouse-secret\"\n"
-    );
-    let server = start(&database, &identity).await;
+    let server = start(&database, &oauth_identity(&idp)).await;
     let public = public(&server);
     let resource = format!("{public}/mcp");
     let metadata_url = format!("{public}/.well-known/oauth-protected-resource/mcp");
