@@ -1,7 +1,8 @@
 //! The pages' cookies: reading one from a request, and the `Set-Cookie` values that set and
 //! expire one. Every cookie is `HttpOnly; SameSite=Lax` (sent on the top-level GET back from a
 //! provider, never on another site's post), `Secure` under https, and has the path prefix of
-//! `server.public_url` as its `Path` (`/` without one).
+//! `server.public_url` as its `Path` (`/` without one). Names get their `__Host-`/`__Secure-`
+//! prefix from `PublicUrl::cookie_name`.
 
 use std::time::Duration;
 
@@ -10,12 +11,6 @@ use axum::http::{HeaderMap, HeaderValue};
 
 use super::error::PageError;
 use crate::state::AppState;
-
-/// `name` with the `__Host-` (or, under a path prefix, `__Secure-`) prefix under https; see
-/// [`crate::public_url::PublicUrl::cookie_name`].
-pub fn host_only(state: &AppState, name: &str) -> String {
-    state.public_url.cookie_name(name)
-}
 
 /// The value of cookie `name`, from any Cookie header.
 pub fn read<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

@@ -113,7 +113,9 @@ impl LoginFlow {
 /// One cookie per sign-in, named after its state, so sign-ins in two tabs do not overwrite each
 /// other.
 fn flow_cookie_name(state: &AppState, oauth_state: &str) -> String {
-    cookies::host_only(state, &format!("gatehouse-login-{}", &sha256_hex(oauth_state)[..16]))
+    state
+        .public_url
+        .cookie_name(&format!("gatehouse-login-{}", &sha256_hex(oauth_state)[..16]))
 }
 
 async fn login(State(state): State<AppState>, RawQuery(query): RawQuery) -> Result<Response, PageError> {
