@@ -161,6 +161,8 @@ impl Templates {
         let Some(environment) = &self.overrides else {
             return Ok(page.render_with_values(&values)?);
         };
+        // Safe as it is: `crate::public_url::parse` allows only unreserved characters and '/'.
+        let prefix = minijinja::Value::from_safe_string(prefix.to_owned());
         if self.replaced.contains(P::NAME) {
             let context = minijinja::context! { prefix => prefix, ..minijinja::Value::from_serialize(page) };
             return Ok(environment.get_template(P::NAME)?.render(context)?);
@@ -174,5 +176,44 @@ impl Templates {
             gatehouse_content => content,
             prefix => prefix,
         })?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::web::error::NoticePage;
+
+    #[test]
+    fn every_page_gets_the_prefix_built_in_or_replaced() {
+        let page = NoticePage::new("Done", "All done.", None);
+        let built_in = Templates::built_in().render(&page, "/gh").expect("built-in");
+        assert!(built_in.contains(r#"<a href="/gh/connections">"#), "{built_in}");
+
+        let dir = tempfile::tempdir().expect("dir");
+        let notice =
+            r#"{% extends "base.html" %}{% block content %}<a href="{{ prefix }}/x">{{ heading }}</a>{% endblock %}"#;
+        std::fs::write(dir.path().join("notice.html"), notice).expect("write");
+        let replaced = Templates::load(Some(dir.path()))
+            .expect("load")
+            .render(&page, "/gh")
+            .expect("operator");
+        assert!(replaced.contains(r#"<a href="/gh/x">Done</a>"#), "{replaced}");
+        assert!(
+            replaced.contains(r#"<a href="/gh/connections">"#),
+            "the built-in base: {replaced}"
+        );
+
+        std::fs::write(
+            dir.path().join("base.html"),
+            r#"<nav>{{ prefix }}</nav>{% block content %}{% endblock %}"#,
+        )
+        .expect("write");
+        std::fs::remove_file(dir.path().join("notice.html")).expect("remove");
+        let wrapped = Templates::load(Some(dir.path()))
+            .expect("load")
+            .render(&page, "/gh")
+            .expect("wrapped");
+        assert!(wrapped.starts_with("<nav>/gh</nav>"), "{wrapped}");
     }
 }
