@@ -18,6 +18,7 @@ pub mod jsonrpc;
 pub mod mcp;
 pub mod metrics;
 pub mod outbound;
+pub mod path_prefix;
 pub mod private_file;
 pub mod providers;
 pub mod public_url;
@@ -96,15 +97,18 @@ pub fn pages_app(state: AppState) -> Router {
     layered(routes, state)
 }
 
+/// The routes with the common layers, reached with or without the public URL's path prefix.
 fn layered(routes: Router<AppState>, state: AppState) -> Router {
-    routes
+    let prefix = state.public_url.prefix().to_owned();
+    let routes = routes
         .layer(axum::middleware::from_fn(unread_body::close_if_unread))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
                 .on_failure(log_failure),
         )
-        .with_state(state)
+        .with_state(state);
+    path_prefix::serve_under(&prefix, routes)
 }
 
 /// A response that failed (5xx), at the level it deserves: a bad or slow gateway is another

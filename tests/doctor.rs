@@ -161,6 +161,36 @@ async fn with_no_server_doctor_listens_on_bind_itself() {
         .expect("doctor released server.bind");
 }
 
+/// A public_url with a path prefix is checked at the prefixed /healthz/instance: it reaches a
+/// running server, and doctor's own listener when nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_public_url_with_a_path_prefix_reaches_the_instance() {
+    let (database, bind) = migrated_database_and_free_bind().await;
+    let toml = server_toml(&bind, Some(&format!("http://{bind}/gatehouse/")), "");
+    let own = doctor(&toml, &database_env(&database)).await;
+    assert_eq!(own.code, 0, "{}", own.report);
+    let message = own.finding("public url")["message"]
+        .as_str()
+        .expect("message")
+        .to_owned();
+    assert!(message.contains("doctor's own listener"), "{message}");
+
+    let server = TestServer::start_addressed(&database, |addr| {
+        format!("[server]\npublic_url = \"http://{addr}/gatehouse\"\n")
+    })
+    .await;
+    let addr = server.addr.to_string();
+    let toml = server_toml(&addr, Some(&format!("http://{addr}/gatehouse")), "");
+    let running = doctor(&toml, &database_env(&database)).await;
+    assert_eq!(running.code, 0, "{}", running.report);
+    let message = running.finding("public url")["message"]
+        .as_str()
+        .expect("message")
+        .to_owned();
+    assert!(message.contains("the server on"), "{message}");
+    server.stop().await;
+}
+
 /// A database URL where nothing listens is a problem naming database.url.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_database_names_database_url() {

@@ -395,7 +395,8 @@ async fn public_url(config: &Config, http: &reqwest::Client) -> Finding {
     const CHECK: &str = "public url";
     let bind = config.server.bind;
     let here = format!("http://{}{INSTANCE_PATH}", reachable(bind));
-    let there = PublicUrl::new(&config.public_url()).at(INSTANCE_PATH);
+    let public_url = PublicUrl::new(&config.public_url());
+    let there = public_url.at(INSTANCE_PATH);
     match nonce_at(http, &here).await {
         Ok(nonce) => compare(http, &there, &nonce, &format!("the server on {bind}")).await,
         Err(NonceError::Refused(_)) => {
@@ -412,7 +413,7 @@ async fn public_url(config: &Config, http: &reqwest::Client) -> Finding {
             };
             let nonce = InstanceNonce::random();
             let stop = CancellationToken::new();
-            let app = crate::web::instance_only(nonce.clone());
+            let app = crate::web::instance_only(nonce.clone(), public_url.prefix());
             let stopped = stop.clone();
             let server = tokio::spawn(async move {
                 axum::serve(listener, app)

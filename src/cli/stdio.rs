@@ -33,7 +33,11 @@ pub async fn run(mut config: Config, shutdown: impl Future<Output = ()>) -> Resu
     };
     let caller = Caller::named(principal.clone());
     // Stdout is the protocol's: the address goes to stderr, where the logs go too.
-    eprintln!("gatehouse: pages at {}", state.public_url.origin());
+    eprintln!(
+        "gatehouse: pages at {}{}",
+        state.public_url.origin(),
+        state.public_url.prefix()
+    );
     tracing::info!(bind = %state.config.server.bind, database = ?state.store.backend(), "gatehouse serving MCP over stdio");
     let pages = tokio::spawn(crate::serve_pages(
         listener,

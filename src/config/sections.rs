@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use url::Url;
 
 use super::duration::{duration, optional_duration};
@@ -75,7 +75,9 @@ impl Default for ElicitationConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     pub bind: SocketAddr,
-    /// What browsers and clients see. Defaults to `http://{bind}` on loopback; required elsewhere.
+    /// What browsers and clients see, with an optional path prefix (`crate::public_url::parse`).
+    /// Defaults to `http://{bind}` on loopback; required elsewhere.
+    #[serde(deserialize_with = "public_url_setting")]
     pub public_url: Option<Url>,
     /// Origins besides the public one that may call `/mcp` from a browser.
     pub allowed_origins: Vec<String>,
@@ -97,6 +99,14 @@ pub struct ServerConfig {
     /// Where Prometheus scrapes `/metrics`: a listener of its own, never the public one. Unset
     /// (the default): no metrics are recorded.
     pub metrics_bind: Option<SocketAddr>,
+}
+
+/// `server.public_url`, checked and normalised by [`crate::public_url::parse`].
+fn public_url_setting<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Url>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    crate::public_url::parse(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 impl Default for ServerConfig {

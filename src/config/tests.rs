@@ -129,6 +129,29 @@ fn local_identity_is_refused_off_loopback() {
 }
 
 #[test]
+fn public_url_may_carry_a_path_prefix_and_nothing_else() {
+    let file = |url: &str| format!("[server]\nbind = \"127.0.0.1:8080\"\npublic_url = \"{url}\"\n");
+    let config = load(&file("https://tools.example.com/gatehouse/"), &[]).expect("config");
+    assert_eq!(config.public_url().as_str(), "https://tools.example.com/gatehouse");
+    let config = load(
+        "",
+        &[("GATEHOUSE_SERVER__PUBLIC_URL", "http://localhost:8080/gatehouse")],
+    )
+    .expect("config");
+    assert_eq!(config.public_url().as_str(), "http://localhost:8080/gatehouse");
+    for refused in [
+        "https://tools.example.com/gatehouse?x=1",
+        "https://tools.example.com/gatehouse#x",
+        "https://tools.example.com/a/../gatehouse",
+        "https://tools.example.com/a%2Fb",
+        "https://tools.example.com//gatehouse",
+    ] {
+        let error = load(&file(refused), &[]).unwrap_err();
+        assert_eq!(key_of(error), "server.public_url", "{refused}");
+    }
+}
+
+#[test]
 fn header_identity_needs_trusted_proxies() {
     let base =
         "[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n[identity]\nmode = \"header\"\n";

@@ -16,28 +16,11 @@ const MAX_RETENTION: Duration = Duration::from_secs(100 * 31_557_600);
 impl Config {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         let loopback = self.server.bind.ip().is_loopback();
-        match &self.server.public_url {
-            None if !loopback => {
-                return Err(ConfigError::key(
-                    "server.public_url",
-                    "is required when server.bind is not a loopback address (browsers and clients must reach it)",
-                ));
-            }
-            Some(url) => {
-                if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-                    return Err(ConfigError::key(
-                        "server.public_url",
-                        "must be an http or https URL with a host",
-                    ));
-                }
-                if url.path() != "/" || url.query().is_some() {
-                    return Err(ConfigError::key(
-                        "server.public_url",
-                        "must be an origin without a path or query (gatehouse serves from the root)",
-                    ));
-                }
-            }
-            None => {}
+        if self.server.public_url.is_none() && !loopback {
+            return Err(ConfigError::key(
+                "server.public_url",
+                "is required when server.bind is not a loopback address (browsers and clients must reach it)",
+            ));
         }
         for (i, origin) in self.server.allowed_origins.iter().enumerate() {
             let parsed = Url::parse(origin)

@@ -42,7 +42,7 @@ impl BrowserSession {
 }
 
 fn cookie_name(state: &AppState) -> String {
-    cookies::host_only(state, COOKIE)
+    state.public_url.cookie_name(COOKIE)
 }
 
 /// The browser's live session, when its cookie names one.

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
+use super::connections::CONNECTIONS_PATH;
 use super::cookies;
 use super::error::{NoticePage, PageError, START_AGAIN};
 use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
@@ -169,7 +170,7 @@ async fn callback(
                 },
                 Some(&format!("You can close this window and return to {client_name}.")),
             )
-            .with_link("/connections", "See your connections"),
+            .with_link(state.public_url.path(CONNECTIONS_PATH), "See your connections"),
         ),
         CallbackOutcome::Declined { provider_name } => PageResponse::new(NoticePage::new(
             "Declined",

@@ -68,8 +68,9 @@ struct ConnectionsPage {
 impl_page!(ConnectionsPage, "connections.html");
 
 /// After a change: back to the list (303, so a reload does not post again).
-pub fn redirect_to_connections() -> Response {
-    (StatusCode::SEE_OTHER, [(LOCATION, CONNECTIONS_PATH)]).into_response()
+pub fn redirect_to_connections(state: &AppState) -> Result<Response, PageError> {
+    let location = super::cookies::header_value(&state.public_url.path(CONNECTIONS_PATH))?;
+    Ok((StatusCode::SEE_OTHER, [(LOCATION, location)]).into_response())
 }
 
 fn csrf() -> CsrfBinding {

@@ -1,6 +1,8 @@
 //! The pages' cookies: reading one from a request, and the `Set-Cookie` values that set and
-//! expire one. Every cookie is `Path=/; HttpOnly; SameSite=Lax` (sent on the top-level GET back
-//! from a provider, never on another site's post), and `Secure` under https.
+//! expire one. Every cookie is `HttpOnly; SameSite=Lax` (sent on the top-level GET back from a
+//! provider, never on another site's post), `Secure` under https, and has the path prefix of
+//! `server.public_url` as its `Path` (`/` without one). Names get their `__Host-`/`__Secure-`
+//! prefix from `PublicUrl::cookie_name`.
 
 use std::time::Duration;
 
@@ -9,17 +11,6 @@ use axum::http::{HeaderMap, HeaderValue};
 
 use super::error::PageError;
 use crate::state::AppState;
-
-/// `name` with the `__Host-` prefix under https (the browser then insists on Secure, Path=/ and
-/// no Domain, so no sibling host can plant it); plain on http://localhost, where browsers refuse
-/// `Secure` cookies.
-pub fn host_only(state: &AppState, name: &str) -> String {
-    if state.public_url.is_https() {
-        format!("__Host-{name}")
-    } else {
-        name.to_owned()
-    }
-}
 
 /// The value of cookie `name`, from any Cookie header.
 pub fn read<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -36,7 +27,8 @@ pub fn read<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// Sets cookie `name` to `value` for `max_age`.
 pub fn set(state: &AppState, name: &str, value: &str, max_age: Duration) -> Result<HeaderValue, PageError> {
     header_value(&format!(
-        "{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
+        "{name}={value}; Path={}; HttpOnly; SameSite=Lax; Max-Age={}{}",
+        state.public_url.cookie_path(),
         max_age.as_secs(),
         secure_attribute(state)
     ))
@@ -45,7 +37,8 @@ pub fn set(state: &AppState, name: &str, value: &str, max_age: Duration) -> Resu
 /// Makes the browser drop cookie `name`.
 pub fn expire(state: &AppState, name: &str) -> Result<HeaderValue, PageError> {
     header_value(&format!(
-        "{name}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
+        "{name}=; Path={}; HttpOnly; SameSite=Lax; Max-Age=0{}",
+        state.public_url.cookie_path(),
         secure_attribute(state)
     ))
 }

@@ -75,7 +75,11 @@ pub enum PageError {
     UnknownLink,
     /// In `oauth` mode, with who the browser is signed in as.
     #[error("the request belongs to another user")]
-    NotYours { signed_in_as: Option<String> },
+    NotYours {
+        signed_in_as: Option<String>,
+        /// The sign-out page, under the public URL's prefix.
+        sign_out: String,
+    },
     #[error("the request is {}", .0.as_str())]
     Closed(ElicitationStatus),
     #[error("the request names nothing gatehouse can do")]
@@ -184,19 +188,20 @@ impl PageError {
             }
             PageError::SignInElsewhere(who) => NoticePage::new("Not here", *who, None),
             PageError::UnknownLink => NoticePage::new("Unknown link", "This link does not lead to any request.", None),
-            PageError::NotYours { signed_in_as: None } => NoticePage::new(
+            PageError::NotYours { signed_in_as: None, .. } => NoticePage::new(
                 "Not your request",
                 "This link was issued to another user. Nothing was changed.",
                 Some("Ask your own assistant to start the request again."),
             ),
             PageError::NotYours {
                 signed_in_as: Some(who),
+                sign_out,
             } => NoticePage::new(
                 "Not your request",
                 format!("You are signed in as {who}, and this link was issued to another user. Nothing was changed."),
                 Some("If the request is yours, sign out and sign in again as the user it was made for."),
             )
-            .with_link("/logout", "Sign out"),
+            .with_link(sign_out.as_str(), "Sign out"),
             PageError::Closed(status) => {
                 let (heading, message) = match status {
                     ElicitationStatus::Completed => ("Already done", "This request is already complete."),

@@ -71,7 +71,7 @@ async fn identify(
             None => {
                 let page = uri.path_and_query().map_or("/", |p| p.as_str());
                 Err(PageError::NotSignedIn {
-                    login: login_path(page),
+                    login: login_path(state, page),
                     redirect: *method == Method::GET || *method == Method::HEAD,
                 })
             }
@@ -129,7 +129,10 @@ impl FromRequestParts<AppState> for OwnedElicitation {
             .ok_or(PageError::UnknownLink)?;
         if elicitation.principal != principal {
             tracing::warn!(elicitation = %id, browser = %principal, "a request was opened by another user");
-            return Err(PageError::NotYours { signed_in_as });
+            return Err(PageError::NotYours {
+                signed_in_as,
+                sign_out: state.public_url.path("/logout"),
+            });
         }
         match elicitation.status {
             ElicitationStatus::Pending if elicitation.expires_at > Utc::now() => Ok(Self {

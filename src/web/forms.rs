@@ -134,7 +134,7 @@ fn render(
         title: form.title.clone(),
         description,
         client_name: target.elicitation.map(|e| e.client_name.clone()),
-        action: target.action(),
+        action: state.public_url.path(&target.action()),
         csrf: target.csrf().token(state, target.principal),
         fields,
         has_errors: !error_links.is_empty(),
@@ -290,7 +290,7 @@ async fn replace(
     };
     let posted = read_post(&state, &target, pairs)?;
     if posted.action == "cancel" {
-        return Ok(redirect_to_connections());
+        return redirect_to_connections(&state);
     }
     let submission = match validated(&state, &target, &posted).await? {
         Checked::Valid(submission) => submission,
@@ -301,5 +301,5 @@ async fn replace(
         .form_values()
         .save_user(&principal, form, submission, None, &from)
         .await?;
-    Ok(redirect_to_connections())
+    redirect_to_connections(&state)
 }

@@ -86,10 +86,12 @@ async fn instance(State(state): State<AppState>) -> Response {
     instance_answer(&state.instance)
 }
 
-/// Only [`INSTANCE_PATH`], answering `nonce`: what `gatehouse doctor` serves on `server.bind`
-/// while no server does, to see whether `server.public_url` reaches it.
-pub fn instance_only(nonce: InstanceNonce) -> Router {
-    Router::new().route(INSTANCE_PATH, get(move || async move { instance_answer(&nonce) }))
+/// Only [`INSTANCE_PATH`] (also under the public URL's path `prefix`), answering `nonce`: what
+/// `gatehouse doctor` serves on `server.bind` while no server does, to see whether
+/// `server.public_url` reaches it.
+pub fn instance_only(nonce: InstanceNonce, prefix: &str) -> Router {
+    let routes = Router::new().route(INSTANCE_PATH, get(move || async move { instance_answer(&nonce) }));
+    crate::path_prefix::serve_under(prefix, routes)
 }
 
 fn instance_answer(nonce: &InstanceNonce) -> Response {

@@ -25,12 +25,12 @@ use crate::state::AppState;
 
 /// A page, type-erased so a response can carry it to the rendering layer.
 trait Renderable: Send + Sync {
-    fn render(&self, templates: &Templates) -> Result<String, RenderError>;
+    fn render(&self, templates: &Templates, prefix: &str) -> Result<String, RenderError>;
 }
 
 impl<P: Page + Send + Sync> Renderable for P {
-    fn render(&self, templates: &Templates) -> Result<String, RenderError> {
-        templates.render(self)
+    fn render(&self, templates: &Templates, prefix: &str) -> Result<String, RenderError> {
+        templates.render(self, prefix)
     }
 }
 
@@ -97,7 +97,7 @@ pub async fn render_pages(State(state): State<AppState>, request: Request, next:
     let Some(Deferred(page)) = response.extensions_mut().remove::<Deferred>() else {
         return response;
     };
-    match page.render(&state.templates) {
+    match page.render(&state.templates, state.public_url.prefix()) {
         Ok(html) => {
             *response.body_mut() = Body::from(html);
             response

@@ -20,6 +20,7 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
 use super::browser_sessions::{self, CurrentSession};
+use super::connections::CONNECTIONS_PATH;
 use super::cookies;
 use super::error::{NoticePage, PageError};
 use super::extract::{CsrfBinding, Posted};
@@ -45,14 +46,19 @@ pub fn router() -> Router<AppState> {
         .route("/logout", get(confirm_logout).post(logout))
 }
 
-/// Where a page sends a browser to sign in and come back to `path` (with its query).
-pub fn login_path(path: &str) -> String {
+/// Where a page sends a browser to sign in and come back to `path` (a route's path with its
+/// query, without the public URL's prefix), as the browser sees it: under the prefix.
+pub fn login_path(state: &AppState, path: &str) -> String {
+    state.public_url.path(&login_route(path))
+}
+
+fn login_route(path: &str) -> String {
     let next: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
     format!("/login?next={next}")
 }
 
 /// `next` when it is a path on this server, else `/`: never `//host` or `/\host`, which browsers
-/// read as another site.
+/// read as another site. A route's path: the public URL's prefix is put before it on the way back.
 fn local_path(next: Option<&str>) -> String {
     match next {
         Some(path)
@@ -107,7 +113,9 @@ impl LoginFlow {
 /// One cookie per sign-in, named after its state, so sign-ins in two tabs do not overwrite each
 /// other.
 fn flow_cookie_name(state: &AppState, oauth_state: &str) -> String {
-    cookies::host_only(state, &format!("gatehouse-login-{}", &sha256_hex(oauth_state)[..16]))
+    state
+        .public_url
+        .cookie_name(&format!("gatehouse-login-{}", &sha256_hex(oauth_state)[..16]))
 }
 
 async fn login(State(state): State<AppState>, RawQuery(query): RawQuery) -> Result<Response, PageError> {
@@ -187,7 +195,7 @@ async fn finish(
                 None,
             )
         })?;
-    let retry = Some(login_path(&flow.next));
+    let retry = Some(login_path(state, &flow.next));
     if let Some(error) = params.get("error") {
         let reason = match error.as_str() {
             "access_denied" => "The identity provider did not let you sign in (access_denied).".to_owned(),
@@ -227,7 +235,10 @@ async fn finish(
     let cookie = browser_sessions::start(state, &signed_in).await?;
     Ok((
         StatusCode::SEE_OTHER,
-        [(LOCATION, cookies::header_value(&flow.next)?), (SET_COOKIE, cookie)],
+        [
+            (LOCATION, cookies::header_value(&state.public_url.path(&flow.next))?),
+            (SET_COOKIE, cookie),
+        ],
     )
         .into_response())
 }
@@ -256,7 +267,7 @@ async fn confirm_logout(
     let Some(session) = session else {
         return Ok(PageResponse::new(
             NoticePage::new("Not signed in", "This browser is not signed in to gatehouse.", None)
-                .with_link(login_path("/connections"), "Sign in"),
+                .with_link(login_path(&state, CONNECTIONS_PATH), "Sign in"),
         ));
     };
     Ok(PageResponse::new(LogoutPage {
@@ -318,7 +329,7 @@ mod tests {
     #[test]
     fn the_login_path_carries_next_encoded() {
         assert_eq!(
-            login_path("/connect/x?a=1&b=2"),
+            login_route("/connect/x?a=1&b=2"),
             "/login?next=%2Fconnect%2Fx%3Fa%3D1%26b%3D2"
         );
     }

@@ -3,6 +3,10 @@
 //! page (branding), and a page file there (`form.html`, ...) replaces that page. Replacements are
 //! Jinja templates (minijinja) rendered with the same variables, loaded and checked at start so a
 //! broken template fails the configuration, not a user's request.
+//!
+//! Every page also gets `prefix`, the path prefix of `server.public_url` (`/gatehouse`, or empty):
+//! a link to one of gatehouse's paths is written `{{ prefix }}/connections`. The URLs and paths
+//! handed to a page in its own variables (a form's `action`, a notice's link) already carry it.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -22,7 +26,13 @@ pub const PAGE_NAMES: &[&str] = &[
     "logout.html",
 ];
 
+/// The name of the path prefix among a page's variables.
+const PREFIX: &str = "prefix";
+
 const BUILT_IN_BASE: &str = include_str!("../../templates/base.html");
+/// How the built-in templates write the prefix (askama's runtime value). The built-in base also
+/// serves minijinja, under an operator's pages, where it is the variable `{{ prefix }}`.
+const ASKAMA_PREFIX: &str = r#"{{ ("prefix"|value::<String>)? }}"#;
 /// Wraps a built-in page's blocks, rendered by askama, into the operator's layout.
 const WRAPPER_NAME: &str = "gatehouse-wrapper.html";
 const WRAPPER: &str = "{% extends \"base.html\" %}{% block title %}{{ gatehouse_title|safe }}{% endblock %}\
@@ -34,7 +44,7 @@ pub trait Page: askama::Template + Serialize {
     const NAME: &'static str;
 
     /// The `title` and `content` blocks alone (askama's block fragments).
-    fn blocks(&self) -> askama::Result<(String, String)>;
+    fn blocks(&self, values: &dyn askama::Values) -> askama::Result<(String, String)>;
 }
 
 /// Implements `Page` for a template struct declared with `blocks = ["title", "content"]`.
@@ -43,9 +53,12 @@ macro_rules! impl_page {
         impl $crate::web::templates::Page for $page {
             const NAME: &'static str = $name;
 
-            fn blocks(&self) -> askama::Result<(String, String)> {
+            fn blocks(&self, values: &dyn askama::Values) -> askama::Result<(String, String)> {
                 use askama::Template as _;
-                Ok((self.as_title().render()?, self.as_content().render()?))
+                Ok((
+                    self.as_title().render_with_values(values)?,
+                    self.as_content().render_with_values(values)?,
+                ))
             }
         }
     };
@@ -116,7 +129,7 @@ impl Templates {
         }
         if !replaced.contains("base.html") {
             environment
-                .add_template("base.html", BUILT_IN_BASE)
+                .add_template_owned("base.html", BUILT_IN_BASE.replace(ASKAMA_PREFIX, "{{ prefix }}"))
                 .map_err(|e| ConfigError::key(key, format!("built-in base.html: {e}")))?;
         }
         environment
@@ -141,20 +154,66 @@ impl Templates {
         })
     }
 
-    pub fn render<P: Page>(&self, page: &P) -> Result<String, RenderError> {
+    /// `page`, with `prefix` (the public URL's path prefix) among its variables.
+    pub fn render<P: Page>(&self, page: &P, prefix: &str) -> Result<String, RenderError> {
+        let prefix_value = prefix.to_owned();
+        let values: (&str, &dyn std::any::Any) = (PREFIX, &prefix_value);
         let Some(environment) = &self.overrides else {
-            return Ok(page.render()?);
+            return Ok(page.render_with_values(&values)?);
         };
+        // Safe as it is: `crate::public_url::parse` allows only unreserved characters and '/'.
+        let prefix = minijinja::Value::from_safe_string(prefix.to_owned());
         if self.replaced.contains(P::NAME) {
-            return Ok(environment.get_template(P::NAME)?.render(page)?);
+            let context = minijinja::context! { prefix => prefix, ..minijinja::Value::from_serialize(page) };
+            return Ok(environment.get_template(P::NAME)?.render(context)?);
         }
         if !self.replaced.contains("base.html") {
-            return Ok(page.render()?);
+            return Ok(page.render_with_values(&values)?);
         }
-        let (title, content) = page.blocks()?;
+        let (title, content) = page.blocks(&values)?;
         Ok(environment.get_template(WRAPPER_NAME)?.render(minijinja::context! {
             gatehouse_title => title,
             gatehouse_content => content,
+            prefix => prefix,
         })?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::web::error::NoticePage;
+
+    #[test]
+    fn every_page_gets_the_prefix_built_in_or_replaced() {
+        let page = NoticePage::new("Done", "All done.", None);
+        let built_in = Templates::built_in().render(&page, "/gh").expect("built-in");
+        assert!(built_in.contains(r#"<a href="/gh/connections">"#), "{built_in}");
+
+        let dir = tempfile::tempdir().expect("dir");
+        let notice =
+            r#"{% extends "base.html" %}{% block content %}<a href="{{ prefix }}/x">{{ heading }}</a>{% endblock %}"#;
+        std::fs::write(dir.path().join("notice.html"), notice).expect("write");
+        let replaced = Templates::load(Some(dir.path()))
+            .expect("load")
+            .render(&page, "/gh")
+            .expect("operator");
+        assert!(replaced.contains(r#"<a href="/gh/x">Done</a>"#), "{replaced}");
+        assert!(
+            replaced.contains(r#"<a href="/gh/connections">"#),
+            "the built-in base: {replaced}"
+        );
+
+        std::fs::write(
+            dir.path().join("base.html"),
+            r#"<nav>{{ prefix }}</nav>{% block content %}{% endblock %}"#,
+        )
+        .expect("write");
+        std::fs::remove_file(dir.path().join("notice.html")).expect("remove");
+        let wrapped = Templates::load(Some(dir.path()))
+            .expect("load")
+            .render(&page, "/gh")
+            .expect("wrapped");
+        assert!(wrapped.starts_with("<nav>/gh</nav>"), "{wrapped}");
     }
 }

@@ -191,16 +191,12 @@ impl Connections {
         self.backing.public_url.at(CALLBACK_PATH)
     }
 
-    /// `__Host-` cookies (Secure, Path=/, no Domain) over HTTPS; a plain name on http://localhost,
-    /// where browsers refuse `Secure` cookies. One cookie per flow, so parallel sign-ins do not
-    /// overwrite each other.
+    /// `__Host-` cookies over HTTPS (`__Secure-` under a path prefix); a plain name on
+    /// http://localhost, where browsers refuse `Secure` cookies. One cookie per flow, so parallel
+    /// sign-ins do not overwrite each other.
     fn cookie_name(&self, state_hash: &str) -> String {
         let id = &state_hash[..16.min(state_hash.len())];
-        if self.backing.public_url.is_https() {
-            format!("__Host-gatehouse-flow-{id}")
-        } else {
-            format!("gatehouse-flow-{id}")
-        }
+        self.backing.public_url.cookie_name(&format!("gatehouse-flow-{id}"))
     }
 
     /// The name of the cookie that must come with this callback.

@@ -88,6 +88,9 @@ impl ResourceServer {
             discovery: Discovery::new(issuer.clone(), http.clone(), identity.jwks_refresh_interval),
             keys: KeySet::new(http.clone(), identity.jwks_refresh_interval),
             issuer,
+            // Under the public URL, not at the host's root where RFC 9728 3.1 derives it from
+            // `resource` (`/.well-known/oauth-protected-resource/gatehouse/mcp`, also served): a
+            // proxy that forwards only gatehouse's path prefix forwards this one too.
             resource_metadata_url: public_url.at(RESOURCE_METADATA_PATH),
             http,
             verified: Cache::new(TOKEN_CACHE_CAPACITY),
