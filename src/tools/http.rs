@@ -17,6 +17,7 @@ use crate::config::{ConfigError, ToolConfig};
 use crate::forms::Form;
 use crate::gate::Requirement;
 use crate::providers::{Providers, TokenRefusal};
+use crate::telemetry;
 
 /// Body text shown in an error result, at most.
 const ERROR_EXCERPT_BYTES: usize = 2048;
@@ -244,7 +245,11 @@ enum Sent {
 impl HttpTool {
     async fn send(&self, request: reqwest::RequestBuilder, redactor: &Redactor) -> Sent {
         let host = self.origin.ascii_serialization();
-        let response = match request.send().await {
+        let sent = match request.build() {
+            Ok(request) => telemetry::execute(&self.client, request, "tool", &self.definition.name).await,
+            Err(error) => Err(error),
+        };
+        let response = match sent {
             Ok(response) => response,
             Err(e) if e.is_timeout() => {
                 let waited = humantime::format_duration(self.timeout);
