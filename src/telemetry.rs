@@ -191,16 +191,40 @@ pub fn record_status(span: &Span, status: reqwest::StatusCode) {
     }
 }
 
-/// Sends `request` with `client` within a [`client_span`], with `traceparent` when traces are
-/// exported. The span ends when the answer's head has arrived.
+/// Sends `request` with `client` within a [`client_span`]. The span ends when the answer's head
+/// has arrived. No `traceparent`: for third parties that are no part of the user's call (providers).
 pub async fn execute(
     client: &reqwest::Client,
-    mut request: reqwest::Request,
+    request: reqwest::Request,
     call: &'static str,
     peer: &str,
 ) -> reqwest::Result<reqwest::Response> {
     let span = client_span(call, peer, request.method(), request.url());
-    inject(&span, request.headers_mut());
+    send(client, request, span, false).await
+}
+
+/// [`execute`], with `traceparent` when traces are exported: for what the call itself reaches
+/// (HTTP tools). The span shows `shown` for the URL, which holds no argument.
+pub async fn execute_traced(
+    client: &reqwest::Client,
+    request: reqwest::Request,
+    call: &'static str,
+    peer: &str,
+    shown: &Url,
+) -> reqwest::Result<reqwest::Response> {
+    let span = client_span(call, peer, request.method(), shown);
+    send(client, request, span, true).await
+}
+
+async fn send(
+    client: &reqwest::Client,
+    mut request: reqwest::Request,
+    span: Span,
+    propagate: bool,
+) -> reqwest::Result<reqwest::Response> {
+    if propagate {
+        inject(&span, request.headers_mut());
+    }
     let sent = client.execute(request).instrument(span.clone()).await;
     match &sent {
         Ok(response) => record_status(&span, response.status()),

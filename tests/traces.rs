@@ -5,17 +5,16 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Request;
 use axum::middleware::Next;
 use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::otlp::Collector;
 use common::replica::Replica;
 use common::upstream::{self, Log};
 use common::{Backend, Browser, McpClient, TEST_KEY, TestDatabase, elicitations, eventually, free_port, url_of};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Attribute;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -31,57 +30,6 @@ use serde_json::json;
 /// The trace the client's `traceparent` names, and its span.
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
-
-/// A fake OpenTelemetry collector: every span exported to it, over OTLP/gRPC.
-#[derive(Clone, Default)]
-struct Collector {
-    spans: Arc<Mutex<Vec<Span>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let spans = request
-            .into_inner()
-            .resource_spans
-            .into_iter()
-            .flat_map(|resource| resource.scope_spans)
-            .flat_map(|scope| scope.spans);
-        self.spans.lock().expect("spans").extend(spans);
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
-
-impl Collector {
-    /// Listens on a free loopback port for the rest of the test.
-    async fn start() -> (Self, SocketAddr) {
-        let collector = Self::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind collector");
-        let addr = listener.local_addr().expect("addr");
-        let incoming = futures::stream::unfold(listener, |listener| async move {
-            let accepted = listener.accept().await.map(|(stream, _)| stream);
-            Some((accepted, listener))
-        });
-        let service = TraceServiceServer::new(collector.clone());
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming),
-        );
-        (collector, addr)
-    }
-
-    fn spans(&self) -> Vec<Span> {
-        self.spans.lock().expect("spans").clone()
-    }
-}
 
 /// An attribute's value as text.
 fn text(value: Option<&AnyValue>) -> String {
@@ -208,13 +156,15 @@ async fn mcp_upstream() -> (String, Log) {
     (format!("http://{addr}/mcp"), seen)
 }
 
-/// The fake provider's `fake`, a tool `peek` that sends its token to the recording upstream, the
-/// upstream MCP server `up` (no credentials), and traces to the collector.
+/// The fake provider's `fake`, a tool `peek` that sends its token (and its argument `who` in the
+/// path) to the recording upstream, the upstream MCP server `up` (no credentials), and traces to
+/// the collector.
 fn configuration(fake: &FakeProvider, peek: SocketAddr, mcp: &str, collector: SocketAddr) -> String {
     let mut toml = fake.configure(include_str!("fixtures/fake_provider.toml"));
     toml.push_str(&format!(
         "\n[[tools]]\nname = \"peek\"\ndescription = \"Shows the token\"\nrequires = [\"fake\"]\n\
-         http = {{ url = \"http://{peek}/peek?key=query-secret\" }}\n\
+         input_schema = {{ type = \"object\", properties = {{ who = {{ type = \"string\" }} }} }}\n\
+         http = {{ url = \"http://{peek}/peek/{{{{args.who}}}}?key=query-secret\" }}\n\
          \n[[upstreams]]\nid = \"up\"\nurl = \"{mcp}\"\ntimeout = \"5s\"\n\
          \n[telemetry]\notlp_endpoint = \"http://{collector}\"\nservice_name = \"gatehouse-test\"\n"
     ));
@@ -250,10 +200,22 @@ backend_test!(
             .expect("a session id")
             .to_owned();
 
-        let asked = elicitations(&client.request("tools/call", json!({"name": "peek"})).await);
+        let asked = elicitations(
+            &client
+                .request(
+                    "tools/call",
+                    json!({"name": "peek", "arguments": {"who": "path-argument"}}),
+                )
+                .await,
+        );
         let page = Browser::new().sign_in(&url_of(&asked[0])).await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        let result = client.call("tools/call", json!({"name": "peek"})).await;
+        let result = client
+            .call(
+                "tools/call",
+                json!({"name": "peek", "arguments": {"who": "path-argument"}}),
+            )
+            .await;
         assert_eq!(result["isError"], false, "{result}");
         eventually("the upstream's tools are listed", async || {
             let listed = client.call("tools/list", json!({})).await;
@@ -278,6 +240,7 @@ backend_test!(
         // request's trace, which is the client's.
         let peeked = peeked.lock().expect("log").clone();
         let sent = peeked.last().expect("the tool called its upstream");
+        assert_eq!(sent.path, "/peek/path-argument");
         let token = sent
             .header("authorization")
             .and_then(|value| value.strip_prefix("Bearer "))
@@ -300,8 +263,8 @@ backend_test!(
         assert_eq!(attribute(outgoing, "http.response.status_code").as_deref(), Some("200"));
         assert_eq!(
             attribute(outgoing, "url.full"),
-            Some(format!("http://{peek}/peek")),
-            "no query string"
+            Some(format!("http://{peek}/peek/")),
+            "no argument, no query string"
         );
         assert_eq!(attribute(call, "mcp.method.name").as_deref(), Some("tools/call"));
         assert_eq!(attribute(call, "gen_ai.tool.name").as_deref(), Some("peek"));
@@ -354,6 +317,7 @@ backend_test!(
             "query-secret",
             session_id.as_str(),
             "argument-value",
+            "path-argument",
             TEST_KEY,
         ] {
             let leaked: Vec<&String> = everything.iter().filter(|value| value.contains(secret)).collect();
@@ -383,10 +347,22 @@ backend_test!(
         let traceparent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
         let mut client = McpClient::new(&replica.mcp()).with_header("traceparent", &traceparent);
         client.initialize().await;
-        let asked = elicitations(&client.request("tools/call", json!({"name": "peek"})).await);
+        let asked = elicitations(
+            &client
+                .request(
+                    "tools/call",
+                    json!({"name": "peek", "arguments": {"who": "path-argument"}}),
+                )
+                .await,
+        );
         let page = Browser::new().sign_in(&url_of(&asked[0])).await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        let result = client.call("tools/call", json!({"name": "peek"})).await;
+        let result = client
+            .call(
+                "tools/call",
+                json!({"name": "peek", "arguments": {"who": "path-argument"}}),
+            )
+            .await;
         assert_eq!(result["isError"], false, "{result}");
         replica.stop().await;
         let peeked = peeked.lock().expect("log").clone();
