@@ -1,6 +1,6 @@
 //! What the binaries run: parses the command line and configuration, sets up logging and traces,
-//! then serves (over HTTP, or over stdin/stdout with `stdio`), migrates, checks the configuration, makes
-//! a key, rotates keys (`keys`), prints the audit trail (`audit`), acts on users' access
+//! then serves (over HTTP, or over stdin/stdout with `stdio`), migrates, checks the configuration,
+//! makes a key, rotates keys (`keys`), prints the audit trail (`audit`), acts on users' access
 //! (`admin`) or checks a deployment (`doctor`). `gatehouse` and the test-only `gatehouse-conformance` are both
 //! [`binary!`](crate::binary) around [`main`].
 

@@ -15,6 +15,7 @@ use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value};
 use tracing::{Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer;
@@ -110,15 +111,15 @@ pub fn inject(span: &Span, headers: &mut HeaderMap) {
 
 const TRACEPARENT: &str = "traceparent";
 
-/// The span of one MCP request: its JSON-RPC method and, for `tools/call`, the tool's name (never
-/// the arguments, the session or the caller).
-pub fn mcp_span(method: &str, tool: Option<&str>) -> Span {
+/// The span of one MCP request: its JSON-RPC method and, for `tools/call`, the tool its `params`
+/// name (never the arguments, the session or the caller). Nothing is read while the span is off.
+pub fn mcp_span(method: &str, params: &Map<String, Value>) -> Span {
     tracing::debug_span!(
         "mcp.request",
-        otel.name = %span_name(method, tool),
+        otel.name = %span_name(method, called_tool(method, params)),
         otel.kind = "server",
         mcp.method.name = %method,
-        gen_ai.tool.name = tool,
+        gen_ai.tool.name = called_tool(method, params),
         rpc.jsonrpc.error_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     )
@@ -132,15 +133,12 @@ fn span_name(method: &str, tool: Option<&str>) -> String {
     }
 }
 
-/// The tool a `tools/call`'s params name, for [`mcp_span`].
-pub fn called_tool<'a>(
-    method: &str,
-    params: Option<&'a serde_json::Map<String, serde_json::Value>>,
-) -> Option<&'a str> {
+/// The tool a `tools/call`'s params name.
+fn called_tool<'a>(method: &str, params: &'a Map<String, Value>) -> Option<&'a str> {
     if method != "tools/call" {
         return None;
     }
-    params?.get("name")?.as_str()
+    params.get("name")?.as_str()
 }
 
 /// Records an MCP request's JSON-RPC error code, if it failed, on its span. Asking for a URL

@@ -66,7 +66,7 @@ pub async fn initialize(
     params: Option<Value>,
 ) -> Result<(SessionId, Value), RpcError> {
     let started = Instant::now();
-    let span = telemetry::mcp_span("initialize", None);
+    let span = telemetry::mcp_span("initialize", &Map::new());
     let answer = start_session(state, principal, params).instrument(span.clone()).await;
     let outcome = answer.as_ref().map(|(_, result)| result);
     telemetry::record_outcome(&span, outcome);
@@ -181,7 +181,7 @@ pub async fn handle(
 ) -> Result<Value, RpcError> {
     let started = Instant::now();
     let params = jsonrpc::params_object(params);
-    let span = telemetry::mcp_span(method, telemetry::called_tool(method, Some(&params)));
+    let span = telemetry::mcp_span(method, &params);
     let answer = async {
         match method {
             "ping" => Ok(json!({})),

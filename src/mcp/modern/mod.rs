@@ -112,7 +112,7 @@ pub struct Streamed {
 impl Streamed {
     /// Runs the call, sending its notifications to `outbox`; the JSON-RPC response.
     pub async fn run(self, state: &AppState, outbox: &Outbox) -> Value {
-        let span = telemetry::mcp_span("tools/call", telemetry::called_tool("tools/call", Some(&self.params)));
+        let span = telemetry::mcp_span("tools/call", &self.params);
         let answer = call::call(state, &self.session, &self.caller, self.params, Some(outbox))
             .instrument(span.clone())
             .await;
@@ -160,7 +160,7 @@ pub async fn answer(state: &AppState, headers: &HeaderMap, caller: &Caller, mess
             }
         };
     }
-    let span = telemetry::mcp_span(&method, telemetry::called_tool(&method, Some(&params)));
+    let span = telemetry::mcp_span(&method, &params);
     let outcome = dispatch(state, caller, &method, params).instrument(span.clone()).await;
     telemetry::record_outcome(&span, outcome.as_ref().map_err(|refused| &refused.error));
     measure::record(
