@@ -35,11 +35,10 @@ pub(super) async fn section(options: &Options, database: &Database) -> Result<()
     let rate = |result: &LoadResult| result.calls as f64 / result.seconds;
     println!(
         "\nwith / without metrics (spans off) throughput: {:.3}\n\
-         with metrics and exported traces / without: {:.3} ({} spans received, {:.1} per successful call)",
+         with metrics and exported traces / without: {:.3} ({} spans received, warm-up included)",
         rate(&on) / rate(&off),
         rate(&traced) / rate(&off),
-        collector.count(),
-        collector.count() as f64 / traced.calls.max(1) as f64
+        collector.count()
     );
     let Some(scrapes) = scrapes else {
         return Err("the run with metrics was not scraped".into());
