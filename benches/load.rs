@@ -17,7 +17,8 @@
 //! then `--held` retries (default 1,000) held at once on a replica, and `--completions` (default
 //! 200) callbacks on the other replica each answering its held retry.
 //! Section "metrics" (`--skip-metrics`): `whoami` without `server.metrics_bind`, then with it,
-//! back to back, and `--scrapes` (default 200) `/metrics` scrapes timed while loaded.
+//! back to back, and `--scrapes` (default 200) `/metrics` scrapes timed while loaded; then with
+//! metrics and every span exported over OTLP to a collector in this process.
 //! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
 //! of its own.
 
@@ -37,6 +38,9 @@ mod identity;
 mod local;
 #[path = "load/metrics.rs"]
 mod metrics;
+#[allow(dead_code)]
+#[path = "../tests/common/otlp.rs"]
+mod otlp;
 #[path = "load/stateless.rs"]
 mod stateless;
 #[path = "load/upstream.rs"]

@@ -1,6 +1,6 @@
-//! What the binaries run: parses the command line and configuration, sets up logging, then
-//! serves (over HTTP, or over stdin/stdout with `stdio`), migrates, checks the configuration, makes
-//! a key, rotates keys (`keys`), prints the audit trail (`audit`), acts on users' access
+//! What the binaries run: parses the command line and configuration, sets up logging and traces,
+//! then serves (over HTTP, or over stdin/stdout with `stdio`), migrates, checks the configuration,
+//! makes a key, rotates keys (`keys`), prints the audit trail (`audit`), acts on users' access
 //! (`admin`) or checks a deployment (`doctor`). `gatehouse` and the test-only `gatehouse-conformance` are both
 //! [`binary!`](crate::binary) around [`main`].
 
@@ -16,11 +16,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{ConfigError, ConfigSource, LogFormat};
+use crate::config::{ConfigError, ConfigSource, LogFormat, TelemetryConfig};
+use crate::telemetry::Telemetry;
 use crate::{AppState, Config};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 #[derive(Parser)]
 #[command(
@@ -96,8 +99,8 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(config.log.format);
     if matches!(cli.command, Some(Command::CheckConfig)) {
+        init_logging(config.log.format);
         // What the file says is checked as a whole here, so its errors exit like loading errors.
         return match check_config(config) {
             Ok(()) => ExitCode::SUCCESS,
@@ -111,6 +114,22 @@ pub fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
+    let telemetry = match &config.telemetry.otlp_endpoint {
+        Some(endpoint) => {
+            let _entered = runtime.enter();
+            match init_logging_with_traces(config.log.format, &config.telemetry, endpoint) {
+                Ok(telemetry) => Some(telemetry),
+                Err(message) => {
+                    eprintln!("gatehouse: {message}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        None => {
+            init_logging(config.log.format);
+            None
+        }
+    };
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config).await,
@@ -122,6 +141,10 @@ pub fn main() -> ExitCode {
             Command::CheckConfig | Command::GenerateKey | Command::Doctor { .. } => Ok(()),
         }
     });
+    // Before the runtime stops: the exporter's gRPC channel runs on it.
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     // Without waiting for blocking threads: `stdio` reads stdin on one, which a signal leaves
     // blocked until the next input.
     runtime.shutdown_background();
@@ -140,6 +163,23 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         eprintln!("gatehouse: cannot start the async runtime: {error}");
         ExitCode::FAILURE
     })
+}
+
+/// Logs as [`init_logging`] does, and the spans exported by [`Telemetry`].
+fn init_logging_with_traces(
+    format: LogFormat,
+    config: &TelemetryConfig,
+    endpoint: &url::Url,
+) -> Result<Telemetry, String> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Text => logs.with_filter(filter).boxed(),
+        LogFormat::Json => logs.json().with_filter(filter).boxed(),
+    };
+    let (telemetry, traces) = Telemetry::start(config, endpoint)?;
+    tracing_subscriber::registry().with(logs).with(traces).init();
+    Ok(telemetry)
 }
 
 fn init_logging(format: LogFormat) {

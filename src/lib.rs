@@ -27,6 +27,7 @@ pub mod retention;
 pub mod secret;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 pub mod text;
 pub mod tools;
 pub mod unread_body;
@@ -38,7 +39,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, MatchedPath, State};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
@@ -50,7 +51,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, OnResponse, TraceLayer};
 
 pub use config::Config;
 pub use state::AppState;
@@ -105,6 +106,7 @@ fn layered(routes: Router<AppState>, state: AppState) -> Router {
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
+                .on_response(on_response)
                 .on_failure(log_failure),
         )
         .with_state(state);
@@ -130,14 +132,42 @@ fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &traci
 
 /// The span every request's logs carry. It records the path only, for every route: a query can
 /// hold secrets (the OAuth callback's `code` and `state`), and tower-http's default span would
-/// record the whole URI at every debug line of the request.
+/// record the whole URI at every debug line of the request. When traces are exported it is an
+/// OpenTelemetry server span with the route instead (a page's path holds an elicitation's id),
+/// child of the client's `traceparent`.
 fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
-    tracing::debug_span!(
+    if !telemetry::enabled() {
+        return tracing::debug_span!(
+            "request",
+            method = %request.method(),
+            path = %request.uri().path(),
+            version = ?request.version(),
+        );
+    }
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    let span = tracing::debug_span!(
         "request",
-        method = %request.method(),
-        path = %request.uri().path(),
-        version = ?request.version(),
-    )
+        otel.name = %format_args!("{} {route}", request.method()),
+        otel.kind = "server",
+        http.request.method = %request.method(),
+        http.route = route,
+        network.protocol.version = ?request.version(),
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    telemetry::set_remote_parent(&span, request.headers());
+    span
+}
+
+/// tower-http's response log, and the status on the span when traces are exported.
+fn on_response<B>(response: &axum::http::Response<B>, latency: Duration, span: &tracing::Span) {
+    if telemetry::enabled() {
+        telemetry::record_status(span, response.status());
+    }
+    DefaultOnResponse::default().on_response(response, latency, span);
 }
 
 /// The metrics listener's routes: `GET /metrics` only, Prometheus's scrape.

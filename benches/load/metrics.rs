@@ -1,11 +1,15 @@
 //! Section "metrics": `whoami` at N clients against gatehouse without `server.metrics_bind`, then
 //! with it, back to back on the same machine and database, and `/metrics` scrapes timed while the
-//! second run is under load (spread evenly over its measured window).
+//! second run is under load (spread evenly over its measured window). Both runs have no
+//! `telemetry.otlp_endpoint`, so tracing's spans are there but off, as in production without it; a
+//! third run with metrics exports every span to a collector in the benchmark's process (OTLP/gRPC).
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use super::otlp::Collector;
 use super::{
     Database, Era, LoadResult, Options, Target, Who, call_load, gatehouse_command, local, percentile, report,
     wait_until_up,
@@ -21,13 +25,21 @@ pub(super) async fn section(options: &Options, database: &Database) -> Result<()
         options.scrapes
     );
     println!("| metrics | calls/s | p50 ms | p99 ms | calls | errors |\n|---|---|---|---|---|---|");
-    let off = run(options, database, None).await?.0;
-    report("off (no metrics_bind)", &off);
-    let metrics_port = local::free_port();
-    let (on, scrapes) = run(options, database, Some(metrics_port)).await?;
-    report("on (metrics_bind, scraped)", &on);
-    let ratio = (on.calls as f64 / on.seconds) / (off.calls as f64 / off.seconds);
-    println!("\nwith / without metrics throughput: {ratio:.3}");
+    let off = run(options, database, None, None).await?.0;
+    report("off (no metrics_bind, no otlp_endpoint)", &off);
+    let (on, scrapes) = run(options, database, Some(local::free_port()), None).await?;
+    report("on (metrics_bind, scraped; spans off)", &on);
+    let (collector, collector_addr) = collector()?;
+    let (traced, _) = run(options, database, Some(local::free_port()), Some(collector_addr)).await?;
+    report("on, and every span exported", &traced);
+    let rate = |result: &LoadResult| result.calls as f64 / result.seconds;
+    println!(
+        "\nwith / without metrics (spans off) throughput: {:.3}\n\
+         with metrics and exported traces / without: {:.3} ({} spans received, warm-up included)",
+        rate(&on) / rate(&off),
+        rate(&traced) / rate(&off),
+        collector.count()
+    );
     let Some(scrapes) = scrapes else {
         return Err("the run with metrics was not scraped".into());
     };
@@ -54,16 +66,21 @@ struct Scrapes {
     counted_calls: Option<String>,
 }
 
-/// A gatehouse (local identity) under the load; with `metrics_port`, metrics on and scraped there.
+/// A gatehouse (local identity) under the load; with `metrics_port`, metrics on and scraped there;
+/// with `otlp`, its spans exported there.
 async fn run(
     options: &Options,
     database: &Database,
     metrics_port: Option<u16>,
+    otlp: Option<SocketAddr>,
 ) -> Result<(LoadResult, Option<Scrapes>), String> {
     let port = local::free_port();
     let mut command = gatehouse_command(&database.url, port, None);
     if let Some(metrics_port) = metrics_port {
         command.env("GATEHOUSE_SERVER__METRICS_BIND", format!("127.0.0.1:{metrics_port}"));
+    }
+    if let Some(otlp) = otlp {
+        command.env("GATEHOUSE_TELEMETRY__OTLP_ENDPOINT", format!("http://{otlp}"));
     }
     let mut gatehouse = command.spawn().map_err(|e| format!("cannot start gatehouse: {e}"))?;
     let public = format!("http://127.0.0.1:{port}");
@@ -93,6 +110,26 @@ async fn run(
     };
     let _ = gatehouse.kill().await;
     outcome
+}
+
+/// A collector that counts spans, on a thread and runtime of its own (a process of its own in
+/// production), for the rest of the benchmark.
+fn collector() -> Result<(Collector, SocketAddr), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the collector's runtime: {e}"))?;
+    let (started, listening) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("collector".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let _ = started.send(Collector::start_counting().await);
+                std::future::pending::<()>().await;
+            });
+        })
+        .map_err(|e| format!("cannot start the collector's thread: {e}"))?;
+    listening.recv().map_err(|_| "the collector did not start".to_string())
 }
 
 /// The scrapes on a thread and runtime of their own, as Prometheus would be a process of its own:

@@ -96,6 +96,8 @@ const STRING_KEYS: &[(&str, &str)] = &[
     ("elicitation", "progress_interval"),
     ("secrets", "dev_key_file"),
     ("log", "format"),
+    ("telemetry", "otlp_endpoint"),
+    ("telemetry", "service_name"),
 ];
 /// Keys whose environment override may be comma-separated text.
 const LIST_KEYS: &[(&str, &str)] = &[

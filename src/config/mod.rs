@@ -31,7 +31,7 @@ pub use identity::{AllowConfig, IdentityConfig, IdentityMode};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
 pub use sections::{
     DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig, SecretsConfig,
-    ServerConfig,
+    ServerConfig, TelemetryConfig,
 };
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
 pub use upstreams::{UpstreamConfig, UpstreamOverride};
@@ -67,6 +67,7 @@ pub struct Config {
     pub elicitation: ElicitationConfig,
     pub limits: LimitsConfig,
     pub retention: RetentionConfig,
+    pub telemetry: TelemetryConfig,
     pub providers: Vec<ProviderConfig>,
     pub forms: Vec<FormConfig>,
     pub tools: Vec<ToolConfig>,

@@ -1,5 +1,5 @@
 //! The server and its sections: `[server]`, `[database]`, `[mcp]`, `[log]`,
-//! `[secrets]`, `[elicitation]`, `[limits]` and `[retention]`, each with the defaults an empty
+//! `[secrets]`, `[elicitation]`, `[limits]`, `[retention]` and `[telemetry]`, each with the defaults an empty
 //! file gets.
 
 use std::net::SocketAddr;
@@ -234,6 +234,26 @@ impl Default for RetentionConfig {
             events: Duration::from_secs(7 * 24 * 3600),
             finished_elicitations: None,
             audit: Duration::from_secs(365 * 24 * 3600),
+        }
+    }
+}
+
+/// Traces: where gatehouse's spans go over OTLP/gRPC. Unset (the default): no exporter, and no
+/// `traceparent` on outgoing requests.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/gRPC endpoint, e.g. `http://127.0.0.1:4317`.
+    pub otlp_endpoint: Option<Url>,
+    /// The `service.name` resource attribute of every exported span.
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            service_name: "gatehouse".to_owned(),
         }
     }
 }

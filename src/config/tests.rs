@@ -111,6 +111,11 @@ fn bad_values_name_their_key() {
             "elicitation.max_pending_per_principal",
         ),
         ("[elicitation]\nretention = \"10m\"\n", "elicitation.retention"),
+        (
+            "[telemetry]\notlp_endpoint = \"grpc://127.0.0.1:4317\"\n",
+            "telemetry.otlp_endpoint",
+        ),
+        ("[telemetry]\nservice_name = \" \"\n", "telemetry.service_name"),
     ] {
         assert_eq!(key_of(load(file, &[]).unwrap_err()), key, "{file}");
     }
@@ -186,4 +191,14 @@ fn conformance_fixtures_are_refused_by_a_build_without_them() {
         !load("", &[]).expect("config").mcp.conformance_fixtures,
         "off by default"
     );
+}
+
+#[test]
+fn the_otlp_endpoint_comes_from_the_environment_too() {
+    let config = load("", &[("GATEHOUSE_TELEMETRY__OTLP_ENDPOINT", "http://127.0.0.1:4317")]).expect("config");
+    let endpoint = config.telemetry.otlp_endpoint.expect("an endpoint");
+    assert_eq!(endpoint.as_str(), "http://127.0.0.1:4317/");
+    assert_eq!(config.telemetry.service_name, "gatehouse");
+    let error = load("", &[("GATEHOUSE_TELEMETRY__OTLP_ENDPOINT", "127.0.0.1:4317")]).unwrap_err();
+    assert_eq!(key_of(error), "telemetry.otlp_endpoint");
 }

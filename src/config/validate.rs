@@ -51,6 +51,17 @@ impl Config {
                 "must differ from server.bind: metrics are served on a listener of their own",
             ));
         }
+        if let Some(endpoint) = &self.telemetry.otlp_endpoint
+            && (!matches!(endpoint.scheme(), "http" | "https") || endpoint.host_str().is_none())
+        {
+            return Err(ConfigError::key(
+                "telemetry.otlp_endpoint",
+                "must be an http or https URL with a host, like \"http://127.0.0.1:4317\"",
+            ));
+        }
+        if self.telemetry.service_name.trim().is_empty() {
+            return Err(ConfigError::key("telemetry.service_name", "must not be empty"));
+        }
         if self.server.sse_keep_alive.is_zero() {
             return Err(ConfigError::key("server.sse_keep_alive", "must be longer than zero"));
         }

@@ -299,8 +299,7 @@ async fn send(http: &reqwest::Client, request: HttpRequest) -> Result<HttpRespon
     let mut request = reqwest::Request::try_from(request).map_err(|e| Unreachable(e.to_string()))?;
     *request.timeout_mut() = Some(REQUEST_TIMEOUT);
     let url = request.url().clone();
-    let response = http
-        .execute(request)
+    let response = crate::telemetry::execute(http, request, "oidc", "identity")
         .await
         .map_err(|e| Unreachable(format!("{url}: {e}")))?;
     let mut answer = openidconnect::http::Response::builder().status(response.status());

@@ -7,6 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
+use tracing::Instrument;
 
 use super::incall::Outbox;
 use super::measure;
@@ -19,6 +20,7 @@ use crate::identity::Caller;
 use crate::jsonrpc::{self, METHOD_NOT_FOUND, RequestId, RpcError};
 use crate::state::AppState;
 use crate::store::SessionRecord;
+use crate::telemetry;
 use crate::text;
 use crate::tools::Tool;
 
@@ -77,8 +79,11 @@ pub async fn initialize(
     params: Option<Value>,
 ) -> Result<(SessionId, Value), RpcError> {
     let started = Instant::now();
-    let answer = start_session(state, principal, params).await;
-    measure::record(state, "initialize", started, answer.as_ref().map(|(_, result)| result));
+    let span = telemetry::mcp_span("initialize", &Map::new());
+    let answer = start_session(state, principal, params).instrument(span.clone()).await;
+    let outcome = answer.as_ref().map(|(_, result)| result);
+    telemetry::record_outcome(&span, outcome);
+    measure::record(state, "initialize", started, outcome);
     answer
 }
 
@@ -189,6 +194,7 @@ pub async fn handle(
 ) -> Result<Value, RpcError> {
     let started = Instant::now();
     let params = jsonrpc::params_object(params);
+    let span = telemetry::mcp_span(method, &params);
     let answer = async {
         match method {
             "ping" => Ok(json!({})),
@@ -226,7 +232,9 @@ pub async fn handle(
             other => Err(RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {other}"))),
         }
     }
+    .instrument(span.clone())
     .await;
+    telemetry::record_outcome(&span, answer.as_ref());
     measure::record(state, method, started, answer.as_ref());
     answer
 }

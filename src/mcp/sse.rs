@@ -8,6 +8,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::incall::Outbox;
 use super::methods;
@@ -44,10 +45,14 @@ where
     Fut: Future<Output = Value> + Send + 'static,
 {
     let (outbox, receiver) = Outbox::channel();
-    tokio::spawn(async move {
-        let body = run(outbox.clone()).await;
-        outbox.send(body).await;
-    });
+    // Within the request's span: the call's spans are its children, in the same trace.
+    tokio::spawn(
+        async move {
+            let body = run(outbox.clone()).await;
+            outbox.send(body).await;
+        }
+        .in_current_span(),
+    );
     let events = tokio_stream::wrappers::ReceiverStream::new(receiver)
         .map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
     Sse::new(events)

@@ -30,6 +30,7 @@ use super::answers::{
 };
 use crate::config::ClientAuth;
 use crate::secret::Secret;
+use crate::telemetry;
 
 /// Time allowed for any request to a provider.
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -148,6 +149,9 @@ enum Endpoint<'a> {
 /// future's `Send` is lost to lifetime inference; a boxed future keeps it.)
 struct Hook<'a> {
     client: &'a OAuthClient,
+    /// What the request is (its span's `gatehouse.call`) and to which provider.
+    call: &'static str,
+    provider: &'a str,
     endpoint: Endpoint<'a>,
 }
 
@@ -156,7 +160,7 @@ impl<'c> AsyncHttpClient<'c> for Hook<'_> {
     type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Unusable>> + Send + 'c>>;
 
     fn call(&'c self, request: HttpRequest) -> Self::Future {
-        Box::pin(self.client.send(request, self.endpoint))
+        Box::pin(self.client.send(request, self))
     }
 }
 
@@ -171,25 +175,34 @@ impl OAuthClient {
         Self { http }
     }
 
-    /// oauth2's HTTP client for requests to `endpoint`.
-    fn hook<'a>(&'a self, endpoint: Endpoint<'a>) -> Hook<'a> {
-        Hook { client: self, endpoint }
+    /// oauth2's HTTP client for `call`s to `provider`'s `endpoint`.
+    fn hook<'a>(&'a self, call: &'static str, provider: &'a Provider, endpoint: Endpoint<'a>) -> Hook<'a> {
+        Hook {
+            client: self,
+            call,
+            provider: &provider.id,
+            endpoint,
+        }
     }
 
     /// Sends a request oauth2 built within [`PROVIDER_TIMEOUT`], reads the answer within a size
     /// bound ([`read_limited`]) and rewrites it for oauth2 to read.
-    async fn send(&self, request: HttpRequest, endpoint: Endpoint<'_>) -> Result<HttpResponse, Unusable> {
+    async fn send(&self, request: HttpRequest, hook: &Hook<'_>) -> Result<HttpResponse, Unusable> {
         let mut request = reqwest::Request::try_from(request).map_err(|e| Unusable(e.to_string()))?;
         *request.timeout_mut() = Some(PROVIDER_TIMEOUT);
-        match endpoint {
+        match hook.endpoint {
             Endpoint::Token(tokens_at) => {
-                let response = self.http.execute(request).await.map_err(|e| Unusable(e.to_string()))?;
+                let response = telemetry::execute(&self.http, request, hook.call, hook.provider)
+                    .await
+                    .map_err(|e| Unusable(e.to_string()))?;
                 let status = response.status();
                 token_answer(status, &read_limited(response).await.map_err(Unusable)?, tokens_at)
             }
             Endpoint::Revocation(url) => {
                 *request.url_mut() = url.clone();
-                let response = self.http.execute(request).await.map_err(|e| Unusable(e.to_string()))?;
+                let response = telemetry::execute(&self.http, request, hook.call, hook.provider)
+                    .await
+                    .map_err(|e| Unusable(e.to_string()))?;
                 revocation_answer(response.status())
             }
         }
@@ -210,7 +223,7 @@ impl OAuthClient {
             .exchange_code(AuthorizationCode::new(code.to_owned()))
             .set_pkce_verifier(PkceCodeVerifier::new(verifier.to_owned()))
             .set_redirect_uri(Cow::Owned(redirect))
-            .request_async(&self.hook(Endpoint::Token(provider.tokens_at(true))))
+            .request_async(&self.hook("oauth.exchange", provider, Endpoint::Token(provider.tokens_at(true))))
             .await?;
         Ok(tokens.into())
     }
@@ -220,7 +233,7 @@ impl OAuthClient {
         let refresh_token = RefreshToken::new(refresh_token.to_owned());
         let tokens = client
             .exchange_refresh_token(&refresh_token)
-            .request_async(&self.hook(Endpoint::Token(provider.tokens_at(false))))
+            .request_async(&self.hook("oauth.refresh", provider, Endpoint::Token(provider.tokens_at(false))))
             .await?;
         Ok(tokens.into())
     }
@@ -246,7 +259,7 @@ impl OAuthClient {
         client
             .revoke_token(token)
             .map_err(|e| OAuthError::Unavailable(e.to_string()))?
-            .request_async(&self.hook(Endpoint::Revocation(url)))
+            .request_async(&self.hook("oauth.revoke", provider, Endpoint::Revocation(url)))
             .await
             .map_err(|e| OAuthError::Unavailable(reason(e)))?;
         Ok(())
@@ -257,13 +270,15 @@ impl OAuthClient {
     pub async fn account_label(&self, provider: &Provider, access_token: &str) -> Option<String> {
         let url = provider.userinfo_url.as_ref()?;
         let pointer = provider.account_label.as_deref().unwrap_or("");
-        let response = self
+        let request = self
             .http
             .get(url.clone())
             .timeout(PROVIDER_TIMEOUT)
             .bearer_auth(access_token)
             .header(ACCEPT, "application/json")
-            .send()
+            .build()
+            .ok()?;
+        let response = telemetry::execute(&self.http, request, "oauth.userinfo", &provider.id)
             .await
             .ok()?;
         if !response.status().is_success() {

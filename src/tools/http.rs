@@ -17,6 +17,7 @@ use crate::config::{ConfigError, ToolConfig};
 use crate::forms::Form;
 use crate::gate::Requirement;
 use crate::providers::{Providers, TokenRefusal};
+use crate::telemetry;
 
 /// Body text shown in an error result, at most.
 const ERROR_EXCERPT_BYTES: usize = 2048;
@@ -27,6 +28,8 @@ pub struct HttpTool {
     url: Template,
     /// Scheme, host and port of every URL this tool may call: placeholders cannot change them.
     origin: url::Origin,
+    /// The URL's text before its first placeholder: what its calls' spans show (never arguments).
+    shown_url: Url,
     headers: Vec<(HeaderName, Template)>,
     body: Option<Body>,
     timeout: Duration,
@@ -72,7 +75,8 @@ impl HttpTool {
                 "uses a secret form field; URLs end up in logs and proxies, so secrets go in headers or the body",
             ));
         }
-        let origin = static_origin(&url, &url_key)?;
+        let shown_url = static_url(&url, &url_key)?;
+        let origin = shown_url.origin();
         url.check_url().map_err(|why| {
             ConfigError::key(
                 &url_key,
@@ -135,6 +139,7 @@ impl HttpTool {
             method,
             url,
             origin,
+            shown_url,
             headers,
             body,
             timeout: http.timeout,
@@ -169,8 +174,8 @@ impl HttpTool {
     }
 }
 
-/// The origin of a URL template, which must be fixed text before any placeholder.
-fn static_origin(url: &Template, key: &str) -> Result<url::Origin, ConfigError> {
+/// The fixed text of a URL template before any placeholder, which must hold the whole origin.
+fn static_url(url: &Template, key: &str) -> Result<Url, ConfigError> {
     let prefix = url.static_prefix();
     let parsed = Url::parse(prefix).map_err(|e| ConfigError::key(key, format!("is not an absolute URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
@@ -187,7 +192,7 @@ fn static_origin(url: &Template, key: &str) -> Result<url::Origin, ConfigError> 
             "placeholders may only appear after the host, in the path or query",
         ));
     }
-    Ok(parsed.origin())
+    Ok(parsed)
 }
 
 #[async_trait]
@@ -244,7 +249,13 @@ enum Sent {
 impl HttpTool {
     async fn send(&self, request: reqwest::RequestBuilder, redactor: &Redactor) -> Sent {
         let host = self.origin.ascii_serialization();
-        let response = match request.send().await {
+        let sent = match request.build() {
+            Ok(request) => {
+                telemetry::execute_traced(&self.client, request, "tool", &self.definition.name, &self.shown_url).await
+            }
+            Err(error) => Err(error),
+        };
+        let response = match sent {
             Ok(response) => response,
             Err(e) if e.is_timeout() => {
                 let waited = humantime::format_duration(self.timeout);

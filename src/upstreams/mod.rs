@@ -6,7 +6,8 @@
 //! - `tool`: one of them as a gatehouse tool, forwarding a call;
 //! - `pool`: the sessions per (user, upstream), HTTP or a process each;
 //! - `relay`: what the upstream sends while a call runs, passed to that call's client;
-//! - `failure`: what an upstream's failure means for the call.
+//! - `failure`: what an upstream's failure means for the call;
+//! - `traced`: the HTTP client that carries a call's trace to the upstream (`traceparent`).
 //!
 //! Catalogues are persisted (shared by replicas, kept across restarts) and refreshed when a user's
 //! session opens and the stored one is older than [`REFRESH_AFTER`], when the upstream says its
@@ -19,6 +20,7 @@ mod failure;
 mod pool;
 mod relay;
 mod tool;
+mod traced;
 mod upstream;
 
 use std::collections::{HashMap, HashSet};

@@ -19,6 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::relay::{Handler, InOrder, Relay};
+use super::traced::Traced;
 use super::upstream::{Transport, Upstream};
 use crate::domain::Principal;
 use crate::secret::Secret;
@@ -303,7 +304,8 @@ impl Pool {
                 if let Some(bearer) = &opening.bearer {
                     config = config.auth_header(bearer.expose().clone());
                 }
-                let transport = StreamableHttpClientTransport::with_client(self.client.clone(), config);
+                let client = Traced::new(self.client.clone(), &upstream.id);
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 timed(handler.serve(InOrder::new(transport, relay.clone())), upstream.timeout).await?
             }
             Transport::Stdio { program, args, .. } => {

@@ -119,10 +119,7 @@ impl UpstreamTool {
         let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments.clone());
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let peer = session.service.peer();
-        let handle = match peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
-            .await
-        {
+        let handle = match peer.send_request_with_option(request, traced_options()).await {
             Ok(handle) => handle,
             Err(error) => return self.service_failed(core, session, &error),
         };
@@ -316,6 +313,14 @@ impl std::fmt::Debug for UpstreamTool {
             .field("name", &self.name)
             .finish()
     }
+}
+
+/// A call's request options: its trace in `_meta`, which [`super::traced::Traced`] sends as
+/// `traceparent`.
+fn traced_options() -> PeerRequestOptions {
+    let mut options = PeerRequestOptions::no_options();
+    options.meta = super::traced::request_meta();
+    options
 }
 
 #[cfg(test)]

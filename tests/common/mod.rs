@@ -25,6 +25,7 @@ pub mod line_peer;
 pub mod local;
 pub mod mcp;
 pub mod mcp_upstreams;
+pub mod otlp;
 pub mod python;
 pub mod raw;
 pub mod records;

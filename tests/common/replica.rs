@@ -24,6 +24,18 @@ impl Replica {
     /// (comma-separated, as `GATEHOUSE_SECRETS__KEYS` takes them), every replica of a test with
     /// the same `public_url` (as behind one load balancer), and waits until it is ready.
     pub async fn start(database_url: &str, config: &str, port: u16, public_url: &str, keys: &str) -> Self {
+        Self::start_with_env(database_url, config, port, public_url, keys, &[]).await
+    }
+
+    /// [`Replica::start`] with more environment variables (`OTEL_BSP_SCHEDULE_DELAY`, ...).
+    pub async fn start_with_env(
+        database_url: &str,
+        config: &str,
+        port: u16,
+        public_url: &str,
+        keys: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = tempfile::tempdir().expect("dir");
         let config_path = dir.path().join("gatehouse.toml");
         std::fs::write(&config_path, config).expect("write config");
@@ -42,6 +54,7 @@ impl Replica {
             .env("GATEHOUSE_SERVER__SSE_RETRY", "250ms")
             .env("GATEHOUSE_SECRETS__KEYS", keys)
             .env("GATEHOUSE_SERVER__METRICS_BIND", &metrics_bind)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
@@ -91,6 +104,19 @@ impl Replica {
             .filter(|line| line.starts_with("gatehouse_mcp_requests_total{"))
             .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
+    }
+
+    /// SIGTERM, and waits for the process to exit (after its graceful shutdown).
+    pub async fn stop(mut self) {
+        let pid = self.child.id().expect("the replica runs");
+        let pid = i32::try_from(pid).expect("a pid fits in i32");
+        // SAFETY: kill(2) with a pid of our own child and a valid signal number.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "SIGTERM");
+        let status = tokio::time::timeout(super::WAIT, self.child.wait())
+            .await
+            .expect("the replica exits in time")
+            .expect("wait");
+        assert!(status.success(), "the replica exits cleanly: {status}");
     }
 
     /// SIGKILL: no shutdown, no goodbye to streams or the database.

@@ -84,11 +84,13 @@ impl Discovery {
 
 /// A JSON document, within the size and time bounds.
 pub(super) async fn get_json(http: &reqwest::Client, url: &Url) -> Result<Vec<u8>, String> {
-    let response = http
+    let request = http
         .get(url.clone())
         .header(reqwest::header::ACCEPT, "application/json")
         .timeout(FETCH_TIMEOUT)
-        .send()
+        .build()
+        .map_err(|e| format!("unreachable: {e}"))?;
+    let response = crate::telemetry::execute(http, request, "identity.metadata", "identity")
         .await
         .map_err(|e| format!("unreachable: {e}"))?;
     if !response.status().is_success() {

@@ -99,14 +99,16 @@ impl ResourceServer {
         let endpoint = metadata.introspection_endpoint.as_ref().ok_or_else(|| {
             BearerError::Unavailable("the identity provider publishes no introspection_endpoint".into())
         })?;
-        let response = self
+        let request = self
             .http
             .post(endpoint.clone())
             .basic_auth(&self.client_id, self.client_secret.as_ref().map(|s| s.expose()))
             .header(reqwest::header::ACCEPT, "application/json")
             .form(&[("token", token), ("token_type_hint", "access_token")])
             .timeout(FETCH_TIMEOUT)
-            .send()
+            .build()
+            .map_err(|e| BearerError::Unavailable(format!("introspection: {e}")))?;
+        let response = crate::telemetry::execute(&self.http, request, "identity.introspection", "identity")
             .await
             .map_err(|e| BearerError::Unavailable(format!("introspection: {e}")))?;
         if !response.status().is_success() {

@@ -15,6 +15,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
+use tracing::Instrument;
 
 use super::incall::Outbox;
 use super::measure;
@@ -28,6 +29,7 @@ use crate::jsonrpc::{
 };
 use crate::state::AppState;
 use crate::store::SessionRecord;
+use crate::telemetry;
 
 const PROTOCOL_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
@@ -110,7 +112,11 @@ pub struct Streamed {
 impl Streamed {
     /// Runs the call, sending its notifications to `outbox`; the JSON-RPC response.
     pub async fn run(self, state: &AppState, outbox: &Outbox) -> Value {
-        let answer = call::call(state, &self.session, &self.caller, self.params, Some(outbox)).await;
+        let span = telemetry::mcp_span("tools/call", &self.params);
+        let answer = call::call(state, &self.session, &self.caller, self.params, Some(outbox))
+            .instrument(span.clone())
+            .await;
+        telemetry::record_outcome(&span, answer.as_ref());
         measure::record(state, "tools/call", self.started, answer.as_ref());
         match answer {
             Ok(result) => jsonrpc::result_response(&self.id, decorate(result)),
@@ -154,7 +160,9 @@ pub async fn answer(state: &AppState, headers: &HeaderMap, caller: &Caller, mess
             }
         };
     }
-    let outcome = dispatch(state, caller, &method, params).await;
+    let span = telemetry::mcp_span(&method, &params);
+    let outcome = dispatch(state, caller, &method, params).instrument(span.clone()).await;
+    telemetry::record_outcome(&span, outcome.as_ref().map_err(|refused| &refused.error));
     measure::record(
         state,
         &method,

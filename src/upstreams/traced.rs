@@ -1,0 +1,193 @@
+//! Traces across the upstream MCP client: rmcp sends a session's requests from a task of its own,
+//! outside the span of the tool call that asked, so the call puts its trace in the request's
+//! `_meta.traceparent` (where MCP carries trace context) and [`Traced`], the HTTP client of the
+//! transport, makes each POST an `http.client` span in that trace with a `traceparent` header.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, GetMeta, JsonRpcMessage, RequestMetaObject};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+use tracing::Instrument;
+use url::Url;
+
+use crate::telemetry;
+
+type Result<T> = std::result::Result<T, StreamableHttpError<reqwest13::Error>>;
+
+/// The `_meta` of a request to an upstream: the current span's trace, when traces are exported.
+pub fn request_meta() -> Option<RequestMetaObject> {
+    if !telemetry::enabled() {
+        return None;
+    }
+    let mut headers = HeaderMap::new();
+    telemetry::inject(&tracing::Span::current(), &mut headers);
+    let traceparent = headers.get(TRACEPARENT)?.to_str().ok()?;
+    let mut meta = RequestMetaObject::new();
+    meta.set_traceparent(traceparent);
+    if let Some(tracestate) = headers.get(TRACESTATE).and_then(|value| value.to_str().ok()) {
+        meta.set_tracestate(tracestate);
+    }
+    Some(meta)
+}
+
+const TRACEPARENT: &str = "traceparent";
+const TRACESTATE: &str = "tracestate";
+
+/// The upstream transport's HTTP client: reqwest's, with a span and `traceparent` for every POST
+/// of a request that carries a trace.
+#[derive(Clone)]
+pub struct Traced {
+    client: reqwest13::Client,
+    upstream: Arc<str>,
+}
+
+impl Traced {
+    pub fn new(client: reqwest13::Client, upstream: &str) -> Self {
+        Self {
+            client,
+            upstream: upstream.into(),
+        }
+    }
+
+    /// The span of a POST of `message` to `uri`, child of the trace in its `_meta`, and its
+    /// `traceparent` added to `headers`; none for a message without a trace.
+    fn span(
+        &self,
+        uri: &str,
+        message: &ClientJsonRpcMessage,
+        headers: &mut HashMap<HeaderName, HeaderValue>,
+    ) -> Option<tracing::Span> {
+        let JsonRpcMessage::Request(request) = message else {
+            return None;
+        };
+        if !telemetry::enabled() {
+            return None;
+        }
+        let meta = request.request.get_meta();
+        let traceparent = meta.get_traceparent()?;
+        let url = Url::parse(uri).ok()?;
+        let mut carrier = HeaderMap::new();
+        carrier.insert(TRACEPARENT, HeaderValue::from_str(traceparent).ok()?);
+        if let Some(tracestate) = meta
+            .get_tracestate()
+            .and_then(|value| HeaderValue::from_str(value).ok())
+        {
+            carrier.insert(TRACESTATE, tracestate);
+        }
+        let span = telemetry::client_span("upstream", &self.upstream, &reqwest::Method::POST, &url);
+        telemetry::set_remote_parent(&span, &carrier);
+        let mut outgoing = HeaderMap::new();
+        telemetry::inject(&span, &mut outgoing);
+        headers.extend(outgoing.into_iter().filter_map(|(name, value)| Some((name?, value))));
+        Some(span)
+    }
+}
+
+/// Delegates to reqwest's client; POSTs of traced requests go within their span.
+impl StreamableHttpClient for Traced {
+    type Error = reqwest13::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse> {
+        let span = self.span(&uri, &message, &mut custom_headers);
+        let post = self
+            .client
+            .post_message(uri, message, session_id, auth_header, custom_headers);
+        within(span, post).await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse> {
+        let span = self.span(&uri, &message, &mut custom_headers);
+        let post = self.client.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        );
+        within(span, post).await
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<()> {
+        self.client
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, std::result::Result<Sse, SseError>>> {
+        self.client
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, std::result::Result<Sse, SseError>>> {
+        self.client
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
+
+/// Runs a POST within its span (if it has one), marking the span when it failed. (rmcp's answer
+/// does not tell the status.)
+async fn within(
+    span: Option<tracing::Span>,
+    post: impl Future<Output = Result<StreamableHttpPostResponse>>,
+) -> Result<StreamableHttpPostResponse> {
+    let Some(span) = span else {
+        return post.await;
+    };
+    let posted = post.instrument(span.clone()).await;
+    if posted.is_err() {
+        span.record("otel.status_code", "ERROR");
+    }
+    posted
+}
