@@ -10,7 +10,8 @@ use std::collections::HashMap;
 
 use common::fake_idp::{FakeIdp, FakeIdpOptions, TestClient, TestUser};
 use common::fake_oauth::{FakeOptions, FakeProvider};
-use common::{Backend, Browser, McpClient, Page, TestDatabase, TestServer, elicitations, upstream, url_of};
+use common::web::{assert_cookie_path, assert_footer_under};
+use common::{Backend, Browser, McpClient, TestDatabase, TestServer, elicitations, upstream, url_of};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -57,29 +58,6 @@ async fn client(server: &TestServer, route: Route) -> McpClient {
     client
 }
 
-/// Every cookie `page` sets is scoped to the prefix.
-fn assert_cookies_under_prefix(page: &Page) {
-    let set: Vec<&str> = page
-        .headers
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().expect("ascii"))
-        .collect();
-    assert!(!set.is_empty(), "the page sets a cookie");
-    for cookie in set {
-        assert!(cookie.contains(&format!("; Path={PREFIX};")), "{cookie}");
-    }
-}
-
-/// The footer's link to /connections, on every built-in page.
-fn assert_footer_under_prefix(page: &Page) {
-    assert!(
-        page.body.contains(&format!("<a href=\"{PREFIX}/connections\">")),
-        "{}",
-        page.body
-    );
-}
-
 async fn the_whole_oauth_flow(backend: Backend, route: Route) {
     let fake = FakeProvider::start(FakeOptions::default()).await;
     let database = TestDatabase::new(backend).await;
@@ -101,12 +79,12 @@ async fn the_whole_oauth_flow(backend: Backend, route: Route) {
         "{}",
         page.body
     );
-    assert_footer_under_prefix(&page);
+    assert_footer_under(&page, PREFIX);
     let continued = browser
         .press(&route.reach(&connect_url), &server.base(), "continue", &page.csrf())
         .await;
     assert_eq!(continued.status, StatusCode::SEE_OTHER, "{}", continued.body);
-    assert_cookies_under_prefix(&continued);
+    assert_cookie_path(&continued, PREFIX);
     let authorize = continued.location();
     let query: HashMap<String, String> = url::Url::parse(&authorize)
         .expect("authorize url")
@@ -125,7 +103,7 @@ async fn the_whole_oauth_flow(backend: Backend, route: Route) {
         "{}",
         done.body
     );
-    assert_cookies_under_prefix(&done);
+    assert_cookie_path(&done, PREFIX);
 
     let retried = client.call("tools/call", me).await;
     assert_eq!(retried["structuredContent"]["login"], "octocat", "{retried}");
@@ -178,7 +156,7 @@ async fn a_form_flow(backend: Backend, route: Route) {
         "{}",
         page.body
     );
-    assert_footer_under_prefix(&page);
+    assert_footer_under(&page, PREFIX);
     let answers = [("org", "acme"), ("team", "Red Team"), ("api_key", "sk-prefixed")];
     let mut posted = vec![("csrf", page.csrf())];
     posted.extend(answers.iter().map(|(k, v)| (*k, (*v).to_owned())));
@@ -189,7 +167,7 @@ async fn a_form_flow(backend: Backend, route: Route) {
         .await;
     assert_eq!(saved.status, StatusCode::OK, "{}", saved.body);
     assert!(saved.body.contains("<h1>Saved</h1>"), "{}", saved.body);
-    assert_footer_under_prefix(&saved);
+    assert_footer_under(&saved, PREFIX);
 
     let ran = client.call("tools/call", keyed).await;
     assert_eq!(ran["isError"], false, "{ran}");
@@ -292,7 +270,7 @@ backend_test!(
                 .get(&route.reach(&format!("{}{}", server.base(), first.location())))
                 .await;
             assert_eq!(login.status, StatusCode::FOUND, "{}", login.body);
-            assert_cookies_under_prefix(&login);
+            assert_cookie_path(&login, PREFIX);
             let authorize = url::Url::parse(&login.location()).expect("authorize url");
             let query: HashMap<String, String> = authorize.query_pairs().into_owned().collect();
             assert_eq!(query["redirect_uri"], format!("{public}/login/callback"));
@@ -300,7 +278,7 @@ backend_test!(
             let signed_in = browser.get(&route.reach(&callback)).await;
             assert_eq!(signed_in.status, StatusCode::SEE_OTHER, "{}", signed_in.body);
             assert_eq!(signed_in.location(), format!("{PREFIX}/forms/{id}"));
-            assert_cookies_under_prefix(&signed_in);
+            assert_cookie_path(&signed_in, PREFIX);
             let form = browser.get(&route.reach(&url)).await;
             assert_eq!(form.status, StatusCode::OK, "{}", form.body);
             assert!(

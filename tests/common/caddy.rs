@@ -1,5 +1,5 @@
-//! A real Caddy in front of replicas: Debian's `caddy` (2.6.2) running the repository's own
-//! `deploy/Caddyfile`, adapted to this machine by a short list of textual substitutions that must
+//! A real Caddy in front of replicas: Debian's `caddy` (2.6.2) running one of the repository's own
+//! Caddyfiles (`deploy/Caddyfile`, `deploy/Caddyfile.prefixed`), adapted to this machine by a short list of textual substitutions that must
 //! each match, started as a process of its own and killed when dropped.
 
 use std::path::{Path, PathBuf};
@@ -15,21 +15,23 @@ use super::{eventually, repo};
 pub const DEMO_USER: &str = "demo";
 pub const DEMO_PASSWORD: &str = "demo-password";
 
-/// The repository's proxy configuration, as docker-compose.yml mounts it.
-pub fn deploy_caddyfile() -> String {
-    let path = repo().join("deploy/Caddyfile");
+/// One of the repository's proxy configurations, `deploy/{name}`, as docker-compose.yml mounts it.
+pub fn deploy_caddyfile(name: &str) -> String {
+    let path = repo().join("deploy").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-/// `caddyfile` (the text of `deploy/Caddyfile` or a variant of it) made runnable here: listening
+/// `caddyfile` (the text of `deploy/Caddyfile` or `deploy/Caddyfile.prefixed`; one list fits
+/// both) made runnable here: listening
 /// on `127.0.0.1:port` in front of `upstreams` (`host:port` each), by Debian's Caddy 2.6.2.
 /// Every substitution must match exactly once, so a change to the file fails the tests loudly
 /// instead of leaving them to test something else:
 ///
 /// 1. `basic_auth` -> `basicauth`: the directive's name before Caddy 2.8, which renamed it (the
 ///    file needs 2.8+, so docker-compose.yml pins the image).
-/// 2. `stream_close_delay 5m` is dropped: Caddy 2.6.2 does not know it; it keeps SSE streams open
-///    across a config reload, which these tests never do.
+/// 2. `stream_close_delay 5m` is dropped (its line is left blank, whatever its indentation):
+///    Caddy 2.6.2 does not know it; it keeps SSE streams open across a config reload, which these
+///    tests never do.
 /// 3. The global options `admin off` and `default_bind 127.0.0.1` are added after
 ///    `auto_https off`: no admin endpoint, and the site listens on loopback only, on this shared
 ///    machine.
@@ -39,7 +41,7 @@ pub fn deploy_caddyfile() -> String {
 pub fn adapt(caddyfile: &str, port: u16, upstreams: &[&str]) -> String {
     let substitutions = [
         ("\tbasic_auth {\n", "\tbasicauth {\n".to_owned()),
-        ("\t\tstream_close_delay 5m\n", String::new()),
+        ("stream_close_delay 5m\n", "\n".to_owned()),
         (
             "\tauto_https off\n",
             "\tauto_https off\n\tadmin off\n\tdefault_bind 127.0.0.1\n".to_owned(),
@@ -132,10 +134,5 @@ impl Caddy {
             http.get(&base).send().await.ok().map(drop)
         })
         .await;
-    }
-
-    /// `/mcp` through the proxy.
-    pub fn mcp(&self) -> String {
-        format!("{}/mcp", self.base)
     }
 }

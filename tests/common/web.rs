@@ -136,6 +136,31 @@ impl Browser {
     }
 }
 
+/// Every cookie `page` sets has `Path=path` (the path prefix of gatehouse's public URL, `/`
+/// without one); it sets at least one.
+pub fn assert_cookie_path(page: &Page, path: &str) {
+    let set: Vec<&str> = page
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().expect("ascii"))
+        .collect();
+    assert!(!set.is_empty(), "the page sets a cookie");
+    for cookie in set {
+        assert!(cookie.contains(&format!("; Path={path};")), "{cookie}");
+    }
+}
+
+/// The footer every built-in page has links to /connections under `prefix` (the path prefix of
+/// gatehouse's public URL).
+pub fn assert_footer_under(page: &Page, prefix: &str) {
+    assert!(
+        page.body.contains(&format!("<a href=\"{prefix}/connections\">")),
+        "{}",
+        page.body
+    );
+}
+
 /// The text of a form page's description, which must arrive escaped (no raw markup or quotes).
 pub fn description(body: &str) -> String {
     let start = body.find("<p class=\"description\">").expect("a description") + "<p class=\"description\">".len();
