@@ -8,7 +8,7 @@ use std::process::Stdio;
 use base64::Engine;
 
 use super::python::unavailable;
-use super::{eventually, repo};
+use super::{STARTUP, eventually_within, repo};
 
 /// The user and password of the demo account in `deploy/Caddyfile` (the file keeps only their
 /// bcrypt hash, which the tests use as it is).
@@ -126,7 +126,7 @@ impl Caddy {
         let http = reqwest::Client::new();
         let base = self.base.clone();
         let (child, log) = (&mut self.child, self.dir.path().join("caddy.log"));
-        eventually(&format!("Caddy answers at {base}"), async || {
+        eventually_within(STARTUP, &format!("Caddy answers at {base}"), async || {
             if let Ok(Some(status)) = child.try_wait() {
                 let log = std::fs::read_to_string(&log).unwrap_or_default();
                 panic!("caddy exited ({status}) before answering:\n{log}");

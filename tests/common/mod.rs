@@ -45,6 +45,9 @@ pub use web::{Browser, Page, confirm_payment, description, unescape};
 /// hanging and measures nothing. Checks that something does NOT happen name their own, shorter
 /// window.
 pub const WAIT: Duration = Duration::from_secs(10);
+/// How long a process of its own (a replica, Caddy) may take to come up: it starts, connects and
+/// migrates while the suite runs a dozen others on two cores.
+pub const STARTUP: Duration = Duration::from_secs(30);
 
 /// Everything gatehouse logs in this test binary (one global subscriber, at DEBUG), so tests can
 /// prove that no token or secret reaches a log line. Call it before starting a server.
@@ -150,13 +153,18 @@ macro_rules! postgres_test {
 /// Tries `attempt` until it gives a value, pausing briefly between tries: for a condition that
 /// becomes true a moment later (another replica catching up, a server getting ready). Panics
 /// naming `what` after [`WAIT`], which only guards against hanging.
-pub async fn eventually<T>(what: &str, mut attempt: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + WAIT;
+pub async fn eventually<T>(what: &str, attempt: impl AsyncFnMut() -> Option<T>) -> T {
+    eventually_within(WAIT, what, attempt).await
+}
+
+/// [`eventually`] with a limit of its own ([`STARTUP`] for a process coming up).
+pub async fn eventually_within<T>(limit: Duration, what: &str, mut attempt: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         if let Some(value) = attempt().await {
             return value;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {WAIT:?}");
+        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {limit:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -165,7 +173,7 @@ pub async fn eventually<T>(what: &str, mut attempt: impl AsyncFnMut() -> Option<
 /// `/readyz` with success.
 pub async fn until_ready(bind: &str) {
     let http = reqwest::Client::new();
-    eventually(&format!("the server at {bind} became ready"), async || {
+    eventually_within(STARTUP, &format!("the server at {bind} became ready"), async || {
         http.get(format!("http://{bind}/readyz"))
             .send()
             .await

@@ -5,7 +5,7 @@ use std::process::Stdio;
 
 use reqwest::StatusCode;
 
-use super::{McpClient, eventually};
+use super::{McpClient, eventually_within};
 
 /// The binary under test.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
@@ -72,7 +72,7 @@ impl Replica {
 
     pub async fn wait_ready(&self) {
         let readyz = format!("{}/readyz", self.base);
-        eventually("the replica is ready", async || {
+        eventually_within(super::STARTUP, "the replica is ready", async || {
             reqwest::get(&readyz)
                 .await
                 .is_ok_and(|r| r.status() == StatusCode::OK)
