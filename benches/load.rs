@@ -24,6 +24,8 @@
 
 #[path = "load/cpu.rs"]
 mod cpu;
+#[path = "../tests/common/echo.rs"]
+mod echo;
 #[allow(dead_code)]
 #[path = "../tests/common/fake_idp.rs"]
 mod fake_idp;

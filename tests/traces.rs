@@ -3,6 +3,8 @@
 //! `traceparent`; a client's `traceparent` is honoured; no exported attribute holds a secret.
 
 mod common;
+#[path = "common/echo.rs"]
+mod echo;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,13 +21,11 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as Attribute;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use reqwest::StatusCode;
-use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{ServerCapabilities, ServerConfig};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
 use serde_json::json;
+
+use echo::Echo;
 
 /// The trace the client's `traceparent` names, and its span.
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -96,41 +96,21 @@ fn parse_traceparent(value: &str) -> (String, String) {
     (parts[1].to_owned(), parts[2].to_owned())
 }
 
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct EchoRequest {
-    text: String,
-}
-
-/// The upstream MCP server: one tool, `echo`.
-#[derive(Debug, Clone)]
-struct Echo {
-    tool_router: ToolRouter<Self>,
-}
-
-#[tool_router]
-impl Echo {
-    #[tool(description = "Returns the text it is given")]
-    fn echo(&self, Parameters(EchoRequest { text }): Parameters<EchoRequest>) -> String {
-        text
-    }
-}
-
-#[tool_handler(router = self.tool_router)]
-impl ServerHandler for Echo {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
+/// `peek` asks for the sign-in, the browser signs in at the fake provider, and the retry runs.
+async fn sign_in_and_peek(client: &McpClient) {
+    let call = json!({"name": "peek", "arguments": {"who": "path-argument"}});
+    let asked = elicitations(&client.request("tools/call", call.clone()).await);
+    let page = Browser::new().sign_in(&url_of(&asked[0])).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let result = client.call("tools/call", call).await;
+    assert_eq!(result["isError"], false, "{result}");
 }
 
 /// An upstream MCP server on loopback (rmcp, stateful), recording the head of every request.
 async fn mcp_upstream() -> (String, Log) {
     let seen: Log = Arc::default();
     let service: StreamableHttpService<Echo, LocalSessionManager> = StreamableHttpService::new(
-        || {
-            Ok(Echo {
-                tool_router: Echo::tool_router(),
-            })
-        },
+        || Ok(Echo::default()),
         Arc::default(),
         StreamableHttpServerConfig::default().with_sse_keep_alive(None),
     );
@@ -200,23 +180,7 @@ backend_test!(
             .expect("a session id")
             .to_owned();
 
-        let asked = elicitations(
-            &client
-                .request(
-                    "tools/call",
-                    json!({"name": "peek", "arguments": {"who": "path-argument"}}),
-                )
-                .await,
-        );
-        let page = Browser::new().sign_in(&url_of(&asked[0])).await;
-        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        let result = client
-            .call(
-                "tools/call",
-                json!({"name": "peek", "arguments": {"who": "path-argument"}}),
-            )
-            .await;
-        assert_eq!(result["isError"], false, "{result}");
+        sign_in_and_peek(&client).await;
         eventually("the upstream's tools are listed", async || {
             let listed = client.call("tools/list", json!({})).await;
             listed["tools"]
@@ -347,23 +311,7 @@ backend_test!(
         let traceparent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
         let mut client = McpClient::new(&replica.mcp()).with_header("traceparent", &traceparent);
         client.initialize().await;
-        let asked = elicitations(
-            &client
-                .request(
-                    "tools/call",
-                    json!({"name": "peek", "arguments": {"who": "path-argument"}}),
-                )
-                .await,
-        );
-        let page = Browser::new().sign_in(&url_of(&asked[0])).await;
-        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        let result = client
-            .call(
-                "tools/call",
-                json!({"name": "peek", "arguments": {"who": "path-argument"}}),
-            )
-            .await;
-        assert_eq!(result["isError"], false, "{result}");
+        sign_in_and_peek(&client).await;
         replica.stop().await;
         let peeked = peeked.lock().expect("log").clone();
         assert!(

@@ -5,39 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::serve::ListenerExt;
-use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{ServerCapabilities, ServerConfig};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct EchoRequest {
-    /// Returned as it came.
-    text: String,
-}
-
-#[derive(Debug, Clone)]
-struct Echo {
-    tool_router: ToolRouter<Self>,
-}
-
-#[tool_router]
-impl Echo {
-    #[tool(description = "Returns the text it is given")]
-    fn echo(&self, Parameters(EchoRequest { text }): Parameters<EchoRequest>) -> String {
-        text
-    }
-}
-
-#[tool_handler(router = self.tool_router)]
-impl ServerHandler for Echo {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
-}
+use super::echo::Echo;
 
 pub struct FastUpstream {
     /// The MCP endpoint, `http://127.0.0.1:{port}/mcp`.
@@ -71,9 +43,7 @@ impl FastUpstream {
         let service: StreamableHttpService<Echo, LocalSessionManager> = StreamableHttpService::new(
             move || {
                 counter.fetch_add(1, Ordering::Relaxed);
-                Ok(Echo {
-                    tool_router: Echo::tool_router(),
-                })
+                Ok(Echo::default())
             },
             sessions.clone(),
             config,
