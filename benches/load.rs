@@ -324,9 +324,33 @@ struct LoadResult {
     all_calls: u64,
 }
 
-/// Whether a POST answer is a tool result that is not an error.
-fn tool_succeeded(body: &str) -> bool {
-    message_of(body).is_some_and(|m| m.get("result").is_some_and(|r| r["isError"] != json!(true)))
+/// Whether a POST answer (JSON, or an SSE stream's message) is a tool result that is not an
+/// error. Only `result.isError` is read, the rest skimmed: the load generator shares the machine
+/// with what it measures, so it spends as little as it can on bodies, the same in every era.
+fn tool_succeeded(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        result: Option<Outcome>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Outcome {
+        #[serde(rename = "isError")]
+        is_error: Option<bool>,
+    }
+    let succeeded = |json: &[u8]| {
+        serde_json::from_slice::<Answer>(json)
+            .ok()
+            .map(|answer| answer.result.is_some_and(|result| result.is_error != Some(true)))
+    };
+    succeeded(body)
+        .or_else(|| {
+            body.split(|byte| *byte == b'\n')
+                .filter_map(|line| line.strip_prefix(b"data:"))
+                .map(<[u8]>::trim_ascii)
+                .filter(|data| !data.is_empty())
+                .find_map(succeeded)
+        })
+        .unwrap_or(false)
 }
 
 /// `clients` sessions calling the tool in a loop; latencies of the measured window only.
@@ -392,7 +416,7 @@ async fn call_load(
                     .await;
                 let ok = match outcome {
                     Ok(response) if response.status().is_success() => {
-                        response.text().await.ok().is_some_and(|t| tool_succeeded(&t))
+                        response.bytes().await.ok().is_some_and(|body| tool_succeeded(&body))
                     }
                     _ => false,
                 };

@@ -299,7 +299,7 @@ async fn call_once(http: &reqwest::Client, url: &str, user: &str, session: &str)
         .map_err(|e| e.to_string())?;
     let status = response.status();
     let body = response.text().await.map_err(|e| e.to_string())?;
-    Ok(if status.is_success() && tool_succeeded(&body) {
+    Ok(if status.is_success() && tool_succeeded(body.as_bytes()) {
         Ok(())
     } else {
         Err(format!("{status}: {body}"))
