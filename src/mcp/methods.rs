@@ -61,12 +61,13 @@ pub(super) fn serialized_len(value: &Value) -> usize {
     serde_json::to_writer(&mut counter, value).map_or(usize::MAX, |()| counter.0)
 }
 
-pub(super) fn kept_client_info(info: &Map<String, Value>) -> Map<String, Value> {
-    CLIENT_INFO_FIELDS
-        .iter()
-        .filter_map(|field| {
-            let text = info.get(*field)?.as_str()?;
-            Some(((*field).to_owned(), json!(text::bounded(text, MAX_CLIENT_INFO_BYTES))))
+pub(super) fn kept_client_info(info: Map<String, Value>) -> Map<String, Value> {
+    info.into_iter()
+        .filter(|(field, _)| CLIENT_INFO_FIELDS.contains(&field.as_str()))
+        .filter_map(|(field, value)| match value {
+            Value::String(text) if text.len() <= MAX_CLIENT_INFO_BYTES => Some((field, Value::String(text))),
+            Value::String(text) => Some((field, Value::String(text::bounded(&text, MAX_CLIENT_INFO_BYTES)))),
+            _ => None,
         })
         .collect()
 }
@@ -114,7 +115,7 @@ async fn start_session(
     };
     let client_info = match params.remove("clientInfo") {
         None => Map::new(),
-        Some(Value::Object(info)) => kept_client_info(&info),
+        Some(Value::Object(info)) => kept_client_info(info),
         Some(_) => return Err(RpcError::invalid_params("params.clientInfo must be an object")),
     };
     let record = SessionRecord {

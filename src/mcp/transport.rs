@@ -10,6 +10,7 @@ use axum::http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN, RETRY_AFTER, WWW_AU
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::calls;
@@ -90,7 +91,7 @@ impl IntoResponse for Refusal {
 }
 
 /// A JSON body; a 503 also tells the client when to retry.
-fn json_response(status: StatusCode, body: &Value) -> Response {
+fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
     let mut response = (status, axum::Json(body)).into_response();
     if status == StatusCode::SERVICE_UNAVAILABLE {
         response
@@ -353,6 +354,9 @@ async fn handle_post(state: &AppState, peer: SocketAddr, request: Request) -> Re
     if modern::requested(&parts.headers, &message) {
         return Ok(match modern::answer(state, &parts.headers, &caller, message).await {
             modern::Answer::Json(status, body) => json_response(status, &body),
+            modern::Answer::Result(id, result) => {
+                json_response(StatusCode::OK, &modern::ResultResponse::new(&id, &result))
+            }
             modern::Answer::Accepted => accepted(),
             modern::Answer::Streamed(call) => {
                 let task_state = state.clone();

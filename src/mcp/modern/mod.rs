@@ -14,6 +14,8 @@ use axum::http::{HeaderMap, HeaderName, StatusCode};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chrono::Utc;
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
@@ -93,6 +95,8 @@ fn supported_versions() -> Vec<&'static str> {
 /// whose progress the client asked for, answered on an SSE stream.
 pub enum Answer {
     Json(StatusCode, Value),
+    /// 200 with a result, decorated as it is written (see [`Decorated`]).
+    Result(RequestId, Value),
     Accepted,
     /// Boxed: it holds the whole session and caller.
     Streamed(Box<Streamed>),
@@ -118,8 +122,14 @@ impl Streamed {
             .await;
         telemetry::record_outcome(&span, answer.as_ref());
         measure::record(state, "tools/call", self.started, answer.as_ref());
-        match answer {
-            Ok(result) => jsonrpc::result_response(&self.id, decorate(result)),
+        let decorated = answer.and_then(|result| {
+            serde_json::to_value(Decorated(&result)).map_err(|e| {
+                tracing::error!(error = %e, "could not write a tools/call result");
+                RpcError::internal()
+            })
+        });
+        match decorated {
+            Ok(result) => jsonrpc::result_response(&self.id, result),
             Err(error) => jsonrpc::error_response(Some(&self.id), &error),
         }
     }
@@ -170,7 +180,7 @@ pub async fn answer(state: &AppState, headers: &HeaderMap, caller: &Caller, mess
         outcome.as_ref().map_err(|refused| &refused.error),
     );
     match outcome {
-        Ok(result) => Answer::Json(StatusCode::OK, jsonrpc::result_response(&id, decorate(result))),
+        Ok(result) => Answer::Result(id, result),
         Err(Refused { status, error }) => Answer::Json(status, jsonrpc::error_response(Some(&id), &error)),
     }
 }
@@ -325,29 +335,89 @@ fn discover(state: &AppState) -> Value {
     })
 }
 
-/// Every result says it is complete (unless it asks for input) and who answered.
-fn decorate(mut result: Value) -> Value {
-    let Some(object) = result.as_object_mut() else {
-        return result;
-    };
-    object.entry("resultType").or_insert_with(|| json!("complete"));
-    if let Value::Object(meta) = object.entry("_meta").or_insert_with(|| json!({})) {
-        meta.insert(
-            META_SERVER_INFO.to_owned(),
-            json!({"name": "gatehouse", "title": "gatehouse", "version": env!("CARGO_PKG_VERSION")}),
-        );
+/// The JSON-RPC response carrying a result of this era.
+#[derive(Serialize)]
+pub struct ResultResponse<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    result: Decorated<'a>,
+}
+
+impl<'a> ResultResponse<'a> {
+    pub fn new(id: &'a RequestId, result: &'a Value) -> Self {
+        Self {
+            jsonrpc: "2.0",
+            id,
+            result: Decorated(result),
+        }
     }
-    result
+}
+
+/// A result as it goes out: it says it is complete (unless it asks for input) and who answered,
+/// in `_meta` beside whatever `_meta` it has. Both are written with the result rather than
+/// inserted into it, so nothing is built per response for what never changes (every modern
+/// response carries them; building them showed in the throughput of stateless calls).
+pub struct Decorated<'a>(&'a Value);
+
+/// `io.modelcontextprotocol/serverInfo`: an `Implementation`.
+#[derive(Serialize)]
+struct Implementation {
+    name: &'static str,
+    title: &'static str,
+    version: &'static str,
+}
+
+const SERVER_INFO: Implementation = Implementation {
+    name: "gatehouse",
+    title: "gatehouse",
+    version: env!("CARGO_PKG_VERSION"),
+};
+
+impl Serialize for Decorated<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(result) = self.0 else {
+            return self.0.serialize(serializer);
+        };
+        let mut map = serializer.serialize_map(None)?;
+        if !result.contains_key("resultType") {
+            map.serialize_entry("resultType", "complete")?;
+        }
+        map.serialize_entry("_meta", &ResultMeta(result.get("_meta")))?;
+        for (key, value) in result.iter().filter(|(key, _)| *key != "_meta") {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// A result's `_meta` with the server's identity (replacing any the result claimed).
+struct ResultMeta<'a>(Option<&'a Value>);
+
+impl Serialize for ResultMeta<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry(META_SERVER_INFO, &SERVER_INFO)?;
+        if let Some(Value::Object(meta)) = self.0 {
+            for (key, value) in meta.iter().filter(|(key, _)| *key != META_SERVER_INFO) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
+    }
 }
 
 /// The session a stateless request stands in: the principal's shared stateless id, with what
 /// this request's `_meta` says of its client, and nothing from any earlier request.
-/// The capabilities are moved out of `_meta` (the session holds them from then on).
+/// The capabilities and client info are moved out of `_meta` (the session holds them from then on).
 fn stateless_session(caller: &Caller, params: &mut Map<String, Value>) -> Result<SessionRecord, RpcError> {
     let capabilities = params
         .get_mut("_meta")
         .and_then(Value::as_object_mut)
         .and_then(|meta| meta.remove(META_CAPABILITIES));
+    let client_info = params
+        .get_mut("_meta")
+        .and_then(Value::as_object_mut)
+        .and_then(|meta| meta.remove(META_CLIENT_INFO));
     let meta = params.get("_meta").and_then(Value::as_object);
     let capabilities = match capabilities {
         Some(value @ Value::Object(_)) if serialized_len(&value) <= MAX_CAPABILITIES_BYTES => value,
@@ -358,7 +428,7 @@ fn stateless_session(caller: &Caller, params: &mut Map<String, Value>) -> Result
         }
         _ => return Err(RpcError::invalid_params("_meta's clientCapabilities must be an object")),
     };
-    let client_info = match meta.and_then(|meta| meta.get(META_CLIENT_INFO)) {
+    let client_info = match client_info {
         None => Map::new(),
         Some(Value::Object(info)) => kept_client_info(info),
         Some(_) => return Err(RpcError::invalid_params("_meta's clientInfo must be an object")),
@@ -390,6 +460,47 @@ mod tests {
         let encoded = format!("=?base64?{}?=", STANDARD.encode("café"));
         assert_eq!(decode_header(encoded.as_bytes()).as_deref(), Some("café"));
         assert_eq!(decode_header(b"=?base64?not base64?="), None);
+    }
+
+    #[test]
+    fn results_go_out_complete_and_signed_by_the_server_keeping_their_own_meta() {
+        let written = |result: Value| serde_json::to_value(Decorated(&result)).expect("serializes");
+        let server_info = json!({"name": "gatehouse", "title": "gatehouse", "version": env!("CARGO_PKG_VERSION")});
+        assert_eq!(
+            written(json!({"tools": []})),
+            json!({"resultType": "complete", "tools": [], "_meta": {META_SERVER_INFO: server_info}})
+        );
+        assert_eq!(
+            written(json!({"resultType": "input_required", "requestState": "s",
+                "_meta": {"progress": 1, META_SERVER_INFO: {"name": "impostor"}}})),
+            json!({"resultType": "input_required", "requestState": "s",
+                "_meta": {"progress": 1, META_SERVER_INFO: server_info}})
+        );
+        assert_eq!(
+            written(json!({"_meta": null})),
+            json!({"resultType": "complete", "_meta": {META_SERVER_INFO: server_info}})
+        );
+        assert_eq!(written(json!("not an object")), json!("not an object"));
+        let id = RequestId::Number(7);
+        let result = json!({});
+        assert_eq!(
+            serde_json::to_value(ResultResponse::new(&id, &result)).expect("serializes"),
+            json!({"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete", "_meta": {META_SERVER_INFO: server_info}}})
+        );
+    }
+
+    #[test]
+    fn client_info_is_moved_out_of_meta_and_only_its_short_text_fields_kept() {
+        let caller = Caller::named(crate::domain::Principal::parse("ada").expect("principal"));
+        let params = json!({"_meta": {META_CAPABILITIES: {}, "progressToken": 1, META_CLIENT_INFO: {
+            "name": "n".repeat(1000), "version": "1.0", "icons": [{"src": "data:"}], "title": 3}}});
+        let mut params = params.as_object().expect("object").clone();
+        let session = stateless_session(&caller, &mut params).expect("session");
+        let name = session.client_info["name"].as_str().expect("name");
+        assert!(name.len() <= 256 && name.ends_with('…'), "{name}");
+        assert_eq!(session.client_info["version"], "1.0");
+        assert_eq!(session.client_info.as_object().map(Map::len), Some(2));
+        assert_eq!(params["_meta"], json!({"progressToken": 1}));
     }
 
     #[test]
