@@ -410,14 +410,14 @@ impl Serialize for ResultMeta<'_> {
 /// this request's `_meta` says of its client, and nothing from any earlier request.
 /// The capabilities and client info are moved out of `_meta` (the session holds them from then on).
 fn stateless_session(caller: &Caller, params: &mut Map<String, Value>) -> Result<SessionRecord, RpcError> {
-    let capabilities = params
-        .get_mut("_meta")
-        .and_then(Value::as_object_mut)
-        .and_then(|meta| meta.remove(META_CAPABILITIES));
-    let client_info = params
-        .get_mut("_meta")
-        .and_then(Value::as_object_mut)
-        .and_then(|meta| meta.remove(META_CLIENT_INFO));
+    let mut take = |key: &str| {
+        params
+            .get_mut("_meta")
+            .and_then(Value::as_object_mut)
+            .and_then(|meta| meta.remove(key))
+    };
+    let capabilities = take(META_CAPABILITIES);
+    let client_info = take(META_CLIENT_INFO);
     let meta = params.get("_meta").and_then(Value::as_object);
     let capabilities = match capabilities {
         Some(value @ Value::Object(_)) if serialized_len(&value) <= MAX_CAPABILITIES_BYTES => value,
