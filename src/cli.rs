@@ -171,7 +171,7 @@ fn init_logging_with_traces(
     config: &TelemetryConfig,
     endpoint: &url::Url,
 ) -> Result<Telemetry, String> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = log_filter();
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = match format {
         LogFormat::Text => logs.with_filter(filter).boxed(),
@@ -182,10 +182,14 @@ fn init_logging_with_traces(
     Ok(telemetry)
 }
 
+/// What is logged: `RUST_LOG`, INFO by default.
+fn log_filter() -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+}
+
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(log_filter())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use common::fake_idp::{FakeIdp, FakeIdpOptions, TestClient, TestUser};
 use common::fake_oauth::{FakeOptions, FakeProvider};
-use common::web::{assert_cookie_path, assert_footer_under};
+use common::web::{assert_cookie_path, assert_footer_under, assert_form_action};
 use common::{Backend, Browser, McpClient, TestDatabase, TestServer, elicitations, eventually, upstream, url_of};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -74,11 +74,7 @@ async fn the_whole_oauth_flow(backend: Backend, route: Route) {
     let browser = Browser::new();
     let page = browser.get(&route.reach(&connect_url)).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    assert!(
-        page.body.contains(&format!("action=\"{PREFIX}/connect/{id}\"")),
-        "{}",
-        page.body
-    );
+    assert_form_action(&page, &format!("{PREFIX}/connect/{id}"));
     assert_footer_under(&page, PREFIX);
     let continued = browser
         .press(&route.reach(&connect_url), &server.base(), "continue", &page.csrf())
@@ -110,7 +106,7 @@ async fn the_whole_oauth_flow(backend: Backend, route: Route) {
 
     let connections = browser.get(&route.reach(&format!("{public}/connections"))).await;
     assert_eq!(connections.status, StatusCode::OK, "{}", connections.body);
-    assert!(connections.body.contains(&format!("action=\"{PREFIX}/connections\"")));
+    assert_form_action(&connections, &format!("{PREFIX}/connections"));
     let landing = browser.get(&route.reach(&format!("{public}/"))).await;
     assert!(landing.body.contains(&format!("{public}/mcp")), "{}", landing.body);
     for probe in ["/healthz", "/readyz", "/healthz/instance"] {
@@ -157,11 +153,7 @@ async fn a_form_flow(backend: Backend, route: Route) {
     let browser = Browser::new();
     let page = browser.get(&route.reach(&form_url)).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    assert!(
-        page.body.contains(&format!("action=\"{PREFIX}/forms/{id}\"")),
-        "{}",
-        page.body
-    );
+    assert_form_action(&page, &format!("{PREFIX}/forms/{id}"));
     assert_footer_under(&page, PREFIX);
     let answers = [("org", "acme"), ("team", "Red Team"), ("api_key", "sk-prefixed")];
     let mut posted = vec![("csrf", page.csrf())];
@@ -191,11 +183,7 @@ async fn a_form_flow(backend: Backend, route: Route) {
     );
     let replace_url = format!("{public}/connections/forms/key");
     let replace = browser.get(&route.reach(&replace_url)).await;
-    assert!(
-        replace
-            .body
-            .contains(&format!("action=\"{PREFIX}/connections/forms/key\""))
-    );
+    assert_form_action(&replace, &format!("{PREFIX}/connections/forms/key"));
     let cancelled = browser
         .post_form(
             &route.reach(&replace_url),
@@ -287,17 +275,9 @@ backend_test!(
             assert_cookie_path(&signed_in, PREFIX);
             let form = browser.get(&route.reach(&url)).await;
             assert_eq!(form.status, StatusCode::OK, "{}", form.body);
-            assert!(
-                form.body.contains(&format!("action=\"{PREFIX}/forms/{id}\"")),
-                "{}",
-                form.body
-            );
+            assert_form_action(&form, &format!("{PREFIX}/forms/{id}"));
             let logout = browser.get(&route.reach(&format!("{public}/logout"))).await;
-            assert!(
-                logout.body.contains(&format!("action=\"{PREFIX}/logout\"")),
-                "{}",
-                logout.body
-            );
+            assert_form_action(&logout, &format!("{PREFIX}/logout"));
         }
         server.stop().await;
     }

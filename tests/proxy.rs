@@ -16,7 +16,7 @@ use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::mcp_upstreams::stage_ts_sdk;
 use common::python::{PythonScript, python_sdk};
 use common::replica::Replica;
-use common::web::{assert_cookie_path, assert_footer_under};
+use common::web::{assert_cookie_path, assert_footer_under, assert_form_action};
 use common::{Backend, Browser, McpClient, TEST_KEY, TestDatabase, elicitations, free_port, upstream, url_of};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -179,11 +179,7 @@ impl Deployment {
         let browser = self.browser();
         let page = browser.get(url).await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        assert!(
-            page.body.contains(&format!("action=\"{prefix}/connect/{id}\"")),
-            "{}",
-            page.body
-        );
+        assert_form_action(&page, &format!("{prefix}/connect/{id}"));
         let continued = browser.press(url, &self.caddy.base, "continue", &page.csrf()).await;
         assert_eq!(continued.status, StatusCode::SEE_OTHER, "{}", continued.body);
         assert_cookie_path(&continued, self.layout.cookie_path());
@@ -290,11 +286,7 @@ postgres_test!(
         let browser = deployment.browser();
         let page = browser.get(&form_url).await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        assert!(
-            page.body.contains(&format!("action=\"{prefix}/forms/{id}\"")),
-            "{}",
-            page.body
-        );
+        assert_form_action(&page, &format!("{prefix}/forms/{id}"));
         assert_footer_under(&page, prefix);
         let csrf = page.csrf();
         let answers = [
@@ -322,13 +314,7 @@ postgres_test!(
             listed.body
         );
         let replace = browser.get(&replace_url).await;
-        assert!(
-            replace
-                .body
-                .contains(&format!("action=\"{prefix}/connections/forms/key\"")),
-            "{}",
-            replace.body
-        );
+        assert_form_action(&replace, &format!("{prefix}/connections/forms/key"));
         let csrf = replace.csrf();
         let replaced = browser
             .post_form(

@@ -161,6 +161,11 @@ pub fn assert_footer_under(page: &Page, prefix: &str) {
     );
 }
 
+/// The page's form posts to `action` (a path under gatehouse's public URL).
+pub fn assert_form_action(page: &Page, action: &str) {
+    assert!(page.body.contains(&format!("action=\"{action}\"")), "{}", page.body);
+}
+
 /// The text of a form page's description, which must arrive escaped (no raw markup or quotes).
 pub fn description(body: &str) -> String {
     let start = body.find("<p class=\"description\">").expect("a description") + "<p class=\"description\">".len();
