@@ -109,7 +109,9 @@ pub fn inject(span: &Span, headers: &mut HeaderMap) {
     TraceContextPropagator::new().inject_context(&span.context(), &mut HeadersMut(headers));
 }
 
-const TRACEPARENT: &str = "traceparent";
+/// The W3C Trace Context headers (and, by the same names, MCP's `_meta` keys).
+pub const TRACEPARENT: &str = "traceparent";
+pub const TRACESTATE: &str = "tracestate";
 
 /// The span of one MCP request: its JSON-RPC method and, for `tools/call`, the tool its `params`
 /// name (never the arguments, the session or the caller). Nothing is read while the span is off.

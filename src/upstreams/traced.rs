@@ -16,7 +16,7 @@ use sse_stream::Sse;
 use tracing::Instrument;
 use url::Url;
 
-use crate::telemetry;
+use crate::telemetry::{self, TRACEPARENT, TRACESTATE};
 
 type Result<T> = std::result::Result<T, StreamableHttpError<reqwest13::Error>>;
 
@@ -35,9 +35,6 @@ pub fn request_meta() -> Option<RequestMetaObject> {
     }
     Some(meta)
 }
-
-const TRACEPARENT: &str = "traceparent";
-const TRACESTATE: &str = "tracestate";
 
 /// The upstream transport's HTTP client: reqwest's, with a span and `traceparent` for every POST
 /// of a request that carries a trace.
