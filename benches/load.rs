@@ -250,16 +250,16 @@ impl Who {
 
 const ACCEPT: &str = "application/json, text/event-stream";
 
-/// The JSON-RPC message in a POST answer, which is JSON or (TypeScript server) an SSE stream.
-fn message_of(body: &str) -> Option<Value> {
-    if let Ok(value) = serde_json::from_str(body) {
-        return Some(value);
-    }
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .find_map(|d| serde_json::from_str(d).ok())
+/// The JSON-RPC message in a POST answer, which is JSON or (TypeScript server) an SSE stream,
+/// read as `T`.
+fn message_of<T: serde::de::DeserializeOwned>(body: &[u8]) -> Option<T> {
+    serde_json::from_slice(body).ok().or_else(|| {
+        body.split(|byte| *byte == b'\n')
+            .filter_map(|line| line.strip_prefix(b"data:"))
+            .map(<[u8]>::trim_ascii)
+            .filter(|data| !data.is_empty())
+            .find_map(|data| serde_json::from_slice(data).ok())
+    })
 }
 
 /// The `_meta` of a 2026-07-28 request from a client that can open URLs.
@@ -337,20 +337,7 @@ fn tool_succeeded(body: &[u8]) -> bool {
         #[serde(rename = "isError")]
         is_error: Option<bool>,
     }
-    let succeeded = |json: &[u8]| {
-        serde_json::from_slice::<Answer>(json)
-            .ok()
-            .map(|answer| answer.result.is_some_and(|result| result.is_error != Some(true)))
-    };
-    succeeded(body)
-        .or_else(|| {
-            body.split(|byte| *byte == b'\n')
-                .filter_map(|line| line.strip_prefix(b"data:"))
-                .map(<[u8]>::trim_ascii)
-                .filter(|data| !data.is_empty())
-                .find_map(succeeded)
-        })
-        .unwrap_or(false)
+    message_of::<Answer>(body).is_some_and(|answer| answer.result.is_some_and(|result| result.is_error != Some(true)))
 }
 
 /// `clients` sessions calling the tool in a loop; latencies of the measured window only.

@@ -74,7 +74,8 @@ async fn wait_for_tool(url: &str) -> Result<(), String> {
                 .text()
                 .await
                 .map_err(|e| e.to_string())?;
-            let Some(result) = message_of(&body).and_then(|m| m.get("result").cloned()) else {
+            let Some(result) = message_of::<serde_json::Value>(body.as_bytes()).and_then(|m| m.get("result").cloned())
+            else {
                 return Err(format!("tools/list failed: {body}"));
             };
             let names = result["tools"]
