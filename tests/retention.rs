@@ -313,9 +313,8 @@ postgres_test!(
             );
         }
 
-        let due: Vec<AuditEntry> = (0..3).map(|_| audit_entry(Utc::now() - Duration::days(40))).collect();
-        a.state.store.append_audit(&due).await.expect("audit");
-        // Something else holds the sweep's lease (once the replicas' own first sweeps are done).
+        // Something else holds the sweep's lease (once the replicas' own first sweeps are done),
+        // and only then are there rows due: no replica's own sweep can have taken them.
         eventually("the retention lease was taken", async || {
             let taken = a
                 .state
@@ -326,6 +325,8 @@ postgres_test!(
             taken.then_some(())
         })
         .await;
+        let due: Vec<AuditEntry> = (0..3).map(|_| audit_entry(Utc::now() - Duration::days(40))).collect();
+        a.state.store.append_audit(&due).await.expect("audit");
         for replica in [&a, &b] {
             assert_eq!(replica.state.retention.sweep().await.expect("sweep"), None);
         }
