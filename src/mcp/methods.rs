@@ -6,6 +6,7 @@ use std::time::Instant;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
@@ -32,6 +33,21 @@ cannot open URLs itself). Show the URL to the user, ask them to open it and fini
 tool again with the same arguments. Some tools instead ask the client to open the URL during the call and wait \
 for the user. Never ask the user to paste passwords, API keys or tokens into the \
 conversation: the page collects them. Call `whoami` to see who the server thinks is calling.";
+
+/// Who answers, as an MCP `Implementation`: `serverInfo` at `initialize`, and
+/// `io.modelcontextprotocol/serverInfo` on every result of the 2026-07-28 era.
+#[derive(Serialize)]
+pub(super) struct Implementation {
+    name: &'static str,
+    title: &'static str,
+    version: &'static str,
+}
+
+pub(super) const SERVER_INFO: Implementation = Implementation {
+    name: "gatehouse",
+    title: "gatehouse",
+    version: env!("CARGO_PKG_VERSION"),
+};
 
 /// Largest `capabilities` object `initialize` accepts, serialized. gatehouse reads it (whether
 /// the client opens URLs) and so keeps it whole; real clients send a few hundred bytes.
@@ -65,8 +81,10 @@ pub(super) fn kept_client_info(info: Map<String, Value>) -> Map<String, Value> {
     info.into_iter()
         .filter(|(field, _)| CLIENT_INFO_FIELDS.contains(&field.as_str()))
         .filter_map(|(field, value)| match value {
-            Value::String(text) if text.len() <= MAX_CLIENT_INFO_BYTES => Some((field, Value::String(text))),
-            Value::String(text) => Some((field, Value::String(text::bounded(&text, MAX_CLIENT_INFO_BYTES)))),
+            Value::String(text) if text.len() > MAX_CLIENT_INFO_BYTES => {
+                Some((field, Value::String(text::bounded(&text, MAX_CLIENT_INFO_BYTES))))
+            }
+            text @ Value::String(_) => Some((field, text)),
             _ => None,
         })
         .collect()
@@ -147,7 +165,7 @@ async fn start_session(
     let result = json!({
         "protocolVersion": version,
         "capabilities": offered(state),
-        "serverInfo": {"name": "gatehouse", "title": "gatehouse", "version": env!("CARGO_PKG_VERSION")},
+        "serverInfo": SERVER_INFO,
         "instructions": INSTRUCTIONS,
     });
     Ok((record.id.clone(), result))

@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use super::incall::Outbox;
 use super::measure;
-use super::methods::{MAX_CAPABILITIES_BYTES, kept_client_info, list_tools, serialized_len};
+use super::methods::{MAX_CAPABILITIES_BYTES, SERVER_INFO, kept_client_info, list_tools, serialized_len};
 use super::{STATELESS_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::domain::{LogLevel, SessionId};
 use crate::identity::Caller;
@@ -358,20 +358,6 @@ impl<'a> ResultResponse<'a> {
 /// inserted into it, so nothing is built per response for what never changes (every modern
 /// response carries them; building them showed in the throughput of stateless calls).
 pub struct Decorated<'a>(&'a Value);
-
-/// `io.modelcontextprotocol/serverInfo`: an `Implementation`.
-#[derive(Serialize)]
-struct Implementation {
-    name: &'static str,
-    title: &'static str,
-    version: &'static str,
-}
-
-const SERVER_INFO: Implementation = Implementation {
-    name: "gatehouse",
-    title: "gatehouse",
-    version: env!("CARGO_PKG_VERSION"),
-};
 
 impl Serialize for Decorated<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
