@@ -67,17 +67,17 @@ shared! {
     impl ConnectionStore {
         async fn save_connection(
             &self,
-            connection: &ConnectionRecord,
+            c: &ConnectionRecord,
             elicitation: &ElicitationId,
             notification: &Value,
             started: DateTime<Utc>,
         ) -> Result<bool, StoreError> {
             if let Some(one) = D::one_statement() {
-                let row = Self::bind_connection(sqlx::query(one.save_connection.as_str()), connection)
+                let row = Self::bind_connection(sqlx::query(one.save_connection.as_str()), c)
                     .bind(elicitation.to_string())
                     .bind(Json(notification))
                     .bind(NOTIFY_CHANNEL)
-                    .bind(Notice::ConnectionsChanged(connection.principal.clone()).encode())
+                    .bind(Notice::ConnectionsChanged(c.principal.clone()).encode())
                     .bind(D::stored(started))
                     .fetch_one(&self.pool)
                     .await?;
@@ -90,14 +90,14 @@ shared! {
                  WHERE id = $1 AND status IN ('pending', 'expired') AND expires_at > $3 RETURNING session_id",
             )
             .bind(elicitation.to_string())
-            .bind(D::stored(connection.updated_at))
+            .bind(D::stored(c.updated_at))
             .bind(D::stored(started))
             .fetch_optional(&mut *tx)
             .await?;
             let Some((session,)) = session else {
                 return Ok(false);
             };
-            Self::bind_connection(sqlx::query(INSERT_CONNECTION.of::<D>()), connection)
+            Self::bind_connection(sqlx::query(INSERT_CONNECTION.of::<D>()), c)
                 .execute(&mut *tx)
                 .await?;
             Self::append_in(&mut *tx, &parse_session_id(&session)?, notification).await?;

@@ -49,13 +49,13 @@ shared! {
     impl FormStore {
         async fn save_form_values(
             &self,
-            values: &FormValuesRecord,
+            v: &FormValuesRecord,
             elicitation: Option<&ElicitationId>,
             notification: &Value,
             now: DateTime<Utc>,
         ) -> Result<bool, StoreError> {
             if let Some(one) = D::one_statement() {
-                let row = Self::bind_form_values(sqlx::query(one.save_form_values.as_str()), values)
+                let row = Self::bind_form_values(sqlx::query(one.save_form_values.as_str()), v)
                     .bind(elicitation.map(ElicitationId::to_string))
                     .bind(D::stored(now))
                     .bind(Json(notification))
@@ -65,7 +65,7 @@ shared! {
                 return Ok(row.try_get(0)?);
             }
             let mut tx = self.pool.begin().await?;
-            Self::bind_form_values(sqlx::query(INSERT_FORM_VALUES.of::<D>()), values)
+            Self::bind_form_values(sqlx::query(INSERT_FORM_VALUES.of::<D>()), v)
                 .execute(&mut *tx)
                 .await?;
             let completed = match elicitation {

@@ -3,17 +3,19 @@
 //! really differs between them.
 //!
 //! The design: a statement is written once, in `$N` placeholders (which sqlx's SQLite driver
-//! accepts too), and run with `sqlx::query` over the backend's own pool, so statements keep
-//! their native types and are prepared and cached by sqlx as before. What the dialects write
-//! differently in a statement (row locks skipped, the database's clock, the announcement to other
-//! replicas) is a [`Syntax`] fragment; such a statement is a [`Sql`], built once per dialect.
-//! What differs in more than text (`pg_notify` and advisory locks against SQLite's single writer,
-//! one statement against one transaction, arrays, how times and JSON are stored) is a method of the
-//! [`Dialect`] trait, written by each backend in its own module. `sqlx::Any` was not used: it
-//! would decode through a common value type and lose the native time and JSON types.
+//! accepts too), and run with `sqlx::query` over the backend's own pool, so values keep their
+//! native types and statements are prepared and cached by sqlx as before. What the dialects write
+//! differently inside a statement (row locks skipped, the database's clock, the announcement to
+//! other replicas) is a [`Syntax`] fragment; such a statement is a [`Sql`], built once per
+//! dialect. Where PostgreSQL numbers, stores and announces in one round trip what SQLite does in
+//! a transaction of several statements, the dialect gives those statements ([`OneStatement`]) and
+//! the shared code binds them. What differs in more than text (advisory locks and `pg_notify`
+//! against SQLite's single writer, arrays, how times and JSON are stored, migrations) is a method
+//! of the [`Dialect`] trait, written by each backend in its own module. `sqlx::Any` was not used:
+//! it decodes through a common value type and would lose the native time and JSON types.
 //!
 //! Rust does not carry an impl's where-clauses to its users, so every generic impl here repeats
-//! what the dialect's database must encode and decode; [`shared!`] writes that list once.
+//! what the dialect's database must encode and decode; `shared!` writes that list once.
 
 /// An impl, generic over every dialect whose database encodes and decodes the types the shared
 /// statements bind and read: `impl Trait { .. }` for a store trait, `impl { .. }` for inherent

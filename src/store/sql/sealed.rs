@@ -122,12 +122,12 @@ shared! {
             table: SealedTable,
             stamp: &[u8],
             after: Option<&SealedRowKey>,
-            limit: usize,
+            most: usize,
         ) -> Result<Vec<SealedRow>, StoreError> {
             let sql = batch_sql(table, stamp.len(), after.is_some());
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(stamp)
-                .bind(crate::store::sql_count(limit));
+                .bind(crate::store::sql_count(most));
             for part in after.map(SealedRowKey::parts).unwrap_or_default() {
                 query = query.bind(part);
             }
