@@ -1,30 +1,25 @@
-//! Persistence: one `Store` trait with a PostgreSQL and a SQLite implementation, each with its own
-//! migrations, SQL and native types. The backend is chosen by the database URL's scheme. Both read
-//! rows back the same way (`rows`); the payloads of the PostgreSQL bus are defined in `notice`,
-//! the walk over every sealed value (for key rotation) in `sealed`, and leases and the retention
-//! sweep's bounded deletes in `retention`.
-
-/// SQL text assembled from constant column lists and notice expressions: no outside input reaches it.
-macro_rules! sql {
-    ($($arg:tt)*) => {
-        sqlx::AssertSqlSafe(format!($($arg)*))
-    };
-}
-
-// First: their macros implement the sealed-value and retention statements for both backends.
-#[macro_use]
-mod sealed;
-#[macro_use]
-mod retention;
+//! Persistence: one `Store` trait and its sub-traits, each with its records in a module of its own
+//! job, implemented once (`sql`) for both backends, PostgreSQL and SQLite, each of which supplies
+//! its dialect (`postgres`, `sqlite`) and its own migrations. The backend is chosen by the database
+//! URL's scheme. Both read rows back the same way (`rows`); the payloads of the PostgreSQL bus are
+//! defined in `notice`, the walk over every sealed value (for key rotation) in `sealed`, and leases
+//! and the retention sweep's bounded deletes in `retention`.
 
 mod admin;
 mod audit;
 mod browser_sessions;
 mod cache;
 mod catalogues;
+mod connections;
+mod elicitations;
+mod forms;
 mod notice;
 mod postgres;
+mod retention;
 mod rows;
+mod sealed;
+mod sessions;
+mod sql;
 mod sqlite;
 
 use std::sync::Arc;
@@ -33,17 +28,21 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
+use crate::domain::{ElicitationId, LogLevel, SessionId};
 
 pub use admin::AdminStore;
 pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditStore};
 pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use catalogues::{CatalogueRecord, CatalogueStore};
+pub use connections::{ConnectionRecord, ConnectionStatus, ConnectionStore, RefreshLease, RefreshedTokens};
+pub use elicitations::{AskKey, ElicitationRecord, ElicitationStatus, Ending, OAuthFlowRecord};
+pub use forms::{FormAnswerRecord, FormStore, FormValuesRecord};
 pub use notice::{ClientAction, NOTIFY_CHANNEL, Notice};
 pub use postgres::PostgresStore;
 pub use retention::{Lease, RetentionStore};
 pub use sealed::{SealedRow, SealedRowKey, SealedStore, SealedTable, StampCount};
+pub use sessions::{SessionRecord, StoredEvent};
 pub use sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -102,27 +101,6 @@ pub enum Backend {
     Sqlite,
 }
 
-/// An MCP session as persisted at `initialize`.
-#[derive(Debug, Clone)]
-pub struct SessionRecord {
-    pub id: SessionId,
-    pub principal: Principal,
-    pub protocol_version: String,
-    pub client_info: Value,
-    pub client_capabilities: Value,
-    pub log_level: Option<LogLevel>,
-    pub created_at: DateTime<Utc>,
-}
-
-/// One message queued for a session's standalone SSE stream.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredEvent {
-    pub seq: i64,
-    pub message: Value,
-    /// When it was appended (for an elicitation's completion: when it completed).
-    pub created_at: DateTime<Utc>,
-}
-
 /// The database pool as it is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
@@ -131,166 +109,6 @@ pub struct PoolStats {
     pub idle: usize,
     /// The most connections the pool opens.
     pub max: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ElicitationStatus {
-    Pending,
-    Completed,
-    Declined,
-    Expired,
-    Failed,
-}
-
-impl ElicitationStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ElicitationStatus::Pending => "pending",
-            ElicitationStatus::Completed => "completed",
-            ElicitationStatus::Declined => "declined",
-            ElicitationStatus::Expired => "expired",
-            ElicitationStatus::Failed => "failed",
-        }
-    }
-
-    fn parse(text: &str) -> Result<Self, StoreError> {
-        Ok(match text {
-            "pending" => ElicitationStatus::Pending,
-            "completed" => ElicitationStatus::Completed,
-            "declined" => ElicitationStatus::Declined,
-            "expired" => ElicitationStatus::Expired,
-            "failed" => ElicitationStatus::Failed,
-            other => return Err(StoreError::Corrupt(format!("elicitation status {other:?}"))),
-        })
-    }
-}
-
-/// One request to the user to satisfy one requirement.
-#[derive(Debug, Clone)]
-pub struct ElicitationRecord {
-    pub id: ElicitationId,
-    pub principal: Principal,
-    pub session_id: SessionId,
-    /// The requirement's canonical text (`provider:scope1 scope2`, `form:id`).
-    pub requirement: String,
-    pub status: ElicitationStatus,
-    pub message: String,
-    pub url: String,
-    pub client_name: String,
-    pub created_at: DateTime<Utc>,
-    pub expires_at: DateTime<Utc>,
-    pub completed_at: Option<DateTime<Utc>>,
-    /// Only for call-scoped forms: a hash of the tool name and arguments, so each call is asked
-    /// (and answered) on its own.
-    pub call_key: Option<String>,
-    /// Only for call-scoped forms: the form's description rendered with the call's arguments.
-    pub detail: Option<String>,
-}
-
-impl ElicitationRecord {
-    /// The ask this elicitation answers.
-    pub fn ask_key(&self) -> AskKey<'_> {
-        AskKey {
-            principal: &self.principal,
-            session: &self.session_id,
-            requirement: &self.requirement,
-            call_key: self.call_key.as_deref(),
-        }
-    }
-}
-
-/// A principal's saved answers to a user-scoped form. Secret fields are one ciphertext (a JSON
-/// object sealed by the key ring).
-#[derive(Debug, Clone)]
-pub struct FormValuesRecord {
-    pub principal: Principal,
-    pub form: String,
-    pub fields: Value,
-    pub secrets: Option<Vec<u8>>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-/// One answer to a call-scoped form, kept until the call it was asked for takes it.
-#[derive(Debug, Clone)]
-pub struct FormAnswerRecord {
-    pub elicitation_id: ElicitationId,
-    pub fields: Value,
-    pub secrets: Option<Vec<u8>>,
-    pub created_at: DateTime<Utc>,
-}
-
-/// An OAuth authorization in progress in someone's browser.
-#[derive(Debug, Clone)]
-pub struct OAuthFlowRecord {
-    pub state_hash: String,
-    pub elicitation_id: ElicitationId,
-    pub principal: Principal,
-    pub provider: String,
-    pub scopes: Vec<String>,
-    /// Encrypted PKCE verifier.
-    pub pkce_verifier: Vec<u8>,
-    pub browser_hash: String,
-    pub created_at: DateTime<Utc>,
-    pub expires_at: DateTime<Utc>,
-    pub used_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnectionStatus {
-    Active,
-    /// The provider refused the tokens: the user must sign in again.
-    Broken,
-}
-
-/// A principal's grant at a provider. Tokens are ciphertexts from the key ring.
-#[derive(Debug, Clone)]
-pub struct ConnectionRecord {
-    pub principal: Principal,
-    pub provider: String,
-    pub access_token: Vec<u8>,
-    pub refresh_token: Option<Vec<u8>>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub scopes: Vec<String>,
-    pub account_label: Option<String>,
-    pub status: ConnectionStatus,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-/// New tokens from a refresh; `refresh_token: None` keeps the stored one.
-#[derive(Debug, Clone)]
-pub struct RefreshedTokens {
-    /// The new access token; `None` keeps the stored one (a lease released unchanged).
-    pub access_token: Option<Vec<u8>>,
-    pub refresh_token: Option<Vec<u8>>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub scopes: Option<Vec<String>>,
-}
-
-/// One ask of a session: the same principal, session and requirement, and for a call-scoped form
-/// the same call. A key without a call key matches only elicitations without one.
-#[derive(Debug, Clone, Copy)]
-pub struct AskKey<'a> {
-    pub principal: &'a Principal,
-    pub session: &'a SessionId,
-    pub requirement: &'a str,
-    pub call_key: Option<&'a str>,
-}
-
-/// How an elicitation ends: the completion notification for its session's log, and when.
-#[derive(Debug, Clone, Copy)]
-pub struct Ending<'a> {
-    pub elicitation: &'a ElicitationId,
-    pub notification: &'a Value,
-    pub at: DateTime<Utc>,
-}
-
-/// A refresh lease asked for at `now`, to be held until `until`.
-#[derive(Debug, Clone, Copy)]
-pub struct RefreshLease {
-    pub now: DateTime<Utc>,
-    pub until: DateTime<Utc>,
 }
 
 #[async_trait]
@@ -422,100 +240,6 @@ pub trait Store:
     async fn broadcast(&self, payload: &str) -> Result<(), StoreError>;
 }
 
-/// Connections: saved with their elicitation's completion, looked up, broken, refreshed.
-#[async_trait]
-pub trait ConnectionStore: Send + Sync {
-    /// Completes the elicitation, appends `notification` to its session's log and saves the
-    /// connection (replacing the principal's previous one at that provider), in one transaction,
-    /// when the elicitation was unexpired at `started` (when its callback began) and is pending, or
-    /// has been marked expired since (the sweeper ran during the code exchange). False, and
-    /// nothing saved, otherwise: a connection is never saved without its elicitation's completion.
-    async fn save_connection(
-        &self,
-        connection: &ConnectionRecord,
-        elicitation: &ElicitationId,
-        notification: &Value,
-        started: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
-
-    async fn connection(&self, principal: &Principal, provider: &str) -> Result<Option<ConnectionRecord>, StoreError>;
-
-    async fn connections(&self, principal: &Principal) -> Result<Vec<ConnectionRecord>, StoreError>;
-
-    /// Removes the connection and returns it (to revoke its tokens).
-    async fn delete_connection(
-        &self,
-        principal: &Principal,
-        provider: &str,
-    ) -> Result<Option<ConnectionRecord>, StoreError>;
-
-    /// Marks the connection broken, unless its tokens changed since `seen_updated_at` (another
-    /// call refreshed them meanwhile).
-    async fn mark_connection_broken(
-        &self,
-        principal: &Principal,
-        provider: &str,
-        seen_updated_at: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
-
-    /// Takes the refresh lease of an active connection (the principal's at the provider of
-    /// `connection`); `None` while another holder's lease runs. One refresh per connection at a
-    /// time, across replicas.
-    async fn acquire_refresh_lease(
-        &self,
-        connection: &ConnectionRecord,
-        lease: RefreshLease,
-    ) -> Result<Option<ConnectionRecord>, StoreError>;
-
-    /// Stores refreshed tokens and releases the lease.
-    async fn store_refreshed(
-        &self,
-        principal: &Principal,
-        provider: &str,
-        tokens: &RefreshedTokens,
-    ) -> Result<(), StoreError>;
-}
-
-/// Form values, user-scoped and call-scoped answers.
-#[async_trait]
-pub trait FormStore: Send + Sync {
-    /// Saves the principal's values for a form (replacing earlier ones; created_at kept from the
-    /// first save) and, when `elicitation` is given and still pending and unexpired at `now`,
-    /// completes it and appends `notification` to its session's log, in one transaction (on
-    /// PostgreSQL one statement that also announces the event, like `save_connection`). Returns
-    /// whether the elicitation was completed; the values are saved either way.
-    async fn save_form_values(
-        &self,
-        values: &FormValuesRecord,
-        elicitation: Option<&ElicitationId>,
-        notification: &Value,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
-
-    async fn form_values(&self, principal: &Principal, form: &str) -> Result<Option<FormValuesRecord>, StoreError>;
-
-    /// Every form the principal has values for, ordered by form id.
-    async fn all_form_values(&self, principal: &Principal) -> Result<Vec<FormValuesRecord>, StoreError>;
-
-    /// False when there was nothing to delete.
-    async fn delete_form_values(&self, principal: &Principal, form: &str) -> Result<bool, StoreError>;
-
-    /// Only when the answer's elicitation is pending and unexpired at `now`: stores the answer,
-    /// completes the elicitation and appends `notification`, in one transaction. False, and
-    /// nothing stored, otherwise: an elicitation is answered once.
-    async fn save_form_answer(
-        &self,
-        answer: &FormAnswerRecord,
-        notification: &Value,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
-
-    /// The newest answer still kept for a completed elicitation of this ask (which names its
-    /// call; a key without a call key matches nothing), deleted as it is returned: each answer is
-    /// used by exactly one call, even when two calls race for it.
-    async fn take_form_answer(&self, ask: AskKey<'_>) -> Result<Option<FormAnswerRecord>, StoreError>;
-}
-
 /// An opened database: the store, and on PostgreSQL the pool the bus listens on.
 pub struct Database {
     pub store: Arc<dyn Store>,
@@ -540,25 +264,9 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Database, StoreE
     }
 }
 
-/// A pool's [`PoolStats`], for either backend.
-fn pool_stats<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> PoolStats {
-    PoolStats {
-        open: pool.size(),
-        idle: pool.num_idle(),
-        max: pool.options().get_max_connections(),
-    }
-}
-
 /// A count or cap as SQL binds it.
 fn sql_count(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
-}
-
-fn connection_status_str(status: ConnectionStatus) -> &'static str {
-    match status {
-        ConnectionStatus::Active => "active",
-        ConnectionStatus::Broken => "broken",
-    }
 }
 
 /// Checks that every embedded migration is recorded as applied, successfully; the error names

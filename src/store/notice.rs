@@ -141,13 +141,28 @@ impl Notice {
     /// The SQL twin of `encode` for [`Notice::Appended`]: an SQL expression for the payload
     /// announcing an event in the session whose id is the SQL expression `session`.
     pub(super) fn appended_sql(session: &str) -> String {
-        format!("'{APPENDED} ' || {session}")
+        prefixed_sql(APPENDED, session)
     }
 
     /// The SQL twin of `encode` for [`Notice::Changed`], like [`Notice::appended_sql`].
     pub(super) fn changed_sql(session: &str) -> String {
-        format!("'{CHANGED} ' || {session}")
+        prefixed_sql(CHANGED, session)
     }
+
+    /// The SQL twin of `encode` for [`Notice::ConnectionsChanged`], like [`Notice::appended_sql`].
+    pub(super) fn connections_changed_sql(principal: &str) -> String {
+        prefixed_sql(CONNECTIONS_CHANGED, principal)
+    }
+
+    /// The SQL twin of `encode` for [`Notice::CatalogueChanged`], like [`Notice::appended_sql`].
+    pub(super) fn catalogue_changed_sql(upstream: &str) -> String {
+        prefixed_sql(CATALOGUE_CHANGED, upstream)
+    }
+}
+
+/// A payload of one field, the SQL expression `field`, after `kind`.
+fn prefixed_sql(kind: &str, field: &str) -> String {
+    format!("'{kind} ' || {field}")
 }
 
 fn first_field(fields: &str) -> &str {
@@ -256,22 +271,31 @@ mod tests {
     #[test]
     fn sql_twins_use_the_encoders_kinds() {
         let id = SessionId::generate();
-        // What PostgreSQL makes of `'e ' || session_id`: the text before the column, then its value.
-        let in_sql = |expression: String| {
+        // What PostgreSQL makes of `'e ' || column`: the text before the column, then its value.
+        let in_sql = |expression: String, value: &str| {
             let prefix = expression
-                .strip_suffix(" || session_id")
+                .strip_suffix(" || column")
                 .and_then(|quoted| quoted.strip_prefix('\''))
                 .and_then(|quoted| quoted.strip_suffix('\''))
                 .expect("a quoted prefix and the column");
-            format!("{prefix}{id}")
+            format!("{prefix}{value}")
         };
         assert_eq!(
-            in_sql(Notice::appended_sql("session_id")),
+            in_sql(Notice::appended_sql("column"), id.as_str()),
             Notice::Appended(id.clone()).encode()
         );
         assert_eq!(
-            in_sql(Notice::changed_sql("session_id")),
+            in_sql(Notice::changed_sql("column"), id.as_str()),
             Notice::Changed(id.clone()).encode()
+        );
+        let alice = principal("Ada Lovelace");
+        assert_eq!(
+            in_sql(Notice::connections_changed_sql("column"), alice.as_str()),
+            Notice::ConnectionsChanged(alice.clone()).encode()
+        );
+        assert_eq!(
+            in_sql(Notice::catalogue_changed_sql("column"), "search"),
+            Notice::CatalogueChanged("search".to_owned()).encode()
         );
     }
 }

@@ -13,7 +13,7 @@ use super::{
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
 /// A backend's own types for the values the backends store differently.
-pub(super) trait Native {
+pub trait Native {
     /// A point in time: `timestamptz` on PostgreSQL, Unix milliseconds on SQLite.
     type Time;
     /// A JSON document: `jsonb` on PostgreSQL, text on SQLite.

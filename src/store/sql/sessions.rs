@@ -1,0 +1,400 @@
+//! The [`Store`] trait for both backends: sessions and their event logs, elicitations, OAuth flows.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+
+use super::{NO_LIMIT, Sql};
+use crate::domain::{ElicitationId, LogLevel, SessionId};
+use crate::store::rows::{ELICITATION_COLUMNS, FLOW_COLUMNS, SESSION_COLUMNS, Stored, parse_session_id};
+use crate::store::{
+    AskKey, Backend, ElicitationRecord, ElicitationStatus, Ending, NOTIFY_CHANNEL, Notice, OAuthFlowRecord, PoolStats,
+    SessionRecord, Store, StoreError, StoredEvent,
+};
+
+/// The principal's sessions beyond the newest ones (the count is bound at `$3`), but the new one.
+static END_OLDEST_SESSIONS: Sql = Sql::new(|syntax| {
+    syntax.notifying(
+        &format!(
+            "DELETE FROM sessions WHERE id IN (
+                 SELECT id FROM sessions WHERE principal = $1 AND id <> $2
+                 ORDER BY last_seen_at DESC, created_at DESC, id DESC {NO_LIMIT} OFFSET $3)
+             RETURNING id"
+        ),
+        &Notice::changed_sql("id"),
+    )
+});
+
+static DELETE_SESSION: Sql = Sql::new(|syntax| {
+    syntax.notifying(
+        "DELETE FROM sessions WHERE id = $1 RETURNING id",
+        &Notice::changed_sql("id"),
+    )
+});
+
+static SET_LOG_LEVEL: Sql = Sql::new(|syntax| {
+    syntax.notifying(
+        "UPDATE sessions SET log_level = $2 WHERE id = $1 RETURNING id",
+        &Notice::changed_sql("id"),
+    )
+});
+
+static DELETE_IDLE_SESSIONS: Sql = Sql::new(|syntax| {
+    syntax.notifying(
+        "DELETE FROM sessions WHERE last_seen_at < $1 RETURNING id",
+        &Notice::changed_sql("id"),
+    )
+});
+
+static TAKE_UNREPORTED_DECLINE: Sql = Sql::new(|syntax| {
+    format!(
+        "UPDATE elicitations SET reported = TRUE WHERE id = (
+             SELECT id FROM elicitations
+             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+                 AND status = 'declined' AND NOT reported
+             ORDER BY completed_at DESC LIMIT 1 {})
+         AND NOT reported RETURNING {ELICITATION_COLUMNS}",
+        syntax.skip_locked("elicitations")
+    )
+});
+
+static SESSION: Sql = Sql::new(|_| format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"));
+
+static INSERT_SESSION: Sql = Sql::new(|_| {
+    format!("INSERT INTO sessions ({SESSION_COLUMNS}, last_seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)")
+});
+
+static ELICITATION: Sql = Sql::new(|_| format!("SELECT {ELICITATION_COLUMNS} FROM elicitations WHERE id = $1"));
+
+static INSERT_ELICITATION: Sql = Sql::new(|_| {
+    format!(
+        "INSERT INTO elicitations ({ELICITATION_COLUMNS})
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING {ELICITATION_COLUMNS}"
+    )
+});
+
+static EXPIRE_ELICITATIONS: Sql = Sql::new(|_| {
+    format!(
+        "UPDATE elicitations SET status = 'expired' WHERE status = 'pending' AND expires_at <= $1
+         RETURNING {ELICITATION_COLUMNS}"
+    )
+});
+
+/// This ask's pending elicitations past their expiry (bound at `$5`).
+const OVERDUE_ASK: &str = "UPDATE elicitations SET status = 'expired'
+     WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
+         AND status = 'pending' AND expires_at <= $5";
+
+static EXPIRE_OVERDUE_ASK: Sql = Sql::new(|_| format!("{OVERDUE_ASK} RETURNING {ELICITATION_COLUMNS}"));
+
+static INSERT_FLOW: Sql =
+    Sql::new(|_| format!("INSERT INTO oauth_flows ({FLOW_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"));
+
+static FLOW: Sql = Sql::new(|_| format!("SELECT {FLOW_COLUMNS} FROM oauth_flows WHERE state_hash = $1"));
+
+shared! {
+    impl Store {
+        fn backend(&self) -> Backend {
+            D::BACKEND
+        }
+
+        fn pool_stats(&self) -> PoolStats {
+            PoolStats {
+                open: self.pool.size(),
+                idle: self.pool.num_idle(),
+                max: self.pool.options().get_max_connections(),
+            }
+        }
+
+        async fn migrate(&self) -> Result<(), StoreError> {
+            D::migrate(&self.pool).await
+        }
+
+        async fn check_ready(&self) -> Result<(), StoreError> {
+            D::check_ready(&self.pool).await
+        }
+
+        async fn create_session(
+            &self,
+            session: &SessionRecord,
+            max_per_principal: usize,
+        ) -> Result<Vec<SessionId>, StoreError> {
+            let mut tx = self.pool.begin().await?;
+            D::lock_principal(&mut *tx, "sessions", &session.principal).await?;
+            sqlx::query(INSERT_SESSION.of::<D>())
+                .bind(session.id.as_str())
+                .bind(session.principal.as_str())
+                .bind(session.protocol_version.as_str())
+                .bind(Json(&session.client_info))
+                .bind(Json(&session.client_capabilities))
+                .bind(session.log_level.map(LogLevel::as_str))
+                .bind(D::stored(session.created_at))
+                .execute(&mut *tx)
+                .await?;
+            let ended: Vec<(String,)> = sqlx::query_as(END_OLDEST_SESSIONS.of::<D>())
+                .bind(session.principal.as_str())
+                .bind(session.id.as_str())
+                .bind(crate::store::sql_count(max_per_principal.saturating_sub(1)))
+                .fetch_all(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            ended.iter().map(|(id,)| parse_session_id(id)).collect()
+        }
+
+        async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+            self.record(sqlx::query_as(SESSION.of::<D>()).bind(id.as_str())).await
+        }
+
+        async fn delete_session(&self, id: &SessionId) -> Result<bool, StoreError> {
+            let deleted: Option<(String,)> = sqlx::query_as(DELETE_SESSION.of::<D>())
+                .bind(id.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+            Ok(deleted.is_some())
+        }
+
+        async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, StoreError> {
+            let updated: Option<(String,)> = sqlx::query_as(SET_LOG_LEVEL.of::<D>())
+                .bind(id.as_str())
+                .bind(level.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+            Ok(updated.is_some())
+        }
+
+        async fn touch_sessions(&self, ids: &[SessionId], at: DateTime<Utc>) -> Result<(), StoreError> {
+            D::touch_sessions(&self.pool, ids, at).await
+        }
+
+        async fn count_sessions(&self) -> Result<i64, StoreError> {
+            let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM sessions").fetch_one(&self.pool).await?;
+            Ok(count)
+        }
+
+        async fn delete_idle_sessions(&self, cutoff: DateTime<Utc>) -> Result<Vec<SessionId>, StoreError> {
+            let rows: Vec<(String,)> = sqlx::query_as(DELETE_IDLE_SESSIONS.of::<D>())
+                .bind(D::stored(cutoff))
+                .fetch_all(&self.pool)
+                .await?;
+            rows.iter().map(|(id,)| parse_session_id(id)).collect()
+        }
+
+        async fn append_event(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError> {
+            if let Some(one) = D::one_statement() {
+                // One statement, so one round trip: number, store and announce the event atomically.
+                let seq: Option<(i64,)> = sqlx::query_as(one.append_event.as_str())
+                    .bind(session.as_str())
+                    .bind(Json(message))
+                    .bind(NOTIFY_CHANNEL)
+                    .bind(Notice::Appended(session.clone()).encode())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                return Ok(seq.map(|(seq,)| seq));
+            }
+            let mut tx = self.pool.begin().await?;
+            let seq = Self::append_in(&mut *tx, session, message).await?;
+            if seq.is_some() {
+                tx.commit().await?;
+            }
+            Ok(seq)
+        }
+
+        async fn events_after(&self, session: &SessionId, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
+            let rows: Vec<(i64, D::Json, D::Time)> = sqlx::query_as(
+                "SELECT seq, message, created_at FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            )
+            .bind(session.as_str())
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+            rows.into_iter()
+                .map(|(seq, message, created_at)| {
+                    Ok(StoredEvent {
+                        seq,
+                        message: D::json(message, "event message")?,
+                        created_at: D::time(created_at)?,
+                    })
+                })
+                .collect()
+        }
+
+        async fn delivered_seq(&self, session: &SessionId) -> Result<Option<i64>, StoreError> {
+            let row: Option<(i64,)> = sqlx::query_as("SELECT delivered_seq FROM sessions WHERE id = $1")
+                .bind(session.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+            Ok(row.map(|(seq,)| seq))
+        }
+
+        async fn insert_elicitation(
+            &self,
+            e: &ElicitationRecord,
+            max_pending: usize,
+        ) -> Result<Option<ElicitationRecord>, StoreError> {
+            let mut tx = self.pool.begin().await?;
+            D::lock_principal(&mut *tx, "elicitations", &e.principal).await?;
+            // A pending row past its expiry that the sweeper has not reached yet would hold the
+            // unique index and be handed out again (its link answers 410), so it is expired first:
+            // the same update the sweeper makes, taken early. On SQLite this first write takes the
+            // write lock, so insertions take turns and the count below is exact.
+            sqlx::query(OVERDUE_ASK)
+                .bind(e.principal.as_str())
+                .bind(e.session_id.as_str())
+                .bind(e.requirement.as_str())
+                .bind(e.call_key.as_deref())
+                .bind(D::stored(e.created_at))
+                .execute(&mut *tx)
+                .await?;
+            let pending = Self::pending_query(e.ask_key(), e.created_at)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(ElicitationRecord::read::<D>)
+                .transpose()?;
+            if pending.is_some() {
+                // Another call inserted it first: the one still pending is the answer.
+                tx.commit().await?;
+                return Ok(pending);
+            }
+            let (count,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM elicitations WHERE principal = $1 AND status = 'pending' AND expires_at > $2",
+            )
+            .bind(e.principal.as_str())
+            .bind(D::stored(e.created_at))
+            .fetch_one(&mut *tx)
+            .await?;
+            if count >= crate::store::sql_count(max_pending) {
+                tx.commit().await?;
+                return Ok(None);
+            }
+            let inserted = sqlx::query_as(INSERT_ELICITATION.of::<D>())
+                .bind(e.id.to_string())
+                .bind(e.principal.as_str())
+                .bind(e.session_id.as_str())
+                .bind(e.requirement.as_str())
+                .bind(e.status.as_str())
+                .bind(e.message.as_str())
+                .bind(e.url.as_str())
+                .bind(e.client_name.as_str())
+                .bind(D::stored(e.created_at))
+                .bind(D::stored(e.expires_at))
+                .bind(e.completed_at.map(D::stored))
+                .bind(e.call_key.as_deref())
+                .bind(e.detail.as_deref())
+                .fetch_one(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            ElicitationRecord::read::<D>(inserted).map(Some)
+        }
+
+        async fn pending_elicitation(
+            &self,
+            ask: AskKey<'_>,
+            now: DateTime<Utc>,
+        ) -> Result<Option<ElicitationRecord>, StoreError> {
+            self.record(Self::pending_query(ask, now)).await
+        }
+
+        async fn elicitation(&self, id: &ElicitationId) -> Result<Option<ElicitationRecord>, StoreError> {
+            self.record(sqlx::query_as(ELICITATION.of::<D>()).bind(id.to_string())).await
+        }
+
+        async fn finish_elicitation(&self, ending: Ending<'_>, status: ElicitationStatus) -> Result<bool, StoreError> {
+            let mut tx = self.pool.begin().await?;
+            if !Self::finish_in(&mut *tx, ending.elicitation, status, ending.notification, ending.at).await? {
+                return Ok(false);
+            }
+            tx.commit().await?;
+            Ok(true)
+        }
+
+        async fn take_unreported_decline(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError> {
+            let query = sqlx::query_as(TAKE_UNREPORTED_DECLINE.of::<D>())
+                .bind(ask.principal.as_str())
+                .bind(ask.session.as_str())
+                .bind(ask.requirement)
+                .bind(ask.call_key);
+            self.record(query).await
+        }
+
+        async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, StoreError> {
+            self.records(sqlx::query_as(EXPIRE_ELICITATIONS.of::<D>()).bind(D::stored(now))).await
+        }
+
+        async fn expire_overdue_ask(
+            &self,
+            ask: AskKey<'_>,
+            now: DateTime<Utc>,
+        ) -> Result<Vec<ElicitationRecord>, StoreError> {
+            let query = sqlx::query_as(EXPIRE_OVERDUE_ASK.of::<D>())
+                .bind(ask.principal.as_str())
+                .bind(ask.session.as_str())
+                .bind(ask.requirement)
+                .bind(ask.call_key)
+                .bind(D::stored(now));
+            self.records(query).await
+        }
+
+        async fn insert_flow(&self, flow: &OAuthFlowRecord) -> Result<(), StoreError> {
+            sqlx::query(INSERT_FLOW.of::<D>())
+                .bind(flow.state_hash.as_str())
+                .bind(flow.elicitation_id.to_string())
+                .bind(flow.principal.as_str())
+                .bind(flow.provider.as_str())
+                .bind(flow.scopes.join(" "))
+                .bind(flow.pkce_verifier.as_slice())
+                .bind(flow.browser_hash.as_str())
+                .bind(D::stored(flow.created_at))
+                .bind(D::stored(flow.expires_at))
+                .bind(flow.used_at.map(D::stored))
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        }
+
+        async fn flow(&self, state_hash: &str) -> Result<Option<OAuthFlowRecord>, StoreError> {
+            self.record(sqlx::query_as(FLOW.of::<D>()).bind(state_hash)).await
+        }
+
+        async fn consume_flow(&self, state_hash: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+            let result = sqlx::query(
+                "UPDATE oauth_flows SET used_at = $2 WHERE state_hash = $1 AND used_at IS NULL AND expires_at > $2",
+            )
+            .bind(state_hash)
+            .bind(D::stored(now))
+            .execute(&self.pool)
+            .await?;
+            Ok(D::rows_affected(&result) == 1)
+        }
+
+        async fn delete_stale_flows(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+            let result = sqlx::query("DELETE FROM oauth_flows WHERE expires_at < $1")
+                .bind(D::stored(cutoff))
+                .execute(&self.pool)
+                .await?;
+            Ok(D::rows_affected(&result))
+        }
+
+        async fn delete_untaken_answers(&self, cutoff: DateTime<Utc>) -> Result<u64, StoreError> {
+            let result = sqlx::query("DELETE FROM form_answers WHERE created_at < $1")
+                .bind(D::stored(cutoff))
+                .execute(&self.pool)
+                .await?;
+            Ok(D::rows_affected(&result))
+        }
+
+        async fn broadcast(&self, payload: &str) -> Result<(), StoreError> {
+            D::broadcast(&self.pool, payload).await
+        }
+
+        async fn claim_delivery(&self, session: &SessionId, from: i64, to: i64) -> Result<bool, StoreError> {
+            let result = sqlx::query("UPDATE sessions SET delivered_seq = $3 WHERE id = $1 AND delivered_seq = $2")
+                .bind(session.as_str())
+                .bind(from)
+                .bind(to)
+                .execute(&self.pool)
+                .await?;
+            Ok(D::rows_affected(&result) == 1)
+        }
+    }
+}
