@@ -12,17 +12,17 @@ use serde::{Deserialize, Serialize};
 
 use super::error::PageError;
 use super::extract::{Browser, CsrfBinding, Posted, when};
-use super::response::PageResponse;
+use super::page::PageResponse;
+use super::state::PagesState;
 use super::templates::impl_page;
 use crate::forms::FormScope;
 use crate::gate::Disconnected;
-use crate::state::AppState;
+use crate::routes::CONNECTIONS as CONNECTIONS_PATH;
 use crate::tools::Offerings;
 
-pub const CONNECTIONS_PATH: &str = "/connections";
 const PURPOSE: &str = "connections";
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<PagesState> {
     Router::new().route(CONNECTIONS_PATH, get(show).post(act))
 }
 
@@ -68,7 +68,7 @@ struct ConnectionsPage {
 impl_page!(ConnectionsPage, "connections.html");
 
 /// After a change: back to the list (303, so a reload does not post again).
-pub fn redirect_to_connections(state: &AppState) -> Result<Response, PageError> {
+pub fn redirect_to_connections(state: &PagesState) -> Result<Response, PageError> {
     let location = super::cookies::header_value(&state.public_url.path(CONNECTIONS_PATH))?;
     Ok((StatusCode::SEE_OTHER, [(LOCATION, location)]).into_response())
 }
@@ -77,7 +77,7 @@ fn csrf() -> CsrfBinding {
     CsrfBinding::new(PURPOSE, CONNECTIONS_PATH)
 }
 
-async fn render(state: &AppState, browser: &Browser, status: Option<String>) -> Result<PageResponse, PageError> {
+async fn render(state: &PagesState, browser: &Browser, status: Option<String>) -> Result<PageResponse, PageError> {
     let principal = &browser.principal;
     let connections = state
         .gate
@@ -129,7 +129,7 @@ async fn render(state: &AppState, browser: &Browser, status: Option<String>) -> 
     }))
 }
 
-async fn show(State(state): State<AppState>, browser: Browser) -> Result<PageResponse, PageError> {
+async fn show(State(state): State<PagesState>, browser: Browser) -> Result<PageResponse, PageError> {
     render(&state, &browser, None).await
 }
 
@@ -142,7 +142,7 @@ struct Action {
 }
 
 async fn act(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     browser: Browser,
     Posted(action): Posted<Action>,
 ) -> Result<PageResponse, PageError> {
