@@ -84,8 +84,11 @@ pub async fn post(
     request: Request,
 ) -> Result<Response, Refusal> {
     let (parts, body) = request.into_parts();
-    let headers = &parts.headers;
-    let state = &state;
+    handle_post(&state, &parts.headers, caller, body).await
+}
+
+/// A POST that passed the checks: its body, a message or a batch, handled.
+async fn handle_post(state: &McpState, headers: &HeaderMap, caller: Caller, body: Body) -> Result<Response, Refusal> {
     let bytes = read_body(state, body).await?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
         Refusal::with_error(

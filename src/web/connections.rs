@@ -17,13 +17,13 @@ use super::state::PagesState;
 use super::templates::impl_page;
 use crate::forms::FormScope;
 use crate::gate::Disconnected;
-use crate::routes::CONNECTIONS as CONNECTIONS_PATH;
+use crate::routes;
 use crate::tools::Offerings;
 
 const PURPOSE: &str = "connections";
 
 pub fn router() -> Router<PagesState> {
-    Router::new().route(CONNECTIONS_PATH, get(show).post(act))
+    Router::new().route(routes::CONNECTIONS, get(show).post(act))
 }
 
 #[derive(Serialize)]
@@ -69,12 +69,12 @@ impl_page!(ConnectionsPage, "connections.html");
 
 /// After a change: back to the list (303, so a reload does not post again).
 pub fn redirect_to_connections(state: &PagesState) -> Result<Response, PageError> {
-    let location = super::cookies::header_value(&state.public_url.path(CONNECTIONS_PATH))?;
+    let location = super::cookies::header_value(&state.public_url.path(routes::CONNECTIONS))?;
     Ok((StatusCode::SEE_OTHER, [(LOCATION, location)]).into_response())
 }
 
 fn csrf() -> CsrfBinding {
-    CsrfBinding::new(PURPOSE, CONNECTIONS_PATH)
+    CsrfBinding::new(PURPOSE, routes::CONNECTIONS)
 }
 
 async fn render(state: &PagesState, browser: &Browser, status: Option<String>) -> Result<PageResponse, PageError> {

@@ -1,8 +1,8 @@
 //! What every page opened from an elicitation checks before it does anything: who the browser is
 //! (`Browser`), whether the request behind the link is theirs and still open
 //! (`OwnedElicitation`), a posted form, read only after those (`Posted`), and whether it came from
-//! our own page (the CSRF token; the `Origin` was checked before the body was read, see
-//! `layers::refuse_foreign_requests`).
+//! our own page (the CSRF token; the `Origin` was checked before the body was read, by the edge's
+//! `AllowedPostOrigin`, see `web::router`).
 
 use std::net::SocketAddr;
 
