@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use crate::config::{ConfigError, ConfigSource, LogFormat, TelemetryConfig};
 use crate::telemetry::Telemetry;
-use crate::{AppState, Config};
+use crate::{App, AppState, Config};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::layer::SubscriberExt;
@@ -200,20 +200,19 @@ fn init_logging(format: LogFormat) {
 async fn serve(config: Config) -> Result<(), String> {
     let bind = config.server.bind;
     let shutdown = CancellationToken::new();
-    let (state, tasks) = AppState::build(config, shutdown.clone())
-        .await
-        .map_err(|e| e.to_string())?;
+    let (app, tasks) = App::build(config, shutdown.clone()).await.map_err(|e| e.to_string())?;
+    let state = &app.state;
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
     let public_url = state.public_url.origin();
-    let mcp_url = state.public_url.at(crate::mcp::MCP_PATH);
+    let mcp_url = state.public_url.at(crate::routes::MCP);
     tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {mcp_url}");
     let metrics = match state.config.server.metrics_bind {
         Some(metrics_bind) => Some(serve_metrics_apart(metrics_bind, state.clone(), shutdown.clone())?),
         None => None,
     };
-    crate::serve(listener, state, shutdown_signal())
+    crate::serve(listener, app, shutdown_signal())
         .await
         .map_err(|e| format!("server error: {e}"))?;
     shutdown.cancel();

@@ -1,9 +1,6 @@
 //! This process's instance nonce: a random value drawn once per start and served at
-//! [`INSTANCE_PATH`], so `gatehouse doctor` can tell whether `server.public_url` reaches this very
+//! `routes::INSTANCE`, so `gatehouse doctor` can tell whether `server.public_url` reaches this very
 //! process or another one. It is no secret: it only tells one start from another.
-
-/// Where every serving process answers its nonce (text, `Cache-Control: no-store`).
-pub const INSTANCE_PATH: &str = "/healthz/instance";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceNonce(String);

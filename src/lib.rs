@@ -1,14 +1,16 @@
 //! gatehouse: an MCP server that gates tools behind what only a person in a browser can do.
 //!
-//! `app` builds the router and `serve` runs it on a listener until a shutdown future completes;
-//! tests run exactly this on port 0. `serve_metrics` serves `/metrics` on a listener of its own
+//! `App::build` builds the application (`app`) and `serve` runs its router on a listener until a
+//! shutdown future completes; tests run exactly this on port 0. `serve_metrics` serves `/metrics` on a listener of its own
 //! (`server.metrics_bind`), `serve_pages` the browser pages alone (`gatehouse stdio`). `cli` is
 //! the program the binaries run ([`binary!`]).
 
+pub mod app;
 pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod edge;
 pub mod events;
 pub mod forms;
 pub mod gate;
@@ -24,6 +26,7 @@ pub mod providers;
 pub mod public_url;
 pub mod rate_limit;
 pub mod retention;
+pub mod routes;
 pub mod secret;
 pub mod state;
 pub mod store;
@@ -39,20 +42,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, MatchedPath, State};
-use axum::http::StatusCode;
-use axum::http::header::CONTENT_TYPE;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
-use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::trace::{DefaultOnResponse, OnResponse, TraceLayer};
 
+pub use app::App;
 pub use config::Config;
 pub use state::AppState;
 #[doc(hidden)]
@@ -87,107 +85,6 @@ const HTTP1_MAX_BUFFER: usize = 8 * 1024;
 /// A client must send its request head within this time, so idle half-open connections go away.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub fn app(state: AppState) -> Router {
-    let routes = Router::new().merge(mcp::router()).merge(web::router(&state));
-    layered(routes, state)
-}
-
-/// The pages without the MCP endpoint: what `gatehouse stdio` serves on its loopback listener.
-pub fn pages_app(state: AppState) -> Router {
-    let routes = web::router(&state);
-    layered(routes, state)
-}
-
-/// The routes with the common layers, reached with or without the public URL's path prefix.
-fn layered(routes: Router<AppState>, state: AppState) -> Router {
-    let prefix = state.public_url.prefix().to_owned();
-    let routes = routes
-        .layer(axum::middleware::from_fn(unread_body::close_if_unread))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(request_span)
-                .on_response(on_response)
-                .on_failure(log_failure),
-        )
-        .with_state(state);
-    path_prefix::serve_under(&prefix, routes)
-}
-
-/// A response that failed (5xx), at the level it deserves: a bad or slow gateway is another
-/// service's fault (a provider that answered with an error), and 503 a database outage, WARN;
-/// anything else is ours, ERROR. The cause was logged, with context, where it happened.
-fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
-    match class {
-        ServerErrorsFailureClass::StatusCode(status)
-            if matches!(
-                status,
-                StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
-            ) =>
-        {
-            tracing::warn!(%status, ?latency, "response failed");
-        }
-        class => tracing::error!(classification = %class, ?latency, "response failed"),
-    }
-}
-
-/// The span every request's logs carry. It records the path only, for every route: a query can
-/// hold secrets (the OAuth callback's `code` and `state`), and tower-http's default span would
-/// record the whole URI at every debug line of the request. When traces are exported it is an
-/// OpenTelemetry server span with the route instead (a page's path holds an elicitation's id),
-/// child of the client's `traceparent`.
-fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
-    if !telemetry::enabled() {
-        return tracing::debug_span!(
-            "request",
-            method = %request.method(),
-            path = %request.uri().path(),
-            version = ?request.version(),
-        );
-    }
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str);
-    let span = tracing::debug_span!(
-        "request",
-        otel.name = %format_args!("{} {route}", request.method()),
-        otel.kind = "server",
-        http.request.method = %request.method(),
-        http.route = route,
-        network.protocol.version = ?request.version(),
-        http.response.status_code = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    );
-    telemetry::set_remote_parent(&span, request.headers());
-    span
-}
-
-/// tower-http's response log, and the status on the span when traces are exported.
-fn on_response<B>(response: &axum::http::Response<B>, latency: Duration, span: &tracing::Span) {
-    if telemetry::enabled() {
-        telemetry::record_status(span, response.status());
-    }
-    DefaultOnResponse::default().on_response(response, latency, span);
-}
-
-/// The metrics listener's routes: `GET /metrics` only, Prometheus's scrape.
-pub fn metrics_app(state: AppState) -> Router {
-    Router::new().route("/metrics", get(scrape)).with_state(state)
-}
-
-/// The metrics as OpenMetrics text, with the database pool as it is at the scrape.
-async fn scrape(State(state): State<AppState>) -> Response {
-    let pool = state.store.pool_stats();
-    state.metrics.set_pool(pool.open, pool.idle, pool.max);
-    match state.metrics.encode() {
-        Ok(text) => ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
-        Err(error) => {
-            tracing::error!(%error, "cannot encode the metrics");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-    }
-}
-
 /// Serves HTTP/1.1 until `shutdown` completes, then closes the listening socket (new connections
 /// are refused from then on), cancels the state's shutdown token so open streams end (after a
 /// `retry:` hint) and waits for in-flight requests.
@@ -197,30 +94,30 @@ async fn scrape(State(state): State<AppState>) -> Response {
 /// thousands of idle SSE streams (see the README's benchmark).
 pub async fn serve(
     listener: TcpListener,
-    state: AppState,
+    app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let token = state.shutdown.clone();
-    serve_router(listener, app(state), shutdown, move || token.cancel()).await
+    let token = app.state.shutdown.clone();
+    serve_router(listener, app.router(), shutdown, move || token.cancel()).await
 }
 
-/// Serves [`pages_app`] until `shutdown` completes (`gatehouse stdio`'s browser pages).
+/// Serves [`App::pages_router`] until `shutdown` completes (`gatehouse stdio`'s browser pages).
 pub async fn serve_pages(
     listener: TcpListener,
-    state: AppState,
+    app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_router(listener, pages_app(state), shutdown, || {}).await
+    serve_router(listener, app.pages_router(), shutdown, || {}).await
 }
 
-/// Serves [`metrics_app`] until `shutdown` completes (the binary binds `server.metrics_bind`;
+/// Serves [`app::metrics_router`] until `shutdown` completes (the binary binds `server.metrics_bind`;
 /// tests bind port 0). Never the public listener: `/metrics` there is 404.
 pub async fn serve_metrics(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_router(listener, metrics_app(state), shutdown, || {}).await
+    serve_router(listener, app::metrics_router(state), shutdown, || {}).await
 }
 
 /// The accept loop of [`serve`], [`serve_pages`] and [`serve_metrics`]; `closed` runs once the listening socket

@@ -14,8 +14,7 @@ use axum::http::Uri;
 use axum::http::uri::PathAndQuery;
 use tower::ServiceExt;
 
-use crate::identity::oauth::{RESOURCE_METADATA_PATH, ROOT_RESOURCE_METADATA_PATH};
-use crate::mcp::MCP_PATH;
+use crate::routes::{MCP, RESOURCE_METADATA, ROOT_RESOURCE_METADATA};
 
 /// `routes` reached with or without `prefix` (`/gatehouse`; empty: `routes` as they are).
 pub fn serve_under(prefix: &str, routes: Router) -> Router {
@@ -23,7 +22,7 @@ pub fn serve_under(prefix: &str, routes: Router) -> Router {
         return routes;
     }
     let prefix = prefix.to_owned();
-    let metadata = format!("{ROOT_RESOURCE_METADATA_PATH}{prefix}{MCP_PATH}");
+    let metadata = format!("{ROOT_RESOURCE_METADATA}{prefix}{MCP}");
     Router::new().fallback_service(routes.map_request(move |mut request: Request| {
         if let Some(uri) = routed_uri(request.uri(), &prefix, &metadata) {
             *request.uri_mut() = uri;
@@ -33,7 +32,7 @@ pub fn serve_under(prefix: &str, routes: Router) -> Router {
 }
 
 /// The URI `uri` is routed as, when it differs: without the prefix, and the root-level RFC 9728
-/// path of the prefixed `/mcp` as [`RESOURCE_METADATA_PATH`].
+/// path of the prefixed `/mcp` as [`RESOURCE_METADATA`].
 fn routed_uri(uri: &Uri, prefix: &str, metadata: &str) -> Option<Uri> {
     let path = uri.path();
     let unprefixed = match path.strip_prefix(prefix) {
@@ -42,7 +41,7 @@ fn routed_uri(uri: &Uri, prefix: &str, metadata: &str) -> Option<Uri> {
         _ => path,
     };
     let routed = if unprefixed == metadata {
-        RESOURCE_METADATA_PATH
+        RESOURCE_METADATA
     } else {
         unprefixed
     };
@@ -64,7 +63,7 @@ mod tests {
 
     fn routed(uri: &str) -> String {
         let uri: Uri = uri.parse().expect("uri");
-        let metadata = format!("{ROOT_RESOURCE_METADATA_PATH}/gatehouse{MCP_PATH}");
+        let metadata = format!("{ROOT_RESOURCE_METADATA}/gatehouse{MCP}");
         routed_uri(&uri, "/gatehouse", &metadata).unwrap_or(uri).to_string()
     }
 

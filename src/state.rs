@@ -1,12 +1,12 @@
-//! `AppState`: everything handlers share, built once at start. Handlers never read the
-//! environment or open pools.
+//! `AppState`: the domain's parts every handler shares (store, bus, gate, vault, tools,
+//! upstreams, identity, metrics, audit...), built once at start, and `Core`, the gate's wiring
+//! that an operator's command shares with it. No protocol or page parts: the MCP endpoint and the
+//! pages keep theirs in their own router states. Handlers never read the environment or open pools.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use url::Url;
 
 use crate::audit::Audit;
 use crate::config::{Config, ConfigError};
@@ -14,19 +14,15 @@ use crate::events::{self, Bus};
 use crate::forms::Forms;
 use crate::gate::{self, Backing, Connections, Elicitations, FormValues, Gate, Limits};
 use crate::identity::Identity;
-use crate::identity::oidc::SignIn;
 use crate::instance::InstanceNonce;
-use crate::mcp::sessions::{self, Sessions};
 use crate::metrics::Metrics;
 use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
-use crate::rate_limit::RateLimit;
 use crate::retention::{self, Periods, Retention};
-use crate::store::{self, ConnectionCache, SessionCache, Store, StoreError};
-use crate::tools::ToolRegistry;
+use crate::store::{self, ConnectionCache, Database, SessionCache, Store, StoreError};
+use crate::tools::{Tool, ToolRegistry};
 use crate::upstreams::Upstreams;
 use crate::vault::{KeyRing, VaultError};
-use crate::web::templates::Templates;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -60,15 +56,21 @@ fn metrics(config: &Config) -> Metrics {
     )
 }
 
-/// Cached sessions per replica; a full cache starts over (see `SessionCache`).
-const SESSION_CACHE_CAPACITY: usize = 100_000;
-/// Principals whose connections are cached per replica.
-const CONNECTION_CACHE_CAPACITY: usize = 100_000;
+/// Sessions and principals whose connections are cached per replica; a full cache starts over
+/// (see `SessionCache`).
+const CACHE_CAPACITY: usize = 100_000;
 
-/// The `Retry-After` (seconds) of a 503 answered because the database cannot be reached.
-pub const RETRY_AFTER_SECONDS: &str = "1";
+/// Tools a layer above adds to the configured ones (the conformance fixtures), and the
+/// configuration key a clash of names is reported under.
+#[derive(Default)]
+pub struct ExtraTools {
+    pub tools: Vec<Arc<dyn Tool>>,
+    pub key: &'static str,
+}
 
-/// Everything handlers share. Every request clones it, so it is one pointer to the parts.
+/// Everything handlers share: the domain's parts, built once at start. Every request clones it,
+/// so it is one pointer to the parts. The MCP endpoint's and the pages' own parts live in their
+/// router states, beside it.
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 
@@ -84,25 +86,18 @@ impl std::ops::Deref for AppState {
 pub struct Shared {
     pub config: Arc<Config>,
     pub store: Arc<dyn Store>,
-    pub sessions: Arc<Sessions>,
     pub bus: Arc<Bus>,
+    /// The sessions this replica has cached, which the bus keeps fresh.
+    pub session_cache: Arc<SessionCache>,
     pub tools: Arc<ToolRegistry>,
-    /// The conformance suite's resources and prompts, with `[mcp] conformance_fixtures`.
-    #[cfg(feature = "conformance")]
-    pub fixtures: Option<Arc<crate::mcp::fixtures::Fixtures>>,
     /// Upstream MCP servers whose tools gatehouse offers beside its own.
     pub upstreams: Arc<Upstreams>,
-    /// Calls running on this replica that a client may cancel.
-    pub calls: Arc<crate::mcp::RunningCalls>,
     pub identity: Arc<Identity>,
-    /// The pages' OpenID Connect sign-in, in `oauth` mode.
-    pub sign_in: Option<Arc<SignIn>>,
     pub gate: Arc<Gate>,
     /// Deletes what is over once its `[retention]` period has passed, on one replica at a time.
     pub retention: Arc<Retention>,
     /// The audit trail's recorder.
     pub audit: Arc<Audit>,
-    pub templates: Arc<Templates>,
     /// Signs the pages' CSRF tokens (and, inside the gate, seals secrets).
     pub vault: Arc<KeyRing>,
     pub public_url: Arc<PublicUrl>,
@@ -110,27 +105,132 @@ pub struct Shared {
     pub instance: InstanceNonce,
     /// What `/metrics` shows on the metrics listener; records nothing without `server.metrics_bind`.
     pub metrics: Arc<Metrics>,
-    /// Page requests per client address in the last minute (`limits.page_requests_per_minute`).
-    pub page_requests: RateLimit<IpAddr>,
+    /// The client of every outbound request (providers, identity provider, HTTP tools): one pool.
+    pub outbound: reqwest::Client,
     /// Cancelled when the server shuts down: streams end and background tasks stop.
     pub shutdown: CancellationToken,
 }
 
+/// What the gate is built from besides the database: the configuration's providers and forms,
+/// the key ring, and the client of outbound requests.
+pub struct Parsed {
+    pub providers: Arc<Providers>,
+    pub forms: Arc<Forms>,
+    pub vault: Arc<KeyRing>,
+    pub outbound: reqwest::Client,
+}
+
+impl Parsed {
+    pub fn from_config(config: &Config) -> Result<Self, StartError> {
+        let providers = Arc::new(Providers::from_config(config)?);
+        let forms = Arc::new(Forms::from_config(&config.forms)?);
+        let vault = Arc::new(key_ring(config)?);
+        Ok(Self {
+            providers,
+            forms,
+            vault,
+            outbound: crate::outbound::client()?,
+        })
+    }
+}
+
+/// The gate's rooms and what they stand on, wired over an open database as every replica wires
+/// them, with nothing started but the audit trail's writer: what [`AppState::build`] serves with,
+/// and what an operator's command (`gatehouse admin`) acts through.
+pub struct Core {
+    pub store: Arc<dyn Store>,
+    pub bus: Arc<Bus>,
+    pub session_cache: Arc<SessionCache>,
+    pub audit: Arc<Audit>,
+    pub elicitations: Arc<Elicitations>,
+    pub connections: Arc<Connections>,
+    pub form_values: Arc<FormValues>,
+    pub gate: Arc<Gate>,
+}
+
+impl Core {
+    /// Wires the gate over `database`, its caches holding up to `cache_capacity` entries each.
+    /// The audit writer (returned) stops when `shutdown` is cancelled.
+    pub fn wire(
+        config: &Config,
+        parsed: &Parsed,
+        database: &Database,
+        public_url: Arc<PublicUrl>,
+        metrics: Arc<Metrics>,
+        cache_capacity: usize,
+        shutdown: CancellationToken,
+    ) -> (Self, JoinHandle<()>) {
+        let store = database.store.clone();
+        let session_cache = Arc::new(SessionCache::new(cache_capacity));
+        let connection_cache = Arc::new(ConnectionCache::new(cache_capacity));
+        // On PostgreSQL the store's NOTIFYs tell every replica what changed.
+        let bus = Arc::new(Bus::new(
+            store.clone(),
+            session_cache.clone(),
+            connection_cache.clone(),
+            database.postgres.is_none(),
+        ));
+        let (audit, writer) = Audit::start(store.clone(), shutdown);
+        let audit = Arc::new(audit);
+        let backing = Backing {
+            store: store.clone(),
+            bus: bus.clone(),
+            vault: parsed.vault.clone(),
+            public_url,
+            metrics,
+            audit: audit.clone(),
+        };
+        let elicitations = Arc::new(Elicitations::new(backing.clone(), Limits::from_config(config)));
+        let connections = Arc::new(Connections::new(
+            backing.clone(),
+            elicitations.clone(),
+            parsed.providers.clone(),
+            OAuthClient::new(parsed.outbound.clone()),
+            connection_cache,
+        ));
+        let form_values = Arc::new(FormValues::new(backing, elicitations.clone(), parsed.forms.clone()));
+        let gate = Arc::new(Gate::new(
+            store.clone(),
+            elicitations.clone(),
+            connections.clone(),
+            form_values.clone(),
+        ));
+        let core = Self {
+            store,
+            bus,
+            session_cache,
+            audit,
+            elicitations,
+            connections,
+            form_values,
+            gate,
+        };
+        (core, writer)
+    }
+}
+
 impl AppState {
     /// Checks the configuration, opens the database (migrating it when configured to) and starts
-    /// the background tasks, which stop when `shutdown` is cancelled.
-    pub async fn build(config: Config, shutdown: CancellationToken) -> Result<(Self, Vec<JoinHandle<()>>), StartError> {
-        let client = crate::outbound::client()?;
-        let identity = Arc::new(Identity::from_config(&config, client.clone())?);
-        let sign_in = SignIn::from_config(&config, identity.clone(), client.clone())?.map(Arc::new);
+    /// the domain's background tasks, which stop when `shutdown` is cancelled. `extra` tools are
+    /// offered beside the configured ones.
+    pub async fn build(
+        config: Config,
+        extra: ExtraTools,
+        shutdown: CancellationToken,
+    ) -> Result<(Self, Vec<JoinHandle<()>>), StartError> {
+        let outbound = crate::outbound::client()?;
+        let identity = Arc::new(Identity::from_config(&config, outbound.clone())?);
         let providers = Arc::new(Providers::from_config(&config)?);
         let forms = Arc::new(Forms::from_config(&config.forms)?);
-        let templates = Arc::new(Templates::load(config.server.template_dir.as_deref())?);
-        let tools = ToolRegistry::from_config(&config, &providers, &forms, client.clone())?;
-        #[cfg(feature = "conformance")]
-        let (tools, fixtures) = crate::mcp::fixtures::install(&config, tools)?;
+        let tools =
+            ToolRegistry::from_config(&config, &providers, &forms, outbound.clone())?.with(extra.tools, extra.key)?;
         let upstreams = Upstreams::parse(&config, &providers, &forms)?;
-        let vault = Arc::new(key_ring(&config)?);
+        let parsed = Parsed {
+            providers,
+            forms,
+            vault: Arc::new(key_ring(&config)?),
+            outbound,
+        };
         let public_url = Arc::new(PublicUrl::new(&config.public_url()));
         let metrics = Arc::new(metrics(&config));
         let database = store::connect(config.database.url.expose(), config.database.max_connections).await?;
@@ -139,69 +239,31 @@ impl AppState {
         }
         database.store.check_ready().await?;
 
-        let session_cache = Arc::new(SessionCache::new(SESSION_CACHE_CAPACITY));
-        let connection_cache = Arc::new(ConnectionCache::new(CONNECTION_CACHE_CAPACITY));
-        let bus = Arc::new(Bus::new(
-            database.store.clone(),
-            session_cache.clone(),
-            connection_cache.clone(),
-            database.postgres.is_none(),
-        ));
-        let sessions = Arc::new(Sessions::new(
-            database.store.clone(),
-            session_cache,
-            bus.clone(),
-            config.sessions_per_principal(),
-        ));
-
-        let mut tasks = Vec::new();
+        let (core, writer) = Core::wire(
+            &config,
+            &parsed,
+            &database,
+            public_url.clone(),
+            metrics.clone(),
+            CACHE_CAPACITY,
+            shutdown.clone(),
+        );
+        let mut tasks = vec![writer];
         if let Some(pool) = database.postgres {
             tasks.push(tokio::spawn(events::listen_postgres(
                 pool,
-                bus.clone(),
+                core.bus.clone(),
                 metrics.clone(),
                 shutdown.clone(),
             )));
         }
-        tasks.push(tokio::spawn(sessions::maintain(
-            sessions.clone(),
-            bus.clone(),
-            metrics.clone(),
-            config.mcp.session_idle_timeout,
+        tasks.push(tokio::spawn(gate::sweep_periodically(
+            core.gate.clone(),
             shutdown.clone(),
         )));
-
-        let (audit, writer) = Audit::start(database.store.clone(), shutdown.clone());
-        let audit = Arc::new(audit);
-        tasks.push(writer);
-        let backing = Backing {
-            store: database.store.clone(),
-            bus: bus.clone(),
-            vault: vault.clone(),
-            public_url: public_url.clone(),
-            metrics: metrics.clone(),
-            audit: audit.clone(),
-        };
-        let elicitations = Arc::new(Elicitations::new(backing.clone(), Limits::from_config(&config)));
-        let connections = Arc::new(Connections::new(
-            backing.clone(),
-            elicitations.clone(),
-            providers,
-            OAuthClient::new(client),
-            connection_cache,
-        ));
-        let forms_for_upstreams = forms.clone();
-        let form_values = Arc::new(FormValues::new(backing, elicitations.clone(), forms));
-        let gate = Arc::new(Gate::new(
-            database.store.clone(),
-            elicitations,
-            connections,
-            form_values,
-        ));
-        tasks.push(tokio::spawn(gate::sweep_periodically(gate.clone(), shutdown.clone())));
         let instance = InstanceNonce::random();
         let retention = Arc::new(Retention::new(
-            database.store.clone(),
+            core.store.clone(),
             Periods {
                 events: config.retention.events,
                 finished_elicitations: config.finished_elicitations_retention(),
@@ -215,94 +277,32 @@ impl AppState {
         )));
         let upstreams = Arc::new(Upstreams::new(
             upstreams,
-            forms_for_upstreams,
+            parsed.forms.clone(),
             tools.names(),
-            database.store.clone(),
-            bus.clone(),
+            core.store.clone(),
+            core.bus.clone(),
             metrics.clone(),
         )?);
         upstreams.load().await?;
         tasks.push(tokio::spawn(upstreams.clone().maintain(shutdown.clone())));
-        let calls = Arc::new(crate::mcp::RunningCalls::default());
-        tasks.push(tokio::spawn(crate::mcp::listen_for_calls(
-            calls.clone(),
-            bus.clone(),
-            shutdown.clone(),
-        )));
-        let page_requests = RateLimit::per_minute(config.limits.page_requests_per_minute);
         let state = Self(Arc::new(Shared {
             config: Arc::new(config),
-            store: database.store,
-            sessions,
-            bus,
+            store: core.store,
+            bus: core.bus,
+            session_cache: core.session_cache,
             tools: Arc::new(tools),
-            #[cfg(feature = "conformance")]
-            fixtures,
             upstreams,
-            calls,
             identity,
-            sign_in,
-            gate,
+            gate: core.gate,
             retention,
-            audit,
-            templates,
-            vault,
+            audit: core.audit,
+            vault: parsed.vault,
             public_url,
             instance,
             metrics,
-            page_requests,
+            outbound: parsed.outbound,
             shutdown,
         }));
         Ok((state, tasks))
     }
-
-    /// The client's address, after trusted proxies.
-    pub fn client_address(&self, headers: &axum::http::HeaderMap, peer: std::net::SocketAddr) -> std::net::IpAddr {
-        crate::identity::client_address(&self.config.server.trusted_proxies, headers, peer)
-    }
-
-    pub fn bound_to_loopback(&self) -> bool {
-        self.config.server.bind.ip().is_loopback()
-    }
-
-    /// The public origin, the configured extra origins, and, when both the public origin and the
-    /// bound address are loopback, the same port under another loopback name (`localhost` for
-    /// `127.0.0.1`). One rule for `/mcp` and the pages' form posts.
-    pub fn origin_allowed(&self, origin: &str) -> bool {
-        if origin == self.public_url.origin() || self.config.server.allowed_origins.iter().any(|o| o == origin) {
-            return true;
-        }
-        let public_on_loopback =
-            Url::parse(self.public_url.origin()).is_ok_and(|public| is_loopback_name(public.host_str().unwrap_or("")));
-        public_on_loopback
-            && self.bound_to_loopback()
-            && Url::parse(origin).is_ok_and(|url| {
-                url.path() == "/"
-                    && is_loopback_name(url.host_str().unwrap_or(""))
-                    && url.port_or_known_default() == Some(self.config.server.bind.port())
-            })
-    }
-
-    /// A `Host` header naming this server: a loopback name, or the public host.
-    pub fn host_allowed(&self, host: &str) -> bool {
-        if host.eq_ignore_ascii_case(self.public_url.host()) {
-            return true;
-        }
-        let name = match host.strip_prefix('[') {
-            Some(rest) => rest.split(']').next().map(|h| format!("[{h}]")).unwrap_or_default(),
-            None => host.rsplit_once(':').map_or(host, |(h, _)| h).to_owned(),
-        };
-        is_loopback_name(&name)
-    }
-}
-
-fn is_loopback_name(host: &str) -> bool {
-    let host = host.to_ascii_lowercase();
-    host == "localhost"
-        || host.ends_with(".localhost")
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }

@@ -1393,7 +1393,7 @@ async fn broken_operator_templates_are_configuration_errors() {
         ],
     );
     let shutdown = tokio_util::sync::CancellationToken::new();
-    match gatehouse::AppState::build(config, shutdown).await {
+    match gatehouse::App::build(config, shutdown).await {
         Ok(_) => panic!("a broken template directory must not start"),
         Err(error) => assert!(error.to_string().contains("`server.template_dir`"), "{error}"),
     }

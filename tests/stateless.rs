@@ -219,7 +219,7 @@ backend_test!(
             let client = client.clone();
             async move { client.result("tools/call", retry("me", &state_again)).await }
         });
-        let calls = server.state.calls.clone();
+        let calls = server.mcp.calls.clone();
         eventually("the retry is held", async || (calls.held_now() == 1).then_some(())).await;
         let page = Browser::new()
             .sign_in(&url.replace(&url_base(&url), &server.base()))
@@ -256,7 +256,7 @@ postgres_test!(
             let client = client.clone();
             async move { client.result("tools/call", retry("me", &state)).await }
         });
-        let calls = a.state.calls.clone();
+        let calls = a.mcp.calls.clone();
         eventually("the retry is held on A", async || (calls.held_now() == 1).then_some(())).await;
         let browser = Browser::new();
         let authorize = browser.continue_to_provider(&url.replace(&a.base(), &b.base())).await;
@@ -385,7 +385,7 @@ backend_test!(
             let client = client.clone();
             async move { client.result("tools/call", retried).await }
         });
-        let calls = server.state.calls.clone();
+        let calls = server.mcp.calls.clone();
         eventually("the retry is held", async || (calls.held_now() == 1).then_some(())).await;
         common::confirm_payment(&url, &server.base()).await;
         let result = held.await.expect("the held retry");

@@ -38,7 +38,7 @@ async fn sign_in_on(url: &str, a: &TestServer, b: &TestServer) {
 /// Once the client's retry is held on `a` (it accepted the link and came back with the request
 /// state), the browser part of the sign-in, done on `b`.
 async fn sign_in_while_held(url: &str, a: &TestServer, b: &TestServer) {
-    let calls = a.state.calls.clone();
+    let calls = a.mcp.calls.clone();
     eventually("the retry is held on A", async || (calls.held_now() == 1).then_some(())).await;
     sign_in_on(url, a, b).await;
     eventually("the held retry is answered", async || {

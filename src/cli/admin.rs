@@ -16,17 +16,12 @@ use tokio_util::sync::CancellationToken;
 use crate::Config;
 use crate::audit::{Audit, Origin};
 use crate::domain::{ElicitationId, Principal, SessionId, SessionPrefix};
-use crate::events::Bus;
-use crate::forms::Forms;
-use crate::gate::{self, Backing, Connections, Disconnected, Elicitations, FormValues, Limits};
+use crate::gate::{self, Connections, Disconnected, Elicitations, FormValues};
 use crate::mcp::sessions::Sessions;
 use crate::metrics::Metrics;
-use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
-use crate::store::{
-    ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, SessionCache,
-    SessionRecord, Store,
-};
+use crate::state::{Core, Parsed};
+use crate::store::{ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, SessionRecord, Store};
 
 #[derive(Subcommand)]
 pub(super) enum AdminCommand {
@@ -156,8 +151,8 @@ const CACHE_CAPACITY: usize = 16;
 struct Admin {
     store: Arc<dyn Store>,
     elicitations: Arc<Elicitations>,
-    connections: Connections,
-    form_values: FormValues,
+    connections: Arc<Connections>,
+    form_values: Arc<FormValues>,
     sessions: Sessions,
     audit: Arc<Audit>,
     writer: JoinHandle<()>,
@@ -173,49 +168,31 @@ pub(super) async fn run(config: Config, command: AdminCommand) -> Result<(), Str
 
 impl Admin {
     async fn open(config: &Config) -> Result<Self, String> {
-        let providers = Arc::new(Providers::from_config(config).map_err(|e| e.to_string())?);
-        let forms = Arc::new(Forms::from_config(&config.forms).map_err(|e| e.to_string())?);
-        let vault = Arc::new(crate::state::key_ring(config).map_err(|e| format!("secrets: {e}"))?);
-        let http = crate::outbound::client().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let parsed = Parsed::from_config(config).map_err(|e| e.to_string())?;
         let database = super::open_database(config, 2).await?;
-        let store = database.store;
-        let session_cache = Arc::new(SessionCache::new(CACHE_CAPACITY));
-        let connection_cache = Arc::new(ConnectionCache::new(CACHE_CAPACITY));
-        // On PostgreSQL the store's NOTIFYs tell the serving replicas what changed here.
-        let bus = Arc::new(Bus::new(
-            store.clone(),
-            session_cache.clone(),
-            connection_cache.clone(),
-            database.postgres.is_none(),
-        ));
         let shutdown = CancellationToken::new();
-        let (audit, writer) = Audit::start(store.clone(), shutdown.clone());
-        let audit = Arc::new(audit);
-        let backing = Backing {
-            store: store.clone(),
-            bus: bus.clone(),
-            vault,
-            public_url: Arc::new(PublicUrl::new(&config.public_url())),
-            metrics: Arc::new(Metrics::off()),
-            audit: audit.clone(),
-        };
-        let elicitations = Arc::new(Elicitations::new(backing.clone(), Limits::from_config(config)));
-        let connections = Connections::new(
-            backing.clone(),
-            elicitations.clone(),
-            providers,
-            OAuthClient::new(http),
-            connection_cache,
+        let (core, writer) = Core::wire(
+            config,
+            &parsed,
+            &database,
+            Arc::new(PublicUrl::new(&config.public_url())),
+            Arc::new(Metrics::off()),
+            CACHE_CAPACITY,
+            shutdown.clone(),
         );
-        let form_values = FormValues::new(backing, elicitations.clone(), forms);
-        let sessions = Sessions::new(store.clone(), session_cache, bus, config.sessions_per_principal());
+        let sessions = Sessions::new(
+            core.store.clone(),
+            core.session_cache,
+            core.bus,
+            config.sessions_per_principal(),
+        );
         Ok(Self {
-            store,
-            elicitations,
-            connections,
-            form_values,
+            store: core.store,
+            elicitations: core.elicitations,
+            connections: core.connections,
+            form_values: core.form_values,
             sessions,
-            audit,
+            audit: core.audit,
             writer,
             shutdown,
         })

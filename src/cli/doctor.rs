@@ -17,9 +17,10 @@ use url::Url;
 use crate::Config;
 use crate::config::{ConfigError, IdentityMode};
 use crate::identity::oauth::Discovery;
-use crate::instance::{INSTANCE_PATH, InstanceNonce};
+use crate::instance::InstanceNonce;
 use crate::providers::Providers;
 use crate::public_url::PublicUrl;
+use crate::routes::INSTANCE as INSTANCE_PATH;
 use crate::store::StoreError;
 use crate::vault::{KeyRing, VaultError};
 

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::IdentityMode;
 use crate::identity::{Caller, Identity};
-use crate::{AppState, Config};
+use crate::{App, Config};
 
 pub async fn run(mut config: Config, shutdown: impl Future<Output = ()>) -> Result<(), String> {
     if !matches!(config.identity.mode, IdentityMode::Local) {
@@ -25,9 +25,8 @@ pub async fn run(mut config: Config, shutdown: impl Future<Output = ()>) -> Resu
         .local_addr()
         .map_err(|e| format!("cannot read the address of {bind}: {e}"))?;
     let stopped = CancellationToken::new();
-    let (state, tasks) = AppState::build(config, stopped.clone())
-        .await
-        .map_err(|e| e.to_string())?;
+    let (app, tasks) = App::build(config, stopped.clone()).await.map_err(|e| e.to_string())?;
+    let state = &app.state;
     let Identity::Local(principal) = &*state.identity else {
         return Err("the identity is not local".to_owned());
     };
@@ -41,10 +40,10 @@ pub async fn run(mut config: Config, shutdown: impl Future<Output = ()>) -> Resu
     tracing::info!(bind = %state.config.server.bind, database = ?state.store.backend(), "gatehouse serving MCP over stdio");
     let pages = tokio::spawn(crate::serve_pages(
         listener,
-        state.clone(),
+        app.clone(),
         stopped.clone().cancelled_owned(),
     ));
-    let served = crate::mcp::stdio::serve(&state, caller, tokio::io::stdin(), tokio::io::stdout(), shutdown).await;
+    let served = crate::mcp::stdio::serve(&app.mcp, caller, tokio::io::stdin(), tokio::io::stdout(), shutdown).await;
     stopped.cancel();
     match pages.await {
         Ok(Ok(())) => {}

@@ -18,6 +18,7 @@ use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
 use crate::metrics::{ElicitationKind, ElicitationOutcome};
 use crate::rate_limit::RateLimit;
+use crate::routes;
 use crate::store::{AskKey, AuditAction, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
 use crate::text;
 
@@ -165,8 +166,8 @@ impl Elicitations {
     /// The page that satisfies a requirement: a provider's connect page or a form.
     fn page_url(&self, requirement: &Requirement, id: &ElicitationId) -> String {
         let path = match requirement {
-            Requirement::Provider { .. } => format!("/connect/{id}"),
-            Requirement::Form { .. } => format!("/forms/{id}"),
+            Requirement::Provider { .. } => routes::connect(id),
+            Requirement::Form { .. } => routes::form(id),
         };
         self.backing.public_url.at(&path)
     }

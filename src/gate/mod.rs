@@ -41,8 +41,8 @@ use crate::store::{Store, StoreError};
 use crate::vault::{KeyRing, VaultError};
 
 pub use connections::{
-    CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ConnectionSummary, Connections, Disconnected,
-    ProviderErrorCode, StartedFlow,
+    CallbackOutcome, CallbackParams, CallbackRefusal, ConnectionSummary, Connections, Disconnected, ProviderErrorCode,
+    StartedFlow,
 };
 pub use decision::{Credentials, Decision, ToolCall};
 pub use elicitations::{Ask, Elicitations, Limits, client_name};

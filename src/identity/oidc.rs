@@ -32,10 +32,9 @@ use crate::domain::Principal;
 use crate::identity::refreshed::Refreshed;
 use crate::outbound::read_bounded;
 use crate::public_url::PublicUrl;
+use crate::routes;
 use crate::secret::Secret;
 
-/// Where the provider sends the browser back, under the public URL.
-pub const CALLBACK_PATH: &str = "/login/callback";
 /// What the pages ask the provider for: an id_token naming the user, with a name and an email.
 const SCOPES: [&str; 2] = ["profile", "email"];
 /// How long discovered metadata and keys are used before they are fetched again.
@@ -140,7 +139,7 @@ impl SignIn {
             .client_id
             .clone()
             .ok_or_else(|| ConfigError::key("identity.client_id", "is required in `oauth` mode"))?;
-        let redirect = RedirectUrl::new(PublicUrl::new(&config.public_url()).at(CALLBACK_PATH))
+        let redirect = RedirectUrl::new(PublicUrl::new(&config.public_url()).at(routes::LOGIN_CALLBACK))
             .map_err(|e| ConfigError::key("server.public_url", format!("no callback URL under it: {e}")))?;
         Ok(Some(Self {
             identity,

@@ -114,14 +114,14 @@ impl RunningCalls {
 }
 
 /// A client's `notifications/cancelled`: the call stops here, or on whichever replica runs it.
-pub async fn cancel(state: &AppState, session: &SessionId, params: Option<&Value>) {
+pub async fn cancel(state: &AppState, calls: &RunningCalls, session: &SessionId, params: Option<&Value>) {
     let Some(id) = params.and_then(|p| p.get("requestId")) else {
         return;
     };
     let Some(request) = RequestId::from_json(id) else {
         return;
     };
-    if state.calls.cancel(session, request) {
+    if calls.cancel(session, request) {
         return;
     }
     let notice = Notice::CallCancelled(session.clone(), id.to_string());
@@ -220,14 +220,20 @@ impl CallStream for StreamChannel {
 /// A client's answer to one of our `elicitation/create` requests, sent to the call that waits for
 /// it wherever it runs; or to a request a call relayed from an upstream, to that call. Answers
 /// to anything else, or for another session, are ignored.
-pub async fn route_answer(state: &AppState, session: &SessionRecord, id: &RequestId, answer: Result<Value, Value>) {
+pub async fn route_answer(
+    state: &AppState,
+    calls: &RunningCalls,
+    session: &SessionRecord,
+    id: &RequestId,
+    answer: Result<Value, Value>,
+) {
     let RequestId::String(text) = id else { return };
     if text.starts_with(RELAYED_ID_PREFIX) {
         let wire = match &answer {
             Ok(result) => serde_json::json!({ "result": result }),
             Err(error) => serde_json::json!({ "error": error }),
         };
-        if state.calls.answer(&session.id, text, answer) {
+        if calls.answer(&session.id, text, answer) {
             return;
         }
         // The call waits on another replica, if anywhere.

@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 use super::incall::Outbox;
 use super::measure;
+use super::state::McpState;
 use super::store_failure;
 use super::tool_call::{self, Retry, Stream, ToolRequest, supports_url_elicitation};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
@@ -19,7 +20,6 @@ use crate::config::ElicitMode;
 use crate::domain::{LogLevel, Principal, SessionId};
 use crate::identity::Caller;
 use crate::jsonrpc::{self, METHOD_NOT_FOUND, RequestId, RpcError};
-use crate::state::AppState;
 use crate::store::SessionRecord;
 use crate::telemetry;
 use crate::text;
@@ -93,7 +93,7 @@ pub(super) fn kept_client_info(info: Map<String, Value>) -> Map<String, Value> {
 /// Answers `initialize`: persists a new session (ending the principal's least recently used one
 /// beyond the cap) and returns its id and the result.
 pub async fn initialize(
-    state: &AppState,
+    state: &McpState,
     principal: Principal,
     params: Option<Value>,
 ) -> Result<(SessionId, Value), RpcError> {
@@ -107,7 +107,7 @@ pub async fn initialize(
 }
 
 async fn start_session(
-    state: &AppState,
+    state: &McpState,
     principal: Principal,
     params: Option<Value>,
 ) -> Result<(SessionId, Value), RpcError> {
@@ -172,7 +172,7 @@ async fn start_session(
 }
 
 /// The capabilities `initialize` announces.
-fn offered(state: &AppState) -> Value {
+fn offered(state: &McpState) -> Value {
     let capabilities = json!({"tools": {"listChanged": !state.upstreams.is_empty()}, "logging": {}});
     #[cfg(feature = "conformance")]
     if state.fixtures.is_some() {
@@ -185,7 +185,7 @@ fn offered(state: &AppState) -> Value {
 /// it misses within the call (`elicit = "request"`), from a client that can open URLs; or a call
 /// to a tool whose client may be sent something while it runs (an upstream's progress, log
 /// messages and elicitations, say).
-pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, params: Option<&Value>) -> bool {
+pub fn streams_answer(state: &McpState, session: &SessionRecord, method: &str, params: Option<&Value>) -> bool {
     if method != "tools/call" {
         return false;
     }
@@ -203,7 +203,7 @@ pub fn streams_answer(state: &AppState, session: &SessionRecord, method: &str, p
 /// Answers the request `id` within an established session. `outbox` is the request's own SSE
 /// stream, when it has one.
 pub async fn handle(
-    state: &AppState,
+    state: &McpState,
     session: &Arc<SessionRecord>,
     caller: &Caller,
     id: &RequestId,
@@ -260,13 +260,13 @@ pub async fn handle(
 
 /// A notification from the client within an established session: a cancellation stops its
 /// call; the others need nothing from the server.
-pub async fn notified(state: &AppState, session: &SessionId, method: &str, params: Option<&Value>) {
+pub async fn notified(state: &McpState, session: &SessionId, method: &str, params: Option<&Value>) {
     if method == "notifications/cancelled" {
-        super::calls::cancel(state, session, params).await;
+        super::calls::cancel(state, &state.calls, session, params).await;
     }
 }
 
-async fn set_level(state: &AppState, session: &SessionRecord, params: Map<String, Value>) -> Result<Value, RpcError> {
+async fn set_level(state: &McpState, session: &SessionRecord, params: Map<String, Value>) -> Result<Value, RpcError> {
     let level: LogLevel = params
         .get("level")
         .and_then(Value::as_str)
@@ -291,7 +291,7 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
 }
 
 /// gatehouse's own tools, then the upstreams' in configuration order: those the caller may use.
-pub(super) fn list_tools(state: &AppState, caller: &Caller, params: Map<String, Value>) -> Result<Value, RpcError> {
+pub(super) fn list_tools(state: &McpState, caller: &Caller, params: Map<String, Value>) -> Result<Value, RpcError> {
     let upstream_tools = state.upstreams.tools();
     let visible: Vec<&Arc<dyn Tool>> = state
         .tools

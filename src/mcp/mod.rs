@@ -1,12 +1,14 @@
-//! The MCP protocol over Streamable HTTP: the transport (headers, bodies, batches), sessions,
-//! method dispatch, the standalone SSE stream and in-call elicitation; and over stdin/stdout for
-//! local clients (`stdio`, with the same dispatch). A tool call asks the gate whether it may run and turns the answer into MCP: the tool's result, error -32042, a result
+//! The MCP protocol over Streamable HTTP: the transport (headers, bodies, batches; its checks in
+//! `checks`, its refusals in `refusal`), sessions, method dispatch, the standalone SSE stream and
+//! in-call elicitation; and over stdin/stdout for local clients (`stdio`, with the same dispatch).
+//! The endpoint's own parts (sessions, running calls, fixtures) are its router state, `McpState`. A tool call asks the gate whether it may run and turns the answer into MCP: the tool's result, error -32042, a result
 //! with the links, or `elicitation/create` within the call. What a requirement is (a sign-in, a
 //! form) is the gate's business. With the `conformance` feature, `resources`, `prompts` and
 //! `completion` answer those methods for the conformance suite's `fixtures`. `measure` records
 //! every answered request in the metrics.
 
 mod calls;
+mod checks;
 #[cfg(feature = "conformance")]
 mod completion;
 #[cfg(feature = "conformance")]
@@ -17,11 +19,13 @@ mod methods;
 mod modern;
 #[cfg(feature = "conformance")]
 mod prompts;
+mod refusal;
 mod resource_metadata;
 #[cfg(feature = "conformance")]
 mod resources;
 pub mod sessions;
 mod sse;
+mod state;
 pub mod stdio;
 mod stream;
 mod tool_call;
@@ -30,11 +34,15 @@ mod transport;
 use axum::Router;
 use axum::routing::post;
 
+#[cfg(not(feature = "conformance"))]
+use crate::config::Config;
 use crate::jsonrpc::RpcError;
-use crate::state::AppState;
+use crate::routes;
+#[cfg(not(feature = "conformance"))]
+use crate::state::ExtraTools;
 use crate::store::StoreError;
 
-pub use calls::{RunningCalls, listen as listen_for_calls};
+pub use state::McpState;
 
 /// Newest first; `initialize` answers with the client's version when it is listed, else the newest.
 pub const SUPPORTED_PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
@@ -48,15 +56,22 @@ const NO_BATCHES_SINCE: &str = "2025-06-18";
 /// The first version whose clients expect a priming event on SSE streams.
 const PRIMING_SINCE: &str = "2025-11-25";
 
-pub const MCP_PATH: &str = "/mcp";
-
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<McpState> {
     Router::new()
         .route(
-            MCP_PATH,
+            routes::MCP,
             post(transport::post).get(transport::get).delete(transport::delete),
         )
         .merge(resource_metadata::router())
+}
+
+#[cfg(feature = "conformance")]
+pub use fixtures::tools as extra_tools;
+
+/// The tools the endpoint adds to the configured ones: none without the `conformance` feature.
+#[cfg(not(feature = "conformance"))]
+pub fn extra_tools(_: &Config) -> ExtraTools {
+    ExtraTools::default()
 }
 
 /// What the client sees of a store failure, which is logged with `context`: during a database

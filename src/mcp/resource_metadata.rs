@@ -10,16 +10,16 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::identity::oauth::{RESOURCE_METADATA_PATH, ROOT_RESOURCE_METADATA_PATH};
-use crate::state::AppState;
+use super::state::McpState;
+use crate::routes;
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<McpState> {
     Router::new()
-        .route(RESOURCE_METADATA_PATH, get(metadata))
-        .route(ROOT_RESOURCE_METADATA_PATH, get(metadata))
+        .route(routes::RESOURCE_METADATA, get(metadata))
+        .route(routes::ROOT_RESOURCE_METADATA, get(metadata))
 }
 
-async fn metadata(State(state): State<AppState>) -> Response {
+async fn metadata(State(state): State<McpState>) -> Response {
     match state.identity.resource_server() {
         Some(server) => (
             [(ACCESS_CONTROL_ALLOW_ORIGIN, "*"), (CACHE_CONTROL, "public, max-age=3600")],

@@ -12,16 +12,16 @@ use tracing::Instrument;
 
 use super::incall::Outbox;
 use super::methods;
+use super::state::McpState;
 use crate::identity::Caller;
 use crate::jsonrpc::{self, RequestId};
-use crate::state::AppState;
 use crate::store::SessionRecord;
 
 /// Answers a request on its own SSE stream: what the call sends while it runs (elicitation
 /// requests, progress), then its response. The call runs in its own task, so it notices when the
 /// client goes away instead of being dropped mid-write.
 pub fn streamed_answer(
-    state: &AppState,
+    state: &McpState,
     session: Arc<SessionRecord>,
     caller: Caller,
     id: RequestId,
@@ -39,7 +39,7 @@ pub fn streamed_answer(
 
 /// An SSE answer: `run` sends what goes out while it works to its outbox and returns the
 /// response, which goes last. It runs in its own task, so it notices when the client goes away.
-pub fn sse_answer<F, Fut>(state: &AppState, run: F) -> Response
+pub fn sse_answer<F, Fut>(state: &McpState, run: F) -> Response
 where
     F: FnOnce(Outbox) -> Fut + Send + 'static,
     Fut: Future<Output = Value> + Send + 'static,

@@ -21,12 +21,12 @@ use tokio::task::JoinSet;
 use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
 
 use super::incall::Outbox;
+use super::state::McpState;
 use super::stream::{self, Delivered};
 use super::{calls, methods};
 use crate::domain::SessionId;
 use crate::identity::Caller;
 use crate::jsonrpc::{self, INVALID_REQUEST, Message, PARSE_ERROR, RequestId, RpcError};
-use crate::state::AppState;
 use crate::store::SessionRecord;
 
 /// Requests running at once; each may wait for its user in the browser.
@@ -37,7 +37,7 @@ const OUTGOING: usize = 64;
 /// Serves the one session on `input` and `output` until `input` ends, `output` closes or
 /// `shutdown` completes. The session ends with it.
 pub async fn serve(
-    state: &AppState,
+    state: &McpState,
     caller: Caller,
     input: impl AsyncRead + Unpin,
     output: impl AsyncWrite + Unpin + Send + 'static,
@@ -148,7 +148,7 @@ impl<R: AsyncRead + Unpin> Lines<R> {
 }
 
 struct Connection {
-    state: AppState,
+    state: McpState,
     caller: Caller,
     out: mpsc::Sender<Value>,
     session: Option<SessionId>,
@@ -206,7 +206,7 @@ impl Connection {
         match message {
             Message::Request { id, method, params } => self.request(session, id, method, params).await,
             Message::Response { id, answer } => match self.find(&session).await {
-                Ok(record) => calls::route_answer(&self.state, &record, &id, answer).await,
+                Ok(record) => calls::route_answer(&self.state, &self.state.calls, &record, &id, answer).await,
                 Err(error) => tracing::info!(message = %error.message, "dropped an answer"),
             },
             Message::Notification { method, params } => {
@@ -290,7 +290,7 @@ impl Connection {
 
 /// Writes the session's events to the output as they are appended, following the log again
 /// (from the last event written) when a database failure interrupts it, until the session ends.
-async fn deliver_events(state: AppState, session: SessionId, out: mpsc::Sender<Value>) {
+async fn deliver_events(state: McpState, session: SessionId, out: mpsc::Sender<Value>) {
     let mut resume_after = None;
     loop {
         let Some(slot) = state.bus.claim_stream(&session, 1) else {

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::StreamChannel;
 use super::incall::{self, Outbox, Waited};
+use super::state::McpState;
 use super::{STATELESS_PROTOCOL_VERSION, store_failure};
 use crate::audit::Origin;
 use crate::config::ElicitMode;
@@ -21,7 +22,6 @@ use crate::domain::{ElicitationId, LogLevel, Principal};
 use crate::gate::{Credentials, Decision, GateError, Requirement, ToolCall, client_name};
 use crate::identity::Caller;
 use crate::jsonrpc::{self, RpcError, URL_ELICITATION_REQUIRED};
-use crate::state::AppState;
 use crate::store::{AuditAction, ElicitationRecord, SessionRecord};
 use crate::tools::{CallContext, CallStream, Tool, ToolInput, ToolOutcome, ToolResult};
 
@@ -103,7 +103,7 @@ pub enum Called {
 /// the tool and its arguments, asks the gate, and calls the tool with what the gate lent it.
 /// `stream` is the request's own SSE stream, `retry` what a 2026-07-28 retry brings.
 pub async fn call(
-    state: &AppState,
+    state: &McpState,
     session: &SessionRecord,
     caller: &Caller,
     request: ToolRequest,
@@ -276,7 +276,7 @@ pub async fn call(
 }
 
 /// Puts the gate's answer to a call on the audit trail: allowed to run, or refused (and why).
-fn audit_call(state: &AppState, principal: &Principal, tool: &str, from: &Origin, allowed: bool, detail: Value) {
+fn audit_call(state: &McpState, principal: &Principal, tool: &str, from: &Origin, allowed: bool, detail: Value) {
     let action = if allowed {
         AuditAction::CallAllowed
     } else {
@@ -375,7 +375,7 @@ const MAX_IN_CALL_ROUNDS: usize = 4;
 
 /// Decides, and when the call may wait for the user, asks within the call and decides again.
 async fn gate_call(
-    state: &AppState,
+    state: &McpState,
     session: &SessionRecord,
     principal: &Principal,
     call: &ToolCall<'_>,
@@ -416,7 +416,7 @@ async fn gate_call(
 /// wake-up from the bus and decides again, until `hold.until`. Whatever finishes them (on any
 /// replica) wakes the caller's stateless session, so the answer leaves the moment the user is done.
 async fn held(
-    state: &AppState,
+    state: &McpState,
     session: &SessionRecord,
     principal: &Principal,
     call: &ToolCall<'_>,
@@ -455,7 +455,7 @@ fn internal(error: GateError) -> RpcError {
 }
 
 async fn decide(
-    state: &AppState,
+    state: &McpState,
     session: &SessionRecord,
     principal: &Principal,
     call: &ToolCall<'_>,
@@ -497,7 +497,7 @@ pub fn supports_url_elicitation(session: &SessionRecord) -> bool {
 /// Sends a `notifications/message` when the session's level admits `level`: on the session's
 /// stream, or for a 2026-07-28 request (which has no session to keep events in) on the call's own
 /// stream when it has one. Sessions that never asked for a level get none.
-async fn log(state: &AppState, session: &SessionRecord, stream: Option<&dyn CallStream>, level: LogLevel, data: Value) {
+async fn log(state: &McpState, session: &SessionRecord, stream: Option<&dyn CallStream>, level: LogLevel, data: Value) {
     let Some(threshold) = session.log_level else { return };
     if level < threshold {
         return;

@@ -392,7 +392,6 @@ impl ToolRegistry {
     }
 
     /// Adds `extra` after the others; a name already taken is refused, naming `key`.
-    #[cfg(feature = "conformance")]
     pub fn with(mut self, extra: Vec<Arc<dyn Tool>>, key: &str) -> Result<Self, ConfigError> {
         for tool in extra {
             let name = tool.definition().name.clone();

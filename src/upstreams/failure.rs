@@ -7,7 +7,12 @@ use std::error::Error;
 use rmcp::service::{ClientInitializeError, ServiceError};
 use rmcp::transport::streamable_http_client::{AuthRequiredError, InsufficientScopeError};
 
-use super::pool::Refusal;
+/// Why the upstream refused, as its `WWW-Authenticate` says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    Unauthorized,
+    InsufficientScope(Vec<String>),
+}
 
 /// The refusal carried anywhere in `error`'s chain of sources, with its challenge.
 fn refusal_in(error: &(dyn Error + 'static)) -> Option<(Refusal, String)> {

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
 
+use super::failure::Refusal;
 use super::relay::{Handler, InOrder, Relay};
 use super::traced::Traced;
 use super::upstream::{Transport, Upstream};
@@ -98,13 +99,6 @@ pub enum OpenError {
     Full(usize),
     #[error("{0}")]
     Failed(String),
-}
-
-/// Why the upstream refused, as its `WWW-Authenticate` says.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Refusal {
-    Unauthorized,
-    InsufficientScope(Vec<String>),
 }
 
 type Key = (Principal, String);

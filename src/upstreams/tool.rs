@@ -13,8 +13,8 @@ use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value};
 
 use super::Core;
-use super::failure;
-use super::pool::{OpenError, Opening, Refusal, Session};
+use super::failure::{self, Refusal};
+use super::pool::{OpenError, Opening, Session};
 use super::upstream::{Transport, Upstream};
 use crate::metrics::UpstreamOutcome;
 use crate::secret::Secret;

@@ -10,11 +10,11 @@ use chrono::Utc;
 
 use super::cookies;
 use super::error::PageError;
+use super::state::PagesState;
 use crate::domain::Principal;
 use crate::gate::{after, random_token, sha256_hex};
 use crate::identity::Claims;
 use crate::identity::oidc::SignedIn;
-use crate::state::AppState;
 use crate::store::BrowserSessionRecord;
 
 /// Sessions kept per principal (browsers, devices); a new one ends the oldest beyond this.
@@ -41,12 +41,12 @@ impl BrowserSession {
     }
 }
 
-fn cookie_name(state: &AppState) -> String {
+fn cookie_name(state: &PagesState) -> String {
     state.public_url.cookie_name(COOKIE)
 }
 
 /// The browser's live session, when its cookie names one.
-pub async fn find(state: &AppState, headers: &HeaderMap) -> Result<Option<BrowserSession>, PageError> {
+pub async fn find(state: &PagesState, headers: &HeaderMap) -> Result<Option<BrowserSession>, PageError> {
     let Some(value) = cookies::read(headers, &cookie_name(state)) else {
         return Ok(None);
     };
@@ -70,7 +70,7 @@ pub async fn find(state: &AppState, headers: &HeaderMap) -> Result<Option<Browse
 }
 
 /// Starts a session for who signed in; returns the `Set-Cookie` that hands it to the browser.
-pub async fn start(state: &AppState, signed_in: &SignedIn) -> Result<HeaderValue, PageError> {
+pub async fn start(state: &PagesState, signed_in: &SignedIn) -> Result<HeaderValue, PageError> {
     let value = random_token();
     let ttl = state.config.identity.browser_session_ttl;
     let now = Utc::now();
@@ -86,23 +86,23 @@ pub async fn start(state: &AppState, signed_in: &SignedIn) -> Result<HeaderValue
 }
 
 /// Ends the session; returns the `Set-Cookie` that drops its cookie.
-pub async fn end(state: &AppState, session: &BrowserSession) -> Result<HeaderValue, PageError> {
+pub async fn end(state: &PagesState, session: &BrowserSession) -> Result<HeaderValue, PageError> {
     state.store.delete_browser_session(&session.id).await?;
     dropped(state)
 }
 
 /// The `Set-Cookie` that drops the session cookie.
-pub fn dropped(state: &AppState) -> Result<HeaderValue, PageError> {
+pub fn dropped(state: &PagesState) -> Result<HeaderValue, PageError> {
     cookies::expire(state, &cookie_name(state))
 }
 
 /// The browser's live session, if any, as an extractor.
 pub struct CurrentSession(pub Option<BrowserSession>);
 
-impl FromRequestParts<AppState> for CurrentSession {
+impl FromRequestParts<PagesState> for CurrentSession {
     type Rejection = PageError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &PagesState) -> Result<Self, Self::Rejection> {
         find(state, &parts.headers).await.map(CurrentSession)
     }
 }

@@ -2,37 +2,37 @@
 //! Decline) and the OAuth callback. Both check that the browser's principal is the one the
 //! elicitation was issued to, so a forwarded or edited link changes nothing.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use askama::Template;
 use axum::Router;
-use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
-use super::connections::CONNECTIONS_PATH;
 use super::cookies;
 use super::error::{NoticePage, PageError, START_AGAIN};
 use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
-use super::response::PageResponse;
+use super::page::PageResponse;
+use super::state::PagesState;
 use super::templates::impl_page;
 use crate::audit::Origin;
-use crate::gate::{CALLBACK_PATH, CallbackOutcome, CallbackParams, ProviderErrorCode};
-use crate::state::AppState;
+use crate::edge::Peer;
+use crate::gate::{CallbackOutcome, CallbackParams, ProviderErrorCode};
+use crate::routes;
 use crate::store::{ElicitationRecord, ElicitationStatus};
 
 const PURPOSE: &str = "connect";
 /// How long a browser may take at the provider.
 const FLOW_COOKIE_LIFETIME: Duration = Duration::from_secs(600);
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<PagesState> {
     Router::new()
-        .route("/connect/{id}", get(show).post(act))
-        .route(CALLBACK_PATH, get(callback))
+        .route(routes::CONNECT, get(show).post(act))
+        .route(routes::OAUTH_CALLBACK, get(callback))
 }
 
 #[derive(Template, Serialize)]
@@ -51,7 +51,7 @@ struct ConnectPage {
 impl_page!(ConnectPage, "connect.html");
 
 async fn show(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     OwnedElicitation {
         principal, elicitation, ..
     }: OwnedElicitation,
@@ -82,7 +82,7 @@ struct ConnectForm {
 }
 
 async fn act(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     OwnedElicitation {
         principal,
         elicitation,
@@ -118,7 +118,7 @@ async fn act(
 
 /// The user said no on a page: the elicitation is declined and its client told.
 pub async fn declined(
-    state: &AppState,
+    state: &PagesState,
     elicitation: &ElicitationRecord,
     from: &Origin,
     heading: &str,
@@ -137,8 +137,8 @@ pub async fn declined(
 }
 
 async fn callback(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    State(state): State<PagesState>,
+    Peer(peer): Peer,
     uri: Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -170,7 +170,7 @@ async fn callback(
                 },
                 Some(&format!("You can close this window and return to {client_name}.")),
             )
-            .with_link(state.public_url.path(CONNECTIONS_PATH), "See your connections"),
+            .with_link(state.public_url.path(routes::CONNECTIONS), "See your connections"),
         ),
         CallbackOutcome::Declined { provider_name } => PageResponse::new(NoticePage::new(
             "Declined",

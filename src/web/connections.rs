@@ -12,18 +12,18 @@ use serde::{Deserialize, Serialize};
 
 use super::error::PageError;
 use super::extract::{Browser, CsrfBinding, Posted, when};
-use super::response::PageResponse;
+use super::page::PageResponse;
+use super::state::PagesState;
 use super::templates::impl_page;
 use crate::forms::FormScope;
 use crate::gate::Disconnected;
-use crate::state::AppState;
+use crate::routes;
 use crate::tools::Offerings;
 
-pub const CONNECTIONS_PATH: &str = "/connections";
 const PURPOSE: &str = "connections";
 
-pub fn router() -> Router<AppState> {
-    Router::new().route(CONNECTIONS_PATH, get(show).post(act))
+pub fn router() -> Router<PagesState> {
+    Router::new().route(routes::CONNECTIONS, get(show).post(act))
 }
 
 #[derive(Serialize)]
@@ -68,16 +68,16 @@ struct ConnectionsPage {
 impl_page!(ConnectionsPage, "connections.html");
 
 /// After a change: back to the list (303, so a reload does not post again).
-pub fn redirect_to_connections(state: &AppState) -> Result<Response, PageError> {
-    let location = super::cookies::header_value(&state.public_url.path(CONNECTIONS_PATH))?;
+pub fn redirect_to_connections(state: &PagesState) -> Result<Response, PageError> {
+    let location = super::cookies::header_value(&state.public_url.path(routes::CONNECTIONS))?;
     Ok((StatusCode::SEE_OTHER, [(LOCATION, location)]).into_response())
 }
 
 fn csrf() -> CsrfBinding {
-    CsrfBinding::new(PURPOSE, CONNECTIONS_PATH)
+    CsrfBinding::new(PURPOSE, routes::CONNECTIONS)
 }
 
-async fn render(state: &AppState, browser: &Browser, status: Option<String>) -> Result<PageResponse, PageError> {
+async fn render(state: &PagesState, browser: &Browser, status: Option<String>) -> Result<PageResponse, PageError> {
     let principal = &browser.principal;
     let connections = state
         .gate
@@ -129,7 +129,7 @@ async fn render(state: &AppState, browser: &Browser, status: Option<String>) -> 
     }))
 }
 
-async fn show(State(state): State<AppState>, browser: Browser) -> Result<PageResponse, PageError> {
+async fn show(State(state): State<PagesState>, browser: Browser) -> Result<PageResponse, PageError> {
     render(&state, &browser, None).await
 }
 
@@ -142,7 +142,7 @@ struct Action {
 }
 
 async fn act(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     browser: Browser,
     Posted(action): Posted<Action>,
 ) -> Result<PageResponse, PageError> {

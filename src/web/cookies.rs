@@ -10,7 +10,7 @@ use axum::http::header::COOKIE;
 use axum::http::{HeaderMap, HeaderValue};
 
 use super::error::PageError;
-use crate::state::AppState;
+use super::state::PagesState;
 
 /// The value of cookie `name`, from any Cookie header.
 pub fn read<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -25,7 +25,7 @@ pub fn read<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// Sets cookie `name` to `value` for `max_age`.
-pub fn set(state: &AppState, name: &str, value: &str, max_age: Duration) -> Result<HeaderValue, PageError> {
+pub fn set(state: &PagesState, name: &str, value: &str, max_age: Duration) -> Result<HeaderValue, PageError> {
     header_value(&format!(
         "{name}={value}; Path={}; HttpOnly; SameSite=Lax; Max-Age={}{}",
         state.public_url.cookie_path(),
@@ -35,7 +35,7 @@ pub fn set(state: &AppState, name: &str, value: &str, max_age: Duration) -> Resu
 }
 
 /// Makes the browser drop cookie `name`.
-pub fn expire(state: &AppState, name: &str) -> Result<HeaderValue, PageError> {
+pub fn expire(state: &PagesState, name: &str) -> Result<HeaderValue, PageError> {
     header_value(&format!(
         "{name}=; Path={}; HttpOnly; SameSite=Lax; Max-Age=0{}",
         state.public_url.cookie_path(),
@@ -43,7 +43,7 @@ pub fn expire(state: &AppState, name: &str) -> Result<HeaderValue, PageError> {
     ))
 }
 
-fn secure_attribute(state: &AppState) -> &'static str {
+fn secure_attribute(state: &PagesState) -> &'static str {
     if state.public_url.is_https() { "; Secure" } else { "" }
 }
 

@@ -3,16 +3,19 @@
 //! what to do. An internal cause travels with the response to the page layer, which logs it with
 //! the request it broke; the user sees a generic message.
 
+use std::net::SocketAddr;
+
 use askama::Template;
 use axum::http::header::{LOCATION, RETRY_AFTER};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::response::PageResponse;
+use super::page::PageResponse;
 use super::templates::impl_page;
+use crate::edge::RETRY_AFTER_SECONDS;
 use crate::gate::{CallbackRefusal, GateError};
-use crate::state::RETRY_AFTER_SECONDS;
+use crate::identity::IdentityError;
 use crate::store::{ElicitationStatus, StoreError};
 
 /// A page with a heading, a message, an optional next step and an optional link onward.
@@ -146,6 +149,12 @@ impl From<StoreError> for PageError {
 }
 
 impl PageError {
+    /// A browser the identity mode could not tell (outside `oauth` mode), logged with its peer.
+    pub fn unidentified(error: &IdentityError, peer: SocketAddr) -> Self {
+        tracing::info!(%peer, reason = %error, "unidentified browser");
+        PageError::SignInRequired
+    }
+
     fn status(&self) -> StatusCode {
         match self {
             PageError::SignInRequired | PageError::NotSignedIn { .. } => StatusCode::UNAUTHORIZED,

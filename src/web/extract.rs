@@ -1,15 +1,15 @@
 //! What every page opened from an elicitation checks before it does anything: who the browser is
 //! (`Browser`), whether the request behind the link is theirs and still open
 //! (`OwnedElicitation`), a posted form, read only after those (`Posted`), and whether it came from
-//! our own page (the CSRF token; the `Origin` was checked before the body was read, see
-//! `response::refuse_foreign_requests`).
+//! our own page (the CSRF token; the `Origin` was checked before the body was read, by the edge's
+//! `AllowedPostOrigin`, see `web::router`).
 
 use std::net::SocketAddr;
 
 use axum::Form;
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{Extensions, HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
@@ -18,11 +18,12 @@ use serde::de::DeserializeOwned;
 
 use super::browser_sessions;
 use super::error::PageError;
-use super::sign_in::login_path;
+use super::state::PagesState;
 use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal};
+use crate::edge::{self, Peer, client_address};
 use crate::identity::Identity;
-use crate::state::AppState;
+use crate::routes;
 use crate::store::{ElicitationRecord, ElicitationStatus};
 
 /// The browser's principal, by the configured identity mode.
@@ -37,7 +38,7 @@ pub struct Browser {
 impl Browser {
     /// `method` and `uri` are the page's: where a browser that must sign in first returns to.
     pub async fn from_parts(
-        state: &AppState,
+        state: &PagesState,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
@@ -48,7 +49,7 @@ impl Browser {
             .map(|(principal, signed_in_as)| Browser {
                 principal,
                 signed_in_as,
-                from: Origin::at(state.client_address(headers, peer)),
+                from: Origin::at(client_address(state, headers, peer)),
             })
     }
 }
@@ -56,7 +57,7 @@ impl Browser {
 /// The browser's principal and, in `oauth` mode, who it signed in as in words. There a browser
 /// without a session is sent to sign in and come back (a page), or told to (a post).
 async fn identify(
-    state: &AppState,
+    state: &PagesState,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -71,36 +72,25 @@ async fn identify(
             None => {
                 let page = uri.path_and_query().map_or("/", |p| p.as_str());
                 Err(PageError::NotSignedIn {
-                    login: login_path(state, page),
+                    login: state.public_url.path(&routes::login(page)),
                     redirect: *method == Method::GET || *method == Method::HEAD,
                 })
             }
         };
     }
-    let caller = state.identity.caller(headers, peer).await.map_err(|e| {
-        tracing::info!(%peer, reason = %e, "unidentified browser");
-        PageError::SignInRequired
-    })?;
+    let caller = edge::caller(state, headers, peer)
+        .await
+        .map_err(|error| PageError::unidentified(&error, peer))?;
     Ok((caller.principal, None))
 }
 
-impl FromRequestParts<AppState> for Browser {
+impl FromRequestParts<PagesState> for Browser {
     type Rejection = PageError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let peer = peer_of(&parts.extensions)?;
+    async fn from_request_parts(parts: &mut Parts, state: &PagesState) -> Result<Self, Self::Rejection> {
+        let Peer(peer) = Peer::from_request_parts(parts, state).await?;
         Self::from_parts(state, &parts.method, &parts.uri, &parts.headers, peer).await
     }
-}
-
-/// The peer's address, which `gatehouse::serve` puts on every request.
-pub(super) fn peer_of(extensions: &Extensions) -> Result<SocketAddr, PageError> {
-    extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| *peer)
-        .ok_or_else(|| {
-            PageError::Internal("a page request without the peer address (not served by gatehouse::serve)".into())
-        })
 }
 
 /// The elicitation behind a `/…/{id}` link, which must be the browser's and still pending.
@@ -111,11 +101,11 @@ pub struct OwnedElicitation {
     pub from: Origin,
 }
 
-impl FromRequestParts<AppState> for OwnedElicitation {
+impl FromRequestParts<PagesState> for OwnedElicitation {
     type Rejection = PageError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let peer = peer_of(&parts.extensions)?;
+    async fn from_request_parts(parts: &mut Parts, state: &PagesState) -> Result<Self, Self::Rejection> {
+        let Peer(peer) = Peer::from_request_parts(parts, state).await?;
         let (principal, signed_in_as) = identify(state, &parts.method, &parts.uri, &parts.headers, peer).await?;
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
@@ -131,14 +121,14 @@ impl FromRequestParts<AppState> for OwnedElicitation {
             tracing::warn!(elicitation = %id, browser = %principal, "a request was opened by another user");
             return Err(PageError::NotYours {
                 signed_in_as,
-                sign_out: state.public_url.path("/logout"),
+                sign_out: state.public_url.path(routes::LOGOUT),
             });
         }
         match elicitation.status {
             ElicitationStatus::Pending if elicitation.expires_at > Utc::now() => Ok(Self {
                 principal,
                 elicitation,
-                from: Origin::at(state.client_address(&parts.headers, peer)),
+                from: Origin::at(client_address(state, &parts.headers, peer)),
             }),
             ElicitationStatus::Pending => Err(PageError::Closed(ElicitationStatus::Expired)),
             status => Err(PageError::Closed(status)),
@@ -173,7 +163,7 @@ impl CsrfBinding {
     }
 
     /// A fresh token for one rendering of the page's form, bound to the principal too.
-    pub fn token(&self, state: &AppState, principal: &Principal) -> String {
+    pub fn token(&self, state: &PagesState, principal: &Principal) -> String {
         let mut bytes = [0u8; NONCE_BYTES];
         rand::rng().fill_bytes(&mut bytes);
         let nonce = URL_SAFE_NO_PAD.encode(bytes);
@@ -184,7 +174,7 @@ impl CsrfBinding {
     }
 
     /// A post carried a token one of the page's renderings carried.
-    pub fn check(&self, state: &AppState, principal: &Principal, token: &str) -> Result<(), PageError> {
+    pub fn check(&self, state: &PagesState, principal: &Principal, token: &str) -> Result<(), PageError> {
         let signed = token.split_once('.').is_some_and(|(nonce, mac)| {
             nonce.len() == NONCE_LEN
                 && state
@@ -203,10 +193,10 @@ impl CsrfBinding {
 /// must arrive whole within `server.request_body_timeout`.
 pub struct Posted<T>(pub T);
 
-impl<T: DeserializeOwned + Send> FromRequest<AppState> for Posted<T> {
+impl<T: DeserializeOwned + Send> FromRequest<PagesState> for Posted<T> {
     type Rejection = PageError;
 
-    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request(request: Request, state: &PagesState) -> Result<Self, Self::Rejection> {
         let deadline = state.config.server.request_body_timeout;
         let read = tokio::time::timeout(deadline, Form::<T>::from_request(request, state))
             .await

@@ -17,12 +17,13 @@ use super::connect::declined;
 use super::connections::redirect_to_connections;
 use super::error::{NoticePage, PageError};
 use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
-use super::response::PageResponse;
+use super::page::PageResponse;
+use super::state::PagesState;
 use super::templates::impl_page;
 use crate::domain::Principal;
 use crate::forms::{FieldErrors, FieldView, Form, FormScope, Submission};
 use crate::gate::StoredValues;
-use crate::state::AppState;
+use crate::routes;
 use crate::store::ElicitationRecord;
 
 /// Largest form post: a 20,000-character textarea percent-encoded, and then some.
@@ -30,10 +31,10 @@ const MAX_FORM_BYTES: usize = 512 * 1024;
 const ELICITATION_PURPOSE: &str = "form";
 const REPLACE_PURPOSE: &str = "replace-form";
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<PagesState> {
     Router::new()
-        .route("/forms/{id}", get(show).post(submit))
-        .route("/connections/forms/{form}", get(show_stored).post(replace))
+        .route(routes::FORM, get(show).post(submit))
+        .route(routes::STORED_FORM, get(show_stored).post(replace))
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
 }
 
@@ -70,7 +71,7 @@ struct Target<'a> {
 
 impl<'a> Target<'a> {
     /// The form an elicitation the browser owns asks for.
-    fn answering(state: &'a AppState, owned: &'a OwnedElicitation) -> Result<Self, PageError> {
+    fn answering(state: &'a PagesState, owned: &'a OwnedElicitation) -> Result<Self, PageError> {
         let form = state
             .gate
             .form_values()
@@ -85,8 +86,8 @@ impl<'a> Target<'a> {
 
     fn action(&self) -> String {
         match self.elicitation {
-            Some(elicitation) => format!("/forms/{}", elicitation.id),
-            None => format!("/connections/forms/{}", self.form.id),
+            Some(elicitation) => routes::form(elicitation.id),
+            None => routes::stored_form(&self.form.id),
         }
     }
 
@@ -101,7 +102,7 @@ impl<'a> Target<'a> {
 
 /// The form page, with the user's input and messages after a refused post (then 422).
 fn render(
-    state: &AppState,
+    state: &PagesState,
     target: &Target<'_>,
     typed: Option<&[(String, String)]>,
     stored: Option<&StoredValues>,
@@ -152,7 +153,7 @@ fn render(
 
 /// The saved values of the target's form when it is user-scoped (a blank secret then keeps the
 /// stored one).
-async fn stored(state: &AppState, target: &Target<'_>) -> Result<Option<StoredValues>, PageError> {
+async fn stored(state: &PagesState, target: &Target<'_>) -> Result<Option<StoredValues>, PageError> {
     if target.form.scope == FormScope::Call {
         return Ok(None);
     }
@@ -164,7 +165,7 @@ async fn stored(state: &AppState, target: &Target<'_>) -> Result<Option<StoredVa
 }
 
 /// The form as first shown: what is saved already, or the defaults.
-async fn fresh_page(state: &AppState, target: &Target<'_>) -> Result<PageResponse, PageError> {
+async fn fresh_page(state: &PagesState, target: &Target<'_>) -> Result<PageResponse, PageError> {
     let stored = stored(state, target).await?;
     Ok(render(state, target, None, stored.as_ref(), &FieldErrors::none()))
 }
@@ -175,7 +176,7 @@ enum Checked {
     Invalid(PageResponse),
 }
 
-async fn validated(state: &AppState, target: &Target<'_>, posted: &Answers) -> Result<Checked, PageError> {
+async fn validated(state: &PagesState, target: &Target<'_>, posted: &Answers) -> Result<Checked, PageError> {
     let stored = stored(state, target).await?;
     let no_secrets = BTreeSet::new();
     let secret_names = stored.as_ref().map_or(&no_secrets, |s| &s.secret_names);
@@ -192,7 +193,7 @@ struct Answers {
 }
 
 /// The post, if it came from our page.
-fn read_post(state: &AppState, target: &Target<'_>, pairs: Vec<(String, String)>) -> Result<Answers, PageError> {
+fn read_post(state: &PagesState, target: &Target<'_>, pairs: Vec<(String, String)>) -> Result<Answers, PageError> {
     let first = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     target
         .csrf()
@@ -203,12 +204,12 @@ fn read_post(state: &AppState, target: &Target<'_>, pairs: Vec<(String, String)>
     })
 }
 
-async fn show(State(state): State<AppState>, owned: OwnedElicitation) -> Result<PageResponse, PageError> {
+async fn show(State(state): State<PagesState>, owned: OwnedElicitation) -> Result<PageResponse, PageError> {
     fresh_page(&state, &Target::answering(&state, &owned)?).await
 }
 
 async fn submit(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     owned: OwnedElicitation,
     Posted(pairs): Posted<Vec<(String, String)>>,
 ) -> Result<PageResponse, PageError> {
@@ -253,7 +254,7 @@ fn done(form: &Form, client_name: &str) -> PageResponse {
 }
 
 /// A user-scoped form the browser's user may fill in from /connections.
-fn user_form<'s>(state: &'s AppState, form: &str) -> Result<&'s Form, PageError> {
+fn user_form<'s>(state: &'s PagesState, form: &str) -> Result<&'s Form, PageError> {
     state
         .gate
         .form_values()
@@ -264,7 +265,7 @@ fn user_form<'s>(state: &'s AppState, form: &str) -> Result<&'s Form, PageError>
 }
 
 async fn show_stored(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     Browser { principal, .. }: Browser,
     Path(form): Path<String>,
 ) -> Result<PageResponse, PageError> {
@@ -277,7 +278,7 @@ async fn show_stored(
 }
 
 async fn replace(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     Browser { principal, from, .. }: Browser,
     Path(form): Path<String>,
     Posted(pairs): Posted<Vec<(String, String)>>,

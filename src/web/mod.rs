@@ -1,6 +1,7 @@
 //! Browser- and operator-facing routes: the landing page, health checks, and the pages users
 //! open from elicitations. Pages are responses rendered by one layer (with the operator's
-//! templates); every response here carries the page security headers.
+//! templates); every response here carries the page security headers. The pages' own parts
+//! (templates, sign-in, request limit) are their router state, `PagesState`.
 
 mod browser_sessions;
 mod connect;
@@ -9,8 +10,10 @@ mod cookies;
 mod error;
 mod extract;
 mod forms;
-mod response;
+mod layers;
+mod page;
 mod sign_in;
+mod state;
 pub mod templates;
 
 use askama::Template;
@@ -24,38 +27,36 @@ use serde::Serialize;
 use serde_json::json;
 use std::time::Duration;
 
-use crate::instance::{INSTANCE_PATH, InstanceNonce};
-use crate::mcp::MCP_PATH;
-use crate::state::{AppState, RETRY_AFTER_SECONDS};
-use response::PageResponse;
+use crate::edge::{AllowedPostOrigin, DatabaseUp, KnownHost, RETRY_AFTER_SECONDS};
+use crate::instance::InstanceNonce;
+use crate::routes;
+use page::PageResponse;
+pub use state::PagesState;
 use templates::impl_page;
 
-pub fn router(state: &AppState) -> Router<AppState> {
+pub fn router(state: &PagesState) -> Router<PagesState> {
     let pages = Router::new()
-        .route("/", get(index))
+        .route(routes::INDEX, get(index))
         .merge(
             Router::new()
                 .merge(connect::router())
                 .merge(forms::router())
                 .merge(connections::router())
                 .merge(sign_in::router())
-                .layer(middleware::from_fn_with_state(
-                    state.clone(),
-                    response::refuse_while_database_down,
-                )),
+                .layer(middleware::from_extractor_with_state::<DatabaseUp, _>(state.clone())),
         )
-        .layer(middleware::from_fn_with_state(state.clone(), response::limit_requests));
+        .layer(middleware::from_fn_with_state(state.clone(), layers::limit_requests));
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route(INSTANCE_PATH, get(instance))
+        .route(routes::HEALTHZ, get(healthz))
+        .route(routes::READYZ, get(readyz))
+        .route(routes::INSTANCE, get(instance))
         .merge(pages)
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            response::refuse_foreign_requests,
-        ))
-        .layer(middleware::from_fn_with_state(state.clone(), response::render_pages))
-        .layer(middleware::map_response(response::security_headers))
+        // On a loopback-bound instance a `Host` that is not this server's name is refused, as
+        // `/mcp` refuses it; a post from another site's page is refused by its `Origin`, by the
+        // rule of `/mcp`, before its body is read.
+        .layer(middleware::from_extractor_with_state::<(KnownHost, AllowedPostOrigin), _>(state.clone()))
+        .layer(middleware::from_fn_with_state(state.clone(), layers::render_pages))
+        .layer(middleware::map_response(layers::security_headers))
 }
 
 #[derive(Template, Serialize)]
@@ -67,10 +68,10 @@ struct IndexPage {
 }
 impl_page!(IndexPage, "index.html");
 
-async fn index(State(state): State<AppState>) -> PageResponse {
+async fn index(State(state): State<PagesState>) -> PageResponse {
     let tools = state.tools.all().iter().cloned().chain(state.upstreams.tools());
     PageResponse::new(IndexPage {
-        mcp_url: state.public_url.at(MCP_PATH),
+        mcp_url: state.public_url.at(routes::MCP),
         version: env!("CARGO_PKG_VERSION"),
         tools: tools.map(|t| t.definition().name.clone()).collect(),
     })
@@ -82,15 +83,15 @@ async fn healthz() -> &'static str {
 }
 
 /// This process's nonce (`crate::instance`), which `gatehouse doctor` compares.
-async fn instance(State(state): State<AppState>) -> Response {
+async fn instance(State(state): State<PagesState>) -> Response {
     instance_answer(&state.instance)
 }
 
-/// Only [`INSTANCE_PATH`] (also under the public URL's path `prefix`), answering `nonce`: what
+/// Only [`routes::INSTANCE`] (also under the public URL's path `prefix`), answering `nonce`: what
 /// `gatehouse doctor` serves on `server.bind` while no server does, to see whether
 /// `server.public_url` reaches it.
 pub fn instance_only(nonce: InstanceNonce, prefix: &str) -> Router {
-    let routes = Router::new().route(INSTANCE_PATH, get(move || async move { instance_answer(&nonce) }));
+    let routes = Router::new().route(routes::INSTANCE, get(move || async move { instance_answer(&nonce) }));
     crate::path_prefix::serve_under(prefix, routes)
 }
 
@@ -104,7 +105,7 @@ const READY_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The database answers, its migrations are applied and (on PostgreSQL) the bus is listening.
 /// What is known without asking comes first: a reconnecting bus answers 503 at once.
-async fn readyz(State(state): State<AppState>) -> Response {
+async fn readyz(State(state): State<PagesState>) -> Response {
     if !state.bus.is_connected() {
         return not_ready("unchecked", "reconnecting");
     }

@@ -20,16 +20,16 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
 use super::browser_sessions::{self, CurrentSession};
-use super::connections::CONNECTIONS_PATH;
 use super::cookies;
 use super::error::{NoticePage, PageError};
 use super::extract::{CsrfBinding, Posted};
-use super::response::PageResponse;
+use super::page::PageResponse;
+use super::state::PagesState;
 use super::templates::impl_page;
 use crate::config::IdentityMode;
 use crate::gate::sha256_hex;
-use crate::identity::oidc::{CALLBACK_PATH, SignIn, SignInError};
-use crate::state::AppState;
+use crate::identity::oidc::{SignIn, SignInError};
+use crate::routes;
 
 /// How long a browser may take at the identity provider.
 const LOGIN_LIFETIME: Duration = Duration::from_secs(600);
@@ -39,22 +39,17 @@ const SEAL_CONTEXT: &str = "browser-login";
 const MAX_NEXT: usize = 2048;
 const LOGOUT_PURPOSE: &str = "logout";
 
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<PagesState> {
     Router::new()
-        .route("/login", get(login))
-        .route(CALLBACK_PATH, get(callback))
-        .route("/logout", get(confirm_logout).post(logout))
+        .route(routes::LOGIN, get(login))
+        .route(routes::LOGIN_CALLBACK, get(callback))
+        .route(routes::LOGOUT, get(confirm_logout).post(logout))
 }
 
 /// Where a page sends a browser to sign in and come back to `path` (a route's path with its
 /// query, without the public URL's prefix), as the browser sees it: under the prefix.
-pub fn login_path(state: &AppState, path: &str) -> String {
-    state.public_url.path(&login_route(path))
-}
-
-fn login_route(path: &str) -> String {
-    let next: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
-    format!("/login?next={next}")
+fn login_path(state: &PagesState, path: &str) -> String {
+    state.public_url.path(&routes::login(path))
 }
 
 /// `next` when it is a path on this server, else `/`: never `//host` or `/\host`, which browsers
@@ -75,7 +70,7 @@ fn local_path(next: Option<&str>) -> String {
 }
 
 /// The pages' sign-in, or who signs users in instead outside `oauth` mode.
-fn sign_in(state: &AppState) -> Result<&SignIn, PageError> {
+fn sign_in(state: &PagesState) -> Result<&SignIn, PageError> {
     state.sign_in.as_deref().ok_or(match state.config.identity.mode {
         IdentityMode::Header => PageError::SignInElsewhere(
             "gatehouse does not sign you in or out itself: the sign-in service in front of it does.",
@@ -96,13 +91,13 @@ struct LoginFlow {
 }
 
 impl LoginFlow {
-    fn seal(&self, state: &AppState) -> Result<String, PageError> {
+    fn seal(&self, state: &PagesState) -> Result<String, PageError> {
         let json = serde_json::to_vec(self).map_err(|e| PageError::Internal(format!("sealing a sign-in: {e}")))?;
         Ok(URL_SAFE_NO_PAD.encode(state.vault.encrypt(&json, SEAL_CONTEXT)))
     }
 
     /// The flow in `sealed`, when gatehouse sealed it and it has not expired.
-    fn open(state: &AppState, sealed: &str) -> Option<Self> {
+    fn open(state: &PagesState, sealed: &str) -> Option<Self> {
         let bytes = URL_SAFE_NO_PAD.decode(sealed).ok()?;
         let json = state.vault.decrypt(&bytes, SEAL_CONTEXT).ok()?;
         let flow: Self = serde_json::from_slice(&json).ok()?;
@@ -112,13 +107,13 @@ impl LoginFlow {
 
 /// One cookie per sign-in, named after its state, so sign-ins in two tabs do not overwrite each
 /// other.
-fn flow_cookie_name(state: &AppState, oauth_state: &str) -> String {
+fn flow_cookie_name(state: &PagesState, oauth_state: &str) -> String {
     state
         .public_url
         .cookie_name(&format!("gatehouse-login-{}", &sha256_hex(oauth_state)[..16]))
 }
 
-async fn login(State(state): State<AppState>, RawQuery(query): RawQuery) -> Result<Response, PageError> {
+async fn login(State(state): State<PagesState>, RawQuery(query): RawQuery) -> Result<Response, PageError> {
     let next = query.as_deref().and_then(|query| {
         url::form_urlencoded::parse(query.as_bytes())
             .find(|(key, _)| key == "next")
@@ -156,7 +151,7 @@ fn unavailable(error: SignInError) -> PageError {
 }
 
 async fn callback(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
@@ -181,7 +176,7 @@ async fn callback(
 
 /// Checks the answer against the sealed flow, then has `sign_in` finish it into a session.
 async fn finish(
-    state: &AppState,
+    state: &PagesState,
     sign_in: &SignIn,
     params: &HashMap<String, String>,
     sealed: Option<&str>,
@@ -260,14 +255,14 @@ struct LogoutPage {
 impl_page!(LogoutPage, "logout.html");
 
 async fn confirm_logout(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     CurrentSession(session): CurrentSession,
 ) -> Result<PageResponse, PageError> {
     sign_in(&state)?;
     let Some(session) = session else {
         return Ok(PageResponse::new(
             NoticePage::new("Not signed in", "This browser is not signed in to gatehouse.", None)
-                .with_link(login_path(&state, CONNECTIONS_PATH), "Sign in"),
+                .with_link(login_path(&state, routes::CONNECTIONS), "Sign in"),
         ));
     };
     Ok(PageResponse::new(LogoutPage {
@@ -282,7 +277,7 @@ struct LogoutForm {
 }
 
 async fn logout(
-    State(state): State<AppState>,
+    State(state): State<PagesState>,
     CurrentSession(session): CurrentSession,
     Posted(form): Posted<LogoutForm>,
 ) -> Result<Response, PageError> {
@@ -324,13 +319,5 @@ mod tests {
             assert_eq!(local_path(next), kept, "{next:?}");
         }
         assert_eq!(local_path(Some(&format!("/{}", "a".repeat(MAX_NEXT)))), "/");
-    }
-
-    #[test]
-    fn the_login_path_carries_next_encoded() {
-        assert_eq!(
-            login_route("/connect/x?a=1&b=2"),
-            "/login?next=%2Fconnect%2Fx%3Fa%3D1%26b%3D2"
-        );
     }
 }

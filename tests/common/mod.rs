@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use gatehouse::config::ConfigSource;
-use gatehouse::{AppState, Config};
+use gatehouse::mcp::McpState;
+use gatehouse::{App, AppState, Config};
 use serde_json::{Value, json};
 use sqlx::Connection;
 use tokio::sync::OnceCell;
@@ -463,6 +464,8 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub url: String,
     pub state: AppState,
+    /// The MCP endpoint's own parts (its sessions, the calls running).
+    pub mcp: McpState,
     /// The metrics listener's address, when the configuration sets `server.metrics_bind` (any
     /// value: the test server listens on a free loopback port instead).
     pub metrics_addr: Option<SocketAddr>,
@@ -499,9 +502,8 @@ impl TestServer {
         config.server.sse_keep_alive = Duration::from_secs(1);
         config.server.sse_retry = Duration::from_millis(250);
         let shutdown = CancellationToken::new();
-        let (state, tasks) = AppState::build(config, shutdown.clone())
-            .await
-            .expect("build app state");
+        let (app, tasks) = App::build(config, shutdown.clone()).await.expect("build the app");
+        let state = app.state.clone();
         let (metrics_addr, metrics) = match state.config.server.metrics_bind {
             Some(_) => {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -515,13 +517,15 @@ impl TestServer {
             None => (None, None),
         };
         let server_shutdown = shutdown.clone();
-        let server = tokio::spawn(gatehouse::serve(listener, state.clone(), async move {
+        let mcp = app.mcp.clone();
+        let server = tokio::spawn(gatehouse::serve(listener, app, async move {
             server_shutdown.cancelled().await
         }));
         Self {
             addr,
             url: format!("http://{addr}/mcp"),
             state,
+            mcp,
             metrics_addr,
             shutdown,
             server,

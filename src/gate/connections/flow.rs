@@ -16,13 +16,12 @@ use crate::domain::Principal;
 use crate::gate::{GateError, after, random_token, sha256_hex};
 use crate::metrics::ElicitationOutcome;
 use crate::providers::{OAuthError, Provider};
+use crate::routes;
 use crate::secret::Secret;
 use crate::store::{
     AuditAction, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, OAuthFlowRecord,
 };
 
-/// The one redirect URI of a deployment.
-pub const CALLBACK_PATH: &str = "/oauth/callback";
 /// An OAuth flow (state, PKCE verifier, browser cookie) lives this long.
 const FLOW_TTL: Duration = Duration::from_secs(600);
 /// Longest `state` read from a callback; ours are 43 characters.
@@ -188,7 +187,7 @@ fn still_open(elicitation: &ElicitationRecord, now: DateTime<Utc>) -> Option<Str
 
 impl Connections {
     fn redirect_uri(&self) -> String {
-        self.backing.public_url.at(CALLBACK_PATH)
+        self.backing.public_url.at(routes::OAUTH_CALLBACK)
     }
 
     /// `__Host-` cookies over HTTPS (`__Secure-` under a path prefix); a plain name on

@@ -20,7 +20,7 @@ use crate::secret::Secret;
 use crate::store::{AuditAction, ConnectionCache, ConnectionRecord, ConnectionStatus, ElicitationRecord};
 
 pub(in crate::gate) use flow::verifier_context;
-pub use flow::{CALLBACK_PATH, CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
+pub use flow::{CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
 
 /// What a connection looks like to the user (never a token).
 pub struct ConnectionSummary {

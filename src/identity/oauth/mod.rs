@@ -23,12 +23,9 @@ use super::Caller;
 use crate::config::{Config, ConfigError};
 use crate::domain::Principal;
 use crate::public_url::PublicUrl;
+use crate::routes;
 use crate::secret::Secret;
 use crate::store::Cache;
-
-/// Where the Protected Resource Metadata of `/mcp` is served (RFC 9728 3.1), and the root one.
-pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
-pub const ROOT_RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
 /// Verified tokens cached per replica; a full cache starts over.
 const TOKEN_CACHE_CAPACITY: usize = 100_000;
@@ -75,11 +72,8 @@ impl ResourceServer {
             .ok_or_else(|| ConfigError::key("identity.issuer", "is required in `oauth` mode"))?;
         let public_url = PublicUrl::new(&config.public_url());
         Ok(Self {
-            audience: identity
-                .audience
-                .clone()
-                .unwrap_or_else(|| public_url.at(crate::mcp::MCP_PATH)),
-            resource: public_url.at(crate::mcp::MCP_PATH),
+            audience: identity.audience.clone().unwrap_or_else(|| public_url.at(routes::MCP)),
+            resource: public_url.at(routes::MCP),
             scopes: identity.scopes.clone(),
             principal_claim: identity.principal_claim.clone(),
             client_id: identity.client_id.clone().unwrap_or_default(),
@@ -91,7 +85,7 @@ impl ResourceServer {
             // Under the public URL, not at the host's root where RFC 9728 3.1 derives it from
             // `resource` (`/.well-known/oauth-protected-resource/gatehouse/mcp`, also served): a
             // proxy that forwards only gatehouse's path prefix forwards this one too.
-            resource_metadata_url: public_url.at(RESOURCE_METADATA_PATH),
+            resource_metadata_url: public_url.at(routes::RESOURCE_METADATA),
             http,
             verified: Cache::new(TOKEN_CACHE_CAPACITY),
         })

@@ -16,14 +16,14 @@ use crate::gate::after;
 use crate::identity::Caller;
 use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
 use crate::mcp::incall::Outbox;
+use crate::mcp::state::McpState;
 use crate::mcp::tool_call::{self, Called, Hold, Retry, Stream, ToolRequest};
-use crate::state::AppState;
 use crate::store::SessionRecord;
 use crate::tools::ToolInput;
 
 /// Runs the call; its result, or `input_required`.
 pub async fn call(
-    state: &AppState,
+    state: &McpState,
     session: &SessionRecord,
     caller: &Caller,
     mut params: Map<String, Value>,

@@ -9,14 +9,14 @@ use serde_json::{Map, Value, json};
 use super::call::{check_capabilities, input_responses};
 use super::{Refused, not_found};
 use crate::mcp::fixtures;
-use crate::state::AppState;
+use crate::mcp::state::McpState;
 use crate::store::SessionRecord;
 
 /// How long a client may keep a list of fixtures or a read resource.
 const FIXTURES_TTL_MS: u64 = 300_000;
 
 /// The capabilities `server/discover` announces, with what the fixtures serve when they are on.
-pub fn advertise(state: &AppState, capabilities: Value) -> Value {
+pub fn advertise(state: &McpState, capabilities: Value) -> Value {
     match state.fixtures {
         Some(_) => fixtures::advertise(capabilities, false),
         None => capabilities,
@@ -26,7 +26,7 @@ pub fn advertise(state: &AppState, capabilities: Value) -> Value {
 /// Answers a resources, prompts or completion request; "Method not found" when the fixtures are
 /// off.
 pub fn answer(
-    state: &AppState,
+    state: &McpState,
     session: &SessionRecord,
     method: &str,
     mut params: Map<String, Value>,

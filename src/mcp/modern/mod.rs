@@ -29,7 +29,7 @@ use crate::jsonrpc::{
     self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RequestId, RpcError,
     UNSUPPORTED_PROTOCOL_VERSION,
 };
-use crate::state::AppState;
+use crate::mcp::state::McpState;
 use crate::store::SessionRecord;
 use crate::telemetry;
 
@@ -115,7 +115,7 @@ pub struct Streamed {
 
 impl Streamed {
     /// Runs the call, sending its notifications to `outbox`; the JSON-RPC response.
-    pub async fn run(self, state: &AppState, outbox: &Outbox) -> Value {
+    pub async fn run(self, state: &McpState, outbox: &Outbox) -> Value {
         let span = telemetry::mcp_span("tools/call", &self.params);
         let answer = call::call(state, &self.session, &self.caller, self.params, Some(outbox))
             .instrument(span.clone())
@@ -136,7 +136,7 @@ impl Streamed {
 }
 
 /// Answers a message of this era.
-pub async fn answer(state: &AppState, headers: &HeaderMap, caller: &Caller, message: Message) -> Answer {
+pub async fn answer(state: &McpState, headers: &HeaderMap, caller: &Caller, message: Message) -> Answer {
     let (id, method, params) = match message {
         Message::Request { id, method, params } => (id, method, params),
         // Cancellation is the client closing its request; nothing else is sent to a server.
@@ -281,7 +281,7 @@ fn decode_header(raw: &[u8]) -> Option<String> {
 }
 
 async fn dispatch(
-    state: &AppState,
+    state: &McpState,
     caller: &Caller,
     method: &str,
     mut params: Map<String, Value>,
@@ -322,7 +322,7 @@ fn not_found(method: &str) -> Refused {
     }
 }
 
-fn discover(state: &AppState) -> Value {
+fn discover(state: &McpState) -> Value {
     let capabilities = json!({"tools": {"listChanged": false}});
     #[cfg(feature = "conformance")]
     let capabilities = fixtures::advertise(state, capabilities);

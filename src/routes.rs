@@ -1,0 +1,77 @@
+//! Every path gatehouse answers at, in one leaf that any layer may name: the MCP endpoint, its
+//! RFC 9728 metadata, the pages and their sign-in, the OAuth redirect URI and the health checks.
+//! Paths are routes' paths, without the public URL's prefix (`PublicUrl::path` and `at` add it).
+
+/// The MCP endpoint (Streamable HTTP).
+pub const MCP: &str = "/mcp";
+
+/// Where the Protected Resource Metadata of [`MCP`] is served (RFC 9728 3.1), and the root one.
+pub const RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource/mcp";
+pub const ROOT_RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource";
+
+/// The landing page.
+pub const INDEX: &str = "/";
+/// The process is up.
+pub const HEALTHZ: &str = "/healthz";
+/// The database answers and the bus listens.
+pub const READYZ: &str = "/readyz";
+/// Where every serving process answers its instance nonce (text, `Cache-Control: no-store`).
+pub const INSTANCE: &str = "/healthz/instance";
+
+/// A provider's connect page for an elicitation, as a route.
+pub const CONNECT: &str = "/connect/{id}";
+/// The one OAuth redirect URI of a deployment, where providers send the browser back.
+pub const OAUTH_CALLBACK: &str = "/oauth/callback";
+/// A form's page for an elicitation, as a route.
+pub const FORM: &str = "/forms/{id}";
+/// A user's saved values of a form, as a route.
+pub const STORED_FORM: &str = "/connections/forms/{form}";
+/// What the signed-in user has given gatehouse.
+pub const CONNECTIONS: &str = "/connections";
+
+/// The pages' own sign-in (`oauth` mode), where the identity provider sends the browser back,
+/// and the sign-out.
+pub const LOGIN: &str = "/login";
+pub const LOGIN_CALLBACK: &str = "/login/callback";
+pub const LOGOUT: &str = "/logout";
+
+/// The connect page of elicitation `id`.
+pub fn connect(id: impl std::fmt::Display) -> String {
+    format!("/connect/{id}")
+}
+
+/// The form page of elicitation `id`.
+pub fn form(id: impl std::fmt::Display) -> String {
+    format!("/forms/{id}")
+}
+
+/// The page of the saved values of form `form`.
+pub fn stored_form(form: &str) -> String {
+    format!("/connections/forms/{form}")
+}
+
+/// The sign-in, returning to `next` (a route's path with its query) once signed in.
+pub fn login(next: &str) -> String {
+    let next: String = url::form_urlencoded::byte_serialize(next.as_bytes()).collect();
+    format!("{LOGIN}?next={next}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_login_path_carries_next_encoded() {
+        assert_eq!(
+            login("/connect/x?a=1&b=2"),
+            "/login?next=%2Fconnect%2Fx%3Fa%3D1%26b%3D2"
+        );
+    }
+
+    #[test]
+    fn the_built_paths_match_their_routes() {
+        assert_eq!(connect("abc"), CONNECT.replace("{id}", "abc"));
+        assert_eq!(form("abc"), FORM.replace("{id}", "abc"));
+        assert_eq!(stored_form("f"), STORED_FORM.replace("{form}", "f"));
+    }
+}
