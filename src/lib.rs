@@ -11,6 +11,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod domain;
 pub mod events;

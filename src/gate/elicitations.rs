@@ -12,8 +12,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Backing, GateError, Requirement, after};
+use super::{Backing, GateError, Requirement};
 use crate::audit::Origin;
+use crate::clock::after;
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
 use crate::metrics::{ElicitationKind, ElicitationOutcome};

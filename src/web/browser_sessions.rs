@@ -10,8 +10,9 @@ use chrono::Utc;
 
 use super::cookies;
 use super::error::PageError;
+use crate::clock::after;
 use crate::domain::Principal;
-use crate::gate::{after, random_token, sha256_hex};
+use crate::gate::{random_token, sha256_hex};
 use crate::identity::Claims;
 use crate::identity::oidc::SignedIn;
 use crate::state::AppState;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::request_state::RequestState;
-use crate::gate::after;
+use crate::clock::after;
 use crate::identity::Caller;
 use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
 use crate::mcp::incall::Outbox;
