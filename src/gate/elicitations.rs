@@ -245,10 +245,7 @@ impl Elicitations {
         F: FnOnce(Value) -> Fut,
         Fut: Future<Output = Result<bool, StoreError>>,
     {
-        let notification = jsonrpc::notification(
-            "notifications/elicitation/complete",
-            json!({ "elicitationId": elicitation.id.to_string() }),
-        );
+        let notification = jsonrpc::elicitation_complete(&elicitation.id.to_string());
         let finished = write(notification).await?;
         if finished {
             self.backing.bus.appended(&elicitation.session_id);
