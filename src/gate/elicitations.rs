@@ -69,7 +69,8 @@ impl Limits {
 }
 
 pub struct Elicitations {
-    backing: Backing,
+    /// Also where `Gate::run` finds the audit trail for the calls' rows.
+    pub(super) backing: Backing,
     limits: Limits,
     /// Elicitations created per principal in the last minute.
     created: RateLimit<Principal>,

@@ -9,9 +9,12 @@
 //! - `form_values`: what users typed into hosted forms: sealed secrets, user-scoped values and
 //!   call-scoped answers.
 //!
-//! `decision` combines them into the answer for one tool call; `rekey` re-seals what the rooms
-//! sealed under a new key (`gatehouse keys`). Pages and the protocol call the
-//! gate; the gate calls the store, the vault, the providers and the bus, never back.
+//! `decision` combines them into the answer for one tool call, and `run` runs the call on it:
+//! decide, wait for the user where the call may, run the tool with the credentials lent, decide
+//! again when the provider refuses them, and put the answer on the audit trail. `tool` is what it
+//! needs of a tool and of the protocol, which implement it. `rekey` re-seals what the rooms
+//! sealed under a new key (`gatehouse keys`). Pages and the protocol call the gate; the gate
+//! calls the store, the vault, the providers and the bus, never back.
 
 mod connections;
 mod decision;
@@ -19,8 +22,10 @@ mod elicitations;
 mod form_values;
 pub mod rekey;
 mod requirement;
+mod run;
 #[cfg(test)]
 mod testing;
+mod tool;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +53,8 @@ pub use decision::{Credentials, Decision, ToolCall};
 pub use elicitations::{Ask, Elicitations, Limits, client_name};
 pub use form_values::{FormValues, StoredValues};
 pub use requirement::{InvalidRequirement, Requirement};
+pub use run::{Called, Hold, Waiting};
+pub use tool::{AskWithinCall, RunTool, ToolOutcome, ToolResult};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
