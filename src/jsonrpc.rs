@@ -130,6 +130,15 @@ pub fn notification(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})
 }
 
+/// MCP's notice that the URL-mode elicitation `elicitation_id` is over: the client may retry
+/// what waited for it.
+pub fn elicitation_complete(elicitation_id: &str) -> Value {
+    notification(
+        "notifications/elicitation/complete",
+        json!({ "elicitationId": elicitation_id }),
+    )
+}
+
 /// Reads one message. On failure returns the id (when one could be read) and the error.
 pub fn classify(value: Value) -> Result<Message, (Option<RequestId>, RpcError)> {
     let Value::Object(mut object) = value else {

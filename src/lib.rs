@@ -4,10 +4,15 @@
 //! shutdown future completes; tests run exactly this on port 0. `serve_metrics` serves `/metrics` on a listener of its own
 //! (`server.metrics_bind`), `serve_pages` the browser pages alone (`gatehouse stdio`). `cli` is
 //! the program the binaries run ([`binary!`]).
+//!
+//! Unit tests close the file they test (`#[cfg(test)] mod tests { ... }`), or, when that would take
+//! it past 600 lines, sit in `tests.rs` in the module's own folder (`foo.rs` and `foo/mod.rs` both
+//! have `foo/tests.rs`), never behind `#[path]`.
 
 pub mod app;
 pub mod audit;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod domain;
 pub mod edge;

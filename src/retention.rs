@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use crate::gate::{after, before, every};
+use crate::clock::{after, before, every};
 use crate::store::{Lease, Store, StoreError};
 
 /// The lease's name in the `leases` table.

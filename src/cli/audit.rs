@@ -35,7 +35,7 @@ pub(super) async fn run(config: Config, args: AuditArgs) -> Result<(), String> {
         .transpose()?;
     let query = AuditQuery {
         principal,
-        since: args.since.map(|since| crate::gate::before(Utc::now(), since)),
+        since: args.since.map(|since| crate::clock::before(Utc::now(), since)),
         limit: usize::try_from(args.limit).unwrap_or(usize::MAX),
     };
     let database = super::open_database(&config, 1).await?;

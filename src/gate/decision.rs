@@ -239,5 +239,4 @@ impl Gate {
 }
 
 #[cfg(test)]
-#[path = "decision_tests.rs"]
 mod tests;

@@ -12,8 +12,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Backing, GateError, Requirement, after};
+use super::{Backing, GateError, Requirement};
 use crate::audit::Origin;
+use crate::clock::after;
 use crate::domain::{ElicitationId, Principal};
 use crate::jsonrpc;
 use crate::metrics::{ElicitationKind, ElicitationOutcome};
@@ -69,7 +70,8 @@ impl Limits {
 }
 
 pub struct Elicitations {
-    backing: Backing,
+    /// Also where `Gate::run` finds the audit trail for the calls' rows.
+    pub(super) backing: Backing,
     limits: Limits,
     /// Elicitations created per principal in the last minute.
     created: RateLimit<Principal>,
@@ -245,10 +247,7 @@ impl Elicitations {
         F: FnOnce(Value) -> Fut,
         Fut: Future<Output = Result<bool, StoreError>>,
     {
-        let notification = jsonrpc::notification(
-            "notifications/elicitation/complete",
-            json!({ "elicitationId": elicitation.id.to_string() }),
-        );
+        let notification = jsonrpc::elicitation_complete(&elicitation.id.to_string());
         let finished = write(notification).await?;
         if finished {
             self.backing.bus.appended(&elicitation.session_id);

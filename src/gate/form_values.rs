@@ -296,5 +296,4 @@ impl FormValues {
 }
 
 #[cfg(test)]
-#[path = "form_values_tests.rs"]
 mod tests;

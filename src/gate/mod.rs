@@ -9,9 +9,12 @@
 //! - `form_values`: what users typed into hosted forms: sealed secrets, user-scoped values and
 //!   call-scoped answers.
 //!
-//! `decision` combines them into the answer for one tool call; `rekey` re-seals what the rooms
-//! sealed under a new key (`gatehouse keys`). Pages and the protocol call the
-//! gate; the gate calls the store, the vault, the providers and the bus, never back.
+//! `decision` combines them into the answer for one tool call, and `run` runs the call on it:
+//! decide, wait for the user where the call may, run the tool with the credentials lent, decide
+//! again when the provider refuses them, and put the answer on the audit trail. `tool` is what it
+//! needs of a tool and of the protocol, which implement it. `rekey` re-seals what the rooms
+//! sealed under a new key (`gatehouse keys`). Pages and the protocol call the gate; the gate
+//! calls the store, the vault, the providers and the bus, never back.
 
 mod connections;
 mod decision;
@@ -19,21 +22,23 @@ mod elicitations;
 mod form_values;
 pub mod rekey;
 mod requirement;
+mod run;
 #[cfg(test)]
 mod testing;
+mod tool;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::Audit;
+use crate::clock::{before, every};
 use crate::events::Bus;
 use crate::metrics::Metrics;
 use crate::public_url::PublicUrl;
@@ -48,6 +53,8 @@ pub use decision::{Credentials, Decision, ToolCall};
 pub use elicitations::{Ask, Elicitations, Limits, client_name};
 pub use form_values::{FormValues, StoredValues};
 pub use requirement::{InvalidRequirement, Requirement};
+pub use run::{Called, Hold, Waiting};
+pub use tool::{AskWithinCall, RunTool, ToolOutcome, ToolResult};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
@@ -161,42 +168,6 @@ pub async fn sweep_periodically(gate: Arc<Gate>, shutdown: CancellationToken) {
     .await;
 }
 
-/// Runs `task` every `period`, the first time at once, until shutdown (a late run delays the
-/// next ones rather than bunching them).
-pub async fn every<F, Run>(period: Duration, shutdown: CancellationToken, mut task: F)
-where
-    F: FnMut() -> Run,
-    Run: Future<Output = ()>,
-{
-    let mut interval = tokio::time::interval(period);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = interval.tick() => {}
-        }
-        task().await;
-    }
-}
-
-/// `duration` after `now`, or the end of time when that is past it (a provider may say its token
-/// never expires in a number of seconds no calendar holds).
-pub fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
-    chrono::Duration::from_std(duration)
-        .ok()
-        .and_then(|duration| now.checked_add_signed(duration))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
-/// `duration` before `now`, or the start of time when that is before it (a retention or idle
-/// timeout configured in millennia must not overflow the calendar).
-pub fn before(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
-    chrono::Duration::from_std(duration)
-        .ok()
-        .and_then(|duration| now.checked_sub_signed(duration))
-        .unwrap_or(DateTime::<Utc>::MIN_UTC)
-}
-
 /// 256 random bits, base64url: a browser's cookie value (a flow's, a browser session's).
 pub fn random_token() -> String {
     let mut bytes = [0u8; 32];
@@ -225,31 +196,6 @@ mod tests {
         assert_eq!(
             sha256_hex("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
-
-    #[test]
-    fn a_duration_past_the_calendar_ends_at_the_end_of_time() {
-        let now = Utc::now();
-        assert_eq!(after(now, Duration::from_secs(60)), now + chrono::Duration::seconds(60));
-        assert_eq!(after(now, Duration::from_secs(u64::MAX)), DateTime::<Utc>::MAX_UTC);
-        assert_eq!(
-            after(now, Duration::from_secs(10_000_000_000_000)),
-            DateTime::<Utc>::MAX_UTC
-        );
-    }
-
-    #[test]
-    fn a_duration_before_the_calendar_starts_at_the_start_of_time() {
-        let now = Utc::now();
-        assert_eq!(
-            before(now, Duration::from_secs(60)),
-            now - chrono::Duration::seconds(60)
-        );
-        assert_eq!(before(now, Duration::from_secs(u64::MAX)), DateTime::<Utc>::MIN_UTC);
-        assert_eq!(
-            before(now, Duration::from_secs(10_000_000_000_000)),
-            DateTime::<Utc>::MIN_UTC
         );
     }
 }

@@ -218,5 +218,4 @@ fn zeros() -> Vec<(SealedTable, u64)> {
 }
 
 #[cfg(test)]
-#[path = "rekey_tests.rs"]
 mod tests;

@@ -1,11 +1,12 @@
 //! The ground the gate's unit tests stand on: an in-memory SQLite store (migrated), an in-process
-//! bus, a key ring, the loopback public URL, and a gate built from a configuration snippet.
+//! bus, a key ring, the loopback public URL, a gate built from a configuration snippet, and the
+//! steps the rooms' tests all take (a user's session, a submission, an elicitation as stored).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
+use serde_json::{Value, json};
 use url::Url;
 
 use super::connections::access_context;
@@ -14,7 +15,7 @@ use crate::audit::Origin;
 use crate::config::Config;
 use crate::domain::{Principal, SessionId};
 use crate::events::Bus;
-use crate::forms::Forms;
+use crate::forms::{Forms, Submission};
 use crate::metrics::Metrics;
 use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
@@ -26,6 +27,9 @@ use crate::store::{
 use crate::vault::KeyRing;
 
 const KEY: &str = "dW5pdC10ZXN0LWtleS1mb3ItdGhlLWdhdGUtMzJieXQ=";
+
+/// The providers (`acme`, `initech`, `globex`) and forms (`key`, `confirm`) the tests configure.
+pub const CONFIG: &str = include_str!("testdata/gate.toml");
 
 /// What a user is asked for `requirement`.
 pub fn ask(requirement: &str) -> Ask {
@@ -39,6 +43,33 @@ pub fn ask(requirement: &str) -> Ask {
 
 pub fn principal(name: &str) -> Principal {
     Principal::parse(name).expect("principal")
+}
+
+/// What a user submits: `values` (an object) and these secrets.
+pub fn submission(values: Value, secrets: &[(&str, &str)]) -> Submission {
+    let Value::Object(values) = values else {
+        panic!("values must be an object")
+    };
+    Submission {
+        values,
+        secrets: secrets
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Secret::new((*v).to_owned())))
+            .collect(),
+    }
+}
+
+/// A fixture, its gate for [`CONFIG`], and a stored session of alice's: where most tests start.
+pub async fn alice() -> (Fixture, Gate, SessionRecord) {
+    let fixture = Fixture::new().await;
+    let gate = fixture.gate(CONFIG);
+    let session = fixture.session("alice").await;
+    (fixture, gate, session)
+}
+
+/// Elicitation `asked` as it is stored now.
+pub async fn stored(gate: &Gate, asked: &ElicitationRecord) -> ElicitationRecord {
+    gate.elicitations().get(&asked.id).await.expect("get").expect("stored")
 }
 
 pub struct Fixture {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::before;
 use crate::domain::{LogLevel, SessionId};
 use crate::events::Bus;
-use crate::gate::before;
 use crate::metrics::Metrics;
 use crate::store::{SessionCache, SessionRecord, Store, StoreError};
 

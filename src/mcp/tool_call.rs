@@ -1,15 +1,13 @@
-//! One `tools/call` through the gate, in either protocol era. The gate decides whether the tool may
-//! run; when the user must first finish something in the browser, the call waits for it where it
-//! can (within the call on its SSE stream, or a 2026-07-28 retry held on the bus) and otherwise
-//! says what the user must open, which the era presents: error -32042 or a result with the links
-//! (2025-11-25, here), `input_required` (2026-07-28, in `modern`).
+//! One `tools/call`, in either protocol era: finds the tool, checks the caller may use it and its
+//! arguments, and hands it to the gate (`Gate::run`) with what the protocol gives the call (its
+//! stream, an in-call wait for the user, a 2026-07-28 retry's hold). What the user must open is
+//! presented by the era: error -32042 or a result with the links (2025-11-25, here),
+//! `input_required` (2026-07-28, in `modern`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::calls::StreamChannel;
@@ -18,12 +16,12 @@ use super::state::McpState;
 use super::{STATELESS_PROTOCOL_VERSION, store_failure};
 use crate::audit::Origin;
 use crate::config::ElicitMode;
-use crate::domain::{ElicitationId, LogLevel, Principal};
-use crate::gate::{Credentials, Decision, GateError, Requirement, ToolCall, client_name};
+use crate::domain::LogLevel;
+use crate::gate::{AskWithinCall, Called, GateError, Hold, ToolCall, Waiting, client_name};
 use crate::identity::Caller;
 use crate::jsonrpc::{self, RpcError, URL_ELICITATION_REQUIRED};
-use crate::store::{AuditAction, ElicitationRecord, SessionRecord};
-use crate::tools::{CallContext, CallStream, Tool, ToolInput, ToolOutcome, ToolResult};
+use crate::store::{ElicitationRecord, SessionRecord};
+use crate::tools::{CallContext, CallStream, ReadyCall, Tool, ToolInput, ToolResult};
 
 /// A `tools/call`'s own parameters, parsed.
 pub struct ToolRequest {
@@ -57,16 +55,6 @@ impl ToolRequest {
     }
 }
 
-/// A 2026-07-28 retry that may wait for the elicitations it was given: until `until`, woken by
-/// `wake` (the bus, for the caller's stateless session) whenever one of them may have finished.
-pub struct Hold {
-    pub until: Instant,
-    pub wake: watch::Receiver<u64>,
-    /// The elicitations the client was given; a call that needs any other answers at once, since
-    /// the user has not seen its link.
-    pub given: Vec<ElicitationId>,
-}
-
 /// The request's own SSE stream, and what may go on it.
 #[derive(Clone, Copy)]
 pub enum Stream<'a> {
@@ -84,24 +72,9 @@ pub struct Retry {
     pub input: Option<ToolInput>,
 }
 
-/// How a call ended: its result, or what the user must open first.
-pub enum Called {
-    Result(Value),
-    /// gatehouse's own pending elicitations.
-    Elicit(Vec<ElicitationRecord>),
-    /// An upstream's URL-mode elicitations (`mode`, `elicitationId`, `url`, `message`), as it sent
-    /// them.
-    Upstream(Vec<Value>),
-    /// The tool's own input requests (2026-07-28), and what it keeps until their answers come.
-    InputRequired {
-        requests: Map<String, Value>,
-        state: Value,
-    },
-}
-
 /// Runs `request` for `caller` in `session` (a real one, or a 2026-07-28 request's own): checks
-/// the tool and its arguments, asks the gate, and calls the tool with what the gate lent it.
-/// `stream` is the request's own SSE stream, `retry` what a 2026-07-28 retry brings.
+/// the tool and its arguments, and has the gate run it. `stream` is the request's own SSE stream,
+/// `retry` what a 2026-07-28 retry brings.
 pub async fn call(
     state: &McpState,
     session: &SessionRecord,
@@ -111,7 +84,7 @@ pub async fn call(
     retry: Retry,
     cancelled: &CancellationToken,
 ) -> Result<Called, RpcError> {
-    let Retry { mut hold, input } = retry;
+    let Retry { hold, input } = retry;
     let ToolRequest {
         name,
         arguments,
@@ -128,26 +101,18 @@ pub async fn call(
         address: caller.address,
         client: Some(client_name(session)),
     };
+    let definition = tool.definition();
+    let principal = &caller.principal;
     // A tool the caller may not use is refused exactly like one that does not exist.
-    if !tool.definition().permits(&caller.claims) {
-        audit_call(
-            state,
-            &caller.principal,
-            &name,
-            &from,
-            false,
-            json!({ "reason": "not permitted" }),
-        );
+    if !definition.permits(&caller.claims) {
+        state.gate.refused_hidden(principal, &name, &from);
         return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
     }
-    let principal = &caller.principal;
-    if let Err(problems) = tool.definition().input_schema.check(&arguments) {
+    if let Err(problems) = definition.input_schema.check(&arguments) {
         let result = ToolResult::error(format!("Invalid arguments for {name}: {}.", problems.join("; ")));
-        return Ok(Called::Result(result.to_json()));
+        return Ok(Called::Answered(result));
     }
-    let definition = tool.definition();
     let details = definition.form_details(&arguments);
-    let mut requires = definition.requires.clone();
     let (outbox, requests) = match stream {
         Some(Stream::Full(outbox)) => (Some(outbox), true),
         Some(Stream::Notifications(outbox)) => (Some(outbox), false),
@@ -169,147 +134,68 @@ pub async fn call(
         json!({"event": "tool call", "tool": name}),
     )
     .await;
-    let waiting = match (outbox, definition.elicit) {
-        (Some(outbox), ElicitMode::Request) if requests => Some(Waiting {
+    let in_call = match (outbox, definition.elicit) {
+        (Some(outbox), ElicitMode::Request) if requests => Some(InCall {
+            state,
+            session,
+            tool: &name,
             outbox,
             progress_token: progress_token.as_ref(),
             timeout: definition.elicit_timeout,
         }),
         _ => None,
     };
-    // A rejected token breaks its connection, so the second decision elicits; missing scopes join
-    // the requirements, so the next decision asks for them. Three rounds cover both.
-    for _ in 0..3 {
-        let call = ToolCall {
-            tool: &name,
-            requires: &requires,
-            arguments: &arguments,
-            details: &details,
-            from: &from,
-        };
-        let gated = match hold.as_mut() {
-            Some(hold) => held(state, session, principal, &call, hold).await?,
-            None => gate_call(state, session, principal, &call, waiting.as_ref()).await?,
-        };
-        let credentials = match gated {
-            Gated::Run(credentials) => {
-                // Only a gated tool's call is on the trail: one that needs nothing (whoami, say)
-                // is not an access decision, and would put a row per call in the database.
-                if !requires.is_empty() {
-                    audit_call(state, principal, &name, &from, true, json!({}));
-                }
-                credentials
-            }
-            Gated::Reply(result) => {
-                let detail = json!({ "reason": "answered without running" });
-                audit_call(state, principal, &name, &from, false, detail);
-                return Ok(Called::Result(result.to_json()));
-            }
-            Gated::Elicit(elicitations) => {
-                let ids: Vec<String> = elicitations.iter().map(|e| e.id.to_string()).collect();
-                let detail = json!({ "reason": "the user must act first", "elicitations": ids });
-                audit_call(state, principal, &name, &from, false, detail);
-                return Ok(Called::Elicit(elicitations));
-            }
-        };
-        let context = CallContext {
+    let waiting = match (hold, &in_call) {
+        (Some(hold), _) => Waiting::Held(hold),
+        (None, Some(in_call)) => Waiting::InCall(in_call),
+        (None, None) => Waiting::No,
+    };
+    let ready = ReadyCall {
+        tool: tool.as_ref(),
+        context: CallContext {
             principal,
             session,
-            credentials: &credentials,
             gate: &state.gate,
-            stream: stream.clone(),
+            stream,
             progress_token: progress_token.as_ref(),
             cancelled,
             offerings: state.upstreams.as_ref(),
             input: input.as_ref(),
             from: &from,
-        };
-        match tool.call(&context, &arguments).await {
-            ToolOutcome::Done(result) => {
-                if result.is_error {
-                    let text = result
-                        .content
-                        .first()
-                        .and_then(|c| c.get("text"))
-                        .cloned()
-                        .unwrap_or(Value::Null);
-                    log(
-                        state,
-                        session,
-                        stream.as_deref(),
-                        LogLevel::Warning,
-                        json!({"event": "tool failed", "tool": name, "error": text}),
-                    )
-                    .await;
-                }
-                return Ok(Called::Result(result.to_json()));
-            }
-            ToolOutcome::CredentialRejected { provider } => {
-                state
-                    .gate
-                    .credential_rejected(principal, &provider, &credentials, &from)
-                    .await
-                    .map_err(internal)?;
-            }
-            ToolOutcome::ScopesMissing { provider, scopes } => {
-                tracing::info!(tool = name, %provider, ?scopes, "the upstream wants more scopes: asking the user to grant them");
-                if !add_scopes(&mut requires, &provider, scopes) {
-                    return Ok(Called::Result(
-                        ToolResult::error(format!(
-                            "{name} needs permissions the connected {provider} account has not granted, and asking \
-                             again did not help. Ask the user to check the account's permissions."
-                        ))
-                        .to_json(),
-                    ));
-                }
-            }
-            ToolOutcome::UrlElicitations(elicitations) => return Ok(Called::Upstream(elicitations)),
-            ToolOutcome::InputRequired { requests, state } => return Ok(Called::InputRequired { requests, state }),
-        }
-    }
-    Ok(Called::Result(
-        ToolResult::error(format!(
-            "{name} could not use the connected account; ask the user to sign in again."
-        ))
-        .to_json(),
-    ))
-}
-
-/// Puts the gate's answer to a call on the audit trail: allowed to run, or refused (and why).
-fn audit_call(state: &McpState, principal: &Principal, tool: &str, from: &Origin, allowed: bool, detail: Value) {
-    let action = if allowed {
-        AuditAction::CallAllowed
-    } else {
-        AuditAction::CallRefused
+        },
+        arguments: &arguments,
     };
-    state.audit.record(principal, action, tool, from, detail);
-}
-
-/// Adds `scopes` to the call's requirement for `provider`; false when it holds them all already
-/// (asking again cannot help).
-fn add_scopes(requires: &mut Vec<Requirement>, provider: &str, scopes: Vec<String>) -> bool {
-    let existing = requires.iter_mut().find_map(|r| match r {
-        Requirement::Provider { provider: p, scopes } if p == provider => Some(scopes),
-        _ => None,
-    });
-    match existing {
-        Some(held) => {
-            let before = held.len();
-            for scope in scopes {
-                if !held.contains(&scope) {
-                    held.push(scope);
-                }
-            }
-            held.len() > before
-        }
-        None => {
-            requires.push(Requirement::Provider {
-                provider: provider.to_owned(),
-                scopes,
-            });
-            true
-        }
+    let gated = ToolCall {
+        tool: &name,
+        requires: &definition.requires,
+        arguments: &arguments,
+        details: &details,
+        from: &from,
+    };
+    let called = state
+        .gate
+        .run(principal, session, gated, &ready, waiting)
+        .await
+        .map_err(internal)?;
+    if let Called::Ran(result) = &called
+        && result.is_error
+    {
+        let text = result
+            .content
+            .first()
+            .and_then(|c| c.get("text"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        log(
+            state,
+            session,
+            ready.context.stream.as_deref(),
+            LogLevel::Warning,
+            json!({"event": "tool failed", "tool": name, "error": text}),
+        )
+        .await;
     }
+    Ok(called)
 }
 
 /// The 2025-11-25 answer to a call that needs the user: error -32042 listing the URL-mode
@@ -317,7 +203,7 @@ fn add_scopes(requires: &mut Vec<Requirement>, provider: &str, scopes: Vec<Strin
 /// open the links.
 pub fn handshake_answer(session: &SessionRecord, called: Called) -> Result<Value, RpcError> {
     let elicitations = match called {
-        Called::Result(result) => return Ok(result),
+        Called::Ran(result) | Called::Answered(result) => return Ok(result.to_json()),
         Called::Elicit(records) => records
             .iter()
             .map(|e| json!({"mode": "url", "elicitationId": e.id.to_string(), "url": e.url, "message": e.message}))
@@ -355,91 +241,35 @@ pub fn handshake_answer(session: &SessionRecord, called: Called) -> Result<Value
     .to_json())
 }
 
-/// Where a call stands after the gate: run the tool, answer the model instead, or the
-/// elicitations the user must finish.
-enum Gated {
-    Run(Credentials),
-    Reply(ToolResult),
-    Elicit(Vec<ElicitationRecord>),
-}
-
-/// How a call waits for the user within itself (`elicit = "request"` on a stream).
-struct Waiting<'a> {
+/// How a call waits for the user within itself (`elicit = "request"` on a stream that takes
+/// requests): `elicitation/create` on its stream, then the wait in `incall`.
+struct InCall<'a> {
+    state: &'a McpState,
+    session: &'a SessionRecord,
+    tool: &'a str,
     outbox: &'a Outbox,
     progress_token: Option<&'a Value>,
     timeout: Duration,
 }
 
-/// Rounds of asking within one call: enough for a tool that needs a sign-in and a form.
-const MAX_IN_CALL_ROUNDS: usize = 4;
-
-/// Decides, and when the call may wait for the user, asks within the call and decides again.
-async fn gate_call(
-    state: &McpState,
-    session: &SessionRecord,
-    principal: &Principal,
-    call: &ToolCall<'_>,
-    waiting: Option<&Waiting<'_>>,
-) -> Result<Gated, RpcError> {
-    for _ in 0..MAX_IN_CALL_ROUNDS {
-        let elicitations = match decide(state, session, principal, call).await? {
-            Gated::Elicit(elicitations) => elicitations,
-            settled => return Ok(settled),
-        };
-        let Some(waiting) = waiting else {
-            return Ok(Gated::Elicit(elicitations));
-        };
+impl AskWithinCall for InCall<'_> {
+    async fn ask(&self, elicitations: &[ElicitationRecord]) -> Result<(), ToolResult> {
         let waited = incall::wait(
-            state,
-            session,
-            &elicitations,
-            waiting.outbox,
-            waiting.progress_token,
-            waiting.timeout,
+            self.state,
+            self.session,
+            elicitations,
+            self.outbox,
+            self.progress_token,
+            self.timeout,
         )
         .await;
         match waited {
-            Waited::Done => {}
-            Waited::Stopped(result) => return Ok(Gated::Reply(result)),
+            Waited::Done => Ok(()),
+            Waited::Stopped(result) => Err(result),
             Waited::Gone => {
-                tracing::info!(session = ?session.id, tool = call.tool, "client left while the call waited for the user");
-                return Ok(Gated::Reply(ToolResult::error("The client closed the request.")));
+                tracing::info!(session = ?self.session.id, tool = self.tool, "client left while the call waited for the user");
+                Err(ToolResult::error("The client closed the request."))
             }
-        }
-    }
-    Ok(Gated::Reply(ToolResult::error(
-        "The user finished in the browser, but the tool still lacks what it needs. Call it again.",
-    )))
-}
-
-/// Decides, and while the call still needs only elicitations the client was given, waits for a
-/// wake-up from the bus and decides again, until `hold.until`. Whatever finishes them (on any
-/// replica) wakes the caller's stateless session, so the answer leaves the moment the user is done.
-async fn held(
-    state: &McpState,
-    session: &SessionRecord,
-    principal: &Principal,
-    call: &ToolCall<'_>,
-    hold: &mut Hold,
-) -> Result<Gated, RpcError> {
-    loop {
-        // Marked seen before deciding: a wake-up during the decision is not lost.
-        hold.wake.borrow_and_update();
-        let elicitations = match decide(state, session, principal, call).await? {
-            Gated::Elicit(elicitations) => elicitations,
-            settled => return Ok(settled),
-        };
-        // Finished while the gate decided: it may have read the connections before and the
-        // elicitations after, so decide again on what is there now.
-        if hold.wake.has_changed().unwrap_or(false) {
-            continue;
-        }
-        if !elicitations.iter().all(|e| hold.given.contains(&e.id)) {
-            return Ok(Gated::Elicit(elicitations));
-        }
-        match tokio::time::timeout_at(hold.until, hold.wake.changed()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => return Ok(Gated::Elicit(elicitations)),
         }
     }
 }
@@ -451,37 +281,6 @@ fn internal(error: GateError) -> RpcError {
             tracing::error!(error = %other, "gate failed");
             RpcError::internal()
         }
-    }
-}
-
-async fn decide(
-    state: &McpState,
-    session: &SessionRecord,
-    principal: &Principal,
-    call: &ToolCall<'_>,
-) -> Result<Gated, RpcError> {
-    match state.gate.decide(principal, session, call).await {
-        Ok(Decision::Run(credentials)) => Ok(Gated::Run(credentials)),
-        Ok(Decision::Elicit(elicitations)) => Ok(Gated::Elicit(elicitations)),
-        Ok(Decision::Declined(elicitation)) => Ok(Gated::Reply(ToolResult::error(format!(
-            "The user declined the request: {} Do not call this tool again unless the user asks to.",
-            elicitation.message
-        )))),
-        Err(GateError::ProviderUnavailable { provider, reason }) => Ok(Gated::Reply(ToolResult::error(format!(
-            "{provider} cannot be reached right now ({reason}). Try again in a moment."
-        )))),
-        Err(GateError::TooManyPending { max }) => Ok(Gated::Reply(ToolResult::error(format!(
-            "The user already has {max} requests waiting in the browser, the most allowed. Ask the user to \
-             finish or decline the ones they were given (or wait until they expire), then call this tool again."
-        )))),
-        Err(GateError::TooManyCreated {
-            per_minute,
-            retry_after,
-        }) => Ok(Gated::Reply(ToolResult::error(format!(
-            "The user was asked to do something in the browser {per_minute} times within the last minute, the \
-             most allowed. Call this tool again in {retry_after} seconds."
-        )))),
-        Err(error) => Err(internal(error)),
     }
 }
 

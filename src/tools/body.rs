@@ -182,5 +182,4 @@ impl JsonTemplate {
 }
 
 #[cfg(test)]
-#[path = "body_tests.rs"]
 mod tests;

@@ -2,10 +2,10 @@
 //! the provider has a revocation endpoint.
 
 use async_trait::async_trait;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
-use crate::gate::Disconnected;
+use super::{Arguments, CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
+use crate::gate::{Credentials, Disconnected};
 
 pub struct Disconnect {
     definition: ToolDefinition,
@@ -38,7 +38,7 @@ impl Tool for Disconnect {
         &self.definition
     }
 
-    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
+    async fn call(&self, context: &CallContext<'_>, _credentials: &Credentials, arguments: &Arguments) -> ToolOutcome {
         let provider = arguments.get("provider").and_then(Value::as_str).unwrap_or_default();
         let disconnected = context
             .gate

@@ -6,16 +6,16 @@ use crate::outbound::{ReadError, read_bounded};
 use async_trait::async_trait;
 use reqwest::Method;
 use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use url::Url;
 
 use super::body::Body;
 use super::redact::Redactor;
 use super::template::{Encoding, Placeholders, Template, Values};
-use super::{CallContext, Tool, ToolDefinition, ToolOutcome, ToolResult};
+use super::{Arguments, CallContext, Tool, ToolDefinition, ToolOutcome, ToolResult};
 use crate::config::{ConfigError, ToolConfig};
 use crate::forms::Form;
-use crate::gate::Requirement;
+use crate::gate::{Credentials, Requirement};
 use crate::providers::{Providers, TokenRefusal};
 use crate::telemetry;
 
@@ -201,10 +201,10 @@ impl Tool for HttpTool {
         &self.definition
     }
 
-    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
+    async fn call(&self, _context: &CallContext<'_>, credentials: &Credentials, arguments: &Arguments) -> ToolOutcome {
         let values = Values {
             arguments,
-            forms: context.credentials.forms(),
+            forms: credentials.forms(),
         };
         let mut request = match self.build_request(&values) {
             Ok(request) => request,
@@ -217,14 +217,14 @@ impl Tool for HttpTool {
         };
         if let Some(Bearer { provider, .. }) = &self.bearer {
             // The gate ran this tool only with a token for every provider it requires.
-            let Some(token) = context.credentials.token(provider) else {
+            let Some(token) = credentials.token(provider) else {
                 return ToolOutcome::CredentialRejected {
                     provider: provider.clone(),
                 };
             };
             request = request.bearer_auth(token.expose());
         }
-        let redactor = Redactor::new(context.credentials.secrets());
+        let redactor = Redactor::new(credentials.secrets());
         match self.send(request, &redactor).await {
             Sent::Answer(result) => ToolOutcome::Done(result),
             Sent::Unauthorized => match &self.bearer {

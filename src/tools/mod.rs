@@ -1,4 +1,6 @@
-//! Tools: the `Tool` trait, the registry built once from configuration, and the tool kinds.
+//! Tools: the `Tool` trait, the registry built once from configuration, and the tool kinds. The
+//! gate runs a tool as a [`ReadyCall`]; what a tool gives back (`ToolOutcome`, `ToolResult`) is
+//! the gate's contract, re-exported here.
 
 mod body;
 mod disconnect;
@@ -23,12 +25,13 @@ use crate::audit::Origin;
 use crate::config::{Config, ConfigError, ElicitMode};
 use crate::domain::Principal;
 use crate::forms::{Form, FormScope, Forms};
-use crate::gate::{Credentials, Gate, Requirement};
+use crate::gate::{Credentials, Gate, Requirement, RunTool};
 use crate::identity::Claims;
 use crate::identity::access::Allow;
 use crate::providers::Providers;
 use crate::store::SessionRecord;
 
+pub use crate::gate::{ToolOutcome, ToolResult};
 pub use redact::Redactor;
 pub use schema::InputSchema;
 pub use template::{Encoding, Placeholders, Template, Values};
@@ -118,6 +121,9 @@ impl ToolDefinition {
     }
 }
 
+/// A call's arguments, as the client sent them.
+pub type Arguments = Map<String, Value>;
+
 /// What a running call may say to its client while it runs, on the call's own stream.
 #[async_trait]
 pub trait CallStream: Send + Sync {
@@ -147,11 +153,10 @@ pub trait Offerings: Send + Sync {
     fn end_sessions_of(&self, principal: &Principal);
 }
 
-/// Who is calling, through which session, with which provider tokens.
+/// Who is calling, through which session, from where, and what the call may say to its client.
 pub struct CallContext<'a> {
     pub principal: &'a Principal,
     pub session: &'a SessionRecord,
-    pub credentials: &'a Credentials,
     pub gate: &'a Gate,
     /// The call's own stream, when its answer is streamed.
     pub stream: Option<Arc<dyn CallStream>>,
@@ -166,6 +171,19 @@ pub struct CallContext<'a> {
     pub from: &'a Origin,
 }
 
+/// A call of `tool`, ready to run but for the credentials, which the gate lends it when it runs it.
+pub struct ReadyCall<'a> {
+    pub tool: &'a dyn Tool,
+    pub context: CallContext<'a>,
+    pub arguments: &'a Arguments,
+}
+
+impl RunTool for ReadyCall<'_> {
+    async fn run(&self, credentials: &Credentials) -> ToolOutcome {
+        self.tool.call(&self.context, credentials, self.arguments).await
+    }
+}
+
 /// A 2026-07-28 retry's answers to the input requests of a tool's previous round, with the state
 /// the tool kept across it.
 #[derive(Debug, Default)]
@@ -176,78 +194,13 @@ pub struct ToolInput {
     pub state: Value,
 }
 
-/// How a call ended.
-pub enum ToolOutcome {
-    Done(ToolResult),
-    /// The provider refused the token the call used: the user must sign in again.
-    CredentialRejected {
-        provider: String,
-    },
-    /// The provider's token lacks these scopes (an upstream's 403 `insufficient_scope`): the user
-    /// must grant them.
-    ScopesMissing {
-        provider: String,
-        scopes: Vec<String>,
-    },
-    /// The tool wants the user to open these URLs first (an upstream's own -32042): the
-    /// `elicitations` entries of its error data, passed on as they are.
-    UrlElicitations(Vec<Value>),
-    /// The tool needs the client to answer `requests` (2026-07-28 input requests, by key) and
-    /// keeps `state` until the retry brings their answers.
-    InputRequired {
-        requests: Map<String, Value>,
-        state: Value,
-    },
-}
-
-/// A `CallToolResult`. Failures the model can act on are results with `is_error`, not errors.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolResult {
-    pub content: Vec<Value>,
-    pub structured: Option<Value>,
-    pub is_error: bool,
-}
-
-impl ToolResult {
-    pub fn text(text: impl Into<String>) -> Self {
-        Self {
-            content: vec![json!({"type": "text", "text": text.into()})],
-            structured: None,
-            is_error: false,
-        }
-    }
-
-    pub fn error(text: impl Into<String>) -> Self {
-        Self {
-            is_error: true,
-            ..Self::text(text)
-        }
-    }
-
-    /// Structured output with its JSON text, as the spec asks for older clients.
-    pub fn structured(value: Value) -> Self {
-        Self {
-            structured: Some(value.clone()),
-            ..Self::text(value.to_string())
-        }
-    }
-
-    pub fn to_json(&self) -> Value {
-        let mut result = json!({"content": self.content, "isError": self.is_error});
-        if let Some(structured) = &self.structured {
-            result["structuredContent"] = structured.clone();
-        }
-        result
-    }
-}
-
 #[async_trait]
 pub trait Tool: Send + Sync {
     fn definition(&self) -> &ToolDefinition;
 
-    /// Runs the tool with arguments already checked against its input schema and every
-    /// requirement met.
-    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome;
+    /// Runs the tool with the credentials the gate lent it (every requirement met) and arguments
+    /// already checked against its input schema.
+    async fn call(&self, context: &CallContext<'_>, credentials: &Credentials, arguments: &Arguments) -> ToolOutcome;
 
     /// Whether a call may send this session's client something while it runs (progress when
     /// `progress_requested`, log messages, requests the client declared it takes): such a call's

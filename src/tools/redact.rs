@@ -283,5 +283,4 @@ fn replace(text: &str, mut found: Vec<Range<usize>>) -> String {
 }
 
 #[cfg(test)]
-#[path = "redact_tests.rs"]
 mod tests;

@@ -3,9 +3,10 @@
 //! what it can use. It never shows a token.
 
 use async_trait::async_trait;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
+use super::{Arguments, CallContext, InputSchema, Tool, ToolDefinition, ToolOutcome, ToolResult};
+use crate::gate::Credentials;
 
 pub struct Whoami {
     definition: ToolDefinition,
@@ -33,7 +34,7 @@ impl Tool for Whoami {
         &self.definition
     }
 
-    async fn call(&self, context: &CallContext<'_>, _arguments: &Map<String, Value>) -> ToolOutcome {
+    async fn call(&self, context: &CallContext<'_>, _credentials: &Credentials, _arguments: &Arguments) -> ToolOutcome {
         let session = context.session;
         let connections = match context.gate.connections().summaries(context.principal).await {
             Ok(connections) => connections,

@@ -16,11 +16,12 @@ use super::Core;
 use super::failure::{self, Refusal};
 use super::pool::{OpenError, Opening, Session};
 use super::upstream::{Transport, Upstream};
+use crate::gate::Credentials;
 use crate::metrics::UpstreamOutcome;
 use crate::secret::Secret;
 use crate::store::SessionRecord;
 use crate::text;
-use crate::tools::{CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolOutcome, ToolResult, Values};
+use crate::tools::{Arguments, CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolOutcome, ToolResult, Values};
 
 /// JSON-RPC error code of an upstream asking for URL-mode elicitation first.
 const URL_ELICITATION_REQUIRED: i32 = -32042;
@@ -51,9 +52,9 @@ impl UpstreamTool {
     }
 
     /// The session's credentials: the bearer token and the rendered headers or environment.
-    fn opening(&self, context: &CallContext<'_>) -> Result<Opening, ToolOutcome> {
+    fn opening(&self, credentials: &Credentials) -> Result<Opening, ToolOutcome> {
         let bearer = match &self.upstream.bearer {
-            Some(provider) => match context.credentials.token(provider) {
+            Some(provider) => match credentials.token(provider) {
                 Some(token) => Some(token.clone()),
                 // The gate runs the tool only with a token for every provider it requires.
                 None => {
@@ -67,7 +68,7 @@ impl UpstreamTool {
         let no_arguments = Map::new();
         let values = Values {
             arguments: &no_arguments,
-            forms: context.credentials.forms(),
+            forms: credentials.forms(),
         };
         let (templates, encoding) = match &self.upstream.transport {
             Transport::Http { headers, .. } => (
@@ -113,6 +114,7 @@ impl UpstreamTool {
         core: &Core,
         session: &Arc<Session>,
         context: &CallContext<'_>,
+        credentials: &Credentials,
         name: &str,
         arguments: &Map<String, Value>,
     ) -> ToolOutcome {
@@ -159,7 +161,7 @@ impl UpstreamTool {
         };
         match answer {
             Ok(ServerResult::CallToolResult(result)) => {
-                let redactor = Redactor::new(context.credentials.secrets());
+                let redactor = Redactor::new(credentials.secrets());
                 ToolOutcome::Done(tool_result(
                     redactor.value(serde_json::to_value(result).unwrap_or(Value::Null)),
                 ))
@@ -239,11 +241,11 @@ impl Tool for UpstreamTool {
         progress_requested || session.client_capabilities.get("elicitation").is_some() || session.log_level.is_some()
     }
 
-    async fn call(&self, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
+    async fn call(&self, context: &CallContext<'_>, credentials: &Credentials, arguments: &Arguments) -> ToolOutcome {
         let Some(core) = self.core.upgrade() else {
             return self.failed("gatehouse is shutting down. Try again in a moment.");
         };
-        let outcome = self.run(&core, context, arguments).await;
+        let outcome = self.run(&core, context, credentials, arguments).await;
         let counted = match &outcome {
             ToolOutcome::Done(result) if result.is_error => UpstreamOutcome::Error,
             ToolOutcome::Done(_) => UpstreamOutcome::Ok,
@@ -257,8 +259,14 @@ impl Tool for UpstreamTool {
 
 impl UpstreamTool {
     /// The call on the user's upstream session, opened first when it is not yet.
-    async fn run(&self, core: &Core, context: &CallContext<'_>, arguments: &Map<String, Value>) -> ToolOutcome {
-        let opening = match self.opening(context) {
+    async fn run(
+        &self,
+        core: &Core,
+        context: &CallContext<'_>,
+        credentials: &Credentials,
+        arguments: &Map<String, Value>,
+    ) -> ToolOutcome {
+        let opening = match self.opening(credentials) {
             Ok(opening) => opening,
             Err(outcome) => return outcome,
         };
@@ -288,7 +296,10 @@ impl UpstreamTool {
             }
         };
         match &self.name {
-            Some(name) => self.forward(core, &session, context, name, arguments).await,
+            Some(name) => {
+                self.forward(core, &session, context, credentials, name, arguments)
+                    .await
+            }
             None => {
                 let listed = core.refresh(&self.upstream.id).await;
                 let names: Vec<String> = listed.iter().map(|tool| tool.definition().name.clone()).collect();

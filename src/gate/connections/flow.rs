@@ -12,8 +12,9 @@ use serde_json::json;
 
 use super::{Connections, access_context, refresh_context};
 use crate::audit::Origin;
+use crate::clock::after;
 use crate::domain::Principal;
-use crate::gate::{GateError, after, random_token, sha256_hex};
+use crate::gate::{GateError, random_token, sha256_hex};
 use crate::metrics::ElicitationOutcome;
 use crate::providers::{OAuthError, Provider};
 use crate::routes;

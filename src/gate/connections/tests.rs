@@ -6,10 +6,31 @@ use chrono::Utc;
 
 use super::*;
 use crate::gate::Gate;
-use crate::gate::testing::{Fixture, principal};
+use crate::gate::testing::{CONFIG, Fixture, alice, principal, stored};
 use crate::store::{ElicitationStatus, RefreshLease, RefreshedTokens};
 
-const CONFIG: &str = include_str!("../testdata/gate.toml");
+/// What the store grants `principal` of `provider` for a call from nowhere in particular.
+async fn grant(gate: &Gate, principal: &Principal, provider: &str, scopes: &[String]) -> Grant {
+    let connections = gate.connections();
+    let provider = connections.provider(provider).expect("provider");
+    connections
+        .grant(principal, provider, scopes, &Origin::unknown())
+        .await
+        .expect("grant")
+}
+
+/// What the callback `params` comes to for `principal`, in a browser holding `cookie`.
+async fn callback(
+    gate: &Gate,
+    principal: &Principal,
+    params: &CallbackParams,
+    cookie: Option<&str>,
+) -> CallbackOutcome {
+    gate.connections()
+        .callback(principal, params, cookie, &Origin::unknown())
+        .await
+        .expect("callback")
+}
 
 fn scopes(grant: &Grant) -> Vec<String> {
     match grant {
@@ -20,17 +41,11 @@ fn scopes(grant: &Grant) -> Vec<String> {
 
 #[tokio::test]
 async fn grants_follow_the_stored_connection() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
+    let (fixture, gate, session) = alice().await;
     let connections = gate.connections();
-    let session = fixture.session("alice").await;
-    let acme = connections.provider("acme").expect("provider");
     let alice = &session.principal;
 
-    let none = connections
-        .grant(alice, acme, &[], &Origin::unknown())
-        .await
-        .expect("grant");
+    let none = grant(&gate, alice, "acme", &[]).await;
     assert_eq!(
         scopes(&none),
         ["read"],
@@ -38,21 +53,14 @@ async fn grants_follow_the_stored_connection() {
     );
 
     let stored = fixture.connect(&gate, &session, &["read"], None).await;
-    match connections
-        .grant(alice, acme, &[], &Origin::unknown())
-        .await
-        .expect("grant")
-    {
+    match grant(&gate, alice, "acme", &[]).await {
         Grant::Usable { token, version } => {
             assert_eq!(token.expose(), "access-token-1");
             assert_eq!(version, stored.updated_at);
         }
         Grant::SignIn { .. } => panic!("a fresh connection is usable"),
     }
-    let step_up = connections
-        .grant(alice, acme, &["write".into()], &Origin::unknown())
-        .await
-        .expect("grant");
+    let step_up = grant(&gate, alice, "acme", &["write".into()]).await;
     assert_eq!(scopes(&step_up), ["read", "write"], "step-up asks for the union");
 
     connections
@@ -65,23 +73,14 @@ async fn grants_follow_the_stored_connection() {
         .await
         .expect("stale version");
     assert!(
-        matches!(
-            connections
-                .grant(alice, acme, &[], &Origin::unknown())
-                .await
-                .expect("grant"),
-            Grant::Usable { .. }
-        ),
+        matches!(grant(&gate, alice, "acme", &[]).await, Grant::Usable { .. }),
         "a refusal of an older version breaks nothing"
     );
     connections
         .token_rejected(alice, "acme", stored.updated_at, &Origin::unknown())
         .await
         .expect("reject");
-    let broken = connections
-        .grant(alice, acme, &[], &Origin::unknown())
-        .await
-        .expect("grant");
+    let broken = grant(&gate, alice, "acme", &[]).await;
     assert_eq!(scopes(&broken), ["read"], "a broken connection asks for a new sign-in");
     let summaries = connections.summaries(alice).await.expect("summaries");
     assert_eq!(summaries.len(), 1);
@@ -91,21 +90,13 @@ async fn grants_follow_the_stored_connection() {
 
 #[tokio::test]
 async fn a_sign_in_is_asked_for_only_when_the_store_has_no_usable_connection() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let connections = gate.connections();
-    let session = fixture.session("alice").await;
-    let acme = connections.provider("acme").expect("provider");
+    let (fixture, gate, session) = alice().await;
     let alice = &session.principal;
     fixture.connect(&gate, &session, &["read"], None).await;
     // As on a replica that cached no connection and has not yet had the bus's notice of the
     // sign-in another replica just stored (whose completion the client may already have).
     fixture.cache.insert(alice.clone(), Arc::new(Vec::new()));
-    match connections
-        .grant(alice, acme, &[], &Origin::unknown())
-        .await
-        .expect("grant")
-    {
+    match grant(&gate, alice, "acme", &[]).await {
         Grant::Usable { token, .. } => assert_eq!(token.expose(), "access-token-1"),
         Grant::SignIn { .. } => panic!("the stored connection is used, not the stale cache"),
     }
@@ -118,24 +109,15 @@ async fn a_sign_in_is_asked_for_only_when_the_store_has_no_usable_connection() {
 
 #[tokio::test]
 async fn an_expiring_token_without_a_refresh_token_needs_a_new_sign_in() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     fixture.connect(&gate, &session, &["read"], Some(Utc::now())).await;
-    let acme = gate.connections().provider("acme").expect("provider");
-    let grant = gate
-        .connections()
-        .grant(&session.principal, acme, &[], &Origin::unknown())
-        .await
-        .expect("grant");
+    let grant = grant(&gate, &session.principal, "acme", &[]).await;
     assert_eq!(scopes(&grant), ["read"]);
 }
 
 #[tokio::test]
 async fn disconnecting_without_a_revocation_endpoint() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     let connections = gate.connections();
     assert_eq!(
         connections
@@ -183,11 +165,8 @@ async fn started(gate: &Gate, elicitation: &ElicitationRecord, extra: &str) -> (
 
 #[tokio::test]
 async fn callbacks_that_do_not_match_their_flow_are_refused_and_change_nothing() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
-    let connections = gate.connections();
     let alice = &session.principal;
     for query in ["code=x", "state=&state=abc", &format!("state={}", "s".repeat(513))] {
         assert_eq!(
@@ -204,44 +183,26 @@ async fn callbacks_that_do_not_match_their_flow_are_refused_and_change_nothing()
     };
 
     let unknown = CallbackParams::from_query("state=forged&code=abc").expect("params");
-    let outcome = connections
-        .callback(alice, &unknown, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, alice, &unknown, Some(&cookie)).await;
     assert_eq!(outcome, refused(CallbackRefusal::UnknownState, false));
-    let outcome = connections
-        .callback(alice, &params, Some("other"), &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, alice, &params, Some("other")).await;
     assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser, true));
-    let outcome = connections
-        .callback(alice, &params, None, &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, alice, &params, None).await;
     assert_eq!(outcome, refused(CallbackRefusal::OtherBrowser, true));
-    let outcome = connections
-        .callback(&principal("mallory"), &params, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, &principal("mallory"), &params, Some(&cookie)).await;
     assert_eq!(outcome, refused(CallbackRefusal::OtherUser, false));
     let (wrong_iss, cookie2) = started(&gate, &asked, "&code=abc&iss=https%3A%2F%2Fevil.example").await;
-    let outcome = connections
-        .callback(alice, &wrong_iss, Some(&cookie2), &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, alice, &wrong_iss, Some(&cookie2)).await;
     assert_eq!(outcome, refused(CallbackRefusal::WrongIssuer, true));
 
-    let still = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
+    let still = stored(&gate, &asked).await;
     assert_eq!(still.status, ElicitationStatus::Pending, "refusals change nothing");
 }
 
 #[tokio::test]
 async fn callbacks_without_their_issuer_or_with_another_providers_are_refused() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     let alice = &session.principal;
-    let connections = gate.connections();
     let acme = fixture.ask(gate.elicitations(), &session, "acme").await;
     let initech = fixture.ask(gate.elicitations(), &session, "initech").await;
     let cases = [
@@ -267,10 +228,7 @@ async fn callbacks_without_their_issuer_or_with_another_providers_are_refused() 
     ];
     for (asked, extra, refusal) in cases {
         let (params, cookie) = started(&gate, asked, extra).await;
-        let outcome = connections
-            .callback(alice, &params, Some(&cookie), &Origin::unknown())
-            .await
-            .expect("callback");
+        let outcome = callback(&gate, alice, &params, Some(&cookie)).await;
         let retry = Some(asked.url.clone());
         assert_eq!(
             outcome,
@@ -280,18 +238,15 @@ async fn callbacks_without_their_issuer_or_with_another_providers_are_refused() 
         );
     }
     for asked in [&acme, &initech] {
-        let still = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
+        let still = stored(&gate, asked).await;
         assert_eq!(still.status, ElicitationStatus::Pending, "refusals change nothing");
     }
 }
 
 #[tokio::test]
 async fn an_issuer_sent_only_sometimes_is_checked_when_sent() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     let alice = &session.principal;
-    let connections = gate.connections();
     let globex = fixture.ask(gate.elicitations(), &session, "globex").await;
     for (extra, refusal) in [
         (
@@ -304,18 +259,12 @@ async fn an_issuer_sent_only_sometimes_is_checked_when_sent() {
         ),
     ] {
         let (params, cookie) = started(&gate, &globex, extra).await;
-        let outcome = connections
-            .callback(alice, &params, Some(&cookie), &Origin::unknown())
-            .await
-            .expect("callback");
+        let outcome = callback(&gate, alice, &params, Some(&cookie)).await;
         let retry = Some(globex.url.clone());
         assert_eq!(outcome, CallbackOutcome::Refused { refusal, retry }, "{extra}");
     }
     let (silent, cookie) = started(&gate, &globex, "&error=access_denied").await;
-    let outcome = connections
-        .callback(alice, &silent, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, alice, &silent, Some(&cookie)).await;
     assert!(
         matches!(outcome, CallbackOutcome::Declined { .. }),
         "an answer without iss is read: {outcome:?}"
@@ -324,28 +273,19 @@ async fn an_issuer_sent_only_sometimes_is_checked_when_sent() {
 
 #[tokio::test]
 async fn a_provider_refusal_declines_and_uses_up_the_flow() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
     let (params, cookie) = started(&gate, &asked, "&error=access_denied&iss=http%3A%2F%2F127.0.0.1%3A9").await;
-    let connections = gate.connections();
-    let outcome = connections
-        .callback(&session.principal, &params, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, &session.principal, &params, Some(&cookie)).await;
     assert_eq!(
         outcome,
         CallbackOutcome::Declined {
             provider_name: "ACME".into()
         }
     );
-    let declined = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
+    let declined = stored(&gate, &asked).await;
     assert_eq!(declined.status, ElicitationStatus::Declined);
-    let replay = connections
-        .callback(&session.principal, &params, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let replay = callback(&gate, &session.principal, &params, Some(&cookie)).await;
     let ended = CallbackOutcome::Refused {
         refusal: CallbackRefusal::AlreadyUsed,
         retry: None,
@@ -355,19 +295,13 @@ async fn a_provider_refusal_declines_and_uses_up_the_flow() {
 
 #[tokio::test]
 async fn provider_errors_store_nothing_and_keep_the_way_back() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     let alice = &session.principal;
-    let connections = gate.connections();
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
     let retry = Some(asked.url.clone());
     let iss = "&iss=http%3A%2F%2F127.0.0.1%3A9";
     let (params, cookie) = started(&gate, &asked, &format!("&error=server_error{iss}")).await;
-    let outcome = connections
-        .callback(alice, &params, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, alice, &params, Some(&cookie)).await;
     assert_eq!(
         outcome,
         CallbackOutcome::ProviderFailed {
@@ -377,31 +311,22 @@ async fn provider_errors_store_nothing_and_keep_the_way_back() {
         }
     );
     let (params, cookie) = started(&gate, &asked, iss).await;
-    let outcome = connections
-        .callback(alice, &params, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, alice, &params, Some(&cookie)).await;
     let no_code = CallbackOutcome::Refused {
         refusal: CallbackRefusal::NoCode,
         retry: retry.clone(),
     };
     assert_eq!(outcome, no_code);
-    let still = gate.elicitations().get(&asked.id).await.expect("get").expect("stored");
+    let still = stored(&gate, &asked).await;
     assert_eq!(still.status, ElicitationStatus::Pending, "the request is still open");
 
-    let replay = connections
-        .callback(alice, &params, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let replay = callback(&gate, alice, &params, Some(&cookie)).await;
     let used = |retry| CallbackOutcome::Refused {
         refusal: CallbackRefusal::AlreadyUsed,
         retry,
     };
     assert_eq!(replay, used(retry), "a reload: nothing stored, the way back");
-    let stranger = connections
-        .callback(&principal("mallory"), &params, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let stranger = callback(&gate, &principal("mallory"), &params, Some(&cookie)).await;
     assert_eq!(stranger, used(None), "another user learns nothing");
 }
 
@@ -426,20 +351,14 @@ fn provider_error_codes_are_kept_only_when_readable() {
 
 #[tokio::test]
 async fn a_flow_for_an_elicitation_that_ended_is_refused_as_expired() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     let asked = fixture.ask(gate.elicitations(), &session, "acme").await;
     let (params, cookie) = started(&gate, &asked, "&code=abc&iss=http%3A%2F%2F127.0.0.1%3A9").await;
     gate.elicitations()
         .finish(&asked, ElicitationStatus::Declined, &Origin::unknown())
         .await
         .expect("finish");
-    let outcome = gate
-        .connections()
-        .callback(&session.principal, &params, Some(&cookie), &Origin::unknown())
-        .await
-        .expect("callback");
+    let outcome = callback(&gate, &session.principal, &params, Some(&cookie)).await;
     assert_eq!(
         outcome,
         CallbackOutcome::Refused {

@@ -10,7 +10,8 @@ use serde_json::json;
 
 use super::{Connections, access_context, refresh_context};
 use crate::audit::Origin;
-use crate::gate::{GateError, after};
+use crate::clock::after;
+use crate::gate::GateError;
 use crate::metrics::RefreshOutcome;
 use crate::providers::{OAuthError, Provider};
 use crate::secret::Secret;

@@ -12,12 +12,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::request_state::RequestState;
-use crate::gate::after;
+use crate::clock::after;
+use crate::gate::{Called, Hold};
 use crate::identity::Caller;
 use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
 use crate::mcp::incall::Outbox;
 use crate::mcp::state::McpState;
-use crate::mcp::tool_call::{self, Called, Hold, Retry, Stream, ToolRequest};
+use crate::mcp::tool_call::{self, Retry, Stream, ToolRequest};
 use crate::store::SessionRecord;
 use crate::tools::ToolInput;
 
@@ -76,7 +77,7 @@ pub async fn call(
     let called = tool_call::call(state, session, caller, request, stream, retry, &cancelled).await?;
     drop(permit);
     let (requests, given, kept) = match called {
-        Called::Result(result) => return Ok(result),
+        Called::Ran(result) | Called::Answered(result) => return Ok(result.to_json()),
         Called::Elicit(records) => {
             let requests = records
                 .iter()

@@ -4,13 +4,11 @@
 use serde_json::json;
 
 use super::*;
-use crate::gate::testing::Fixture;
+use crate::gate::testing::{alice, submission};
 use crate::store::ElicitationStatus;
 
 /// Calls from nowhere in particular.
 static NOWHERE: Origin = Origin::unknown();
-
-const CONFIG: &str = include_str!("testdata/gate.toml");
 
 struct Call {
     requires: Vec<Requirement>,
@@ -70,30 +68,33 @@ fn requirements(elicitations: &[ElicitationRecord]) -> Vec<&str> {
 
 async fn save_key(gate: &Gate, session: &SessionRecord) {
     let form = gate.form_values().forms().get("key").expect("form");
-    let submission = Submission {
-        values: json!({"org": "acme"}).as_object().expect("object").clone(),
-        secrets: [("api_key".to_owned(), Secret::new("sk-123456".to_owned()))].into(),
-    };
+    let submission = submission(json!({"org": "acme"}), &[("api_key", "sk-123456")]);
     gate.form_values()
         .save_user(&session.principal, form, submission, None, &Origin::unknown())
         .await
         .expect("save");
 }
 
+/// The user confirms the call-scoped form `asked` is for, with nothing typed in.
+async fn answer(gate: &Gate, asked: &ElicitationRecord) {
+    let answered = gate
+        .form_values()
+        .answer_call(asked, submission(json!({}), &[]), &Origin::unknown())
+        .await
+        .expect("answer");
+    assert!(answered);
+}
+
 #[tokio::test]
 async fn nothing_required_runs() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (_fixture, gate, session) = alice().await;
     let run = credentials(decide(&gate, &session, &Call::new(&[], json!({}))).await);
     assert_eq!(run.secrets().count(), 0);
 }
 
 #[tokio::test]
 async fn everything_missing_is_asked_for_at_once_and_reused() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (_fixture, gate, session) = alice().await;
     let call = Call::new(&["acme", "form:key"], json!({}));
     let first = elicited(decide(&gate, &session, &call).await);
     assert_eq!(requirements(&first), ["acme:read", "form:key"]);
@@ -112,9 +113,7 @@ async fn everything_missing_is_asked_for_at_once_and_reused() {
 
 #[tokio::test]
 async fn met_requirements_run_with_their_credentials() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     fixture.connect(&gate, &session, &["read"], None).await;
     save_key(&gate, &session).await;
     let run = credentials(decide(&gate, &session, &Call::new(&["acme", "form:key"], json!({}))).await);
@@ -127,9 +126,7 @@ async fn met_requirements_run_with_their_credentials() {
 
 #[tokio::test]
 async fn a_broken_connection_asks_for_a_new_sign_in_and_a_rejected_token_breaks_it() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     fixture.connect(&gate, &session, &["read"], None).await;
     let call = Call::new(&["acme"], json!({}));
     let run = credentials(decide(&gate, &session, &call).await);
@@ -142,9 +139,7 @@ async fn a_broken_connection_asks_for_a_new_sign_in_and_a_rejected_token_breaks_
 
 #[tokio::test]
 async fn more_scopes_than_granted_ask_for_the_union() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     fixture.connect(&gate, &session, &["read", "profile"], None).await;
     let asked = elicited(decide(&gate, &session, &Call::new(&["acme:write"], json!({}))).await);
     assert_eq!(requirements(&asked), ["acme:profile read write"]);
@@ -152,9 +147,7 @@ async fn more_scopes_than_granted_ask_for_the_union() {
 
 #[tokio::test]
 async fn a_decline_is_reported_once_then_asked_afresh() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (_fixture, gate, session) = alice().await;
     let call = Call::new(&["acme"], json!({}));
     let asked = elicited(decide(&gate, &session, &call).await);
     gate.elicitations()
@@ -171,9 +164,7 @@ async fn a_decline_is_reported_once_then_asked_afresh() {
 
 #[tokio::test]
 async fn a_saved_user_form_is_reused_by_every_call() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (_fixture, gate, session) = alice().await;
     save_key(&gate, &session).await;
     for amount in [1, 2] {
         let run = credentials(decide(&gate, &session, &Call::new(&["form:key"], json!({ "amount": amount }))).await);
@@ -183,23 +174,12 @@ async fn a_saved_user_form_is_reused_by_every_call() {
 
 #[tokio::test]
 async fn a_call_scoped_answer_serves_only_the_call_that_asked_and_only_once() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (_fixture, gate, session) = alice().await;
     let call = Call::new(&["form:confirm"], json!({"amount": 12}));
     let asked = elicited(decide(&gate, &session, &call).await);
     assert_eq!(asked[0].detail.as_deref(), Some("Pay 12 EUR?"));
     assert_eq!(asked[0].message, "Please confirm in your browser: Confirm payment.");
-    let answer = Submission {
-        values: Map::new(),
-        secrets: Default::default(),
-    };
-    assert!(
-        gate.form_values()
-            .answer_call(&asked[0], answer, &Origin::unknown())
-            .await
-            .expect("answer")
-    );
+    answer(&gate, &asked[0]).await;
 
     let other = Call::new(&["form:confirm"], json!({"amount": 13}));
     let asked_other = elicited(decide(&gate, &session, &other).await);
@@ -211,25 +191,14 @@ async fn a_call_scoped_answer_serves_only_the_call_that_asked_and_only_once() {
 
 #[tokio::test]
 async fn a_call_scoped_answer_waits_until_nothing_else_is_missing() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (_fixture, gate, session) = alice().await;
     let call = Call::new(&["form:key", "form:confirm"], json!({"amount": 12}));
     let asked = elicited(decide(&gate, &session, &call).await);
     assert_eq!(requirements(&asked), ["form:key"], "the user form first");
     save_key(&gate, &session).await;
     let asked = elicited(decide(&gate, &session, &call).await);
     assert_eq!(requirements(&asked), ["form:confirm"]);
-    let answer = Submission {
-        values: Map::new(),
-        secrets: Default::default(),
-    };
-    assert!(
-        gate.form_values()
-            .answer_call(&asked[0], answer, &Origin::unknown())
-            .await
-            .expect("answer")
-    );
+    answer(&gate, &asked[0]).await;
     let run = credentials(decide(&gate, &session, &call).await);
     assert!(run.forms().contains_key("key") && run.forms().contains_key("confirm"));
 }

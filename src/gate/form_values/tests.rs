@@ -2,24 +2,9 @@
 //! stored one, call answers taken once by the call that asked, completion once.
 
 use super::*;
-use crate::gate::testing::{Fixture, principal};
+use crate::gate::testing::{CONFIG, Fixture, alice, ask, principal, stored, submission};
 use crate::gate::{Ask, Gate};
 use crate::store::ElicitationStatus;
-
-const CONFIG: &str = include_str!("testdata/gate.toml");
-
-fn submission(values: Value, secrets: &[(&str, &str)]) -> Submission {
-    let Value::Object(values) = values else {
-        panic!("values must be an object")
-    };
-    Submission {
-        values,
-        secrets: secrets
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), Secret::new((*v).to_owned())))
-            .collect(),
-    }
-}
 
 fn form<'g>(gate: &'g Gate, id: &str) -> &'g Form {
     gate.form_values().forms().get(id).expect("configured form")
@@ -78,16 +63,12 @@ async fn user_values_are_sealed_kept_and_blank_secrets_keep_the_stored_one() {
 
 #[tokio::test]
 async fn a_call_answer_is_taken_once_by_the_call_that_asked() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (_fixture, gate, session) = alice().await;
     let alice = principal("alice");
     let key = call_key("pay", json!({"amount": 12}).as_object().expect("object"));
     let ask = Ask {
-        requirement: Requirement::parse("form:confirm").expect("requirement"),
-        message: "Confirm".into(),
         call_key: Some(key.clone()),
-        detail: None,
+        ..ask("form:confirm")
     };
     let elicitation = gate
         .elicitations()
@@ -126,12 +107,7 @@ async fn a_call_answer_is_taken_once_by_the_call_that_asked() {
             .is_none(),
         "taken once"
     );
-    let done = gate
-        .elicitations()
-        .get(&elicitation.id)
-        .await
-        .expect("get")
-        .expect("stored");
+    let done = stored(&gate, &elicitation).await;
     assert_eq!(done.status, ElicitationStatus::Completed);
     let late = submission(json!({"note": "again"}), &[]);
     assert!(
@@ -146,21 +122,9 @@ async fn a_call_answer_is_taken_once_by_the_call_that_asked() {
 
 #[tokio::test]
 async fn saving_for_an_elicitation_completes_it_once() {
-    let fixture = Fixture::new().await;
-    let gate = fixture.gate(CONFIG);
-    let session = fixture.session("alice").await;
+    let (fixture, gate, session) = alice().await;
     let alice = principal("alice");
-    let ask = Ask {
-        requirement: Requirement::parse("form:key").expect("requirement"),
-        message: "Fill in".into(),
-        call_key: None,
-        detail: None,
-    };
-    let elicitation = gate
-        .elicitations()
-        .ask(&alice, &session, &ask, &Origin::unknown())
-        .await
-        .expect("ask");
+    let elicitation = fixture.ask(gate.elicitations(), &session, "form:key").await;
     assert_eq!(
         gate.form_values().form_of(&elicitation).map(|f| f.id.as_str()),
         Some("key")
