@@ -30,12 +30,12 @@ mod endpoints;
 mod keys;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::fake_oauth::{ServerTask, bind_local, random_token};
+use super::fake_oauth::{Locked, ServerTask, bind_local, random_token};
 use super::unix_seconds;
 pub use keys::Signer;
 
@@ -128,7 +128,7 @@ impl FakeIdp {
         );
         let (listener, port) = bind_local("fake IdP").await;
         let issuer = format!("http://127.0.0.1:{port}{realm}");
-        let shared = Shared(Arc::new(Mutex::new(Inner {
+        let shared = Shared::new(Inner {
             issuer: issuer.clone(),
             options: options.clone(),
             users: HashMap::new(),
@@ -140,7 +140,7 @@ impl FakeIdp {
             refresh_tokens: HashMap::new(),
             stats: IdpStats::default(),
             last_token_request: None,
-        })));
+        });
         let app = endpoints::router(&options, shared.clone());
         FakeIdp {
             issuer,
@@ -228,15 +228,7 @@ impl FakeIdp {
     }
 }
 
-#[derive(Clone)]
-struct Shared(Arc<Mutex<Inner>>);
-
-impl Shared {
-    /// Locks the state; a panic elsewhere while holding the lock does not wedge the fake.
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
+type Shared = Locked<Inner>;
 
 struct Inner {
     issuer: String,

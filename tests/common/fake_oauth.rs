@@ -175,7 +175,7 @@ pub struct FakeProvider {
 impl FakeProvider {
     /// Binds `127.0.0.1:0` and serves the fake in a tokio task until the last handle is dropped.
     pub async fn start(options: FakeOptions) -> FakeProvider {
-        let shared = Shared(Arc::new(Mutex::new(Inner {
+        let shared = Shared::new(Inner {
             options,
             next_user: "octocat".to_owned(),
             outcome: AuthorizeOutcome::Approve,
@@ -186,7 +186,7 @@ impl FakeProvider {
             refreshes_in_flight: 0,
             stats: FakeStats::default(),
             hold: None,
-        })));
+        });
         let (listener, port) = bind_local("fake OAuth provider").await;
         let app = endpoints::router(shared.clone());
         FakeProvider {
@@ -339,15 +339,28 @@ impl Drop for ServerTask {
     }
 }
 
-#[derive(Clone)]
-struct Shared(Arc<Mutex<Inner>>);
+/// A fake's state behind one lock, shared by its handles and its endpoints.
+pub(crate) struct Locked<T>(Arc<Mutex<T>>);
 
-impl Shared {
+impl<T> Locked<T> {
+    pub(crate) fn new(state: T) -> Self {
+        Self(Arc::new(Mutex::new(state)))
+    }
+
     /// Locks the state; a panic elsewhere while holding the lock does not wedge the fake.
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+// Not derived: a clone shares the state, whatever the state is.
+impl<T> Clone for Locked<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+type Shared = Locked<Inner>;
 
 struct Inner {
     options: FakeOptions,
