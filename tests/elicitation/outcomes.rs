@@ -1,5 +1,6 @@
-//! How a sign-in ends when it does not simply succeed: declined, refused by the provider, finished
-//! after its elicitation expired, reloaded, or not saved by the database.
+//! How a sign-in ends when it does not simply succeed: declined or failed at the provider, its
+//! elicitation expired while a callback that started in time waits, its callback reloaded, or the
+//! database failing to save it.
 
 use super::*;
 
