@@ -17,8 +17,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::config::{ConfigError, ConfigSource, LogFormat, TelemetryConfig};
+use crate::store::StoreError;
 use crate::telemetry::Telemetry;
 use crate::{App, AppState, Config};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::layer::SubscriberExt;
@@ -104,8 +106,8 @@ pub fn main() -> ExitCode {
         // What the file says is checked as a whole here, so its errors exit like loading errors.
         return match check_config(config) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(message) => {
-                eprintln!("gatehouse: {message}");
+            Err(error) => {
+                eprintln!("gatehouse: {}", report(&error));
                 ExitCode::from(2)
             }
         };
@@ -119,8 +121,8 @@ pub fn main() -> ExitCode {
             let _entered = runtime.enter();
             match init_logging_with_traces(config.log.format, &config.telemetry, endpoint) {
                 Ok(telemetry) => Some(telemetry),
-                Err(message) => {
-                    eprintln!("gatehouse: {message}");
+                Err(error) => {
+                    eprintln!("gatehouse: {}", report(&error));
                     return ExitCode::FAILURE;
                 }
             }
@@ -150,12 +152,30 @@ pub fn main() -> ExitCode {
     runtime.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
+        Err(error) => {
+            let message = report(&error);
             tracing::error!("{message}");
             eprintln!("gatehouse: {message}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// A command's failure as the operator reads it: what it was doing, then why, each cause once
+/// (the message of a typed error below often quotes its source already).
+fn report(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
@@ -170,14 +190,15 @@ fn init_logging_with_traces(
     format: LogFormat,
     config: &TelemetryConfig,
     endpoint: &url::Url,
-) -> Result<Telemetry, String> {
+) -> anyhow::Result<Telemetry> {
     let filter = log_filter();
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = match format {
         LogFormat::Text => logs.with_filter(filter).boxed(),
         LogFormat::Json => logs.json().with_filter(filter).boxed(),
     };
-    let (telemetry, traces) = Telemetry::start(config, endpoint)?;
+    let (telemetry, traces) = Telemetry::start(config, endpoint)
+        .with_context(|| format!("cannot export traces to {endpoint} (telemetry.otlp_endpoint)"))?;
     tracing_subscriber::registry().with(logs).with(traces).init();
     Ok(telemetry)
 }
@@ -197,14 +218,14 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve(config: Config) -> Result<(), String> {
+async fn serve(config: Config) -> anyhow::Result<()> {
     let bind = config.server.bind;
     let shutdown = CancellationToken::new();
-    let (app, tasks) = App::build(config, shutdown.clone()).await.map_err(|e| e.to_string())?;
+    let (app, tasks) = App::build(config, shutdown.clone()).await?;
     let state = &app.state;
     let listener = tokio::net::TcpListener::bind(bind)
         .await
-        .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+        .with_context(|| format!("cannot listen on {bind}"))?;
     let public_url = state.public_url.origin();
     let mcp_url = state.public_url.at(crate::routes::MCP);
     tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {mcp_url}");
@@ -214,7 +235,7 @@ async fn serve(config: Config) -> Result<(), String> {
     };
     crate::serve(listener, app, shutdown_signal())
         .await
-        .map_err(|e| format!("server error: {e}"))?;
+        .context("server error")?;
     shutdown.cancel();
     for task in tasks {
         let _ = task.await;
@@ -235,14 +256,14 @@ fn serve_metrics_apart(
     bind: SocketAddr,
     state: AppState,
     shutdown: CancellationToken,
-) -> Result<std::thread::JoinHandle<()>, String> {
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let listener = std::net::TcpListener::bind(bind)
         .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
-        .map_err(|e| format!("cannot listen on {bind} (server.metrics_bind): {e}"))?;
+        .with_context(|| format!("cannot listen on {bind} (server.metrics_bind)"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the metrics listener's runtime: {e}"))?;
+        .context("cannot start the metrics listener's runtime")?;
     tracing::info!(metrics_bind = %bind, "metrics at http://{bind}/metrics");
     std::thread::Builder::new()
         .name("gatehouse-metrics".into())
@@ -257,37 +278,34 @@ fn serve_metrics_apart(
                 }
             });
         })
-        .map_err(|e| format!("cannot start the metrics listener's thread: {e}"))
+        .context("cannot start the metrics listener's thread")
 }
 
-async fn migrate(config: Config) -> Result<(), String> {
-    let database = crate::store::connect(config.database.url.expose(), 1)
-        .await
-        .map_err(|e| e.to_string())?;
-    database.store.migrate().await.map_err(|e| e.to_string())?;
-    database.store.check_ready().await.map_err(|e| e.to_string())?;
+async fn migrate(config: Config) -> anyhow::Result<()> {
+    let database = crate::store::connect(config.database.url.expose(), 1).await?;
+    database.store.migrate().await?;
+    database.store.check_ready().await?;
     println!("migrations applied ({:?})", database.store.backend());
     Ok(())
 }
 
 /// The configured database for an operator's command, refused unless it is migrated (naming the
 /// command that migrates it).
-async fn open_database(config: &Config, max_connections: u32) -> Result<crate::store::Database, String> {
-    let database = crate::store::connect(config.database.url.expose(), max_connections)
-        .await
-        .map_err(|e| e.to_string())?;
-    database
-        .store
-        .check_ready()
-        .await
-        .map_err(|e| format!("{e} (`gatehouse migrate` applies the migrations)"))?;
+async fn open_database(config: &Config, max_connections: u32) -> anyhow::Result<crate::store::Database> {
+    let database = crate::store::connect(config.database.url.expose(), max_connections).await?;
+    database.store.check_ready().await.map_err(NotMigrated)?;
     Ok(database)
 }
 
-fn check_config(config: Config) -> Result<(), String> {
-    check_parts(&config).map_err(|e| e.to_string())?;
+/// The database is not ready for an operator's command: its message says how to make it so.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} (`gatehouse migrate` applies the migrations)")]
+struct NotMigrated(#[source] StoreError);
+
+fn check_config(config: Config) -> anyhow::Result<()> {
+    check_parts(&config)?;
     if !config.secrets.keys.is_empty() {
-        crate::vault::KeyRing::from_keys(&config.secrets.keys).map_err(|e| e.to_string())?;
+        crate::vault::KeyRing::from_keys(&config.secrets.keys)?;
     }
     println!("configuration is valid");
     Ok(())
@@ -332,4 +350,31 @@ async fn shutdown_signal() {
         () = terminate => {}
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+
+    use super::*;
+
+    #[test]
+    fn a_failure_reads_as_what_was_being_done_then_why() {
+        let error = Err::<(), _>(std::io::Error::other("address in use"))
+            .context("cannot listen on 127.0.0.1:8080")
+            .expect_err("failed");
+        assert_eq!(report(&error), "cannot listen on 127.0.0.1:8080: address in use");
+    }
+
+    #[test]
+    fn a_cause_its_message_already_quotes_is_not_repeated() {
+        let error = anyhow::Error::new(NotMigrated(StoreError::Migrate(
+            sqlx::migrate::MigrateError::VersionMissing(3),
+        )));
+        assert_eq!(
+            report(&error),
+            "migration error: migration 3 was previously applied but is missing in the resolved migrations \
+             (`gatehouse migrate` applies the migrations)"
+        );
+    }
 }

@@ -37,7 +37,10 @@ impl Telemetry {
     /// The OpenTelemetry layer exporting to `config.otlp_endpoint` in batches, and what flushes
     /// it. Must run within a Tokio runtime (the gRPC channel's worker is spawned on it), which
     /// must outlive [`Telemetry::shutdown`].
-    pub fn start<S>(config: &TelemetryConfig, endpoint: &Url) -> Result<(Self, impl Layer<S>), String>
+    pub fn start<S>(
+        config: &TelemetryConfig,
+        endpoint: &Url,
+    ) -> Result<(Self, impl Layer<S>), opentelemetry_otlp::ExporterBuildError>
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
     {
@@ -48,9 +51,7 @@ impl Telemetry {
             let tls = opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new().with_webpki_roots();
             builder = builder.with_tls_config(tls);
         }
-        let exporter = builder
-            .build()
-            .map_err(|e| format!("cannot export traces to {endpoint} (telemetry.otlp_endpoint): {e}"))?;
+        let exporter = builder.build()?;
         let resource = opentelemetry_sdk::Resource::builder()
             .with_service_name(config.service_name.clone())
             .build();

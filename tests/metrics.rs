@@ -29,6 +29,15 @@ fn value(text: &str, series: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// Each of `expected` (a series as in [`value`], a space, its value) is in the text.
+fn assert_values(text: &str, expected: &[&str]) {
+    for line in expected {
+        let (series, number) = line.rsplit_once(' ').expect("a series and its value");
+        let number: f64 = number.parse().expect("a number");
+        assert_eq!(value(text, series), Some(number), "{series} in:\n{text}");
+    }
+}
+
 /// Every label value in the text.
 fn label_values(text: &str) -> Vec<String> {
     text.lines()
@@ -75,32 +84,21 @@ backend_test!(
         assert_eq!(retried["isError"], false, "{retried}");
 
         let text = server.scrape().await;
-        for (series, expected) in [
-            (
-                r#"gatehouse_elicitations_total{kind="connection",outcome="created"}"#,
-                1.0,
-            ),
-            (
-                r#"gatehouse_elicitations_total{kind="connection",outcome="completed"}"#,
-                1.0,
-            ),
-            (r#"gatehouse_mcp_requests_total{method="initialize",outcome="ok"}"#, 1.0),
-            (
-                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="elicitation_required"}"#,
-                1.0,
-            ),
-            (r#"gatehouse_mcp_requests_total{method="tools/call",outcome="ok"}"#, 1.0),
-            (
-                r#"gatehouse_mcp_request_duration_seconds_count{method="tools/call"}"#,
-                2.0,
-            ),
-            ("gatehouse_elicitation_completion_seconds_count", 1.0),
-            ("gatehouse_notification_delivery_seconds_count", 1.0),
-            ("gatehouse_streams_open", 1.0),
-            ("gatehouse_bus_reconnects_total", 0.0),
-        ] {
-            assert_eq!(value(&text, series), Some(expected), "{series} in:\n{text}");
-        }
+        assert_values(
+            &text,
+            &[
+                r#"gatehouse_elicitations_total{kind="connection",outcome="created"} 1"#,
+                r#"gatehouse_elicitations_total{kind="connection",outcome="completed"} 1"#,
+                r#"gatehouse_mcp_requests_total{method="initialize",outcome="ok"} 1"#,
+                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="elicitation_required"} 1"#,
+                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="ok"} 1"#,
+                r#"gatehouse_mcp_request_duration_seconds_count{method="tools/call"} 2"#,
+                "gatehouse_elicitation_completion_seconds_count 1",
+                "gatehouse_notification_delivery_seconds_count 1",
+                "gatehouse_streams_open 1",
+                "gatehouse_bus_reconnects_total 0",
+            ],
+        );
         for series in [
             r#"gatehouse_elicitations_total{kind="connection",outcome="declined"}"#,
             r#"gatehouse_elicitations_total{kind="connection",outcome="failed"}"#,
@@ -194,48 +192,22 @@ backend_test!(
         assert_eq!(upstream.body["result"]["isError"], true, "{:?}", upstream.body);
 
         let text = server.scrape().await;
-        for (series, expected) in [
-            (
-                r#"gatehouse_elicitations_total{kind="connection",outcome="created"}"#,
-                3.0,
-            ),
-            (
-                r#"gatehouse_elicitations_total{kind="connection",outcome="failed"}"#,
-                1.0,
-            ),
-            (
-                r#"gatehouse_elicitations_total{kind="connection",outcome="declined"}"#,
-                1.0,
-            ),
-            (
-                r#"gatehouse_elicitations_total{kind="connection",outcome="completed"}"#,
-                1.0,
-            ),
-            (
-                r#"gatehouse_token_refresh_total{provider="fake",outcome="refreshed"}"#,
-                1.0,
-            ),
-            (
-                r#"gatehouse_token_refresh_total{provider="fake",outcome="refused"}"#,
-                1.0,
-            ),
-            (r#"gatehouse_connections_broken_total{provider="fake"}"#, 1.0),
-            (
-                r#"gatehouse_upstream_requests_total{upstream="down",outcome="error"}"#,
-                1.0,
-            ),
-            (
-                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="elicitation_required"}"#,
-                3.0,
-            ),
-            (
-                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="tool_error"}"#,
-                2.0,
-            ),
-            (r#"gatehouse_mcp_requests_total{method="tools/call",outcome="ok"}"#, 1.0),
-        ] {
-            assert_eq!(value(&text, series), Some(expected), "{series} in:\n{text}");
-        }
+        assert_values(
+            &text,
+            &[
+                r#"gatehouse_elicitations_total{kind="connection",outcome="created"} 3"#,
+                r#"gatehouse_elicitations_total{kind="connection",outcome="failed"} 1"#,
+                r#"gatehouse_elicitations_total{kind="connection",outcome="declined"} 1"#,
+                r#"gatehouse_elicitations_total{kind="connection",outcome="completed"} 1"#,
+                r#"gatehouse_token_refresh_total{provider="fake",outcome="refreshed"} 1"#,
+                r#"gatehouse_token_refresh_total{provider="fake",outcome="refused"} 1"#,
+                r#"gatehouse_connections_broken_total{provider="fake"} 1"#,
+                r#"gatehouse_upstream_requests_total{upstream="down",outcome="error"} 1"#,
+                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="elicitation_required"} 3"#,
+                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="tool_error"} 2"#,
+                r#"gatehouse_mcp_requests_total{method="tools/call",outcome="ok"} 1"#,
+            ],
+        );
         assert!(!text.contains(PRINCIPAL) && !text.contains(&fake.base_url), "{text}");
         server.stop().await;
     }

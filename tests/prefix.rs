@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use common::fake_idp::{FakeIdp, FakeIdpOptions, TestClient, TestUser};
 use common::fake_oauth::{FakeOptions, FakeProvider};
-use common::web::{assert_cookie_path, assert_footer_under, assert_form_action};
+use common::web::{assert_cookie_path, assert_footer_under, assert_form_action, query_of};
 use common::{Backend, Browser, McpClient, TestDatabase, TestServer, elicitations, eventually, upstream, url_of};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -82,11 +82,7 @@ async fn the_whole_oauth_flow(backend: Backend, route: Route) {
     assert_eq!(continued.status, StatusCode::SEE_OTHER, "{}", continued.body);
     assert_cookie_path(&continued, PREFIX);
     let authorize = continued.location();
-    let query: HashMap<String, String> = url::Url::parse(&authorize)
-        .expect("authorize url")
-        .query_pairs()
-        .into_owned()
-        .collect();
+    let query = query_of(&authorize);
     assert_eq!(query["redirect_uri"], format!("{public}/oauth/callback"));
     let callback = browser.authorize(&authorize).await;
     assert!(callback.starts_with(&format!("{public}/oauth/callback?")), "{callback}");

@@ -41,6 +41,19 @@ async fn start(backend: Backend, fake: &FakeProvider) -> (TestDatabase, TestServ
     (database, server, client, stream)
 }
 
+/// [`start`] with a fake without token rotation (Slack's user token then never expires and comes
+/// without a refresh token), signed in.
+async fn start_without_rotation(backend: Backend) -> (FakeProvider, TestDatabase, TestServer, McpClient, SseStream) {
+    let fake = fake_slack(|options| {
+        options.access_token_ttl = None;
+        options.refresh_tokens = false;
+    })
+    .await;
+    let (database, server, client, mut stream) = start(backend, &fake).await;
+    signs_in(&client, &mut stream).await;
+    (fake, database, server, client, stream)
+}
+
 /// A call of `post` with this text.
 fn post(text: &str) -> Value {
     json!({"name": "post", "arguments": {"channel": "C123", "text": text}})
@@ -104,13 +117,7 @@ backend_test!(
     /// a code exchange Slack refuses (`ok: false` in an HTTP 200) fails the sign-in plainly and
     /// stores nothing.
     async fn slack_without_rotation_and_refused_exchanges(backend: Backend) {
-        let fake = fake_slack(|options| {
-            options.access_token_ttl = None;
-            options.refresh_tokens = false;
-        })
-        .await;
-        let (database, server, client, mut stream) = start(backend, &fake).await;
-        signs_in(&client, &mut stream).await;
+        let (fake, database, server, client, _stream) = start_without_rotation(backend).await;
         let result = client.call("tools/call", post("hello")).await;
         assert_eq!(result["isError"], false, "{result}");
         assert_eq!(fake.stats().refreshes, 0);
@@ -152,13 +159,7 @@ backend_test!(
     /// 401: the preset's `token_refused_when` makes that a refusal, so the connection breaks, the
     /// call elicits a sign-in (its answer never reaches the model), and after it the call works.
     async fn a_token_the_slack_api_refuses_breaks_the_connection(backend: Backend) {
-        let fake = fake_slack(|options| {
-            options.access_token_ttl = None;
-            options.refresh_tokens = false;
-        })
-        .await;
-        let (database, server, client, mut stream) = start(backend, &fake).await;
-        signs_in(&client, &mut stream).await;
+        let (fake, database, server, client, mut stream) = start_without_rotation(backend).await;
         let result = client.call("tools/call", post("hello")).await;
         assert_eq!(result["structuredContent"]["ok"], true, "{result}");
 

@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use common::caddy::{Caddy, DEMO_PASSWORD, DEMO_USER, adapt, basic_auth, caddy_binary, deploy_caddyfile};
@@ -16,7 +15,7 @@ use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::mcp_upstreams::stage_ts_sdk;
 use common::python::{PythonScript, python_sdk};
 use common::replica::Replica;
-use common::web::{assert_cookie_path, assert_footer_under, assert_form_action};
+use common::web::{assert_cookie_path, assert_footer_under, assert_form_action, query_of};
 use common::{Backend, Browser, McpClient, TEST_KEY, TestDatabase, elicitations, free_port, upstream, url_of};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -184,11 +183,7 @@ impl Deployment {
         assert_eq!(continued.status, StatusCode::SEE_OTHER, "{}", continued.body);
         assert_cookie_path(&continued, self.layout.cookie_path());
         let authorize = continued.location();
-        let query: HashMap<String, String> = url::Url::parse(&authorize)
-            .expect("authorize url")
-            .query_pairs()
-            .into_owned()
-            .collect();
+        let query = query_of(&authorize);
         assert_eq!(query["redirect_uri"], format!("{}/oauth/callback", self.public));
         let callback = browser.authorize(&authorize).await;
         assert!(

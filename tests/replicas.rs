@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Backend, McpClient, SseStream, TestDatabase, TestServer, WAIT, eventually, note, publish};
+use common::{Backend, McpClient, SseStream, TestDatabase, TestServer, WAIT, eventually, next_notes, note, publish};
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::Connection;
@@ -186,15 +186,11 @@ postgres_test!(
         for n in 1..=18 {
             publish(&r.a, &session, &note(n)).await;
         }
-        let mut seen = Vec::new();
-        while seen.len() < 18 {
-            let (_, message) = resumed
-                .next_message(WAIT)
-                .await
-                .unwrap_or_else(|| panic!("every event on the resumed stream; got {seen:?}"));
-            seen.push(message["params"]["data"]["n"].as_i64().expect("n"));
-        }
-        assert_eq!(seen, (1..=18).collect::<Vec<_>>(), "each once, in order");
+        assert_eq!(
+            next_notes(&mut resumed, 18).await,
+            (1..=18).collect::<Vec<_>>(),
+            "each once, in order"
+        );
         assert!(
             resumed.next_message(Duration::from_millis(500)).await.is_none(),
             "and nothing twice"

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Backend, McpClient, TestDatabase, TestServer, WAIT, eventually, note, publish, text};
+use common::{Backend, McpClient, TestDatabase, TestServer, WAIT, eventually, next_notes, note, publish, text};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -884,15 +884,11 @@ backend_test!(
         for n in 1..=18 {
             publish(&server, &session, &note(n)).await;
         }
-        let mut seen = Vec::new();
-        while seen.len() < 18 {
-            let (_, message) = resumed
-                .next_message(WAIT)
-                .await
-                .unwrap_or_else(|| panic!("every event on the resumed stream; got {seen:?}"));
-            seen.push(message["params"]["data"]["n"].as_i64().expect("n"));
-        }
-        assert_eq!(seen, (1..=18).collect::<Vec<_>>(), "each once, in order");
+        assert_eq!(
+            next_notes(&mut resumed, 18).await,
+            (1..=18).collect::<Vec<_>>(),
+            "each once, in order"
+        );
         assert!(
             stale.next_message(WAIT).await.is_none(),
             "the replaced stream carried none of them"

@@ -11,9 +11,11 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::cpu::{Cpu, row};
+use super::elicitation::{browse_to_callback, loop_config};
+use super::streams::settled_rss_kib;
 use super::{
-    ACCEPT, Database, Era, Options, Target, Who, browse_to_callback, call_load, fake_oauth, local, loop_config,
-    percentile, settled_rss_kib, start_gatehouse, stateless_headers, stateless_meta, wait_until_up,
+    ACCEPT, Database, Era, Options, Target, Who, body_text, call_load, fake_oauth, local, percentile, start_gatehouse,
+    stateless_headers, stateless_meta, wait_until_up,
 };
 
 /// How long retries are held here: far longer than the measurement, so none runs out.
@@ -221,13 +223,8 @@ async fn call_me(http: &reqwest::Client, mcp: &str, user: &str, state: Option<&s
         .header("accept", ACCEPT)
         .header("x-forwarded-user", user)
         .json(&body);
-    let answer: Value = stateless_headers(request, "tools/call", "me")
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+    let body = body_text(stateless_headers(request, "tools/call", "me")).await?;
+    let answer: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
     answer
         .get("result")
         .cloned()

@@ -10,8 +10,9 @@ use serde_json::json;
 
 use super::cpu::{Cpu, PerCall, row};
 use super::fast_upstream::FastUpstream;
+use super::streams::settled_rss_kib;
 use super::{
-    ACCEPT, Database, Era, LoadResult, Options, Target, Who, call_load, initialize, local, message_of, settled_rss_kib,
+    ACCEPT, Database, Era, LoadResult, Options, Target, Who, body_text, call_load, initialize, local, message_of,
     start_gatehouse, tool_succeeded, wait_until_up,
 };
 
@@ -61,19 +62,14 @@ async fn wait_for_tool(url: &str) -> Result<(), String> {
         let mut cursor: Option<String> = None;
         loop {
             let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
-            let body = http
+            let request = http
                 .post(url)
                 .header("accept", ACCEPT)
                 .header("x-forwarded-user", user)
                 .header("mcp-session-id", &session)
                 .header("mcp-protocol-version", "2025-11-25")
-                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}))
-                .send()
-                .await
-                .map_err(|e| e.to_string())?
-                .text()
-                .await
-                .map_err(|e| e.to_string())?;
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}));
+            let body = body_text(request).await?;
             let Some(result) = message_of::<serde_json::Value>(body.as_bytes()).and_then(|m| m.get("result").cloned())
             else {
                 return Err(format!("tools/list failed: {body}"));

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use anyhow::{Context, bail};
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -159,7 +160,7 @@ struct Admin {
     shutdown: CancellationToken,
 }
 
-pub(super) async fn run(config: Config, command: AdminCommand) -> Result<(), String> {
+pub(super) async fn run(config: Config, command: AdminCommand) -> anyhow::Result<()> {
     let admin = Admin::open(&config).await?;
     let result = admin.dispatch(command).await;
     admin.close().await;
@@ -167,8 +168,8 @@ pub(super) async fn run(config: Config, command: AdminCommand) -> Result<(), Str
 }
 
 impl Admin {
-    async fn open(config: &Config) -> Result<Self, String> {
-        let parsed = Parsed::from_config(config).map_err(|e| e.to_string())?;
+    async fn open(config: &Config) -> anyhow::Result<Self> {
+        let parsed = Parsed::from_config(config)?;
         let database = super::open_database(config, 2).await?;
         let shutdown = CancellationToken::new();
         let (core, writer) = Core::wire(
@@ -207,7 +208,7 @@ impl Admin {
         }
     }
 
-    async fn dispatch(&self, command: AdminCommand) -> Result<(), String> {
+    async fn dispatch(&self, command: AdminCommand) -> anyhow::Result<()> {
         match command {
             AdminCommand::Connections { command } => match command {
                 ConnectionsCommand::List { principal, list } => self.list_connections(principal, &list).await,
@@ -229,30 +230,25 @@ impl Admin {
         }
     }
 
-    async fn list_connections(&self, principal: Option<String>, list: &ListOptions) -> Result<(), String> {
+    async fn list_connections(&self, principal: Option<String>, list: &ListOptions) -> anyhow::Result<()> {
         let principal = principal.as_deref().map(principal_arg).transpose()?;
-        let connections = self
-            .store
-            .list_connections(principal.as_ref(), limit(list))
-            .await
-            .map_err(|e| e.to_string())?;
+        let connections = self.store.list_connections(principal.as_ref(), limit(list)).await?;
         if let Some(principal) = &principal
             && connections.is_empty()
         {
-            return Err(format!("{principal} has no connections"));
+            bail!("{principal} has no connections");
         }
         print_list(list, &CONNECTION_HEADINGS, connections.iter().map(connection_json));
         Ok(())
     }
 
-    async fn revoke(&self, principal: &Principal, provider: &str) -> Result<(), String> {
+    async fn revoke(&self, principal: &Principal, provider: &str) -> anyhow::Result<()> {
         let disconnected = self
             .connections
             .disconnect(principal, provider, &Origin::unknown())
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         let revocation = match disconnected {
-            Disconnected::NothingConnected => return Err(format!("{principal} has no connection to {provider}")),
+            Disconnected::NothingConnected => bail!("{principal} has no connection to {provider}"),
             Disconnected::NoRevocation => "none",
             Disconnected::Revoked => "revoked",
             Disconnected::RevocationFailed => "failed",
@@ -270,42 +266,37 @@ impl Admin {
                  grant lives on there until the user removes it in {provider}'s settings."
             ),
             Disconnected::RevocationFailed | Disconnected::NothingConnected => {
-                return Err(format!(
+                bail!(
                     "removed {principal}'s connection to {provider}, but {provider} did not confirm revoking it \
                      (see the log); the user can remove the grant in {provider}'s settings"
-                ));
+                );
             }
         }
         Ok(())
     }
 
-    async fn list_elicitations(&self, pending: bool, list: &ListOptions) -> Result<(), String> {
-        let elicitations = self
-            .store
-            .list_elicitations(pending, limit(list))
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn list_elicitations(&self, pending: bool, list: &ListOptions) -> anyhow::Result<()> {
+        let elicitations = self.store.list_elicitations(pending, limit(list)).await?;
         print_list(list, &ELICITATION_HEADINGS, elicitations.iter().map(elicitation_json));
         Ok(())
     }
 
-    async fn expire(&self, id: &str) -> Result<(), String> {
-        let id: ElicitationId = id
-            .parse()
-            .map_err(|_| format!("{id:?} is not an elicitation id (a UUID, as `admin elicitations list` shows)"))?;
-        let Some(elicitation) = self.elicitations.get(&id).await.map_err(|e| e.to_string())? else {
-            return Err(format!("no elicitation {id}"));
+    async fn expire(&self, id: &str) -> anyhow::Result<()> {
+        let Ok(id) = id.parse::<ElicitationId>() else {
+            bail!("{id:?} is not an elicitation id (a UUID, as `admin elicitations list` shows)");
+        };
+        let Some(elicitation) = self.elicitations.get(&id).await? else {
+            bail!("no elicitation {id}");
         };
         if elicitation.status != ElicitationStatus::Pending {
-            return Err(format!("elicitation {id} is {} already", elicitation.status.as_str()));
+            bail!("elicitation {id} is {} already", elicitation.status.as_str());
         }
         let expired = self
             .elicitations
             .finish(&elicitation, ElicitationStatus::Expired, &Origin::unknown())
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if !expired {
-            return Err(format!("elicitation {id} ended meanwhile"));
+            bail!("elicitation {id} ended meanwhile");
         }
         self.record(
             &elicitation.principal,
@@ -317,19 +308,19 @@ impl Admin {
         Ok(())
     }
 
-    async fn list_sessions(&self, list: &ListOptions) -> Result<(), String> {
-        let sessions = self.store.list_sessions(limit(list)).await.map_err(|e| e.to_string())?;
+    async fn list_sessions(&self, list: &ListOptions) -> anyhow::Result<()> {
+        let sessions = self.store.list_sessions(limit(list)).await?;
         print_list(list, &SESSION_HEADINGS, sessions.iter().map(session_json));
         Ok(())
     }
 
-    async fn end_session(&self, id: &str) -> Result<(), String> {
+    async fn end_session(&self, id: &str) -> anyhow::Result<()> {
         let id = self.session_id(id).await?;
-        let Some(session) = self.store.session(&id).await.map_err(|e| e.to_string())? else {
-            return Err(format!("no session {}", id.prefix()));
+        let Some(session) = self.store.session(&id).await? else {
+            bail!("no session {}", id.prefix());
         };
-        if !self.sessions.end(&id).await.map_err(|e| e.to_string())? {
-            return Err(format!("session {} ended meanwhile", id.prefix()));
+        if !self.sessions.end(&id).await? {
+            bail!("session {} ended meanwhile", id.prefix());
         }
         let prefix = id.prefix().to_string();
         self.record(&session.principal, "sessions end", &prefix, json!({}));
@@ -338,38 +329,28 @@ impl Admin {
     }
 
     /// The session `text` names: a whole id, or the start `admin sessions list` shows.
-    async fn session_id(&self, text: &str) -> Result<SessionId, String> {
+    async fn session_id(&self, text: &str) -> anyhow::Result<SessionId> {
         if let Ok(id) = text.parse::<SessionId>() {
             return Ok(id);
         }
-        let prefix: SessionPrefix = text.parse().map_err(|_| {
-            format!("{text:?} is not a session (the 8 characters `admin sessions list` shows, or the whole id)")
-        })?;
-        let mut found = self
-            .store
-            .sessions_with_prefix(&prefix, 2)
-            .await
-            .map_err(|e| e.to_string())?;
+        let Ok(prefix) = text.parse::<SessionPrefix>() else {
+            bail!("{text:?} is not a session (the 8 characters `admin sessions list` shows, or the whole id)");
+        };
+        let mut found = self.store.sessions_with_prefix(&prefix, 2).await?;
         match (found.pop(), found.is_empty()) {
             (Some(id), true) => Ok(id),
-            (Some(_), false) => Err(format!(
-                "several sessions start with {prefix}; give the whole session id"
-            )),
-            (None, _) => Err(format!("no session {prefix}")),
+            (Some(_), false) => bail!("several sessions start with {prefix}; give the whole session id"),
+            (None, _) => bail!("no session {prefix}"),
         }
     }
 
-    async fn delete_form(&self, principal: &Principal, form: &str) -> Result<(), String> {
+    async fn delete_form(&self, principal: &Principal, form: &str) -> anyhow::Result<()> {
         if self.form_values.forms().get(form).is_none() {
-            return Err(format!("no form {form:?} is configured (forms[].id)"));
+            bail!("no form {form:?} is configured (forms[].id)");
         }
-        let deleted = self
-            .form_values
-            .delete(principal, form, &Origin::unknown())
-            .await
-            .map_err(|e| e.to_string())?;
+        let deleted = self.form_values.delete(principal, form, &Origin::unknown()).await?;
         if !deleted {
-            return Err(format!("{principal} has no saved values for form {form}"));
+            bail!("{principal} has no saved values for form {form}");
         }
         self.record(principal, "forms delete", form, json!({}));
         println!("Deleted {principal}'s values for form {form}.");
@@ -383,8 +364,8 @@ impl Admin {
     }
 }
 
-fn principal_arg(text: &str) -> Result<Principal, String> {
-    Principal::parse(text).map_err(|e| format!("--principal: {e}"))
+fn principal_arg(text: &str) -> anyhow::Result<Principal> {
+    Principal::parse(text).context("--principal")
 }
 
 fn limit(list: &ListOptions) -> usize {

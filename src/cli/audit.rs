@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
 use chrono::{SecondsFormat, Utc};
 use clap::Args;
 use serde_json::{Value, json};
@@ -28,10 +29,10 @@ pub(super) struct AuditArgs {
     limit: u32,
 }
 
-pub(super) async fn run(config: Config, args: AuditArgs) -> Result<(), String> {
+pub(super) async fn run(config: Config, args: AuditArgs) -> anyhow::Result<()> {
     let principal = args
         .principal
-        .map(|p| Principal::parse(&p).map_err(|e| format!("--principal: {e}")))
+        .map(|p| Principal::parse(&p).context("--principal"))
         .transpose()?;
     let query = AuditQuery {
         principal,
@@ -39,7 +40,7 @@ pub(super) async fn run(config: Config, args: AuditArgs) -> Result<(), String> {
         limit: usize::try_from(args.limit).unwrap_or(usize::MAX),
     };
     let database = super::open_database(&config, 1).await?;
-    let records = database.store.audit(&query).await.map_err(|e| e.to_string())?;
+    let records = database.store.audit(&query).await?;
     if args.json {
         for record in &records {
             println!("{}", json_line(record));

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use anyhow::{Context, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
@@ -36,8 +37,8 @@ pub(super) enum KeysCommand {
     },
 }
 
-pub(super) async fn run(config: Config, command: KeysCommand) -> Result<(), String> {
-    let vault = crate::state::key_ring(&config).map_err(|e| format!("secrets: {e}"))?;
+pub(super) async fn run(config: Config, command: KeysCommand) -> anyhow::Result<()> {
+    let vault = crate::state::key_ring(&config).context("secrets")?;
     let store = super::open_database(&config, 2).await?.store;
     match command {
         KeysCommand::Rotate { batch_size, pause } => {
@@ -48,7 +49,7 @@ pub(super) async fn run(config: Config, command: KeysCommand) -> Result<(), Stri
             rotate(store.as_ref(), &vault, options).await
         }
         KeysCommand::Status { json } => {
-            let status = rekey::status(store.as_ref(), &vault).await.map_err(|e| e.to_string())?;
+            let status = rekey::status(store.as_ref(), &vault).await?;
             if json {
                 println!("{}", status_json(&status));
             } else {
@@ -59,10 +60,10 @@ pub(super) async fn run(config: Config, command: KeysCommand) -> Result<(), Stri
     }
 }
 
-async fn rotate(store: &dyn Store, vault: &KeyRing, options: RotateOptions) -> Result<(), String> {
+async fn rotate(store: &dyn Store, vault: &KeyRing, options: RotateOptions) -> anyhow::Result<()> {
     let ids = vault.key_ids();
     let Some((first, older)) = ids.split_first() else {
-        return Err("secrets.keys is empty".into());
+        bail!("secrets.keys is empty");
     };
     if older.is_empty() {
         println!(
@@ -86,16 +87,16 @@ async fn rotate(store: &dyn Store, vault: &KeyRing, options: RotateOptions) -> R
         println!("{}: {}", table.name(), describe(batch));
     })
     .await
-    .map_err(|e| format!("rotation stopped (run it again to carry on): {e}"))?;
+    .context("rotation stopped (run it again to carry on)")?;
     println!("Done: {}.", describe(&total));
     if total.unopened > 0 || total.busy > 0 {
-        return Err(format!(
+        bail!(
             "{} rows were left as they are: {} no configured key opens, {} kept changing. \
              Run `gatehouse keys status` to see which keys they are under, and `gatehouse keys rotate` again.",
             total.unopened + total.busy,
             total.unopened,
             total.busy
-        ));
+        );
     }
     println!("`gatehouse keys status` shows what each key still protects.");
     Ok(())

@@ -5,30 +5,29 @@
 
 use std::future::Future;
 
+use anyhow::{Context, bail};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::IdentityMode;
 use crate::identity::{Caller, Identity};
 use crate::{App, Config};
 
-pub async fn run(mut config: Config, shutdown: impl Future<Output = ()>) -> Result<(), String> {
+pub async fn run(mut config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     if !matches!(config.identity.mode, IdentityMode::Local) {
-        return Err(
-            "gatehouse stdio serves the one user at this machine: it needs identity.mode = \"local\"".to_owned(),
-        );
+        bail!("gatehouse stdio serves the one user at this machine: it needs identity.mode = \"local\"");
     }
     let bind = config.server.bind;
     let listener = tokio::net::TcpListener::bind(bind)
         .await
-        .map_err(|e| format!("cannot listen on {bind} (server.bind): {e}"))?;
+        .with_context(|| format!("cannot listen on {bind} (server.bind)"))?;
     config.server.bind = listener
         .local_addr()
-        .map_err(|e| format!("cannot read the address of {bind}: {e}"))?;
+        .with_context(|| format!("cannot read the address of {bind}"))?;
     let stopped = CancellationToken::new();
-    let (app, tasks) = App::build(config, stopped.clone()).await.map_err(|e| e.to_string())?;
+    let (app, tasks) = App::build(config, stopped.clone()).await?;
     let state = &app.state;
     let Identity::Local(principal) = &*state.identity else {
-        return Err("the identity is not local".to_owned());
+        bail!("the identity is not local");
     };
     let caller = Caller::named(principal.clone());
     // Stdout is the protocol's: the address goes to stderr, where the logs go too.
@@ -53,5 +52,5 @@ pub async fn run(mut config: Config, shutdown: impl Future<Output = ()>) -> Resu
     for task in tasks {
         let _ = task.await;
     }
-    served.map_err(|e| format!("stdio: {e}"))
+    served.context("stdio")
 }

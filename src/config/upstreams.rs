@@ -48,6 +48,10 @@ pub struct UpstreamConfig {
     pub overrides: Vec<UpstreamOverride>,
 }
 
+/// `requires`, `elicit` and `elicit_timeout` are written again here, as in `ToolConfig`, rather
+/// than shared through `#[serde(flatten)]`: serde does not support `flatten` with
+/// `deny_unknown_fields` (which turns an operator's misspelt key into an error), and a flattened
+/// field's error would lose its path (`upstreams[0].overrides[1].elicit_timeout`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamOverride {

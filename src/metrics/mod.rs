@@ -14,7 +14,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 pub use labels::{ElicitationKind, ElicitationOutcome, McpOutcome, OTHER, RefreshOutcome, UpstreamOutcome};
 
@@ -41,6 +41,23 @@ type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn request_histogram() -> Histogram {
     Histogram::new(REQUEST_BUCKETS)
+}
+
+/// A registry being filled: each metric is registered as it is made, so a field of [`Families`]
+/// is written once with its name and help (in the order `/metrics` lists them).
+struct Registering(Registry);
+
+impl Registering {
+    fn add<M: Metric + Clone>(&mut self, name: &str, help: &str, metric: M) -> M {
+        self.0.register(name, help, metric.clone());
+        metric
+    }
+
+    /// A metric measured in seconds (`_seconds` after its name).
+    fn seconds<M: Metric + Clone>(&mut self, name: &str, help: &str, metric: M) -> M {
+        self.0.register_with_unit(name, help, Unit::Seconds, metric.clone());
+        metric
+    }
 }
 
 pub struct Metrics {
@@ -75,98 +92,82 @@ impl Metrics {
 
     /// Records; `providers` and `upstreams` are the configured ids, the only values their labels take.
     pub fn new(providers: impl IntoIterator<Item = String>, upstreams: impl IntoIterator<Item = String>) -> Self {
-        let mut f = Families {
-            registry: Registry::with_prefix("gatehouse"),
+        let mut r = Registering(Registry::with_prefix("gatehouse"));
+        let f = Families {
             providers: Configured::new(providers),
             upstreams: Configured::new(upstreams),
-            mcp_requests: Family::default(),
-            mcp_duration: Family::new_with_constructor(request_histogram),
-            elicitations: Family::default(),
-            completion: Histogram::new(COMPLETION_BUCKETS),
-            delivery: Histogram::new(DELIVERY_BUCKETS),
-            streams_open: Gauge::default(),
-            sessions_active: Gauge::default(),
-            token_refresh: Family::default(),
-            connections_broken: Family::default(),
-            upstream_requests: Family::default(),
-            bus_reconnects: Counter::default(),
-            pool_open: Gauge::default(),
-            pool_idle: Gauge::default(),
-            pool_max: Gauge::default(),
+            mcp_requests: r.add(
+                "mcp_requests",
+                "MCP requests answered, by method and outcome",
+                Family::default(),
+            ),
+            mcp_duration: r.seconds(
+                "mcp_request_duration",
+                "Time from an MCP request to its answer, by method",
+                Family::new_with_constructor(request_histogram),
+            ),
+            elicitations: r.add(
+                "elicitations",
+                "Elicitations by kind (connection, form) and outcome (created, completed, declined, expired, failed)",
+                Family::default(),
+            ),
+            completion: r.seconds(
+                "elicitation_completion",
+                "Time from an elicitation's creation to its completion",
+                Histogram::new(COMPLETION_BUCKETS),
+            ),
+            delivery: r.seconds(
+                "notification_delivery",
+                "Time from an elicitation's completion to its notification written to a client's stream",
+                Histogram::new(DELIVERY_BUCKETS),
+            ),
+            streams_open: r.add(
+                "streams_open",
+                "Standalone SSE streams open on this replica",
+                Gauge::default(),
+            ),
+            sessions_active: r.add(
+                "sessions_active",
+                "Live MCP sessions in the database (counted every 30 s)",
+                Gauge::default(),
+            ),
+            token_refresh: r.add(
+                "token_refresh",
+                "Access token refreshes by provider and outcome",
+                Family::default(),
+            ),
+            connections_broken: r.add(
+                "connections_broken",
+                "Connections marked broken (the provider refused a token or a refresh), by provider",
+                Family::default(),
+            ),
+            upstream_requests: r.add(
+                "upstream_requests",
+                "Tool calls forwarded to upstream MCP servers, by upstream and outcome",
+                Family::default(),
+            ),
+            bus_reconnects: r.add(
+                "bus_reconnects",
+                "Times this replica's LISTEN connection was opened again after it was lost",
+                Counter::default(),
+            ),
+            pool_open: r.add(
+                "db_pool_connections",
+                "Database connections open in this replica's pool",
+                Gauge::default(),
+            ),
+            pool_idle: r.add(
+                "db_pool_idle_connections",
+                "Database connections idle in this replica's pool",
+                Gauge::default(),
+            ),
+            pool_max: r.add(
+                "db_pool_max_connections",
+                "The most database connections this replica's pool opens",
+                Gauge::default(),
+            ),
+            registry: r.0,
         };
-        f.registry.register(
-            "mcp_requests",
-            "MCP requests answered, by method and outcome",
-            f.mcp_requests.clone(),
-        );
-        f.registry.register_with_unit(
-            "mcp_request_duration",
-            "Time from an MCP request to its answer, by method",
-            Unit::Seconds,
-            f.mcp_duration.clone(),
-        );
-        f.registry.register(
-            "elicitations",
-            "Elicitations by kind (connection, form) and outcome (created, completed, declined, expired, failed)",
-            f.elicitations.clone(),
-        );
-        f.registry.register_with_unit(
-            "elicitation_completion",
-            "Time from an elicitation's creation to its completion",
-            Unit::Seconds,
-            f.completion.clone(),
-        );
-        f.registry.register_with_unit(
-            "notification_delivery",
-            "Time from an elicitation's completion to its notification written to a client's stream",
-            Unit::Seconds,
-            f.delivery.clone(),
-        );
-        f.registry.register(
-            "streams_open",
-            "Standalone SSE streams open on this replica",
-            f.streams_open.clone(),
-        );
-        f.registry.register(
-            "sessions_active",
-            "Live MCP sessions in the database (counted every 30 s)",
-            f.sessions_active.clone(),
-        );
-        f.registry.register(
-            "token_refresh",
-            "Access token refreshes by provider and outcome",
-            f.token_refresh.clone(),
-        );
-        f.registry.register(
-            "connections_broken",
-            "Connections marked broken (the provider refused a token or a refresh), by provider",
-            f.connections_broken.clone(),
-        );
-        f.registry.register(
-            "upstream_requests",
-            "Tool calls forwarded to upstream MCP servers, by upstream and outcome",
-            f.upstream_requests.clone(),
-        );
-        f.registry.register(
-            "bus_reconnects",
-            "Times this replica's LISTEN connection was opened again after it was lost",
-            f.bus_reconnects.clone(),
-        );
-        f.registry.register(
-            "db_pool_connections",
-            "Database connections open in this replica's pool",
-            f.pool_open.clone(),
-        );
-        f.registry.register(
-            "db_pool_idle_connections",
-            "Database connections idle in this replica's pool",
-            f.pool_idle.clone(),
-        );
-        f.registry.register(
-            "db_pool_max_connections",
-            "The most database connections this replica's pool opens",
-            f.pool_max.clone(),
-        );
         Self {
             families: Some(Box::new(f)),
         }

@@ -86,7 +86,9 @@ impl Traced {
     }
 }
 
-/// Delegates to reqwest's client; POSTs of traced requests go within their span.
+/// Delegates to reqwest's client; POSTs of traced requests go within their span. The two methods
+/// without limits take rmcp's default ones, as reqwest's client does, so each request is sent
+/// (and traced) in one place. The signatures repeat because they are the trait's, each written out.
 impl StreamableHttpClient for Traced {
     type Error = reqwest13::Error;
 
@@ -96,13 +98,11 @@ impl StreamableHttpClient for Traced {
         message: ClientJsonRpcMessage,
         session_id: Option<Arc<str>>,
         auth_header: Option<String>,
-        mut custom_headers: HashMap<HeaderName, HeaderValue>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse> {
-        let span = self.span(&uri, &message, &mut custom_headers);
-        let post = self
-            .client
-            .post_message(uri, message, session_id, auth_header, custom_headers);
-        within(span, post).await
+        let limits = StreamableHttpResponseLimits::default();
+        self.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
+            .await
     }
 
     async fn post_message_with_response_limits(
@@ -146,8 +146,8 @@ impl StreamableHttpClient for Traced {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, std::result::Result<Sse, SseError>>> {
-        self.client
-            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+        let max = StreamableHttpResponseLimits::default().max_sse_event_size;
+        self.get_stream_with_max_sse_event_size(uri, session_id, last_event_id, auth_header, custom_headers, max)
             .await
     }
 

@@ -3,7 +3,7 @@
 //   node target/browser-node/fill_form.mjs < plan.json      (Node 20+, ESM)
 //
 // Staged beside the pinned playwright-core by `scripts/npm-stage tests/browser target/browser-node
-// fill_form.mjs` (never run from tests/: `import 'playwright-core'` resolves only in the stage), and
+// fill_form.mjs chromium.mjs` (never run from tests/: `import 'playwright-core'` resolves only in the stage), and
 // called by `common::browser::fill_form` in the Rust tests. No browser is downloaded: it launches
 // $GATEHOUSE_CHROMIUM, else Debian's /usr/bin/chromium.
 //
@@ -39,13 +39,12 @@
 //      until document.activeElement is #field-NAME, Control+A, type the text (checkboxes: Space
 //      when the state differs); then Tab to the submit button and press Enter. The final page
 //      answers 200 (after redirects) and its <h1> contains `expect_done_heading`. Screenshot 03.
-import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
+import { launch, newPage } from './chromium.mjs';
 
 const MAX_TABS = 60;
 const SUBMIT = 'button[name=action][value=submit]';
-const LAUNCH_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking'];
 
 const result = {
   ok: false,
@@ -161,12 +160,10 @@ async function focusTop(page) {
 
 async function run(plan) {
   mkdirSync(plan.screenshots, { recursive: true });
-  const executablePath = process.env.GATEHOUSE_CHROMIUM || '/usr/bin/chromium';
-  const browser = await chromium.launch({ executablePath, headless: true, args: LAUNCH_ARGS });
+  const browser = await launch();
   let page;
   try {
-    const context = await browser.newContext({ viewport: { width: 1024, height: 768 } });
-    page = await context.newPage();
+    page = await newPage(browser);
     page.setDefaultTimeout(15_000);
     const dialogs = [];
     page.on('dialog', (dialog) => {

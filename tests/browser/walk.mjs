@@ -4,7 +4,7 @@
 //   node target/browser-node/walk.mjs < plan.json      (Node 20+, ESM)
 //
 // Staged beside the pinned playwright-core by `scripts/npm-stage tests/browser target/browser-node
-// walk.mjs`, called by `common::browser::walk` in the Rust tests. Launches $GATEHOUSE_CHROMIUM,
+// walk.mjs chromium.mjs`, called by `common::browser::walk` in the Rust tests. Launches $GATEHOUSE_CHROMIUM,
 // else Debian's /usr/bin/chromium; nothing is downloaded.
 //
 // Plan on stdin:
@@ -17,11 +17,10 @@
 //                "screenshot": "01-x.png" } ] }
 // Prints one JSON line: { ok, steps: [{ url, status, heading }], error? }; exit 0 when every
 // expectation held, 1 otherwise (the reason in `error`), 2 for an unusable plan.
-import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
+import { launch, newPage } from './chromium.mjs';
 
-const LAUNCH_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking'];
 const STEP_TIMEOUT_MS = 20000;
 
 const result = { ok: false, steps: [] };
@@ -79,12 +78,10 @@ async function main() {
     console.log(JSON.stringify({ ok: false, error: `unusable plan: ${error.message}` }));
     process.exit(2);
   }
-  const executablePath = process.env.GATEHOUSE_CHROMIUM || '/usr/bin/chromium';
-  const browser = await chromium.launch({ executablePath, headless: true, args: LAUNCH_ARGS });
+  const browser = await launch();
   let page;
   try {
-    const context = await browser.newContext({ viewport: { width: 1024, height: 768 } });
-    page = await context.newPage();
+    page = await newPage(browser);
     for (const [index, spec] of plan.steps.entries()) {
       await step(page, plan, spec, index + 1);
     }

@@ -71,16 +71,16 @@ pub fn walk(plan: &Value) -> Result<Value, String> {
     run_script("walk.mjs", plan)
 }
 
-/// Stages the npm packages with `script` (runs `scripts/npm-stage tests/browser target/browser-node
-/// SCRIPT` from the repo root, serialised across test processes by npm-stage's own lock), runs the
-/// script with `plan` on stdin (blocking; call it from spawn_blocking), with a timeout of 120 s,
-/// and returns the parsed JSON result; Err(text with stdout+stderr) when it failed.
+/// Stages the npm packages with `script` and the module it imports (runs `scripts/npm-stage
+/// tests/browser target/browser-node SCRIPT chromium.mjs` from the repo root, serialised across
+/// test processes by npm-stage's own lock), runs the script with `plan` on stdin (blocking; call
+/// it from spawn_blocking), with a timeout of 120 s, and returns the parsed JSON result; Err(text with stdout+stderr) when it failed.
 fn run_script(script: &str, plan: &Value) -> Result<Value, String> {
     let root = repo();
     let mut stage = Command::new(root.join("scripts/npm-stage"));
     stage
         .current_dir(&root)
-        .args(["tests/browser", "target/browser-node", script]);
+        .args(["tests/browser", "target/browser-node", script, "chromium.mjs"]);
     let staged = run_with_timeout(&mut stage, b"", STAGE_TIMEOUT)?;
     if !staged.status.success() {
         return Err(staged.describe(&format!("scripts/npm-stage tests/browser target/browser-node {script}")));

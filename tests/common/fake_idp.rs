@@ -30,13 +30,12 @@ mod endpoints;
 mod keys;
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::fake_oauth::{ServerTask, random_token};
+use super::fake_oauth::{Locked, ServerTask, bind_local, random_token};
 use super::unix_seconds;
 pub use keys::Signer;
 
@@ -119,14 +118,6 @@ pub struct FakeIdp {
     _server: Arc<ServerTask>,
 }
 
-impl std::fmt::Debug for FakeIdp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeIdp")
-            .field("issuer", &self.issuer)
-            .finish_non_exhaustive()
-    }
-}
-
 impl FakeIdp {
     /// Binds `127.0.0.1:0` and serves the fake in a tokio task until the last handle is dropped.
     pub async fn start(options: FakeIdpOptions) -> FakeIdp {
@@ -135,12 +126,9 @@ impl FakeIdp {
             realm.is_empty() || (realm.starts_with('/') && !realm.ends_with('/')),
             "fake IdP: realm_path {realm:?} must be empty or start with / and not end with one"
         );
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-            .await
-            .expect("fake IdP: bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("fake IdP: local address").port();
+        let (listener, port) = bind_local("fake IdP").await;
         let issuer = format!("http://127.0.0.1:{port}{realm}");
-        let shared = Shared(Arc::new(Mutex::new(Inner {
+        let shared = Shared::new(Inner {
             issuer: issuer.clone(),
             options: options.clone(),
             users: HashMap::new(),
@@ -152,15 +140,12 @@ impl FakeIdp {
             refresh_tokens: HashMap::new(),
             stats: IdpStats::default(),
             last_token_request: None,
-        })));
-        let app = endpoints::router(&options, shared.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
         });
+        let app = endpoints::router(&options, shared.clone());
         FakeIdp {
             issuer,
             shared,
-            _server: Arc::new(ServerTask(task)),
+            _server: ServerTask::spawn(listener, app),
         }
     }
 
@@ -243,15 +228,7 @@ impl FakeIdp {
     }
 }
 
-#[derive(Clone)]
-struct Shared(Arc<Mutex<Inner>>);
-
-impl Shared {
-    /// Locks the state; a panic elsewhere while holding the lock does not wedge the fake.
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
+type Shared = Locked<Inner>;
 
 struct Inner {
     issuer: String,

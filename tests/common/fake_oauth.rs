@@ -26,21 +26,20 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use base64::Engine;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use rand::RngCore;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use url::{Url, form_urlencoded};
 
-// A file beside this one, so the benchmark that includes this file by path finds it too.
+// Files named by path, so the benchmark that includes this file by path finds them too.
+#[path = "fake_oauth/endpoints.rs"]
+mod endpoints;
 #[path = "fake_slack.rs"]
 pub mod fake_slack;
+#[path = "fake_oauth/wire.rs"]
+mod wire;
+
+pub(crate) use wire::{
+    Failure, Params, decode_pairs, form_params, parse_basic, plain_400, random_token, s256_challenge, token_body,
+    valid_code_challenge,
+};
 
 /// How long an authorization code may wait for its exchange.
 const CODE_LIFETIME: Duration = Duration::from_secs(60);
@@ -173,18 +172,10 @@ pub struct FakeProvider {
     _server: Arc<ServerTask>,
 }
 
-impl std::fmt::Debug for FakeProvider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeProvider")
-            .field("base_url", &self.base_url)
-            .finish_non_exhaustive()
-    }
-}
-
 impl FakeProvider {
     /// Binds `127.0.0.1:0` and serves the fake in a tokio task until the last handle is dropped.
     pub async fn start(options: FakeOptions) -> FakeProvider {
-        let shared = Shared(Arc::new(Mutex::new(Inner {
+        let shared = Shared::new(Inner {
             options,
             next_user: "octocat".to_owned(),
             outcome: AuthorizeOutcome::Approve,
@@ -195,30 +186,13 @@ impl FakeProvider {
             refreshes_in_flight: 0,
             stats: FakeStats::default(),
             hold: None,
-        })));
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-            .await
-            .expect("fake OAuth provider: bind 127.0.0.1:0");
-        let port = listener
-            .local_addr()
-            .expect("fake OAuth provider: local address")
-            .port();
-        let app = Router::new()
-            .route("/authorize", get(authorize))
-            .route("/token", post(token))
-            .route("/userinfo", get(protected_resource))
-            .route("/api/me", get(protected_resource))
-            .route("/api/auth.test", get(protected_resource))
-            .route("/api/chat.postMessage", post(protected_resource))
-            .route("/revoke", post(revoke))
-            .with_state(shared.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
         });
+        let (listener, port) = bind_local("fake OAuth provider").await;
+        let app = endpoints::router(shared.clone());
         FakeProvider {
             base_url: format!("http://127.0.0.1:{port}"),
             shared,
-            _server: Arc::new(ServerTask(task)),
+            _server: ServerTask::spawn(listener, app),
         }
     }
 
@@ -335,8 +309,29 @@ impl ExchangeHold {
     }
 }
 
-/// Aborts the server task when the last [`FakeProvider`] handle goes away.
-pub(crate) struct ServerTask(pub(crate) tokio::task::JoinHandle<()>);
+/// Binds `127.0.0.1:0` for the fake called `fake`: the listener and its port.
+pub(crate) async fn bind_local(fake: &str) -> (tokio::net::TcpListener, u16) {
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap_or_else(|error| panic!("{fake}: bind 127.0.0.1:0: {error}"));
+    let port = listener
+        .local_addr()
+        .unwrap_or_else(|error| panic!("{fake}: local address: {error}"))
+        .port();
+    (listener, port)
+}
+
+/// A fake's server task, aborted when the last handle of the fake goes away.
+pub(crate) struct ServerTask(tokio::task::JoinHandle<()>);
+
+impl ServerTask {
+    /// Serves `app` on `listener` in a task of its own.
+    pub(crate) fn spawn(listener: tokio::net::TcpListener, app: Router) -> Arc<ServerTask> {
+        Arc::new(ServerTask(tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        })))
+    }
+}
 
 impl Drop for ServerTask {
     fn drop(&mut self) {
@@ -344,15 +339,28 @@ impl Drop for ServerTask {
     }
 }
 
-#[derive(Clone)]
-struct Shared(Arc<Mutex<Inner>>);
+/// A fake's state behind one lock, shared by its handles and its endpoints.
+pub(crate) struct Locked<T>(Arc<Mutex<T>>);
 
-impl Shared {
+impl<T> Locked<T> {
+    pub(crate) fn new(state: T) -> Self {
+        Self(Arc::new(Mutex::new(state)))
+    }
+
     /// Locks the state; a panic elsewhere while holding the lock does not wedge the fake.
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+// Not derived: a clone shares the state, whatever the state is.
+impl<T> Clone for Locked<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+type Shared = Locked<Inner>;
 
 struct Inner {
     options: FakeOptions,
@@ -463,501 +471,4 @@ impl Inner {
             .filter(|t| t.grant == grant)
             .for_each(|t| t.revoked = true);
     }
-}
-
-/// `prefix` + 32 random bytes, base64url without padding.
-pub(crate) fn random_token(prefix: &str) -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes))
-}
-
-/// A stable, JavaScript-safe numeric id for a login (FNV-1a).
-fn user_id(login: &str) -> u64 {
-    let hash = login.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    1_000_000 + hash % 1_000_000_000
-}
-
-/// Form or query parameters, refusing repeats (RFC 6749 3.1, 3.2). Empty values count as absent.
-pub(crate) struct Params(HashMap<String, String>);
-
-impl Params {
-    /// Parses `application/x-www-form-urlencoded`; `Err` names a repeated parameter.
-    pub(crate) fn parse(pairs: &[(String, String)]) -> Result<Params, String> {
-        let mut map = HashMap::new();
-        for (key, value) in pairs {
-            if map.insert(key.clone(), value.clone()).is_some() {
-                return Err(key.clone());
-            }
-        }
-        Ok(Params(map))
-    }
-
-    pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str).filter(|v| !v.is_empty())
-    }
-}
-
-pub(crate) fn decode_pairs(raw: &[u8]) -> Vec<(String, String)> {
-    form_urlencoded::parse(raw).into_owned().collect()
-}
-
-/// Decodes one `application/x-www-form-urlencoded` component (`+` is a space); `None` when
-/// malformed (bad `%` escape or not UTF-8).
-fn form_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' => {
-                let hex = bytes.get(i + 1..i + 3)?;
-                if !hex.iter().all(u8::is_ascii_hexdigit) {
-                    return None;
-                }
-                out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
-                i += 3;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Splits a requested `scope` on spaces and on the configured separator.
-fn split_scopes(scope: Option<&str>, separator: char) -> Vec<String> {
-    scope
-        .unwrap_or_default()
-        .split([' ', separator])
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-pub(crate) fn plain_400(reason: impl Into<String>) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        reason.into(),
-    )
-        .into_response()
-}
-
-/// A token-endpoint style body (`/token` responses, `/revoke` errors) in the configured format.
-pub(crate) fn token_body(format: TokenFormat, status: StatusCode, fields: &[(&str, Value)]) -> Response {
-    let (content_type, body) = match format {
-        TokenFormat::Json => {
-            let map: serde_json::Map<String, Value> =
-                fields.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
-            ("application/json", Value::Object(map).to_string())
-        }
-        TokenFormat::Form => {
-            let mut serializer = form_urlencoded::Serializer::new(String::new());
-            for (key, value) in fields {
-                match value {
-                    Value::String(s) => serializer.append_pair(key, s),
-                    other => serializer.append_pair(key, &other.to_string()),
-                };
-            }
-            ("application/x-www-form-urlencoded", serializer.finish())
-        }
-    };
-    let mut response = (status, [(header::CONTENT_TYPE, content_type)], body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
-    response
-}
-
-/// An RFC 6749 5.2 error response; `invalid_client` is a 401, everything else a 400 (Slack: 200).
-fn oauth_error(options: &FakeOptions, error: &str, description: &str) -> Response {
-    if options.dialect == Dialect::Slack {
-        return fake_slack::error(error, description);
-    }
-    let status = if error == "invalid_client" {
-        StatusCode::UNAUTHORIZED
-    } else {
-        StatusCode::BAD_REQUEST
-    };
-    let mut response = token_body(
-        options.token_format,
-        status,
-        &[("error", json!(error)), ("error_description", json!(description))],
-    );
-    if error == "invalid_client" && options.client_auth == ClientAuth::Basic {
-        response.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"fake-oauth\""),
-        );
-    }
-    response
-}
-
-/// `GET /authorize`: validates like a real provider (400 without redirecting on a bad client or
-/// redirect URI), then redirects per the configured [`AuthorizeOutcome`].
-async fn authorize(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
-    let pairs = decode_pairs(query.unwrap_or_default().as_bytes());
-    let mut inner = shared.lock();
-    inner.stats.authorize_requests += 1;
-    inner.stats.last_authorize_query = pairs.clone();
-    let params = match Params::parse(&pairs) {
-        Ok(params) => params,
-        Err(key) => return plain_400(format!("parameter {key} given more than once")),
-    };
-    match params.get("client_id") {
-        None => return plain_400("missing client_id"),
-        Some(id) if id != inner.options.client_id => return plain_400(format!("unknown client_id {id:?}")),
-        Some(_) => {}
-    }
-    let Some(redirect_uri) = params.get("redirect_uri") else {
-        return plain_400("missing redirect_uri");
-    };
-    let mut redirect = match Url::parse(redirect_uri) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() && url.fragment().is_none() => url,
-        _ => {
-            return plain_400(format!(
-                "redirect_uri {redirect_uri:?} is not an absolute http(s) URL without fragment"
-            ));
-        }
-    };
-    if params.get("response_type") != Some("code") {
-        return plain_400("response_type must be code");
-    }
-    let Some(state) = params.get("state") else {
-        return plain_400("missing state");
-    };
-    if params.get("code_challenge_method") != Some("S256") {
-        return plain_400("code_challenge_method must be S256");
-    }
-    let challenge = params.get("code_challenge").unwrap_or_default();
-    if !valid_code_challenge(challenge) {
-        return plain_400("code_challenge must be 43 to 128 characters of [A-Za-z0-9-._~]");
-    }
-
-    {
-        let mut out = redirect.query_pairs_mut();
-        match inner.outcome {
-            AuthorizeOutcome::Approve => {
-                let code = random_token("code_");
-                let scope_param = match inner.options.dialect {
-                    Dialect::Rfc6749 => "scope",
-                    Dialect::Slack => "user_scope",
-                };
-                let requested = split_scopes(params.get(scope_param), inner.options.scope_separator);
-                let scopes = inner.options.granted_scopes.clone().unwrap_or(requested);
-                let grant = inner.next_grant;
-                inner.next_grant += 1;
-                let record = CodeRecord {
-                    grant,
-                    client_id: inner.options.client_id.clone(),
-                    redirect_uri: redirect_uri.to_owned(),
-                    code_challenge: challenge.to_owned(),
-                    scopes,
-                    user: inner.next_user.clone(),
-                    issued_at: Instant::now(),
-                    used: false,
-                };
-                inner.codes.insert(code.clone(), record);
-                out.append_pair("code", &code);
-            }
-            AuthorizeOutcome::Deny => {
-                out.append_pair("error", "access_denied");
-                out.append_pair("error_description", "The user denied the request");
-            }
-            AuthorizeOutcome::Fail => {
-                out.append_pair("error", "server_error");
-                out.append_pair("error_description", "The fake provider was told to fail");
-            }
-        }
-        out.append_pair("state", state);
-        if let Some(issuer) = &inner.options.issuer {
-            out.append_pair("iss", issuer);
-        }
-    }
-    (StatusCode::FOUND, [(header::LOCATION, redirect.to_string())]).into_response()
-}
-
-/// A PKCE `code_challenge` of the right form: 43 to 128 characters of `[A-Za-z0-9-._~]`.
-pub(crate) fn valid_code_challenge(challenge: &str) -> bool {
-    (43..=128).contains(&challenge.len())
-        && challenge
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
-}
-
-/// The PKCE S256 `code_challenge` of a `code_verifier` (RFC 7636 4.2).
-pub(crate) fn s256_challenge(verifier: &str) -> String {
-    URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
-}
-
-/// A token-endpoint failure: the RFC 6749 5.2 error code and a description.
-pub(crate) type Failure = (&'static str, &'static str);
-
-/// Authenticates the client per [`FakeOptions::client_auth`]; returns its id.
-fn authenticate_client(options: &FakeOptions, headers: &HeaderMap, params: &Params) -> Result<String, Failure> {
-    let authorization = headers.get(header::AUTHORIZATION);
-    let body_secret = params.get("client_secret");
-    if authorization.is_some() && body_secret.is_some() {
-        return Err(("invalid_request", "more than one client authentication method"));
-    }
-    let (id, secret) = match options.client_auth {
-        ClientAuth::Basic => {
-            let value = authorization.ok_or(("invalid_client", "client_secret_basic authentication required"))?;
-            let (id, secret) = parse_basic(value).ok_or(("invalid_client", "malformed Basic authorization"))?;
-            if params.get("client_id").is_some_and(|body_id| body_id != id) {
-                return Err(("invalid_client", "client_id in body differs from Basic"));
-            }
-            (id, secret)
-        }
-        ClientAuth::Post => match (authorization, params.get("client_id"), body_secret) {
-            (Some(_), _, _) => return Err(("invalid_client", "client_secret_post authentication required")),
-            (None, Some(id), Some(secret)) => (id.to_owned(), secret.to_owned()),
-            _ => return Err(("invalid_client", "client_id and client_secret required")),
-        },
-    };
-    if id != options.client_id || secret != options.client_secret {
-        return Err(("invalid_client", "unknown client or wrong secret"));
-    }
-    Ok(id)
-}
-
-/// `Basic base64(urlencode(id) ":" urlencode(secret))` → `(id, secret)`.
-pub(crate) fn parse_basic(value: &HeaderValue) -> Option<(String, String)> {
-    let (scheme, credentials) = value.to_str().ok()?.trim().split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = String::from_utf8(STANDARD.decode(credentials.trim()).ok()?).ok()?;
-    let (id, secret) = decoded.split_once(':')?;
-    Some((form_decode(id)?, form_decode(secret)?))
-}
-
-/// Reads a form body after checking its media type; repeated parameters are refused.
-pub(crate) fn form_params(headers: &HeaderMap, body: &[u8]) -> Result<Params, Failure> {
-    let is_form = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/x-www-form-urlencoded"));
-    if !is_form {
-        return Err(("invalid_request", "body must be application/x-www-form-urlencoded"));
-    }
-    Params::parse(&decode_pairs(body)).map_err(|_| ("invalid_request", "repeated parameter"))
-}
-
-/// Reads a form body, then authenticates the client: the common front half of `/token` and
-/// `/revoke`. Returns the parameters and the client id.
-fn authenticated_form(options: &FakeOptions, headers: &HeaderMap, body: &[u8]) -> Result<(Params, String), Failure> {
-    let params = form_params(headers, body)?;
-    let client_id = authenticate_client(options, headers, &params)?;
-    Ok((params, client_id))
-}
-
-/// `POST /token`.
-async fn token(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let options = shared.lock().options.clone();
-    let (params, client_id) = match authenticated_form(&options, &headers, &body) {
-        Ok(ok) => ok,
-        Err((error, description)) => return oauth_error(&options, error, description),
-    };
-    match params.get("grant_type") {
-        Some("authorization_code") => {
-            let hold = shared.lock().hold.clone();
-            if let Some(hold) = hold {
-                hold.pass().await;
-            }
-            exchange_code(&shared, &options, &params, &client_id)
-        }
-        Some("refresh_token") => refresh(&shared, &params, &client_id).await,
-        Some(_) => oauth_error(
-            &options,
-            "unsupported_grant_type",
-            "only authorization_code and refresh_token",
-        ),
-        None => oauth_error(&options, "invalid_request", "missing grant_type"),
-    }
-}
-
-/// `grant_type=authorization_code`. A code is spent by any exchange attempt; presenting a spent
-/// code again also revokes every token issued from it (RFC 6749 4.1.2).
-fn exchange_code(shared: &Shared, options: &FakeOptions, params: &Params, client_id: &str) -> Response {
-    let mut inner = shared.lock();
-    inner.stats.code_exchanges += 1;
-    let Some(code) = params.get("code") else {
-        return oauth_error(options, "invalid_request", "missing code");
-    };
-    let Some(record) = inner.codes.get_mut(code) else {
-        return oauth_error(options, "invalid_grant", "unknown code");
-    };
-    if record.used {
-        let grant = record.grant;
-        inner.revoke_grant(grant);
-        return oauth_error(options, "invalid_grant", "code already used");
-    }
-    record.used = true;
-    if record.issued_at.elapsed() > CODE_LIFETIME {
-        return oauth_error(options, "invalid_grant", "code expired");
-    }
-    if record.client_id != client_id {
-        return oauth_error(options, "invalid_grant", "code was issued to another client");
-    }
-    if params.get("redirect_uri") != Some(record.redirect_uri.as_str()) {
-        return oauth_error(
-            options,
-            "invalid_grant",
-            "redirect_uri differs from the authorization request",
-        );
-    }
-    let verifier = params.get("code_verifier").unwrap_or_default();
-    if s256_challenge(verifier) != record.code_challenge {
-        return oauth_error(options, "invalid_grant", "code_verifier does not match code_challenge");
-    }
-    let (grant, user, scopes) = (record.grant, record.user.clone(), record.scopes.clone());
-    let refresh_scopes = inner.options.refresh_tokens.then_some(scopes.as_slice());
-    let fields = inner.issue(grant, client_id, &user, &scopes, refresh_scopes);
-    match options.dialect {
-        Dialect::Rfc6749 => token_body(options.token_format, StatusCode::OK, &fields),
-        Dialect::Slack => fake_slack::exchange_answer(&user, &fields),
-    }
-}
-
-/// Decrements the in-flight refresh count however the request ends (even if the client hangs up
-/// during the delay and the handler future is dropped).
-struct InFlight(Shared);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.lock().refreshes_in_flight -= 1;
-    }
-}
-
-/// `grant_type=refresh_token`. The token is checked after [`FakeOptions::refresh_delay_ms`], so
-/// racing refreshes of one rotating token see exactly one winner.
-async fn refresh(shared: &Shared, params: &Params, client_id: &str) -> Response {
-    let delay = {
-        let mut inner = shared.lock();
-        inner.stats.refreshes += 1;
-        inner.refreshes_in_flight += 1;
-        inner.stats.concurrent_refresh_peak = inner.stats.concurrent_refresh_peak.max(inner.refreshes_in_flight);
-        inner.options.refresh_delay_ms
-    };
-    let in_flight = InFlight(shared.clone());
-    if delay > 0 {
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-    }
-    drop(in_flight);
-
-    let mut inner = shared.lock();
-    let options = inner.options.clone();
-    let Some(refresh_token) = params.get("refresh_token") else {
-        return oauth_error(&options, "invalid_request", "missing refresh_token");
-    };
-    let Some(record) = inner.refresh_tokens.get_mut(refresh_token) else {
-        return oauth_error(&options, "invalid_grant", "unknown refresh token");
-    };
-    if record.revoked {
-        return oauth_error(&options, "invalid_grant", "refresh token revoked");
-    }
-    if record.client_id != client_id {
-        return oauth_error(&options, "invalid_grant", "refresh token was issued to another client");
-    }
-    let mut scopes = record.scopes.clone();
-    if let Some(requested) = params.get("scope") {
-        let requested = split_scopes(Some(requested), options.scope_separator);
-        if !requested.iter().all(|s| scopes.contains(s)) {
-            return oauth_error(&options, "invalid_scope", "scope exceeds the original grant");
-        }
-        scopes = requested;
-    }
-    let (grant, user, original) = (record.grant, record.user.clone(), record.scopes.clone());
-    // Rotation: the old refresh token dies; the new one keeps the grant's full scopes even when
-    // this refresh asked for fewer.
-    let rotated = options.rotate_refresh_tokens.then_some(original);
-    if rotated.is_some() {
-        record.revoked = true;
-    }
-    let fields = inner.issue(grant, client_id, &user, &scopes, rotated.as_deref());
-    match options.dialect {
-        Dialect::Rfc6749 => token_body(options.token_format, StatusCode::OK, &fields),
-        Dialect::Slack => fake_slack::refresh_answer(&fields),
-    }
-}
-
-/// `GET /userinfo` and `GET /api/me` (and the Slack Web API's methods): the signed-in account, for
-/// a valid bearer token.
-async fn protected_resource(State(shared): State<Shared>, headers: HeaderMap) -> Response {
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.trim().split_once(' ').unwrap_or((v.trim(), ""));
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
-        });
-    let mut inner = shared.lock();
-    let Some(token) = presented else {
-        // RFC 6750 3.1: no error code when the request carries no credentials at all.
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer realm=\"fake-oauth\"")],
-        )
-            .into_response();
-    };
-    inner.stats.api_bearer_tokens.push(token.clone());
-    let valid = inner.access_tokens.get(&token).filter(|t| t.is_valid(Instant::now()));
-    if inner.options.dialect == Dialect::Slack {
-        return fake_slack::api_answer(valid.map(|record| record.user.as_str()));
-    }
-    match valid {
-        Some(record) => axum::Json(json!({
-            "login": record.user,
-            "id": user_id(&record.user),
-            "sub": user_id(&record.user).to_string(),
-            "email": format!("{}@example.test", record.user),
-            "scopes": record.scopes,
-        }))
-        .into_response(),
-        None => (
-            StatusCode::UNAUTHORIZED,
-            [(
-                header::WWW_AUTHENTICATE,
-                "Bearer realm=\"fake-oauth\", error=\"invalid_token\"",
-            )],
-        )
-            .into_response(),
-    }
-}
-
-/// `POST /revoke` (RFC 7009): revokes an access token, or a refresh token together with every
-/// token of its grant. Unknown tokens are fine (200); `token_type_hint` is ignored.
-async fn revoke(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let options = shared.lock().options.clone();
-    let (params, client_id) = match authenticated_form(&options, &headers, &body) {
-        Ok(ok) => ok,
-        Err((error, description)) => return oauth_error(&options, error, description),
-    };
-    let Some(token) = params.get("token") else {
-        return oauth_error(&options, "invalid_request", "missing token");
-    };
-    let mut inner = shared.lock();
-    inner.stats.revocations += 1;
-    if let Some(record) = inner.access_tokens.get_mut(token).filter(|t| t.client_id == client_id) {
-        record.revoked = true;
-    } else if let Some(grant) = inner
-        .refresh_tokens
-        .get(token)
-        .filter(|t| t.client_id == client_id)
-        .map(|t| t.grant)
-    {
-        inner.revoke_grant(grant);
-    }
-    StatusCode::OK.into_response()
 }

@@ -361,6 +361,19 @@ pub fn note(n: i64) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "logger": "test", "data": {"n": n}}})
 }
 
+/// The numbers of the next `count` [`note`]s on `stream`, as they came.
+pub async fn next_notes(stream: &mut SseStream, count: usize) -> Vec<i64> {
+    let mut seen = Vec::new();
+    while seen.len() < count {
+        let (_, message) = stream
+            .next_message(WAIT)
+            .await
+            .unwrap_or_else(|| panic!("every event on the stream; got {seen:?}"));
+        seen.push(message["params"]["data"]["n"].as_i64().expect("n"));
+    }
+    seen
+}
+
 /// The first content block's text of a tool result.
 pub fn text(result: &Value) -> String {
     result["content"][0]["text"].as_str().expect("text content").to_owned()

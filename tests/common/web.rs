@@ -136,6 +136,15 @@ impl Browser {
     }
 }
 
+/// The query parameters of `url`, by name.
+pub fn query_of(url: &str) -> std::collections::HashMap<String, String> {
+    url::Url::parse(url)
+        .expect("a URL")
+        .query_pairs()
+        .into_owned()
+        .collect()
+}
+
 /// Every cookie `page` sets has `Path=path` (the path prefix of gatehouse's public URL, `/`
 /// without one); it sets at least one.
 pub fn assert_cookie_path(page: &Page, path: &str) {

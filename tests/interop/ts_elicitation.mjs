@@ -21,29 +21,13 @@
 
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
+import { emit, main, options, shown } from './ts_client.mjs';
 
-const { values: opts } = parseArgs({
-    options: {
-        sdk: { type: 'string' },
-        url: { type: 'string' },
-        call: { type: 'string' },
-        args: { type: 'string', default: '{}' },
-        'basic-auth': { type: 'string' },
-        timeout: { type: 'string', default: '60' }
-    }
-});
+const opts = options({ 'basic-auth': { type: 'string' } });
 
 let phase = 'starting';
 
-function emit(event) {
-    console.log(JSON.stringify(event));
-}
-
 async function run() {
-    if (!opts.sdk || !opts.url || !opts.call) {
-        throw new Error('--sdk, --url and --call are required');
-    }
     const sdk = path => import(pathToFileURL(join(opts.sdk, 'node_modules/@modelcontextprotocol/sdk/dist/esm', path)).href);
     const { Client } = await sdk('client/index.js');
     const { StreamableHTTPClientTransport } = await sdk('client/streamableHttp.js');
@@ -122,20 +106,7 @@ async function run() {
     phase = 'closing the session';
     await transport.terminateSession();
     await client.close();
-    return {
-        event: 'result',
-        result: { isError: Boolean(result.isError), content: result.content, structuredContent: result.structuredContent }
-    };
+    return { event: 'result', result: shown(result) };
 }
 
-const timeout = setTimeout(() => {
-    console.error(`TypeScript elicitation client failed: no answer within ${opts.timeout}s while ${phase}`);
-    process.exit(1);
-}, Number(opts.timeout) * 1000);
-try {
-    emit(await run());
-    clearTimeout(timeout);
-} catch (error) {
-    console.error(`TypeScript elicitation client failed while ${phase}: ${error?.stack ?? error}`);
-    process.exit(1);
-}
+await main(opts, run, reason => `TypeScript elicitation client failed while ${phase}: ${reason}`);

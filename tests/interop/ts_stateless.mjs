@@ -22,27 +22,11 @@
 
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
+import { emit, main, options, shown } from './ts_client.mjs';
 
-const { values: opts } = parseArgs({
-    options: {
-        sdk: { type: 'string' },
-        url: { type: 'string' },
-        call: { type: 'string' },
-        args: { type: 'string', default: '{}' },
-        mode: { type: 'string', default: 'auto' },
-        timeout: { type: 'string', default: '60' }
-    }
-});
-
-function emit(event) {
-    console.log(JSON.stringify(event));
-}
+const opts = options({ mode: { type: 'string', default: 'auto' } });
 
 async function run() {
-    if (!opts.sdk || !opts.url || !opts.call) {
-        throw new Error('--sdk, --url and --call are required');
-    }
     const entry = join(opts.sdk, 'node_modules/@modelcontextprotocol/client/dist/index.mjs');
     const { Client, StreamableHTTPClientTransport } = await import(pathToFileURL(entry).href);
 
@@ -60,21 +44,7 @@ async function run() {
     const result = await client.callTool({ name: opts.call, arguments: JSON.parse(opts.args) });
     const protocolVersion = client.getNegotiatedProtocolVersion();
     await client.close();
-    return {
-        event: 'result',
-        protocolVersion,
-        result: { isError: Boolean(result.isError), content: result.content, structuredContent: result.structuredContent }
-    };
+    return { event: 'result', protocolVersion, result: shown(result) };
 }
 
-const timeout = setTimeout(() => {
-    console.error(`stateless TypeScript client failed: no answer within ${opts.timeout}s`);
-    process.exit(1);
-}, Number(opts.timeout) * 1000);
-try {
-    emit(await run());
-    clearTimeout(timeout);
-} catch (error) {
-    console.error(`stateless TypeScript client failed: ${error?.stack ?? error}`);
-    process.exit(1);
-}
+await main(opts, run, reason => `stateless TypeScript client failed: ${reason}`);
