@@ -5,9 +5,9 @@
 //! (`server.metrics_bind`), `serve_pages` the browser pages alone (`gatehouse stdio`). `cli` is
 //! the program the binaries run ([`binary!`]).
 //!
-//! Unit tests close the file they test (`#[cfg(test)] mod tests { ... }`), or, when that would take
-//! it past 600 lines, sit in `tests.rs` in the module's own folder (`foo.rs` and `foo/mod.rs` both
-//! have `foo/tests.rs`), never behind `#[path]`.
+//! Unit tests of up to a hundred lines close the file they test (`#[cfg(test)] mod tests { ... }`);
+//! longer ones sit in `tests.rs` in the module's own folder (`foo.rs` and `foo/mod.rs` both have
+//! `foo/tests.rs`), never behind `#[path]`.
 
 pub mod app;
 pub mod audit;
