@@ -130,13 +130,13 @@ pub fn notification(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})
 }
 
+/// The method of MCP's notice that a URL-mode elicitation is over.
+pub const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
+
 /// MCP's notice that the URL-mode elicitation `elicitation_id` is over: the client may retry
 /// what waited for it.
 pub fn elicitation_complete(elicitation_id: &str) -> Value {
-    notification(
-        "notifications/elicitation/complete",
-        json!({ "elicitationId": elicitation_id }),
-    )
+    notification(ELICITATION_COMPLETE, json!({ "elicitationId": elicitation_id }))
 }
 
 /// Reads one message. On failure returns the id (when one could be read) and the error.

@@ -24,14 +24,13 @@ use tokio_util::sync::CancellationToken;
 use super::PRIMING_SINCE;
 use crate::domain::SessionId;
 use crate::events::StreamSlot;
+use crate::jsonrpc::ELICITATION_COMPLETE;
 use crate::metrics::{Metrics, OpenStream};
 use crate::state::AppState;
 use crate::store::{SessionRecord, Store, StoreError, StoredEvent};
 
 /// Events read from the log per query.
 const BATCH: i64 = 100;
-/// The notification whose delivery the metrics time, from its elicitation's completion.
-const COMPLETION: &str = "notifications/elicitation/complete";
 
 /// What a session's log gives the stream that follows it, whatever carries it (an SSE stream
 /// here, stdout in `stdio`).
@@ -152,7 +151,7 @@ impl Reader {
                 Ok(Ok(_)) if self.slot.is_ended() => return None,
                 Ok(Ok(found)) => {
                     for event in found.events {
-                        if !found.replayed && event.message["method"] == COMPLETION {
+                        if !found.replayed && event.message["method"] == ELICITATION_COMPLETE {
                             let waited = (Utc::now() - event.created_at).to_std().unwrap_or_default();
                             self.metrics.notification_delivered_after(waited);
                         }

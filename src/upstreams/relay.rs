@@ -25,6 +25,7 @@ use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::jsonrpc::ELICITATION_COMPLETE;
 use crate::tools::CallStream;
 
 /// A call running on the session: where its messages go.
@@ -245,7 +246,7 @@ impl ClientHandler for Handler {
         _context: NotificationContext<RoleClient>,
     ) {
         // The upstream finished one of its own URL elicitations: the client retries on this.
-        if notification.method == "notifications/elicitation/complete"
+        if notification.method == ELICITATION_COMPLETE
             && let Some(stream) = self.0.newest(|call| call.url)
         {
             stream
