@@ -138,6 +138,8 @@ impl StreamableHttpClient for Traced {
             .await
     }
 
+    // rmcp's trait requires both `get_stream` and its variant with a size limit, with the same
+    // parameters; the first passes the default limit to the second.
     async fn get_stream(
         &self,
         uri: Arc<str>,
