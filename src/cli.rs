@@ -205,7 +205,23 @@ fn init_logging_with_traces(
 
 /// What is logged: `RUST_LOG`, INFO by default.
 fn log_filter() -> EnvFilter {
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+    log_filter_of(std::env::var("RUST_LOG").ok().as_deref())
+}
+
+/// The log filter of `spec` (`RUST_LOG`'s syntax; INFO when absent or unreadable). rmcp's own DEBUG
+/// and TRACE lines print whole protocol messages, an upstream's with whatever secret it echoes
+/// unredacted, so rmcp logs at INFO unless `spec` names it.
+pub fn log_filter_of(spec: Option<&str>) -> EnvFilter {
+    let filter = spec
+        .and_then(|spec| EnvFilter::try_new(spec).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    if spec.is_some_and(|spec| spec.contains("rmcp")) {
+        return filter;
+    }
+    match "rmcp=info".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
 }
 
 fn init_logging(format: LogFormat) {

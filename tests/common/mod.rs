@@ -59,7 +59,7 @@ pub fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
         let sink = logs.clone();
         let writer = move || LogWriter(sink.clone());
         let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
+            .with_env_filter(gatehouse::cli::log_filter_of(Some("debug")))
             .with_ansi(false)
             .with_writer(writer)
             .finish();
@@ -317,8 +317,8 @@ impl TestDatabase {
 }
 
 impl TestDatabase {
-    /// Every stored token, verifier, event, form value, sealed form secret and text column, as
-    /// bytes: tests look for secrets in it.
+    /// Every stored token, verifier, event, form value, sealed form secret, upstream catalogue,
+    /// audit detail and text column, as bytes: tests look for secrets in it.
     pub async fn everything_stored(&self) -> Vec<u8> {
         let mut all = Vec::new();
         match self.backend {
@@ -342,6 +342,8 @@ impl TestDatabase {
                     "SELECT client_info::text FROM sessions",
                     "SELECT fields::text FROM form_values",
                     "SELECT fields::text FROM form_answers",
+                    "SELECT tools::text FROM upstream_catalogues",
+                    "SELECT detail::text FROM audit",
                 ] {
                     let rows: Vec<(String,)> = sqlx::query_as(sql).fetch_all(&mut conn).await.expect("rows");
                     all.extend(rows.into_iter().flat_map(|(t,)| t.into_bytes()));
@@ -365,6 +367,8 @@ impl TestDatabase {
                     "SELECT CAST(client_info AS BLOB) FROM sessions",
                     "SELECT CAST(fields AS BLOB) FROM form_values",
                     "SELECT CAST(fields AS BLOB) FROM form_answers",
+                    "SELECT CAST(tools AS BLOB) FROM upstream_catalogues",
+                    "SELECT CAST(detail AS BLOB) FROM audit",
                     "SELECT secrets FROM form_values WHERE secrets IS NOT NULL",
                     "SELECT secrets FROM form_answers WHERE secrets IS NOT NULL",
                 ] {
