@@ -33,6 +33,9 @@ pub struct UpstreamConfig {
     pub tools: Option<Vec<String>>,
     /// Put before each tool's name; `<id>_` when absent, nothing when "".
     pub prefix: Option<String>,
+    /// The origins (`https://host[:port]`) the upstream may send users to in its URL elicitations;
+    /// any http or https origin when absent.
+    pub elicitation_origins: Option<Vec<String>>,
     /// How long one call to the upstream may take.
     #[serde(default = "default_timeout", deserialize_with = "duration")]
     pub timeout: Duration,

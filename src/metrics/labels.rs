@@ -154,6 +154,25 @@ impl UpstreamOutcome {
     }
 }
 
+/// How listing an upstream's tools ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListingOutcome {
+    /// A catalogue other than the one offered.
+    Changed,
+    Unchanged,
+    Failed,
+}
+
+impl ListingOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListingOutcome::Changed => "changed",
+            ListingOutcome::Unchanged => "unchanged",
+            ListingOutcome::Failed => "failed",
+        }
+    }
+}
+
 /// Names taken from configuration (provider or upstream ids); anything else is [`OTHER`].
 #[derive(Debug, Default)]
 pub struct Configured(HashSet<String>);

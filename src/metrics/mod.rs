@@ -16,7 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry, Unit};
 
-pub use labels::{ElicitationKind, ElicitationOutcome, McpOutcome, OTHER, RefreshOutcome, UpstreamOutcome};
+pub use labels::{
+    ElicitationKind, ElicitationOutcome, ListingOutcome, McpOutcome, OTHER, RefreshOutcome, UpstreamOutcome,
+};
 
 use labels::{Configured, KindOutcome, Method, MethodOutcome, Provider, ProviderOutcome, UpstreamLabels};
 
@@ -78,6 +80,7 @@ struct Families {
     token_refresh: Family<ProviderOutcome, Counter>,
     connections_broken: Family<Provider, Counter>,
     upstream_requests: Family<UpstreamLabels, Counter>,
+    upstream_listings: Family<UpstreamLabels, Counter>,
     bus_reconnects: Counter,
     pool_open: Gauge,
     pool_idle: Gauge,
@@ -144,6 +147,11 @@ impl Metrics {
             upstream_requests: r.add(
                 "upstream_requests",
                 "Tool calls forwarded to upstream MCP servers, by upstream and outcome",
+                Family::default(),
+            ),
+            upstream_listings: r.add(
+                "upstream_listings",
+                "Listings of upstream MCP servers' tools by this replica, by upstream and outcome",
                 Family::default(),
             ),
             bus_reconnects: r.add(
@@ -258,6 +266,17 @@ impl Metrics {
     pub fn upstream_request(&self, upstream: &str, outcome: UpstreamOutcome) {
         if let Some(f) = &self.families {
             f.upstream_requests
+                .get_or_create(&UpstreamLabels {
+                    upstream: f.upstreams.label(upstream),
+                    outcome: outcome.as_str(),
+                })
+                .inc();
+        }
+    }
+
+    pub fn upstream_listing(&self, upstream: &str, outcome: ListingOutcome) {
+        if let Some(f) = &self.families {
+            f.upstream_listings
                 .get_or_create(&UpstreamLabels {
                     upstream: f.upstreams.label(upstream),
                     outcome: outcome.as_str(),

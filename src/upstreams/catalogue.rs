@@ -1,6 +1,6 @@
 //! An upstream's tools as gatehouse offers them: built from the catalogue the upstream listed (or,
 //! before any listing succeeded, from the allow-list's names), prefixed, filtered by the
-//! allow-list, bounded, and never shadowing a tool gatehouse has already.
+//! allow-list, bounded, and named uniquely across gatehouse and every upstream ([`assign`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -27,23 +27,63 @@ const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
 pub struct Catalogue {
     /// The stored catalogue's digest; `None` for the allow-list stand-ins.
     pub digest: Option<String>,
+    /// The listing it was built from (`None` for the stand-ins), to build it again when the names
+    /// other upstreams take change.
+    listing: Option<Arc<Value>>,
     pub tools: Vec<Arc<UpstreamTool>>,
     /// The tools by gatehouse's name for them: every call looks one up.
     by_name: HashMap<String, Arc<UpstreamTool>>,
 }
 
+/// A stored listing: the tools as the upstream answered `tools/list`, and their digest.
+pub struct Listing {
+    pub tools: Arc<Value>,
+    pub digest: String,
+}
+
+/// Every upstream's catalogue, with names handed out in one pass: gatehouse's own tools first,
+/// then the upstreams in configuration order, and within one listing the first tool of a name; the
+/// tool that loses a name is left out and logged. So every name is listed once, the tool a call
+/// reaches is the one the listing shows, and the outcome is the same on every replica and after
+/// every re-listing, whichever upstream listed last. `listing` gives an upstream's listing, when
+/// it has one.
+pub fn assign(
+    upstreams: &[Arc<Upstream>],
+    own_tools: &HashSet<String>,
+    forms: &Forms,
+    core: &Weak<Core>,
+    listing: impl Fn(&Upstream) -> Option<Listing>,
+) -> HashMap<String, Arc<Catalogue>> {
+    let mut taken = own_tools.clone();
+    let mut catalogues = HashMap::new();
+    for upstream in upstreams {
+        let context = Context {
+            forms,
+            taken: &taken,
+            core: core.clone(),
+        };
+        let catalogue = match listing(upstream) {
+            Some(listing) => Catalogue::from_listing(upstream, listing, &context),
+            None => Catalogue::stand_ins(upstream, &context),
+        };
+        taken.extend(catalogue.tools.iter().map(|t| t.definition().name.clone()));
+        catalogues.insert(upstream.id.clone(), Arc::new(catalogue));
+    }
+    catalogues
+}
+
 /// What the catalogue needs to know of the rest of gatehouse.
-pub struct Context<'a> {
-    pub forms: &'a Forms,
+struct Context<'a> {
+    forms: &'a Forms,
     /// Names taken by gatehouse's own tools and by earlier upstreams.
-    pub taken: &'a HashSet<String>,
-    pub core: Weak<Core>,
+    taken: &'a HashSet<String>,
+    core: Weak<Core>,
 }
 
 impl Catalogue {
     /// Until a listing succeeds: the allow-list's names with a placeholder description, or,
     /// without an allow-list, one tool that connects the user and lists the upstream's tools.
-    pub fn stand_ins(upstream: &Arc<Upstream>, context: &Context<'_>) -> Self {
+    fn stand_ins(upstream: &Arc<Upstream>, context: &Context<'_>) -> Self {
         let Some(allow) = &upstream.allow else {
             return Self::new(None, connect_tool(upstream, context).into_iter().collect());
         };
@@ -64,9 +104,11 @@ impl Catalogue {
         Self::new(None, tools)
     }
 
-    /// The tools of a listing (`tools` as the upstream answered `tools/list`).
-    pub fn from_listing(upstream: &Arc<Upstream>, tools: &Value, digest: String, context: &Context<'_>) -> Self {
-        let tools = tools
+    /// The tools of a listing.
+    fn from_listing(upstream: &Arc<Upstream>, listing: Listing, context: &Context<'_>) -> Self {
+        let mut seen = HashSet::new();
+        let tools = listing
+            .tools
             .as_array()
             .into_iter()
             .flatten()
@@ -78,14 +120,36 @@ impl Catalogue {
                 fits
             })
             .filter_map(|listed| tool(upstream, listed, context))
+            .filter(|tool| {
+                let first = seen.insert(tool.definition().name.clone());
+                if !first {
+                    tracing::warn!(upstream = %upstream.id, tool = %tool.definition().name, "left out a tool the upstream lists twice; the first one stays");
+                }
+                first
+            })
             .take(MAX_TOOLS)
             .collect();
-        Self::new(Some(digest), tools)
+        let mut catalogue = Self::new(Some(listing.digest), tools);
+        catalogue.listing = Some(listing.tools);
+        catalogue
     }
 
     fn new(digest: Option<String>, tools: Vec<Arc<UpstreamTool>>) -> Self {
         let by_name = tools.iter().map(|t| (t.definition().name.clone(), t.clone())).collect();
-        Self { digest, tools, by_name }
+        Self {
+            digest,
+            listing: None,
+            tools,
+            by_name,
+        }
+    }
+
+    /// The listing it was built from, to build it again.
+    pub fn listing(&self) -> Option<Listing> {
+        Some(Listing {
+            tools: self.listing.clone()?,
+            digest: self.digest.clone()?,
+        })
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<UpstreamTool>> {

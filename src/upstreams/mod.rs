@@ -6,16 +6,22 @@
 //! - `tool`: one of them as a gatehouse tool, forwarding a call;
 //! - `pool`: the sessions per (user, upstream), HTTP or a process each;
 //! - `relay`: what the upstream sends while a call runs, passed to that call's client;
+//! - `crossing`: what crosses from an upstream to a client or to storage, redacted and marked;
 //! - `failure`: what an upstream's failure means for the call;
 //! - `traced`: the HTTP client that carries a call's trace to the upstream (`traceparent`).
 //!
 //! Catalogues are persisted (shared by replicas, kept across restarts) and refreshed when a user's
 //! session opens and the stored one is older than [`REFRESH_AFTER`], when the upstream says its
-//! list changed, and, for upstreams that need no credentials, periodically. A changed catalogue is
-//! announced to the other replicas through the store and to every client with a stream open as
-//! `notifications/tools/list_changed`.
+//! list changed, and, for upstreams that need no credentials, periodically. Refreshes of one
+//! upstream are coalesced: at most one listing every [`RELIST_INTERVAL`], however often it says
+//! its list changed. A listing goes through the most recently used user's session, or, for an
+//! upstream that needs no credentials, through gatehouse's own session with it, kept open. A
+//! listed tool whose definition holds a secret of the user it was listed through is left out (it
+//! would be shown to every user). A changed catalogue is announced to the other replicas through
+//! the store and to every client with a stream open as `notifications/tools/list_changed`.
 
 mod catalogue;
+mod crossing;
 mod failure;
 mod pool;
 mod relay;
@@ -37,17 +43,20 @@ use crate::domain::Principal;
 use crate::events::{Bus, EVERY_UPSTREAM};
 use crate::forms::Forms;
 use crate::jsonrpc;
-use crate::metrics::Metrics;
+use crate::metrics::{ListingOutcome, Metrics};
 use crate::providers::Providers;
 use crate::store::{CatalogueRecord, Store, StoreError};
 use crate::tools::{Offering, Offerings, Tool};
 
-use catalogue::{Catalogue, Context};
-use pool::{Opening, Pool};
+use catalogue::{Catalogue, Listing};
+use pool::Pool;
 pub use upstream::Upstream;
 
 /// A stored catalogue older than this is listed again when a user's session opens.
 pub const REFRESH_AFTER: Duration = Duration::from_secs(600);
+/// The shortest time between two listings of one upstream: what it notifies meanwhile leads to
+/// one listing once this has passed.
+pub const RELIST_INTERVAL: Duration = Duration::from_secs(5);
 /// How often idle sessions close and catalogues needing no credentials are listed again.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long shutdown waits for upstream sessions to close.
@@ -79,6 +88,22 @@ pub struct Upstreams {
     /// Other replicas' changed catalogues, subscribed to from the start: a change announced
     /// between the first `load` and `maintain` is not lost.
     changes: Mutex<Option<broadcast::Receiver<String>>>,
+}
+
+/// The listed tools that may be shared with every user: a definition that holds a secret of the
+/// user whose session listed it is left out (and logged without it).
+fn shareable(session: &pool::Session, tools: Vec<Value>) -> Vec<Value> {
+    tools
+        .into_iter()
+        .filter(|tool| {
+            let redacted = session.redactor.value(tool.clone());
+            let clean = &redacted == tool;
+            if !clean {
+                tracing::warn!(upstream = %session.upstream, principal = ?session.principal, tool = ?redacted.get("name"), "left out a tool whose definition holds a secret of the user it was listed through");
+            }
+            clean
+        })
+        .collect()
 }
 
 /// Pages of `tools/list` read from one upstream, at most.
@@ -164,19 +189,7 @@ impl Upstreams {
         let client = http_client()?;
         let (refresh, receiver) = mpsc::channel(REFRESH_QUEUE);
         let core = Arc::new_cyclic(|weak| {
-            let taken = own_tools.clone();
-            let mut catalogues = HashMap::new();
-            let mut taken_so_far = taken;
-            for upstream in &upstreams {
-                let context = Context {
-                    forms: &forms,
-                    taken: &taken_so_far,
-                    core: weak.clone(),
-                };
-                let catalogue = Catalogue::stand_ins(upstream, &context);
-                taken_so_far.extend(catalogue.tools.iter().map(|t| t.definition().name.clone()));
-                catalogues.insert(upstream.id.clone(), Arc::new(catalogue));
-            }
+            let catalogues = catalogue::assign(&upstreams, &own_tools, &forms, weak, |_| None);
             Core {
                 this: weak.clone(),
                 upstreams,
@@ -216,8 +229,10 @@ impl Upstreams {
 
     pub fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
         let catalogues = self.core.catalogues.read().unwrap_or_else(PoisonError::into_inner);
-        catalogues
-            .values()
+        self.core
+            .upstreams
+            .iter()
+            .filter_map(|u| catalogues.get(&u.id))
             .find_map(|c| c.get(name))
             .map(|t| t.clone() as Arc<dyn Tool>)
     }
@@ -257,13 +272,27 @@ impl Upstreams {
         };
         let mut tick = tokio::time::interval(MAINTENANCE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Refreshes asked for, by upstream, and when each may run.
+        let mut due: HashMap<String, Instant> = HashMap::new();
         loop {
+            let next = due.values().min().copied();
             tokio::select! {
                 () = shutdown.cancelled() => {
                     self.core.pool.close_everything(SHUTDOWN_WAIT).await;
                     return;
                 }
-                Some(upstream) = refresh.recv() => self.core.list(&upstream).await,
+                Some(upstream) = refresh.recv() => {
+                    let at = self.core.next_listing(&upstream);
+                    due.entry(upstream).and_modify(|t| *t = (*t).min(at)).or_insert(at);
+                }
+                () = clock_until(next), if next.is_some() => {
+                    let now = Instant::now();
+                    let ready: Vec<String> = due.iter().filter(|(_, at)| **at <= now).map(|(id, _)| id.clone()).collect();
+                    for upstream in ready {
+                        due.remove(&upstream);
+                        self.core.list(&upstream).await;
+                    }
+                }
                 change = changes.recv() => match change {
                     Ok(upstream) if upstream != EVERY_UPSTREAM => self.core.reload(&upstream).await,
                     // After a gap (this replica's LISTEN re-opened, or it fell behind): read them all,
@@ -306,9 +335,26 @@ impl Offerings for Upstreams {
     }
 }
 
+/// Until `at` (never when `None`).
+async fn clock_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Core {
     fn upstream(&self, id: &str) -> Option<&Arc<Upstream>> {
         self.upstreams.iter().find(|u| u.id == id)
+    }
+
+    /// When the upstream may be listed next: [`RELIST_INTERVAL`] after the last listing began.
+    fn next_listing(&self, upstream: &str) -> Instant {
+        let listed_at = self.listed_at.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        listed_at
+            .get(upstream)
+            .map_or(now, |at| (*at + RELIST_INTERVAL).max(now))
     }
 
     fn is_stale(&self, upstream: &str) -> bool {
@@ -339,34 +385,23 @@ impl Core {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id.to_owned(), Instant::now());
-        let listing = match self.pool.newest_of(id) {
-            Some(session) => {
-                let principal = session.principal.clone();
-                (list_tools(&session, upstream.timeout).await, principal)
-            }
-            None if upstream.requires.is_empty() => {
-                let opening = Opening {
-                    bearer: None,
-                    values: Vec::new(),
-                };
-                match self.pool.open_unpooled(upstream, opening).await {
-                    Ok(session) => {
-                        let listed = list_tools(&session, upstream.timeout).await;
-                        pool::close(Arc::new(session));
-                        (listed, None)
-                    }
-                    Err(error) => {
-                        tracing::warn!(upstream = %id, %error, "could not list the upstream's tools");
-                        return;
-                    }
+        let session = match self.pool.newest_of(id) {
+            Some(session) => session,
+            None if upstream.requires.is_empty() => match self.pool.lister(upstream).await {
+                Ok(session) => session,
+                Err(error) => {
+                    tracing::warn!(upstream = %id, %error, "could not list the upstream's tools");
+                    self.metrics.upstream_listing(id, ListingOutcome::Failed);
+                    return;
                 }
-            }
+            },
             None => return,
         };
-        let (tools, listed_by) = match listing {
-            (Ok(tools), listed_by) => (tools, listed_by),
-            (Err(error), _) => {
+        let tools = match list_tools(&session, upstream.timeout).await {
+            Ok(tools) => shareable(&session, tools),
+            Err(error) => {
                 tracing::warn!(upstream = %id, %error, "could not list the upstream's tools");
+                self.metrics.upstream_listing(id, ListingOutcome::Failed);
                 return;
             }
         };
@@ -375,18 +410,24 @@ impl Core {
             upstream: id.to_owned(),
             digest: CatalogueRecord::digest_of(&tools),
             tools,
-            listed_by,
+            listed_by: session.principal.clone(),
             listed_at: Utc::now(),
         };
         match self.store.save_catalogue(&record).await {
             Ok(_) => {
                 if self.adopt(&record) {
+                    self.metrics.upstream_listing(id, ListingOutcome::Changed);
                     self.bus.catalogue_changed(id);
                     tracing::info!(upstream = %id, tools = self.tool_count(id), "the upstream's catalogue changed");
                     self.announce().await;
+                } else {
+                    self.metrics.upstream_listing(id, ListingOutcome::Unchanged);
                 }
             }
-            Err(error) => tracing::warn!(upstream = %id, %error, "could not store the upstream's catalogue"),
+            Err(error) => {
+                self.metrics.upstream_listing(id, ListingOutcome::Failed);
+                tracing::warn!(upstream = %id, %error, "could not store the upstream's catalogue");
+            }
         }
     }
 
@@ -408,11 +449,13 @@ impl Core {
         }
     }
 
-    /// Offers the stored catalogue's tools; false when they are offered already.
+    /// Offers the stored catalogue's tools; false when they are offered already. Every
+    /// catalogue is built again: a name this one takes now, or gives up, may change which tool
+    /// of a later upstream has it.
     fn adopt(&self, record: &CatalogueRecord) -> bool {
-        let Some(upstream) = self.upstream(&record.upstream) else {
+        if self.upstream(&record.upstream).is_none() {
             return false;
-        };
+        }
         let mut catalogues = self.catalogues.write().unwrap_or_else(PoisonError::into_inner);
         if catalogues
             .get(&record.upstream)
@@ -420,20 +463,18 @@ impl Core {
         {
             return false;
         }
-        // Names are taken by gatehouse's tools and by the upstreams configured before this one.
-        let mut taken = self.own_tools.clone();
-        for earlier in self.upstreams.iter().take_while(|u| u.id != record.upstream) {
-            if let Some(catalogue) = catalogues.get(&earlier.id) {
-                taken.extend(catalogue.tools.iter().map(|t| t.definition().name.clone()));
+        let adopted = Arc::new(record.tools.clone());
+        let rebuilt = catalogue::assign(&self.upstreams, &self.own_tools, &self.forms, &self.this, |upstream| {
+            if upstream.id == record.upstream {
+                Some(Listing {
+                    tools: adopted.clone(),
+                    digest: record.digest.clone(),
+                })
+            } else {
+                catalogues.get(&upstream.id).and_then(|c| c.listing())
             }
-        }
-        let context = Context {
-            forms: &self.forms,
-            taken: &taken,
-            core: self.this.clone(),
-        };
-        let catalogue = Catalogue::from_listing(upstream, &record.tools, record.digest.clone(), &context);
-        catalogues.insert(record.upstream.clone(), Arc::new(catalogue));
+        });
+        *catalogues = rebuilt;
         true
     }
 

@@ -37,6 +37,9 @@ pub struct Opening {
     pub bearer: Option<Secret<String>>,
     /// Rendered `headers` (HTTP) or `env` (stdio).
     pub values: Vec<(String, Secret<String>)>,
+    /// Every secret of the user's the session was opened with, as saved (a rendered value may
+    /// hold one among other text): what the upstream sends is redacted of them.
+    pub secrets: Vec<Secret<String>>,
 }
 
 impl Opening {
@@ -59,6 +62,7 @@ impl Opening {
         self.bearer
             .iter()
             .chain(self.values.iter().map(|(_, v)| v))
+            .chain(&self.secrets)
             .map(|s| s.expose().as_str())
     }
 }
@@ -71,6 +75,8 @@ pub struct Session {
     pub principal: Option<Principal>,
     pub service: RunningService<RoleClient, Handler>,
     pub relay: Arc<Relay>,
+    /// The secrets of the user it was opened for: a listing through it is redacted of them.
+    pub redactor: Redactor,
     fingerprint: [u8; 32],
     last_used: Mutex<Instant>,
 }
@@ -105,6 +111,9 @@ type Key = (Principal, String);
 
 pub struct Pool {
     sessions: Mutex<HashMap<Key, Arc<Session>>>,
+    /// gatehouse's own sessions, by upstream, for listing the tools of upstreams that need no
+    /// credentials: kept open like users' sessions, so a listing never starts a process.
+    listers: Mutex<HashMap<String, Arc<Session>>>,
     client: reqwest13::Client,
     list_changed: mpsc::Sender<String>,
 }
@@ -113,6 +122,7 @@ impl Pool {
     pub fn new(client: reqwest13::Client, list_changed: mpsc::Sender<String>) -> Self {
         Self {
             sessions: Mutex::new(HashMap::new()),
+            listers: Mutex::new(HashMap::new()),
             client,
             list_changed,
         }
@@ -122,9 +132,13 @@ impl Pool {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn listers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.listers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Sessions open now.
     pub fn open_count(&self) -> usize {
-        self.lock().len()
+        self.lock().len() + self.listers().len()
     }
 
     /// The principal's session with the upstream, opened (or reopened, when the credentials
@@ -209,6 +223,21 @@ impl Pool {
 
     /// Closes the sessions of `upstreams` that have been idle longer than their idle timeout.
     pub fn close_idle(&self, upstreams: &[Arc<Upstream>]) {
+        let idle_listers: Vec<Arc<Session>> = {
+            let mut listers = self.listers();
+            let ids: Vec<String> = listers
+                .iter()
+                .filter(|(id, session)| {
+                    let timeout = upstreams.iter().find(|u| &u.id == *id).map(|u| u.idle_timeout);
+                    session.service.is_closed() || timeout.is_none_or(|t| session.idle_for() >= t)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| listers.remove(id)).collect()
+        };
+        for session in idle_listers {
+            close(session);
+        }
         let idle: Vec<Arc<Session>> = {
             let mut sessions = self.lock();
             let keys: Vec<Key> = sessions
@@ -231,7 +260,8 @@ impl Pool {
     /// At shutdown: ends every session (HTTP sessions deleted at the upstream, processes stopped),
     /// waiting at most `wait` for them.
     pub async fn close_everything(&self, wait: Duration) {
-        let sessions: Vec<Arc<Session>> = self.lock().drain().map(|(_, session)| session).collect();
+        let mut sessions: Vec<Arc<Session>> = self.lock().drain().map(|(_, session)| session).collect();
+        sessions.extend(self.listers().drain().map(|(_, session)| session));
         let closing = sessions
             .into_iter()
             .filter_map(Arc::into_inner)
@@ -267,10 +297,24 @@ impl Pool {
             .map(|(_, session)| session.clone())
     }
 
-    /// A session outside the pool, for gatehouse's own use; close it with [`close`].
-    pub async fn open_unpooled(&self, upstream: &Upstream, opening: Opening) -> Result<Session, OpenError> {
+    /// gatehouse's own session with `upstream` (which needs no credentials), for listing its
+    /// tools: the open one, else a new one.
+    pub async fn lister(&self, upstream: &Upstream) -> Result<Arc<Session>, OpenError> {
+        if let Some(session) = self.listers().get(&upstream.id).filter(|s| !s.service.is_closed()) {
+            session.touch();
+            return Ok(session.clone());
+        }
+        let opening = Opening {
+            bearer: None,
+            values: Vec::new(),
+            secrets: Vec::new(),
+        };
         let fingerprint = opening.fingerprint();
-        self.open(upstream, None, opening, fingerprint).await
+        let session = Arc::new(self.open(upstream, None, opening, fingerprint).await?);
+        if let Some(replaced) = self.listers().insert(upstream.id.clone(), session.clone()) {
+            close(replaced);
+        }
+        Ok(session)
     }
 
     async fn open(
@@ -280,7 +324,8 @@ impl Pool {
         opening: Opening,
         fingerprint: [u8; 32],
     ) -> Result<Session, OpenError> {
-        let relay = Relay::new(&upstream.id, self.list_changed.clone());
+        let relay = Relay::new(upstream, self.list_changed.clone());
+        let redactor = Redactor::new(opening.secrets());
         let handler = Handler(relay.clone());
         let service = match &upstream.transport {
             Transport::Http { url, .. } => {
@@ -318,8 +363,12 @@ impl Pool {
                     .spawn()
                     .map_err(|e| OpenError::Failed(format!("cannot start `{program}`: {e}")))?;
                 if let Some(stderr) = stderr {
-                    let redactor = Redactor::new(opening.secrets());
-                    tokio::spawn(log_stderr(stderr, redactor, upstream.id.clone(), principal.cloned()));
+                    tokio::spawn(log_stderr(
+                        stderr,
+                        Redactor::new(opening.secrets()),
+                        upstream.id.clone(),
+                        principal.cloned(),
+                    ));
                 }
                 timed(handler.serve(InOrder::new(process, relay.clone())), upstream.timeout).await?
             }
@@ -330,6 +379,7 @@ impl Pool {
             principal: principal.cloned(),
             service,
             relay,
+            redactor,
             fingerprint,
             last_used: Mutex::new(Instant::now()),
         })

@@ -8,6 +8,9 @@
 //! after the call's answer (or, once the call is over, not at all). So progress and log messages
 //! are taken off the upstream's message stream in arrival order ([`InOrder`]), before rmcp sees
 //! any later answer, and only the rest goes through the handler.
+//!
+//! Everything relayed crosses as [`Crossing`] says: redacted with the secrets of the call it goes
+//! to, and elicitations marked as the upstream's.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -24,9 +27,12 @@ use rmcp::service::{NotificationContext, RequestContext, RoleClient, RxJsonRpcMe
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use url::Origin;
 
+use super::crossing::{Crossing, Refused};
+use super::upstream::Upstream;
 use crate::jsonrpc::ELICITATION_COMPLETE;
-use crate::tools::CallStream;
+use crate::tools::{CallStream, Redactor};
 
 /// A call running on the session: where its messages go.
 struct Running {
@@ -35,14 +41,24 @@ struct Running {
     client_token: Option<Value>,
     /// The call's own stream, when its answer is streamed: nothing reaches a call without one.
     stream: Option<Arc<dyn CallStream>>,
+    /// The call's secrets, kept out of everything relayed to it.
+    redactor: Arc<Redactor>,
     /// Which `elicitation/create` modes the client declared.
     form: bool,
     url: bool,
 }
 
+/// Where a relayed message goes: the call's stream, and the secrets it must not carry.
+struct Target {
+    stream: Arc<dyn CallStream>,
+    redactor: Arc<Redactor>,
+}
+
 /// Shared by the session's handler and the calls on it.
 pub struct Relay {
     upstream: String,
+    /// The upstream's `elicitation_origins`.
+    origins: Option<Vec<Origin>>,
     running: Mutex<Vec<Running>>,
     /// Told when the upstream says its tool list changed.
     list_changed: mpsc::Sender<String>,
@@ -61,9 +77,10 @@ impl Drop for RunningCall {
 }
 
 impl Relay {
-    pub fn new(upstream: &str, list_changed: mpsc::Sender<String>) -> Arc<Self> {
+    pub fn new(upstream: &Upstream, list_changed: mpsc::Sender<String>) -> Arc<Self> {
         Arc::new(Self {
-            upstream: upstream.to_owned(),
+            upstream: upstream.id.clone(),
+            origins: upstream.elicitation_origins.clone(),
             running: Mutex::new(Vec::new()),
             list_changed,
         })
@@ -78,12 +95,14 @@ impl Relay {
         !self.lock().is_empty()
     }
 
-    /// Registers a call whose upstream request carries `token`; messages for it go to `stream`.
+    /// Registers a call whose upstream request carries `token`; messages for it go to `stream`,
+    /// with `redactor`'s secrets taken out.
     pub fn register(
         self: &Arc<Self>,
         token: ProgressToken,
         client_token: Option<Value>,
         stream: Option<Arc<dyn CallStream>>,
+        redactor: Arc<Redactor>,
         client_capabilities: &Value,
     ) -> RunningCall {
         let elicitation = client_capabilities.get("elicitation");
@@ -96,6 +115,7 @@ impl Relay {
             token: token.clone(),
             client_token,
             stream,
+            redactor,
             form,
             url,
         });
@@ -106,25 +126,38 @@ impl Relay {
     }
 
     /// Where progress of the call with `token` goes, when its client asked for progress.
-    fn stream_for_progress(&self, token: &ProgressToken) -> Option<(Arc<dyn CallStream>, Value)> {
+    fn stream_for_progress(&self, token: &ProgressToken) -> Option<(Target, Value)> {
         let running = self.lock();
         let call = running.iter().find(|call| &call.token == token)?;
-        Some((call.stream.clone()?, call.client_token.clone()?))
+        let target = Target {
+            stream: call.stream.clone()?,
+            redactor: call.redactor.clone(),
+        };
+        Some((target, call.client_token.clone()?))
     }
 
-    /// The stream of the newest call that has one and is `wanted`.
-    fn newest(&self, wanted: impl Fn(&Running) -> bool) -> Option<Arc<dyn CallStream>> {
-        self.lock()
-            .iter()
-            .rev()
-            .filter(|call| wanted(call))
-            .find_map(|call| call.stream.clone())
+    /// The newest call that has a stream and is `wanted`.
+    fn newest(&self, wanted: impl Fn(&Running) -> bool) -> Option<Target> {
+        self.lock().iter().rev().filter(|call| wanted(call)).find_map(|call| {
+            Some(Target {
+                stream: call.stream.clone()?,
+                redactor: call.redactor.clone(),
+            })
+        })
+    }
+
+    fn crossing<'a>(&'a self, redactor: &'a Redactor) -> Crossing<'a> {
+        Crossing {
+            upstream: &self.upstream,
+            origins: self.origins.as_deref(),
+            redactor,
+        }
     }
 }
 
 impl Relay {
     async fn progress(&self, params: &ProgressNotificationParam) {
-        let Some((stream, client_token)) = self.stream_for_progress(&params.progress_token) else {
+        let Some((target, client_token)) = self.stream_for_progress(&params.progress_token) else {
             return;
         };
         let mut progress = json!({"progressToken": client_token, "progress": params.progress});
@@ -132,19 +165,20 @@ impl Relay {
             progress["total"] = json!(total);
         }
         if let Some(message) = &params.message {
-            progress["message"] = json!(message);
+            progress["message"] = json!(self.crossing(&target.redactor).text(message));
         }
-        stream.notify("notifications/progress", progress).await;
+        target.stream.notify("notifications/progress", progress).await;
     }
 
     // Logging is deprecated from protocol 2026-07-28 on (SEP-2577), but the upstreams of
     // 2025-11-25 still send it, and gatehouse's clients of that revision still read it.
     #[allow(deprecated)]
     async fn log(&self, params: &LoggingMessageNotificationParam) {
-        let Some(stream) = self.newest(|_| true) else { return };
+        let Some(target) = self.newest(|_| true) else { return };
         let logger = params.logger.clone().unwrap_or_else(|| self.upstream.clone());
         let message = json!({"level": params.level, "logger": logger, "data": params.data});
-        stream.notify("notifications/message", message).await;
+        let message = self.crossing(&target.redactor).value(message);
+        target.stream.notify("notifications/message", message).await;
     }
 }
 
@@ -208,7 +242,7 @@ impl ClientHandler for Handler {
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         let url_mode = matches!(request, ElicitRequestParams::UrlElicitationParams { .. });
-        let Some(stream) = self.0.newest(|call| if url_mode { call.url } else { call.form }) else {
+        let Some(target) = self.0.newest(|call| if url_mode { call.url } else { call.form }) else {
             let mode = if url_mode { "url" } else { "form" };
             return Err(ErrorData::invalid_request(
                 format!("the client of this call cannot answer {mode}-mode elicitations"),
@@ -217,7 +251,12 @@ impl ClientHandler for Handler {
         };
         let params = serde_json::to_value(&request)
             .map_err(|e| ErrorData::internal_error(format!("cannot relay the elicitation: {e}"), None))?;
-        match stream.request("elicitation/create", params).await {
+        let params = self
+            .0
+            .crossing(&target.redactor)
+            .elicitation(params)
+            .map_err(|Refused(why)| ErrorData::invalid_params(why, None))?;
+        match target.stream.request("elicitation/create", params).await {
             Some(Ok(result)) => serde_json::from_value(result).map_err(|_| {
                 ErrorData::internal_error("the client's answer to the elicitation was not an ElicitResult", None)
             }),
@@ -247,11 +286,11 @@ impl ClientHandler for Handler {
     ) {
         // The upstream finished one of its own URL elicitations: the client retries on this.
         if notification.method == ELICITATION_COMPLETE
-            && let Some(stream) = self.0.newest(|call| call.url)
+            && let Some(target) = self.0.newest(|call| call.url)
         {
-            stream
-                .notify(&notification.method, notification.params.unwrap_or_else(|| json!({})))
-                .await;
+            let params = notification.params.unwrap_or_else(|| json!({}));
+            let params = self.0.crossing(&target.redactor).value(params);
+            target.stream.notify(&notification.method, params).await;
         }
     }
 

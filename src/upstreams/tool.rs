@@ -13,6 +13,7 @@ use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value};
 
 use super::Core;
+use super::crossing::{Crossing, Refused};
 use super::failure::{self, Refusal};
 use super::pool::{OpenError, Opening, Session};
 use super::upstream::{Transport, Upstream};
@@ -20,7 +21,6 @@ use crate::gate::Credentials;
 use crate::metrics::UpstreamOutcome;
 use crate::secret::Secret;
 use crate::store::SessionRecord;
-use crate::text;
 use crate::tools::{Arguments, CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolOutcome, ToolResult, Values};
 
 /// JSON-RPC error code of an upstream asking for URL-mode elicitation first.
@@ -90,6 +90,7 @@ impl UpstreamTool {
         Ok(Opening {
             bearer,
             values: rendered,
+            secrets: credentials.secrets().map(|s| Secret::new(s.to_owned())).collect(),
         })
     }
 
@@ -127,10 +128,12 @@ impl UpstreamTool {
         };
         // Registered before the upstream can have answered anything but the request itself, so its
         // progress reaches the client; a progress notification racing the registration is dropped.
+        let redactor = Arc::new(Redactor::new(credentials.secrets()));
         let _running = session.relay.register(
             handle.progress_token.clone(),
             context.progress_token.cloned(),
             context.stream.clone(),
+            redactor.clone(),
             &context.session.client_capabilities,
         );
         let id = handle.id.clone();
@@ -159,13 +162,11 @@ impl UpstreamTool {
                 ));
             }
         };
+        let crossing = Crossing::of(&self.upstream, &redactor);
         match answer {
-            Ok(ServerResult::CallToolResult(result)) => {
-                let redactor = Redactor::new(credentials.secrets());
-                ToolOutcome::Done(tool_result(
-                    redactor.value(serde_json::to_value(result).unwrap_or(Value::Null)),
-                ))
-            }
+            Ok(ServerResult::CallToolResult(result)) => ToolOutcome::Done(tool_result(
+                crossing.value(serde_json::to_value(result).unwrap_or(Value::Null)),
+            )),
             Ok(_) => self.failed(format!(
                 "The {} server gave an answer gatehouse cannot read.",
                 self.upstream.id
@@ -184,12 +185,25 @@ impl UpstreamTool {
                         self.upstream.id
                     ));
                 }
-                ToolOutcome::UrlElicitations(elicitations)
+                match elicitations
+                    .into_iter()
+                    .map(|e| crossing.elicitation(e))
+                    .collect::<Result<Vec<_>, _>>()
+                {
+                    Ok(elicitations) => ToolOutcome::UrlElicitations(elicitations),
+                    Err(Refused(why)) => {
+                        tracing::warn!(upstream = %self.upstream.id, principal = %context.principal, %why, "refused an upstream's elicitation");
+                        self.failed(format!(
+                            "The {} server asked for a step in the browser that gatehouse refused: {why}.",
+                            self.upstream.id
+                        ))
+                    }
+                }
             }
             Err(ServiceError::McpError(error)) => self.failed(format!(
                 "The {} server refused the call: {}",
                 self.upstream.id,
-                text::bounded(&error.message, MAX_ERROR_MESSAGE_BYTES)
+                crossing.bounded_text(&error.message, MAX_ERROR_MESSAGE_BYTES)
             )),
             Err(error) => self.service_failed(core, session, &error),
         }

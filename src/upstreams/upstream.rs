@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use reqwest::header::HeaderName;
-use url::Url;
+use url::{Origin, Url};
 
 use crate::config::{Config, ConfigError, ElicitMode, UpstreamConfig};
 use crate::domain::is_identifier;
@@ -67,6 +67,8 @@ pub struct Upstream {
     pub overrides: HashMap<String, Override>,
     /// How long an in-call elicitation waits by default.
     pub elicit_timeout: Duration,
+    /// The origins its URL elicitations may send users to; any http or https origin when `None`.
+    pub elicitation_origins: Option<Vec<Origin>>,
 }
 
 /// HTTP sessions per upstream held at once unless the upstream is a process (`max_processes`).
@@ -193,8 +195,41 @@ impl Upstream {
             idle_timeout: upstream.idle_timeout,
             overrides,
             elicit_timeout: config.elicitation.wait,
+            elicitation_origins: elicitation_origins(upstream, key)?,
         })
     }
+}
+
+/// `elicitation_origins`: each an http or https origin, written without a path.
+fn elicitation_origins(upstream: &UpstreamConfig, key: &str) -> Result<Option<Vec<Origin>>, ConfigError> {
+    let Some(origins) = &upstream.elicitation_origins else {
+        return Ok(None);
+    };
+    origins
+        .iter()
+        .enumerate()
+        .map(|(i, origin)| {
+            Url::parse(origin)
+                .ok()
+                .filter(|u| {
+                    matches!(u.scheme(), "http" | "https")
+                        && u.host_str().is_some()
+                        && u.path() == "/"
+                        && u.query().is_none()
+                        && u.fragment().is_none()
+                        && u.username().is_empty()
+                        && u.password().is_none()
+                })
+                .map(|u| u.origin())
+                .ok_or_else(|| {
+                    ConfigError::key(
+                        format!("{key}.elicitation_origins[{i}]"),
+                        format!("`{origin}` is not an origin such as https://auth.example.com"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 fn form_requirements<'a>(requires: &[Requirement], forms: &'a Forms) -> Vec<&'a Form> {
