@@ -1,12 +1,13 @@
 //! MCP authorization, resource-server side, against a real (fake) identity provider on loopback:
 //! the 401 challenge and Protected Resource Metadata, bearer JWTs verified against the provider's
-//! keys (rotation, and a flood of made-up key ids that must not hammer it), every kind of bad
-//! token refused with the right status and nothing stored, opaque tokens by introspection,
+//! keys (rotation, and a flood of made-up key ids that must not hammer it), a token that cannot be
+//! checked now (broken keys, a key not at hand yet) answered 503 and recovered from at once, every
+//! kind of bad token refused with the right status and nothing stored, opaque tokens by introspection,
 //! sessions bound to the token's principal, and tools hidden by `allow` rules.
 
 mod common;
 
-use common::fake_idp::{FakeIdp, FakeIdpOptions, Signer, TestClient, TestUser};
+use common::fake_idp::{FakeIdp, FakeIdpOptions, JwksFault, Signer, TestClient, TestUser};
 use common::mcp::{McpClient, Reply};
 use common::{Backend, TestDatabase, TestServer, eventually};
 use reqwest::StatusCode;
@@ -277,17 +278,33 @@ async fn keys_rotate_but_made_up_key_ids_cannot_hammer_the_provider() {
                 idp.claims("alice", &server.url, SCOPE),
             );
             let server = &server;
-            async move { try_initialize(server, Some(&token)).await.status }
+            async move { try_initialize(server, Some(&token)).await }
         })
         .collect();
-    for status in futures::future::join_all(flood).await {
-        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Each was made after the set was fetched, so its key may have been published since: it
+    // cannot be checked until the set may be fetched again. Not now (503), not a dead token.
+    for reply in futures::future::join_all(flood).await {
+        assert_cannot_verify_now(&reply);
     }
-    assert!(
-        idp.stats().jwks_fetches <= 2,
-        "fetched {} times",
-        idp.stats().jwks_fetches
-    );
+    assert_eq!(idp.stats().jwks_fetches, 1);
+
+    // A real rotation right after that fetch: the same, the client keeps its token.
+    idp.rotate_keys(true);
+    let rotated = idp.access_token("alice", &server.url, SCOPE);
+    assert_cannot_verify_now(&try_initialize(&server, Some(&rotated)).await);
+    // A token issued well before the set was fetched, or expired, under a key it lacks is bad.
+    let now = common::unix_seconds();
+    let mut before_the_fetch = idp.claims("alice", &server.url, SCOPE);
+    before_the_fetch["iat"] = json!(now - 600);
+    let mut expired = idp.claims("alice", &server.url, SCOPE);
+    expired["exp"] = json!(now - 600);
+    for claims in [before_the_fetch, expired] {
+        let token = idp.sign(Signer::Current, Some("made-up"), claims);
+        let reply = try_initialize(&server, Some(&token)).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.body);
+        assert!(challenge(&reply).starts_with(r#"Bearer error="invalid_token""#));
+    }
+    assert_eq!(idp.stats().jwks_fetches, 1);
     server.stop().await;
 
     // With a short interval, a rotated key is picked up: the new kid fetches the set again.
@@ -301,8 +318,10 @@ async fn keys_rotate_but_made_up_key_ids_cannot_hammer_the_provider() {
         (try_initialize(&server, Some(&rotated)).await.status == StatusCode::OK).then_some(())
     })
     .await;
-    // The old key left the set: its tokens are refused once they are not cached.
-    let old_key_token = idp.sign(Signer::Current, Some("key-1"), idp.claims("alice", &server.url, SCOPE));
+    // The old key left the set: its tokens, issued before, are refused once they are not cached.
+    let mut claims = idp.claims("alice", &server.url, SCOPE);
+    claims["iat"] = json!(common::unix_seconds() - 600);
+    let old_key_token = idp.sign(Signer::Current, Some("key-1"), claims);
     assert_eq!(
         try_initialize(&server, Some(&old_key_token)).await.status,
         StatusCode::UNAUTHORIZED
@@ -313,6 +332,92 @@ async fn keys_rotate_but_made_up_key_ids_cannot_hammer_the_provider() {
 
 async fn server_with_interval(database: &TestDatabase, idp: &FakeIdp) -> TestServer {
     server(database, idp, r#"jwks_refresh_interval = "100ms""#).await
+}
+
+/// A token that cannot be checked now: 503 with `Retry-After` and no challenge, so the client
+/// keeps its token and tries again.
+fn assert_cannot_verify_now(reply: &Reply) {
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{}", reply.body);
+    assert!(reply.headers.contains_key("retry-after"), "{:?}", reply.headers);
+    assert!(!reply.headers.contains_key("www-authenticate"), "{:?}", reply.headers);
+}
+
+/// Asks with `token` until it is accepted (within a few seconds, well inside the 30 s refresh
+/// interval), every answer before that a 503.
+async fn accepted_once_the_keys_answer(server: &TestServer, token: &str) {
+    common::eventually_within(
+        std::time::Duration::from_secs(5),
+        "the token is accepted once the keys answer",
+        async || {
+            let reply = try_initialize(server, Some(token)).await;
+            if reply.status == StatusCode::OK {
+                return Some(());
+            }
+            assert_cannot_verify_now(&reply);
+            None
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn while_the_key_set_is_broken_valid_tokens_are_503_and_work_once_it_answers() {
+    let idp = idp(FakeIdpOptions::default()).await;
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    // The default refresh interval (30 s): recovery must not wait for it.
+    let server = server(&database, &idp, "").await;
+    let token = idp.access_token("alice", &server.url, SCOPE);
+    for fault in [JwksFault::Unavailable, JwksFault::Garbage, JwksFault::NoKeys] {
+        idp.break_jwks(Some(fault));
+        let before = idp.stats().jwks_fetches;
+        // Every request is a 503, also after a fetch has failed (that fetch's own, and the next
+        // ones' that may not fetch again yet).
+        eventually(&format!("the keys are fetched while {fault:?}"), async || {
+            assert_cannot_verify_now(&try_initialize(&server, Some(&token)).await);
+            (idp.stats().jwks_fetches > before).then_some(())
+        })
+        .await;
+        for _ in 0..3 {
+            assert_cannot_verify_now(&try_initialize(&server, Some(&token)).await);
+        }
+    }
+    idp.break_jwks(None);
+    accepted_once_the_keys_answer(&server, &token).await;
+
+    // Broken again, with the keys at hand: tokens under a known key are verified as before; one
+    // under a key rotated in meanwhile cannot be, until the set answers again.
+    idp.break_jwks(Some(JwksFault::Unavailable));
+    let known = idp.access_token("alice", &server.url, SCOPE);
+    assert_eq!(try_initialize(&server, Some(&known)).await.status, StatusCode::OK);
+    idp.rotate_keys(true);
+    let rotated = idp.access_token("alice", &server.url, SCOPE);
+    assert_cannot_verify_now(&try_initialize(&server, Some(&rotated)).await);
+    server.stop().await;
+
+    // With a short refresh interval the set is asked again while it is broken, and a rotated
+    // key is accepted as soon as it answers.
+    let server = server_with_interval(&database, &idp).await;
+    let known = idp.access_token("alice", &server.url, SCOPE);
+    let before = idp.stats().jwks_fetches;
+    eventually("the keys are fetched while broken", async || {
+        assert_cannot_verify_now(&try_initialize(&server, Some(&known)).await);
+        (idp.stats().jwks_fetches >= before + 2).then_some(())
+    })
+    .await;
+    idp.break_jwks(None);
+    accepted_once_the_keys_answer(&server, &known).await;
+    idp.break_jwks(Some(JwksFault::Garbage));
+    idp.rotate_keys(true);
+    let rotated = idp.access_token("alice", &server.url, SCOPE);
+    let before = idp.stats().jwks_fetches;
+    eventually("the keys are fetched while broken", async || {
+        assert_cannot_verify_now(&try_initialize(&server, Some(&rotated)).await);
+        (idp.stats().jwks_fetches >= before + 2).then_some(())
+    })
+    .await;
+    idp.break_jwks(None);
+    accepted_once_the_keys_answer(&server, &rotated).await;
+    server.stop().await;
 }
 
 #[tokio::test]

@@ -40,7 +40,9 @@ pub enum BearerError {
     Invalid(String),
     #[error("the token lacks a required scope")]
     InsufficientScope,
-    #[error("the identity provider cannot be reached: {0}")]
+    /// The token cannot be checked now (the provider or its keys are unreachable or broken, or
+    /// the key it names is not at hand yet): 503, and the client keeps its token.
+    #[error("the token cannot be verified now: {0}")]
     Unavailable(String),
 }
 
@@ -126,7 +128,7 @@ impl ResourceServer {
     }
 
     /// The status and `WWW-Authenticate` challenge of a refusal (RFC 6750 3, RFC 9728 5.1); a
-    /// provider outage is a 503 and no challenge, so clients keep their tokens.
+    /// token that cannot be verified now is a 503 and no challenge, so clients keep their tokens.
     pub fn challenge(&self, error: &BearerError) -> (StatusCode, Option<HeaderValue>) {
         let mut parts = Vec::new();
         let status = match error {
