@@ -1,8 +1,9 @@
 //! MCP authorization, resource-server side, against a real (fake) identity provider on loopback:
 //! the 401 challenge and Protected Resource Metadata, bearer JWTs verified against the provider's
 //! keys (rotation, and a flood of made-up key ids that must not hammer it), a token that cannot be
-//! checked now (broken keys, a key not at hand yet) answered 503 and recovered from at once, every
-//! kind of bad token refused with the right status and nothing stored, opaque tokens by introspection,
+//! checked now (broken keys, a key not at hand yet) answered 503 and recovered from at once, tokens
+//! as long as gatehouse reads, every kind of bad token refused with the right status and nothing
+//! stored, opaque tokens by introspection,
 //! sessions bound to the token's principal, and tools hidden by `allow` rules.
 
 mod common;
@@ -417,6 +418,74 @@ async fn while_the_key_set_is_broken_valid_tokens_are_503_and_work_once_it_answe
     .await;
     idp.break_jwks(None);
     accepted_once_the_keys_answer(&server, &rotated).await;
+    server.stop().await;
+}
+
+/// A valid token for `sub` of `length` bytes or at most three fewer: its claims padded.
+fn token_of_length(idp: &FakeIdp, server: &TestServer, sub: &str, length: usize) -> String {
+    let sign = |pad: usize| {
+        let mut claims = idp.claims(sub, &server.url, SCOPE);
+        claims["pad"] = json!("p".repeat(pad));
+        idp.sign(Signer::Current, None, claims)
+    };
+    let unpadded = sign(0).len();
+    assert!(unpadded <= length, "{sub}'s token alone is {unpadded} bytes");
+    // Base64 makes four bytes of three.
+    let mut pad = (length - unpadded) * 3 / 4;
+    let mut token = sign(pad);
+    while token.len() > length {
+        pad -= 1;
+        token = sign(pad);
+    }
+    assert!(token.len() + 3 >= length, "{} bytes for {length}", token.len());
+    token
+}
+
+/// Entra ID puts up to 200 group ids in a token; with the rest of a request head the token must
+/// fit, and so must any token up to the 16 KiB gatehouse reads. Longer ones, up to well beyond,
+/// are refused as invalid tokens with the challenge, not by the HTTP layer (431, or a connection
+/// cut while the client still writes).
+#[tokio::test]
+async fn large_tokens_fit_the_request_head_and_longer_ones_are_invalid_tokens() {
+    let idp = idp(FakeIdpOptions::default()).await;
+    let groups: Vec<String> = (0..200).map(|i| format!("{i:08x}-5b0c-4f7e-9a3d-{i:012x}")).collect();
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    idp.add_user(user("entra", &groups));
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = server(&database, &idp, "").await;
+    // What else a request carries through a proxy or two.
+    let forwarded = format!("for=203.0.113.7;proto=https, {}", "for=198.51.100.9".repeat(100));
+    let extra = [
+        ("Forwarded", forwarded.as_str()),
+        ("User-Agent", "claude-code/2.1 (external, cli) node/22"),
+        ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+
+    let groups_token = idp.access_token("entra", &server.url, SCOPE);
+    assert!(groups_token.len() > 10_000, "{} bytes", groups_token.len());
+    let longest = token_of_length(&idp, &server, "entra", 16 * 1024);
+    for token in [&groups_token, &longest] {
+        let reply = bearer(&server, token).post_raw(&initialize, &extra).await;
+        assert_eq!(reply.status, StatusCode::OK, "{} bytes: {}", token.len(), reply.body);
+    }
+    let mut entra = bearer(&server, &longest);
+    entra.initialize().await;
+    let whoami = entra.call("tools/call", json!({"name": "whoami"})).await;
+    assert!(common::mcp::text(&whoami).contains("#entra"), "{whoami}");
+
+    for length in [16 * 1024 + 8, 24 * 1024, 30 * 1024] {
+        let token = token_of_length(&idp, &server, "entra", length);
+        let reply = bearer(&server, &token).post_raw(&initialize, &extra).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{length} bytes: {}", reply.body);
+        let challenge = challenge(&reply);
+        assert!(
+            challenge.starts_with(r#"Bearer error="invalid_token""#) && challenge.contains("resource_metadata="),
+            "{length} bytes: {challenge}"
+        );
+    }
     server.stop().await;
 }
 

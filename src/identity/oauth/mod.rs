@@ -29,7 +29,7 @@ use crate::store::Cache;
 
 /// Verified tokens cached per replica; a full cache starts over.
 const TOKEN_CACHE_CAPACITY: usize = 100_000;
-/// The longest bearer token read; longer ones are refused unread.
+/// The longest bearer token read; longer ones are refused unverified.
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 #[derive(Debug, thiserror::Error)]
@@ -190,9 +190,6 @@ fn bearer_token(headers: &HeaderMap) -> Result<&str, BearerError> {
     if values.next().is_some() {
         return Err(BearerError::Invalid("more than one Authorization header".into()));
     }
-    if value.len() > MAX_TOKEN_BYTES {
-        return Err(BearerError::Invalid("the token is too long".into()));
-    }
     let text = value
         .to_str()
         .map_err(|_| BearerError::Invalid("the Authorization header is not ASCII".into()))?;
@@ -203,6 +200,9 @@ fn bearer_token(headers: &HeaderMap) -> Result<&str, BearerError> {
     let token = token.trim();
     if token.is_empty() {
         return Err(BearerError::Invalid("the bearer token is empty".into()));
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(BearerError::Invalid("the token is too long".into()));
     }
     Ok(token)
 }
@@ -247,6 +247,18 @@ mod tests {
         ));
         assert!(matches!(
             bearer_token(&headers(&["Bearer a", "Bearer b"])),
+            Err(BearerError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn reads_tokens_up_to_the_limit() {
+        let longest = "t".repeat(MAX_TOKEN_BYTES);
+        let header = format!("Bearer {longest}");
+        assert_eq!(bearer_token(&headers(&[&header])).expect("token"), longest);
+        let header = format!("Bearer {longest}t");
+        assert!(matches!(
+            bearer_token(&headers(&[&header])),
             Err(BearerError::Invalid(_))
         ));
     }
