@@ -84,9 +84,13 @@ macro_rules! binary {
     };
 }
 
-/// hyper's HTTP/1 read buffer limit: 8 KiB (its minimum) holds any sane request head and keeps an
-/// idle SSE connection small.
-const HTTP1_MAX_BUFFER: usize = 8 * 1024;
+/// hyper's HTTP/1 buffer limit, and so the longest request head: a bearer token up to the 16 KiB
+/// gatehouse reads (Entra ID's with 200 group ids is about 11 KiB) plus ordinary headers, and a
+/// longer token still reaches the handler for its `401 invalid_token`. Above it hyper answers 431
+/// itself. The read buffer starts at 8 KiB and grows only for a head or body that fills it, so an
+/// idle SSE connection with an ordinary head stays small; a client that does not read can have up
+/// to this much queued for it.
+const HTTP1_MAX_BUFFER: usize = 32 * 1024;
 /// A client must send its request head within this time, so idle half-open connections go away.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -1,10 +1,10 @@
 //! The fake identity provider itself (`common::fake_idp`): what clients and resource servers under
 //! test will rely on — discovery, the code flow with PKCE and `resource`, tokens that verify
-//! against its JWKS, key rotation, registration and introspection.
+//! against its JWKS, key rotation, a JWKS that fails on demand, registration and introspection.
 
 mod common;
 
-use common::fake_idp::{EC_KID, FakeIdp, FakeIdpOptions, Signer, TestClient, TestUser};
+use common::fake_idp::{EC_KID, FakeIdp, FakeIdpOptions, JwksFault, Signer, TestClient, TestUser};
 use common::fake_oauth::s256_challenge;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -255,6 +255,30 @@ async fn rotation_changes_the_kid_and_the_jwks() {
     verify(&idp, &after, RESOURCE)
         .await
         .expect("signed by the new current key");
+}
+
+#[tokio::test]
+async fn a_broken_jwks_fails_as_told_and_comes_back() {
+    let idp = provider(FakeIdpOptions::default(), None).await;
+    let url = format!("{}/protocol/openid-connect/certs", idp.issuer());
+    let fetch = async || {
+        let response = http().get(&url).send().await.expect("GET the JWKS");
+        (response.status(), response.text().await.expect("a body"))
+    };
+    idp.break_jwks(Some(JwksFault::Unavailable));
+    assert_eq!(fetch().await.0, StatusCode::SERVICE_UNAVAILABLE);
+    idp.break_jwks(Some(JwksFault::Garbage));
+    let (status, body) = fetch().await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(serde_json::from_str::<Value>(&body).is_err(), "{body}");
+    idp.break_jwks(Some(JwksFault::NoKeys));
+    let (status, body) = fetch().await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, r#"{"keys":[]}"#));
+    idp.break_jwks(None);
+    let (status, body) = fetch().await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(serde_json::from_str::<Value>(&body).expect("JSON"), idp.jwks());
+    assert_eq!(idp.stats().jwks_fetches, 4, "each counts");
 }
 
 #[tokio::test]

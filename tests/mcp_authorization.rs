@@ -1,12 +1,14 @@
 //! MCP authorization, resource-server side, against a real (fake) identity provider on loopback:
 //! the 401 challenge and Protected Resource Metadata, bearer JWTs verified against the provider's
-//! keys (rotation, and a flood of made-up key ids that must not hammer it), every kind of bad
-//! token refused with the right status and nothing stored, opaque tokens by introspection,
+//! keys (rotation, and a flood of made-up key ids that must not hammer it), a token that cannot be
+//! checked now (broken keys, a key not at hand yet) answered 503 and recovered from at once, tokens
+//! as long as gatehouse reads, every kind of bad token refused with the right status and nothing
+//! stored, opaque tokens by introspection,
 //! sessions bound to the token's principal, and tools hidden by `allow` rules.
 
 mod common;
 
-use common::fake_idp::{FakeIdp, FakeIdpOptions, Signer, TestClient, TestUser};
+use common::fake_idp::{FakeIdp, FakeIdpOptions, JwksFault, Signer, TestClient, TestUser};
 use common::mcp::{McpClient, Reply};
 use common::{Backend, TestDatabase, TestServer, eventually};
 use reqwest::StatusCode;
@@ -277,17 +279,33 @@ async fn keys_rotate_but_made_up_key_ids_cannot_hammer_the_provider() {
                 idp.claims("alice", &server.url, SCOPE),
             );
             let server = &server;
-            async move { try_initialize(server, Some(&token)).await.status }
+            async move { try_initialize(server, Some(&token)).await }
         })
         .collect();
-    for status in futures::future::join_all(flood).await {
-        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Each was made after the set was fetched, so its key may have been published since: it
+    // cannot be checked until the set may be fetched again. Not now (503), not a dead token.
+    for reply in futures::future::join_all(flood).await {
+        assert_cannot_verify_now(&reply);
     }
-    assert!(
-        idp.stats().jwks_fetches <= 2,
-        "fetched {} times",
-        idp.stats().jwks_fetches
-    );
+    assert_eq!(idp.stats().jwks_fetches, 1);
+
+    // A real rotation right after that fetch: the same, the client keeps its token.
+    idp.rotate_keys(true);
+    let rotated = idp.access_token("alice", &server.url, SCOPE);
+    assert_cannot_verify_now(&try_initialize(&server, Some(&rotated)).await);
+    // A token issued well before the set was fetched, or expired, under a key it lacks is bad.
+    let now = common::unix_seconds();
+    let mut before_the_fetch = idp.claims("alice", &server.url, SCOPE);
+    before_the_fetch["iat"] = json!(now - 600);
+    let mut expired = idp.claims("alice", &server.url, SCOPE);
+    expired["exp"] = json!(now - 600);
+    for claims in [before_the_fetch, expired] {
+        let token = idp.sign(Signer::Current, Some("made-up"), claims);
+        let reply = try_initialize(&server, Some(&token)).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.body);
+        assert!(challenge(&reply).starts_with(r#"Bearer error="invalid_token""#));
+    }
+    assert_eq!(idp.stats().jwks_fetches, 1);
     server.stop().await;
 
     // With a short interval, a rotated key is picked up: the new kid fetches the set again.
@@ -301,8 +319,10 @@ async fn keys_rotate_but_made_up_key_ids_cannot_hammer_the_provider() {
         (try_initialize(&server, Some(&rotated)).await.status == StatusCode::OK).then_some(())
     })
     .await;
-    // The old key left the set: its tokens are refused once they are not cached.
-    let old_key_token = idp.sign(Signer::Current, Some("key-1"), idp.claims("alice", &server.url, SCOPE));
+    // The old key left the set: its tokens, issued before, are refused once they are not cached.
+    let mut claims = idp.claims("alice", &server.url, SCOPE);
+    claims["iat"] = json!(common::unix_seconds() - 600);
+    let old_key_token = idp.sign(Signer::Current, Some("key-1"), claims);
     assert_eq!(
         try_initialize(&server, Some(&old_key_token)).await.status,
         StatusCode::UNAUTHORIZED
@@ -313,6 +333,160 @@ async fn keys_rotate_but_made_up_key_ids_cannot_hammer_the_provider() {
 
 async fn server_with_interval(database: &TestDatabase, idp: &FakeIdp) -> TestServer {
     server(database, idp, r#"jwks_refresh_interval = "100ms""#).await
+}
+
+/// A token that cannot be checked now: 503 with `Retry-After` and no challenge, so the client
+/// keeps its token and tries again.
+fn assert_cannot_verify_now(reply: &Reply) {
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{}", reply.body);
+    assert!(reply.headers.contains_key("retry-after"), "{:?}", reply.headers);
+    assert!(!reply.headers.contains_key("www-authenticate"), "{:?}", reply.headers);
+}
+
+/// Asks with `token` until it is accepted (within a few seconds, well inside the 30 s refresh
+/// interval), every answer before that a 503.
+async fn accepted_once_the_keys_answer(server: &TestServer, token: &str) {
+    common::eventually_within(
+        std::time::Duration::from_secs(5),
+        "the token is accepted once the keys answer",
+        async || {
+            let reply = try_initialize(server, Some(token)).await;
+            if reply.status == StatusCode::OK {
+                return Some(());
+            }
+            assert_cannot_verify_now(&reply);
+            None
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn while_the_key_set_is_broken_valid_tokens_are_503_and_work_once_it_answers() {
+    let idp = idp(FakeIdpOptions::default()).await;
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    // The default refresh interval (30 s): recovery must not wait for it.
+    let server = server(&database, &idp, "").await;
+    let token = idp.access_token("alice", &server.url, SCOPE);
+    for fault in [JwksFault::Unavailable, JwksFault::Garbage, JwksFault::NoKeys] {
+        idp.break_jwks(Some(fault));
+        let before = idp.stats().jwks_fetches;
+        // Every request is a 503, also after a fetch has failed (that fetch's own, and the next
+        // ones' that may not fetch again yet).
+        eventually(&format!("the keys are fetched while {fault:?}"), async || {
+            assert_cannot_verify_now(&try_initialize(&server, Some(&token)).await);
+            (idp.stats().jwks_fetches > before).then_some(())
+        })
+        .await;
+        for _ in 0..3 {
+            assert_cannot_verify_now(&try_initialize(&server, Some(&token)).await);
+        }
+    }
+    idp.break_jwks(None);
+    accepted_once_the_keys_answer(&server, &token).await;
+
+    // Broken again, with the keys at hand: tokens under a known key are verified as before; one
+    // under a key rotated in meanwhile cannot be, until the set answers again.
+    idp.break_jwks(Some(JwksFault::Unavailable));
+    let known = idp.access_token("alice", &server.url, SCOPE);
+    assert_eq!(try_initialize(&server, Some(&known)).await.status, StatusCode::OK);
+    idp.rotate_keys(true);
+    let rotated = idp.access_token("alice", &server.url, SCOPE);
+    assert_cannot_verify_now(&try_initialize(&server, Some(&rotated)).await);
+    server.stop().await;
+
+    // With a short refresh interval the set is asked again while it is broken, and a rotated
+    // key is accepted as soon as it answers.
+    let server = server_with_interval(&database, &idp).await;
+    let known = idp.access_token("alice", &server.url, SCOPE);
+    let before = idp.stats().jwks_fetches;
+    eventually("the keys are fetched while broken", async || {
+        assert_cannot_verify_now(&try_initialize(&server, Some(&known)).await);
+        (idp.stats().jwks_fetches >= before + 2).then_some(())
+    })
+    .await;
+    idp.break_jwks(None);
+    accepted_once_the_keys_answer(&server, &known).await;
+    idp.break_jwks(Some(JwksFault::Garbage));
+    idp.rotate_keys(true);
+    let rotated = idp.access_token("alice", &server.url, SCOPE);
+    let before = idp.stats().jwks_fetches;
+    eventually("the keys are fetched while broken", async || {
+        assert_cannot_verify_now(&try_initialize(&server, Some(&rotated)).await);
+        (idp.stats().jwks_fetches >= before + 2).then_some(())
+    })
+    .await;
+    idp.break_jwks(None);
+    accepted_once_the_keys_answer(&server, &rotated).await;
+    server.stop().await;
+}
+
+/// A valid token for `sub` of `length` bytes or at most three fewer: its claims padded.
+fn token_of_length(idp: &FakeIdp, server: &TestServer, sub: &str, length: usize) -> String {
+    let sign = |pad: usize| {
+        let mut claims = idp.claims(sub, &server.url, SCOPE);
+        claims["pad"] = json!("p".repeat(pad));
+        idp.sign(Signer::Current, None, claims)
+    };
+    let unpadded = sign(0).len();
+    assert!(unpadded <= length, "{sub}'s token alone is {unpadded} bytes");
+    // Base64 makes four bytes of three.
+    let mut pad = (length - unpadded) * 3 / 4;
+    let mut token = sign(pad);
+    while token.len() > length {
+        pad -= 1;
+        token = sign(pad);
+    }
+    assert!(token.len() + 3 >= length, "{} bytes for {length}", token.len());
+    token
+}
+
+/// Entra ID puts up to 200 group ids in a token; with the rest of a request head the token must
+/// fit, and so must any token up to the 16 KiB gatehouse reads. Longer ones, up to well beyond,
+/// are refused as invalid tokens with the challenge, not by the HTTP layer (431, or a connection
+/// cut while the client still writes).
+#[tokio::test]
+async fn large_tokens_fit_the_request_head_and_longer_ones_are_invalid_tokens() {
+    let idp = idp(FakeIdpOptions::default()).await;
+    let groups: Vec<String> = (0..200).map(|i| format!("{i:08x}-5b0c-4f7e-9a3d-{i:012x}")).collect();
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    idp.add_user(user("entra", &groups));
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = server(&database, &idp, "").await;
+    // What else a request carries through a proxy or two.
+    let forwarded = format!("for=203.0.113.7;proto=https, {}", "for=198.51.100.9".repeat(100));
+    let extra = [
+        ("Forwarded", forwarded.as_str()),
+        ("User-Agent", "claude-code/2.1 (external, cli) node/22"),
+        ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+
+    let groups_token = idp.access_token("entra", &server.url, SCOPE);
+    assert!(groups_token.len() > 10_000, "{} bytes", groups_token.len());
+    let longest = token_of_length(&idp, &server, "entra", 16 * 1024);
+    for token in [&groups_token, &longest] {
+        let reply = bearer(&server, token).post_raw(&initialize, &extra).await;
+        assert_eq!(reply.status, StatusCode::OK, "{} bytes: {}", token.len(), reply.body);
+    }
+    let mut entra = bearer(&server, &longest);
+    entra.initialize().await;
+    let whoami = entra.call("tools/call", json!({"name": "whoami"})).await;
+    assert!(common::mcp::text(&whoami).contains("#entra"), "{whoami}");
+
+    for length in [16 * 1024 + 8, 24 * 1024, 30 * 1024] {
+        let token = token_of_length(&idp, &server, "entra", length);
+        let reply = bearer(&server, &token).post_raw(&initialize, &extra).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{length} bytes: {}", reply.body);
+        let challenge = challenge(&reply);
+        assert!(
+            challenge.starts_with(r#"Bearer error="invalid_token""#) && challenge.contains("resource_metadata="),
+            "{length} bytes: {challenge}"
+        );
+    }
+    server.stop().await;
 }
 
 #[tokio::test]

@@ -97,8 +97,8 @@ impl Refusal {
         let (status, challenge) = server.challenge(bearer);
         let message = match bearer {
             BearerError::Unavailable(reason) => {
-                tracing::warn!(%peer, %reason, "cannot check a bearer token: the identity provider is unreachable");
-                "Service Unavailable: the identity provider cannot be reached; try again shortly".to_owned()
+                tracing::warn!(%peer, %reason, "cannot check a bearer token now");
+                "Service Unavailable: the access token cannot be verified now; try again shortly".to_owned()
             }
             BearerError::InsufficientScope => "Forbidden: the access token lacks a required scope".to_owned(),
             other => {

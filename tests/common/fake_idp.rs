@@ -7,7 +7,7 @@
 //! * `/.well-known/oauth-authorization-server{realm}` (RFC 8414, at the host's root) and
 //!   `{issuer}/.well-known/openid-configuration` (OpenID Connect Discovery), each switchable.
 //! * `GET /protocol/openid-connect/certs` — the JWKS (see `keys`: RSA keys that rotate, and an
-//!   ES256 key).
+//!   ES256 key), or a fault set by [`FakeIdp::break_jwks`].
 //! * `GET /authorize` — authorization code with PKCE S256 required, `nonce`, `resource` (RFC 8707)
 //!   and `iss` in the redirect (RFC 9207). Nobody signs in: the user named by
 //!   [`FakeIdp::sign_in_as`] has consented at once; with nobody signed in the redirect carries
@@ -76,6 +76,17 @@ impl Default for FakeIdpOptions {
     }
 }
 
+/// How the JWKS endpoint fails while [`FakeIdp::break_jwks`] says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwksFault {
+    /// 503 with an empty body.
+    Unavailable,
+    /// 200, `application/json`, and a body that is not JSON.
+    Garbage,
+    /// 200 with `{"keys": []}`.
+    NoKeys,
+}
+
 /// A person the provider knows; their profile goes into tokens and `/userinfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestUser {
@@ -135,6 +146,7 @@ impl FakeIdp {
             signed_in: None,
             clients: HashMap::new(),
             keys: keys::KeyRing::new(),
+            jwks_fault: None,
             codes: HashMap::new(),
             access_tokens: HashMap::new(),
             refresh_tokens: HashMap::new(),
@@ -179,6 +191,11 @@ impl FakeIdp {
     /// stay in the JWKS when `keep_old`. Tokens signed earlier keep their old `kid`.
     pub fn rotate_keys(&self, keep_old: bool) {
         self.shared.lock().keys.rotate(keep_old);
+    }
+
+    /// From now on the JWKS endpoint fails with `fault`, or (`None`) serves the keys again.
+    pub fn break_jwks(&self, fault: Option<JwksFault>) {
+        self.shared.lock().jwks_fault = fault;
     }
 
     /// The `kid` of the current signing key.
@@ -237,6 +254,7 @@ struct Inner {
     signed_in: Option<String>,
     clients: HashMap<String, TestClient>,
     keys: keys::KeyRing,
+    jwks_fault: Option<JwksFault>,
     codes: HashMap<String, CodeRecord>,
     /// The claims of every access token issued (JWT or opaque), for `/introspect` and `/userinfo`.
     access_tokens: HashMap<String, Value>,

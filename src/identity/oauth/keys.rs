@@ -1,6 +1,10 @@
-//! The identity provider's signing keys (its JWKS): fetched when first needed and kept; a token
+//! The identity provider's signing keys (its JWKS): fetched when first needed and kept. A token
 //! naming a key id the set lacks fetches the set again, at most once per refresh interval, so key
 //! rotation works and a flood of made-up key ids costs the provider one request per interval.
+//! Whether a missing key makes the token bad or only unverifiable for now is decided here: only a
+//! set fetched after the token was issued can show its key does not exist. Until such a set is at
+//! hand (the budget is spent, the set cannot be fetched or is broken) the answer is "not now", and
+//! after a failed fetch the next may be tried a second later, so recovery is prompt.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -12,9 +16,13 @@ use serde_json::Value;
 use url::Url;
 
 use super::discovery::get_json;
+use super::verify::now;
 
 /// Keys kept from one key set; the rest are ignored.
 const MAX_KEYS: usize = 64;
+/// After a failed fetch the next may be tried this much later (or after the refresh interval, if
+/// shorter): the `Retry-After` clients are told meanwhile.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 /// One usable verification key.
 pub struct Key {
@@ -56,10 +64,21 @@ impl Key {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
+    /// The set, fetched after the token was issued, lacks its key: the token is bad.
     #[error("the token names a key the identity provider does not publish")]
     Unknown,
-    #[error("the identity provider's keys cannot be fetched: {0}")]
+    /// The token cannot be checked now: no set fetched since it was issued is at hand.
+    #[error("the identity provider's keys cannot be checked now: {0}")]
     Unavailable(String),
+}
+
+/// What the fetches so far tell; held while fetching, so one fetch runs at a time.
+#[derive(Default)]
+struct Fetches {
+    /// The latest fetch that gave a usable set: when it started (monotonic, and unix seconds).
+    succeeded: Option<(Instant, u64)>,
+    /// The latest fetch that failed, if no fetch succeeded after it: when it ended, and why.
+    failed: Option<(Instant, String)>,
 }
 
 #[derive(Deserialize)]
@@ -71,8 +90,7 @@ pub struct KeySet {
     http: reqwest::Client,
     refresh_interval: Duration,
     keys: RwLock<Arc<Vec<Arc<Key>>>>,
-    /// Held while fetching; holds when the last fetch was attempted.
-    fetched_at: tokio::sync::Mutex<Option<Instant>>,
+    fetches: tokio::sync::Mutex<Fetches>,
 }
 
 impl KeySet {
@@ -81,32 +99,73 @@ impl KeySet {
             http,
             refresh_interval,
             keys: RwLock::new(Arc::new(Vec::new())),
-            fetched_at: tokio::sync::Mutex::new(None),
+            fetches: tokio::sync::Mutex::new(Fetches::default()),
         }
     }
 
     /// The key for a token signed with `alg` under `kid` (without a kid: the one key that
     /// verifies `alg`), fetching the set from `jwks_uri` when it lacks the key and may be fetched.
-    pub async fn key(&self, jwks_uri: &Url, kid: Option<&str>, alg: Algorithm) -> Result<Arc<Key>, KeyError> {
+    /// `issued_by` is when (unix seconds) the token was issued at the latest, allowing for clock
+    /// skew, if it says: a set fetched after that which lacks the key makes the token bad.
+    pub async fn key(
+        &self,
+        jwks_uri: &Url,
+        kid: Option<&str>,
+        alg: Algorithm,
+        issued_by: Option<u64>,
+    ) -> Result<Arc<Key>, KeyError> {
         if let Some(key) = self.find(kid, alg) {
             return Ok(key);
         }
-        let mut fetched_at = self.fetched_at.lock().await;
+        let mut fetches = self.fetches.lock().await;
         // Another request may have fetched the set while this one waited.
         if let Some(key) = self.find(kid, alg) {
             return Ok(key);
         }
-        if fetched_at.is_some_and(|at| at.elapsed() < self.refresh_interval) {
+        if fetches
+            .succeeded
+            .is_some_and(|(_, started)| issued_by.is_some_and(|issued| issued < started))
+        {
             return Err(KeyError::Unknown);
         }
-        *fetched_at = Some(Instant::now());
-        let keys = self.fetch(jwks_uri).await.map_err(|reason| {
-            tracing::warn!(%jwks_uri, %reason, "cannot fetch the identity provider's keys");
-            KeyError::Unavailable(reason)
-        })?;
-        tracing::info!(%jwks_uri, keys = keys.len(), "fetched the identity provider's keys");
-        *self.keys.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(keys);
-        self.find(kid, alg).ok_or(KeyError::Unknown)
+        if let Some(reason) = self.not_yet(&fetches) {
+            return Err(KeyError::Unavailable(reason));
+        }
+        let started = (Instant::now(), now());
+        match self.fetch(jwks_uri).await {
+            Ok(keys) => {
+                tracing::info!(%jwks_uri, keys = keys.len(), "fetched the identity provider's keys");
+                *self.keys.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(keys);
+                *fetches = Fetches {
+                    succeeded: Some(started),
+                    failed: None,
+                };
+                self.find(kid, alg).ok_or(KeyError::Unknown)
+            }
+            Err(reason) => {
+                tracing::warn!(%jwks_uri, %reason, "cannot fetch the identity provider's keys");
+                fetches.failed = Some((Instant::now(), reason.clone()));
+                Err(KeyError::Unavailable(reason))
+            }
+        }
+    }
+
+    /// Why the set may not be fetched yet, if so: a fetch failed a moment ago, or one succeeded
+    /// within the refresh interval (the budget that made-up key ids cannot spend faster).
+    fn not_yet(&self, fetches: &Fetches) -> Option<String> {
+        if let Some((at, reason)) = &fetches.failed
+            && at.elapsed() < RETRY_AFTER_FAILURE.min(self.refresh_interval)
+        {
+            return Some(format!("the last fetch failed a moment ago: {reason}"));
+        }
+        let (at, _) = fetches.succeeded?;
+        (at.elapsed() < self.refresh_interval).then(|| {
+            format!(
+                "the token names a key the set fetched {} ms ago lacks, and the set is fetched at most once per {:?}",
+                at.elapsed().as_millis(),
+                self.refresh_interval
+            )
+        })
     }
 
     fn find(&self, kid: Option<&str>, alg: Algorithm) -> Option<Arc<Key>> {
@@ -130,14 +189,19 @@ impl KeySet {
     async fn fetch(&self, jwks_uri: &Url) -> Result<Vec<Arc<Key>>, String> {
         let body = get_json(&self.http, jwks_uri).await?;
         let document: KeySetDocument = serde_json::from_slice(&body).map_err(|e| format!("not a JWK set: {e}"))?;
-        // Keys of kinds this crate cannot read (or meant for encryption) are skipped, not fatal.
-        Ok(document
+        // Keys of kinds this crate cannot read (or meant for encryption) are skipped, not fatal;
+        // a set without one usable key is broken, and the keys in use stay.
+        let keys: Vec<_> = document
             .keys
             .into_iter()
             .filter_map(|key| serde_json::from_value::<Jwk>(key).ok())
             .filter_map(|jwk| Key::from_jwk(&jwk))
             .take(MAX_KEYS)
             .map(Arc::new)
-            .collect())
+            .collect();
+        if keys.is_empty() {
+            return Err("the set holds no usable signing key".into());
+        }
+        Ok(keys)
     }
 }

@@ -29,7 +29,7 @@ use crate::store::Cache;
 
 /// Verified tokens cached per replica; a full cache starts over.
 const TOKEN_CACHE_CAPACITY: usize = 100_000;
-/// The longest bearer token read; longer ones are refused unread.
+/// The longest bearer token read; longer ones are refused unverified.
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +40,9 @@ pub enum BearerError {
     Invalid(String),
     #[error("the token lacks a required scope")]
     InsufficientScope,
-    #[error("the identity provider cannot be reached: {0}")]
+    /// The token cannot be checked now (the provider or its keys are unreachable or broken, or
+    /// the key it names is not at hand yet): 503, and the client keeps its token.
+    #[error("the token cannot be verified now: {0}")]
     Unavailable(String),
 }
 
@@ -126,7 +128,7 @@ impl ResourceServer {
     }
 
     /// The status and `WWW-Authenticate` challenge of a refusal (RFC 6750 3, RFC 9728 5.1); a
-    /// provider outage is a 503 and no challenge, so clients keep their tokens.
+    /// token that cannot be verified now is a 503 and no challenge, so clients keep their tokens.
     pub fn challenge(&self, error: &BearerError) -> (StatusCode, Option<HeaderValue>) {
         let mut parts = Vec::new();
         let status = match error {
@@ -188,9 +190,6 @@ fn bearer_token(headers: &HeaderMap) -> Result<&str, BearerError> {
     if values.next().is_some() {
         return Err(BearerError::Invalid("more than one Authorization header".into()));
     }
-    if value.len() > MAX_TOKEN_BYTES {
-        return Err(BearerError::Invalid("the token is too long".into()));
-    }
     let text = value
         .to_str()
         .map_err(|_| BearerError::Invalid("the Authorization header is not ASCII".into()))?;
@@ -201,6 +200,9 @@ fn bearer_token(headers: &HeaderMap) -> Result<&str, BearerError> {
     let token = token.trim();
     if token.is_empty() {
         return Err(BearerError::Invalid("the bearer token is empty".into()));
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(BearerError::Invalid("the token is too long".into()));
     }
     Ok(token)
 }
@@ -245,6 +247,18 @@ mod tests {
         ));
         assert!(matches!(
             bearer_token(&headers(&["Bearer a", "Bearer b"])),
+            Err(BearerError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn reads_tokens_up_to_the_limit() {
+        let longest = "t".repeat(MAX_TOKEN_BYTES);
+        let header = format!("Bearer {longest}");
+        assert_eq!(bearer_token(&headers(&[&header])).expect("token"), longest);
+        let header = format!("Bearer {longest}t");
+        assert!(matches!(
+            bearer_token(&headers(&[&header])),
             Err(BearerError::Invalid(_))
         ));
     }

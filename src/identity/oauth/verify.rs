@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, Validation};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -66,13 +67,18 @@ impl ResourceServer {
                 header.alg
             )));
         }
+        let lifetime = Lifetime::unverified(token);
+        if lifetime.expired(now()) {
+            return Err(BearerError::Invalid("the token has expired".into()));
+        }
         let jwks_uri = metadata
             .jwks_uri
             .as_ref()
             .ok_or_else(|| BearerError::Unavailable("the identity provider publishes no jwks_uri".into()))?;
+        let issued_by = lifetime.iat.map(|iat| iat.saturating_add(LEEWAY_SECONDS));
         let key = self
             .keys
-            .key(jwks_uri, header.kid.as_deref(), header.alg)
+            .key(jwks_uri, header.kid.as_deref(), header.alg, issued_by)
             .await
             .map_err(|e| match e {
                 KeyError::Unknown => BearerError::Invalid(e.to_string()),
@@ -160,6 +166,32 @@ impl ResourceServer {
             expires_at,
         }))
     }
+}
+
+/// What a JWT says of its own lifetime, read before its signature is checked, and used only to
+/// tell a bad token from one that cannot be checked now: a token these show dead is dead whether
+/// its signature holds (they are true) or not (it is forged). Unreadable values count as absent.
+#[derive(Default, Deserialize)]
+struct Lifetime {
+    #[serde(default, deserialize_with = "seconds")]
+    exp: Option<u64>,
+    #[serde(default, deserialize_with = "seconds")]
+    iat: Option<u64>,
+}
+
+impl Lifetime {
+    fn unverified(token: &str) -> Self {
+        jsonwebtoken::dangerous::insecure_decode_claims(token).unwrap_or_default()
+    }
+
+    fn expired(&self, now: u64) -> bool {
+        self.exp.is_some_and(|exp| exp.saturating_add(LEEWAY_SECONDS) < now)
+    }
+}
+
+/// A NumericDate as whole seconds; anything else as absent.
+fn seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    Ok(Value::deserialize(deserializer)?.as_u64())
 }
 
 /// Three base64url parts: a JWS in compact form. Anything else is an opaque token.

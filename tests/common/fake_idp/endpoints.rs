@@ -18,7 +18,7 @@ use super::super::fake_oauth::{
     token_body, valid_code_challenge,
 };
 use super::super::unix_seconds;
-use super::{CodeRecord, FakeIdpOptions, Grant, Inner, Shared, TestClient};
+use super::{CodeRecord, FakeIdpOptions, Grant, Inner, JwksFault, Shared, TestClient};
 
 /// How long an authorization code may wait for its exchange.
 const CODE_LIFETIME: Duration = Duration::from_secs(60);
@@ -84,11 +84,18 @@ async fn metadata(State(shared): State<Shared>) -> Response {
     .into_response()
 }
 
-/// `GET {realm}/protocol/openid-connect/certs`.
+/// `GET {realm}/protocol/openid-connect/certs`: the key set, or the fault a test set.
 async fn jwks(State(shared): State<Shared>) -> Response {
     let mut inner = shared.lock();
     inner.stats.jwks_fetches += 1;
-    axum::Json(inner.keys.jwks()).into_response()
+    match inner.jwks_fault {
+        None => axum::Json(inner.keys.jwks()).into_response(),
+        Some(JwksFault::Unavailable) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        Some(JwksFault::Garbage) => {
+            ([(header::CONTENT_TYPE, "application/json")], "<html>maintenance</html>").into_response()
+        }
+        Some(JwksFault::NoKeys) => axum::Json(json!({"keys": []})).into_response(),
+    }
 }
 
 /// `GET /authorize`: a 400 page for an unknown client or a redirect URI it did not register,
