@@ -9,7 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::stateless::{STATELESS, StatelessClient, refused};
-use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, eventually, text};
+use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, WAIT, eventually, text};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -362,6 +362,60 @@ backend_test!(
         assert_eq!(result["resultType"], "complete", "{result}");
         assert_eq!(result["isError"], true, "{result}");
         assert!(text(&result).contains("declined"), "{result}");
+        server.stop().await;
+    }
+);
+
+/// `limits.held_retries_per_principal` by default.
+const HELD_PER_PRINCIPAL: usize = 16;
+
+backend_test!(
+    /// One user re-sending a state at once has at most `held_retries_per_principal` retries held;
+    /// one more is answered at once (`input_required`, the same link), and another user's retry is
+    /// still held. Each is answered when its user finishes.
+    async fn one_user_cannot_take_every_held_retry_place(backend: Backend) {
+        let (_fake, _database, server) = start(backend, "60s", HEADER_IDENTITY).await;
+        let header = "x-forwarded-user";
+        let alice = StatelessClient::new(&server.url).with_user(header, "alice");
+        let bob = StatelessClient::new(&server.url).with_user(header, "bob");
+        let call = json!({"name": "me", "arguments": {}});
+        let (alice_url, alice_state) = input_required(&alice.result("tools/call", call.clone()).await);
+        let (bob_url, bob_state) = input_required(&bob.result("tools/call", call).await);
+        let held_retry = |client: &StatelessClient, state: &str| {
+            let (client, retried) = (client.clone(), retry("me", state));
+            tokio::spawn(async move { client.result("tools/call", retried).await })
+        };
+        let calls = server.mcp.calls.clone();
+        let alices: Vec<_> = (0..HELD_PER_PRINCIPAL)
+            .map(|_| held_retry(&alice, &alice_state))
+            .collect();
+        eventually("alice's retries are held", async || {
+            (calls.held_now() == HELD_PER_PRINCIPAL).then_some(())
+        })
+        .await;
+
+        let beyond = tokio::time::timeout(WAIT, alice.result("tools/call", retry("me", &alice_state)))
+            .await
+            .expect("alice's retry beyond her share is answered at once, not held");
+        let (url, _) = input_required(&beyond);
+        assert_eq!(url, alice_url);
+        assert_eq!(calls.held_now(), HELD_PER_PRINCIPAL, "alice's others are still held");
+        let bobs = held_retry(&bob, &bob_state);
+        eventually("bob's retry is held beside alice's", async || {
+            (calls.held_now() == HELD_PER_PRINCIPAL + 1).then_some(())
+        })
+        .await;
+
+        for (user, url) in [("alice", &alice_url), ("bob", &bob_url)] {
+            let page = Browser::as_user(header, user).sign_in(url).await;
+            assert_eq!(page.status, StatusCode::OK, "{user}: {}", page.body);
+        }
+        for held in alices.into_iter().chain([bobs]) {
+            let result = held.await.expect("a held retry");
+            assert_eq!(result["resultType"], "complete", "{result}");
+            assert_eq!(result["isError"], false, "{result}");
+        }
+        assert_eq!(calls.held_now(), 0);
         server.stop().await;
     }
 );

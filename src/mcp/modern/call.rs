@@ -1,10 +1,11 @@
-//! A 2026-07-28 `tools/call` (with its progress on an SSE stream when it asked). A call that needs the user answers `input_required`: one URL-mode
-//! `elicitation/create` per unmet requirement (the same pages and elicitations as the handshake
-//! era) and a sealed `requestState`. The retry that brings the state back is held on the bus
-//! while those elicitations are pending, answered the moment the user finishes (on whichever
-//! replica), or answered `input_required` again, with a fresh state, when `elicitation.hold` runs
-//! out. A tool may also ask the client itself (`ToolOutcome::InputRequired`): its requests go out
-//! as they are, and its state travels sealed in the same `requestState`.
+//! A 2026-07-28 `tools/call` (with its progress on an SSE stream when it asked). A call that needs
+//! the user answers `input_required`: one URL-mode `elicitation/create` per unmet requirement (the
+//! same pages and elicitations as the handshake era) and a sealed `requestState`. The retry that
+//! brings the state back is held on the bus while those elicitations are pending, answered the
+//! moment the user finishes (on whichever replica), or answered `input_required` again, with a
+//! fresh state, when `elicitation.hold` runs out. A tool may also ask the client itself
+//! (`ToolOutcome::InputRequired`): its requests go out as they are, and its state travels sealed
+//! in the same `requestState`.
 
 use chrono::Utc;
 use serde_json::{Map, Value, json};
@@ -44,12 +45,13 @@ pub async fn call(
         ),
         Some(_) => return Err(RpcError::invalid_params("params.requestState must be a string")),
     };
-    // Held only with a place among the replica's held retries; without one, answered at once.
+    // Held only with a place among the replica's held retries and its principal's; without one,
+    // answered at once.
     let hold_for = state.config.elicitation.hold;
     let permit = opened
         .as_ref()
         .filter(|_| !hold_for.is_zero())
-        .and_then(|_| state.calls.hold());
+        .and_then(|_| state.calls.hold(&caller.principal));
     let mut retry = Retry::default();
     if let Some(opened) = opened {
         if permit.is_some() {
