@@ -366,6 +366,47 @@ backend_test!(
     }
 );
 
+/// The key of an `input_required` answer's one input request, under which a retry answers it.
+fn input_key(result: &Value) -> String {
+    let requests = result["inputRequests"].as_object().expect("inputRequests");
+    requests.keys().next().expect("one input request").clone()
+}
+
+backend_test!(
+    /// The client's answer to a link comes in its retry: `decline` and `cancel` end the call at
+    /// once (never held for `elicitation.hold`) with an error result saying the user declined,
+    /// and the next call asks afresh with a new link.
+    async fn a_link_the_client_declines_or_cancels_ends_the_call_at_once(backend: Backend) {
+        let (_fake, database, server) = start(backend, "300s", "").await;
+        let client = StatelessClient::new(&server.url);
+        let call = json!({"name": "me", "arguments": {}});
+        let mut asked = client.result("tools/call", call.clone()).await;
+        let mut links = Vec::new();
+        for action in ["decline", "cancel"] {
+            let (url, state) = input_required(&asked);
+            assert!(!links.contains(&url), "{action}: a new link, not {links:?}");
+            links.push(url);
+            let retried = json!({"name": "me", "arguments": {},
+                "inputResponses": {input_key(&asked): {"action": action}}, "requestState": state});
+            let answered = tokio::time::timeout(WAIT, client.result("tools/call", retried))
+                .await
+                .unwrap_or_else(|_| panic!("{action}: answered at once, not held"));
+            assert_eq!(answered["resultType"], "complete", "{action}: {answered}");
+            assert_eq!(answered["isError"], true, "{action}: {answered}");
+            assert!(text(&answered).contains("declined"), "{action}: {answered}");
+            assert_eq!(server.mcp.calls.held_now(), 0, "{action}");
+            asked = client.result("tools/call", call.clone()).await;
+        }
+        let (url, _) = input_required(&asked);
+        assert!(!links.contains(&url), "a new link, not {links:?}");
+        let declined = "SELECT COUNT(*) FROM elicitations WHERE status = 'declined'";
+        assert_eq!(database.query_count(declined).await, 2);
+        let pending = "SELECT COUNT(*) FROM elicitations WHERE status = 'pending'";
+        assert_eq!(database.query_count(pending).await, 1);
+        server.stop().await;
+    }
+);
+
 /// `limits.held_retries_per_principal` by default.
 const HELD_PER_PRINCIPAL: usize = 16;
 
