@@ -9,7 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::stateless::{STATELESS, StatelessClient, refused};
-use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, eventually, text};
+use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, WAIT, eventually, text};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -362,6 +362,101 @@ backend_test!(
         assert_eq!(result["resultType"], "complete", "{result}");
         assert_eq!(result["isError"], true, "{result}");
         assert!(text(&result).contains("declined"), "{result}");
+        server.stop().await;
+    }
+);
+
+/// The key of an `input_required` answer's one input request, under which a retry answers it.
+fn input_key(result: &Value) -> String {
+    let requests = result["inputRequests"].as_object().expect("inputRequests");
+    requests.keys().next().expect("one input request").clone()
+}
+
+backend_test!(
+    /// The client's answer to a link comes in its retry: `decline` and `cancel` end the call at
+    /// once (never held for `elicitation.hold`) with an error result saying the user declined,
+    /// and the next call asks afresh with a new link.
+    async fn a_link_the_client_declines_or_cancels_ends_the_call_at_once(backend: Backend) {
+        let (_fake, database, server) = start(backend, "300s", "").await;
+        let client = StatelessClient::new(&server.url);
+        let call = json!({"name": "me", "arguments": {}});
+        let mut asked = client.result("tools/call", call.clone()).await;
+        let mut links = Vec::new();
+        for action in ["decline", "cancel"] {
+            let (url, state) = input_required(&asked);
+            assert!(!links.contains(&url), "{action}: a new link, not {links:?}");
+            links.push(url);
+            let retried = json!({"name": "me", "arguments": {},
+                "inputResponses": {input_key(&asked): {"action": action}}, "requestState": state});
+            let answered = tokio::time::timeout(WAIT, client.result("tools/call", retried))
+                .await
+                .unwrap_or_else(|_| panic!("{action}: answered at once, not held"));
+            assert_eq!(answered["resultType"], "complete", "{action}: {answered}");
+            assert_eq!(answered["isError"], true, "{action}: {answered}");
+            assert!(text(&answered).contains("declined"), "{action}: {answered}");
+            assert_eq!(server.mcp.calls.held_now(), 0, "{action}");
+            asked = client.result("tools/call", call.clone()).await;
+        }
+        let (url, _) = input_required(&asked);
+        assert!(!links.contains(&url), "a new link, not {links:?}");
+        let declined = "SELECT COUNT(*) FROM elicitations WHERE status = 'declined'";
+        assert_eq!(database.query_count(declined).await, 2);
+        let pending = "SELECT COUNT(*) FROM elicitations WHERE status = 'pending'";
+        assert_eq!(database.query_count(pending).await, 1);
+        server.stop().await;
+    }
+);
+
+/// `limits.held_retries_per_principal` by default.
+const HELD_PER_PRINCIPAL: usize = 16;
+
+backend_test!(
+    /// One user re-sending a state at once has at most `held_retries_per_principal` retries held;
+    /// one more is answered at once (`input_required`, the same link), and another user's retry is
+    /// still held. Each is answered when its user finishes.
+    async fn one_user_cannot_take_every_held_retry_place(backend: Backend) {
+        let (_fake, _database, server) = start(backend, "60s", HEADER_IDENTITY).await;
+        let header = "x-forwarded-user";
+        let alice = StatelessClient::new(&server.url).with_user(header, "alice");
+        let bob = StatelessClient::new(&server.url).with_user(header, "bob");
+        let call = json!({"name": "me", "arguments": {}});
+        let (alice_url, alice_state) = input_required(&alice.result("tools/call", call.clone()).await);
+        let (bob_url, bob_state) = input_required(&bob.result("tools/call", call).await);
+        let held_retry = |client: &StatelessClient, state: &str| {
+            let (client, retried) = (client.clone(), retry("me", state));
+            tokio::spawn(async move { client.result("tools/call", retried).await })
+        };
+        let calls = server.mcp.calls.clone();
+        let alices: Vec<_> = (0..HELD_PER_PRINCIPAL)
+            .map(|_| held_retry(&alice, &alice_state))
+            .collect();
+        eventually("alice's retries are held", async || {
+            (calls.held_now() == HELD_PER_PRINCIPAL).then_some(())
+        })
+        .await;
+
+        let beyond = tokio::time::timeout(WAIT, alice.result("tools/call", retry("me", &alice_state)))
+            .await
+            .expect("alice's retry beyond her share is answered at once, not held");
+        let (url, _) = input_required(&beyond);
+        assert_eq!(url, alice_url);
+        assert_eq!(calls.held_now(), HELD_PER_PRINCIPAL, "alice's others are still held");
+        let bobs = held_retry(&bob, &bob_state);
+        eventually("bob's retry is held beside alice's", async || {
+            (calls.held_now() == HELD_PER_PRINCIPAL + 1).then_some(())
+        })
+        .await;
+
+        for (user, url) in [("alice", &alice_url), ("bob", &bob_url)] {
+            let page = Browser::as_user(header, user).sign_in(url).await;
+            assert_eq!(page.status, StatusCode::OK, "{user}: {}", page.body);
+        }
+        for held in alices.into_iter().chain([bobs]) {
+            let result = held.await.expect("a held retry");
+            assert_eq!(result["resultType"], "complete", "{result}");
+            assert_eq!(result["isError"], false, "{result}");
+        }
+        assert_eq!(calls.held_now(), 0);
         server.stop().await;
     }
 );

@@ -1,7 +1,8 @@
 //! Protocol 2026-07-28 with clients nobody here wrote (the official Python SDK, the official
 //! TypeScript SDK v2 client and rmcp's client), beside a 2025-11-25 one on the same endpoint: each
 //! completes a gated call through input_required, the browser (scripted over HTTP, on the other
-//! replica) and the held retry.
+//! replica) and the held retry; and a Python client whose user declines the link is answered at
+//! once.
 
 mod common;
 
@@ -165,6 +166,52 @@ postgres_test!(
         assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);
         a.stop().await;
         b.stop().await;
+    }
+);
+
+backend_test!(
+    /// The official Python SDK's user declines the link, then on the next call dismisses it: each
+    /// call ends at once with an error result saying the user declined (the SDK is not held and
+    /// sent the link again round after round), and each call gets a new link.
+    async fn python_client_declining_or_dismissing_a_link_ends_the_call(backend: Backend) {
+        let Some(python) = python_sdk().await else {
+            return;
+        };
+        let fake = FakeProvider::start(FakeOptions::default()).await;
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start(&database, &fake.configure(include_str!("fixtures/fake_hub.toml"))).await;
+        let mut links = Vec::new();
+        for action in ["decline", "cancel"] {
+            let args = [
+                "--url",
+                &server.url,
+                "--call",
+                "me",
+                "--mode",
+                STATELESS,
+                "--action",
+                action,
+                "--timeout",
+                "40",
+            ];
+            let mut script = PythonScript::start(&python, "tests/interop/python_stateless.py", &args);
+            let mut events = Vec::new();
+            while let Some(event) = script.next().await {
+                events.push(event);
+            }
+            let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+            assert_eq!(kinds, ["elicitation", "result"], "{action}: {events:?}");
+            script.succeeded().await;
+            let url = events[0]["url"].as_str().expect("url").to_owned();
+            assert!(!links.contains(&url), "{action}: a new link, not {links:?}");
+            links.push(url);
+            let result = &events[1]["result"];
+            assert_eq!(result["isError"], true, "{action}: {result}");
+            let said = result["content"][0]["text"].as_str().unwrap_or_default();
+            assert!(said.contains("declined"), "{action}: {result}");
+        }
+        assert_eq!(server.mcp.calls.held_now(), 0);
+        server.stop().await;
     }
 );
 

@@ -182,6 +182,9 @@ pub struct LimitsConfig {
     /// Live sessions one principal may hold; an `initialize` beyond it ends that principal's
     /// least recently used session. Unset: `mcp.max_sessions_per_principal`, else 100.
     pub sessions_per_principal: Option<usize>,
+    /// 2026-07-28 retries one principal may have held at once on a replica (beside the replica's
+    /// 10,000 in all); one more is answered at once, so one user cannot take every place.
+    pub held_retries_per_principal: usize,
     /// Requests per minute one client address (after trusted proxies) may make to the pages and
     /// the OAuth callback; beyond it 429 with `Retry-After`. 0: no limit.
     pub page_requests_per_minute: u32,
@@ -192,6 +195,7 @@ impl Default for LimitsConfig {
         Self {
             elicitations_per_minute: 30,
             sessions_per_principal: None,
+            held_retries_per_principal: 16,
             page_requests_per_minute: 120,
         }
     }

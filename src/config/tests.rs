@@ -107,6 +107,10 @@ fn bad_values_name_their_key() {
             "mcp.max_sessions_per_principal",
         ),
         (
+            "[limits]\nheld_retries_per_principal = 0\n",
+            "limits.held_retries_per_principal",
+        ),
+        (
             "[elicitation]\nmax_pending_per_principal = 0\n",
             "elicitation.max_pending_per_principal",
         ),

@@ -201,6 +201,12 @@ impl Config {
                 return Err(ConfigError::key(key, "must be at least 1"));
             }
         }
+        if self.limits.held_retries_per_principal == 0 {
+            return Err(ConfigError::key(
+                "limits.held_retries_per_principal",
+                "must be at least 1 (elicitation.hold = \"0s\" is how retries are answered at once)",
+            ));
+        }
         if let (Some(new), Some(old)) = (self.limits.sessions_per_principal, self.mcp.max_sessions_per_principal)
             && new != old
         {

@@ -2,20 +2,20 @@
 //! so do the client's answers to requests sent within calls (gatehouse's own in-call
 //! `elicitation/create`, routed over the bus to whichever replica waits, and an upstream's
 //! requests relayed to the client). Each entry lives exactly as long as its call or its request,
-//! so what a client can make this hold is bounded by what it has running.
+//! so what a client can make this hold is bounded by what it has running. Also the places of the
+//! 2026-07-28 retries held here, bounded in all and per principal.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::incall::{self, Outbox};
-use crate::domain::ElicitationId;
-use crate::domain::SessionId;
+use crate::domain::{ElicitationId, Principal, SessionId};
 use crate::events::Bus;
 use crate::jsonrpc::{self, RequestId};
 use crate::state::AppState;
@@ -35,15 +35,33 @@ const MAX_HELD: usize = 10_000;
 pub struct RunningCalls {
     cancels: Mutex<HashMap<(SessionId, RequestId), CancellationToken>>,
     replies: Mutex<HashMap<String, (SessionId, oneshot::Sender<Answer>)>>,
-    held: Arc<Semaphore>,
+    held: Mutex<Held>,
+    /// Retries one principal may have held at once (`limits.held_retries_per_principal`).
+    held_per_principal: usize,
 }
 
-impl Default for RunningCalls {
-    fn default() -> Self {
-        Self {
-            cancels: Mutex::default(),
-            replies: Mutex::default(),
-            held: Arc::new(Semaphore::new(MAX_HELD)),
+/// The retries held here: how many in all, and by whom (only principals holding one).
+#[derive(Default)]
+struct Held {
+    total: usize,
+    by_principal: HashMap<Principal, usize>,
+}
+
+/// One held retry's place, here and among its principal's; given back when dropped.
+pub struct HeldRetry {
+    calls: Arc<RunningCalls>,
+    principal: Principal,
+}
+
+impl Drop for HeldRetry {
+    fn drop(&mut self) {
+        let mut held = lock(&self.calls.held);
+        held.total = held.total.saturating_sub(1);
+        if let Some(count) = held.by_principal.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                held.by_principal.remove(&self.principal);
+            }
         }
     }
 }
@@ -66,14 +84,39 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl RunningCalls {
-    /// A place for one more held retry, kept while the permit lives; `None` when all are taken.
-    pub fn hold(&self) -> Option<OwnedSemaphorePermit> {
-        self.held.clone().try_acquire_owned().ok()
+    /// Nothing running yet; one principal may have `held_per_principal` retries held at once.
+    pub fn new(held_per_principal: usize) -> Self {
+        Self {
+            cancels: Mutex::default(),
+            replies: Mutex::default(),
+            held: Mutex::default(),
+            held_per_principal,
+        }
+    }
+
+    /// A place for one more held retry of `principal`, kept while it lives; `None` when the
+    /// replica's places, or the principal's, are all taken.
+    pub fn hold(self: &Arc<Self>, principal: &Principal) -> Option<HeldRetry> {
+        let mut held = lock(&self.held);
+        if held.total >= MAX_HELD {
+            return None;
+        }
+        let count = held.by_principal.entry(principal.clone()).or_default();
+        if *count >= self.held_per_principal {
+            tracing::debug!(%principal, "a retry is answered at once: the user has the most retries held");
+            return None;
+        }
+        *count += 1;
+        held.total += 1;
+        Some(HeldRetry {
+            calls: self.clone(),
+            principal: principal.clone(),
+        })
     }
 
     /// How many retries are held here now.
     pub fn held_now(&self) -> usize {
-        MAX_HELD - self.held.available_permits()
+        lock(&self.held).total
     }
 
     /// Registers the call `id` of `session`, which a client may cancel from now on.
@@ -283,5 +326,39 @@ pub async fn route_answer(
     }
     if let Err(error) = state.bus.answer(elicitation, action).await {
         tracing::error!(%error, %elicitation, "could not route an elicitation answer");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_principal_holds_at_most_its_share_and_others_keep_theirs() {
+        let calls = Arc::new(RunningCalls::new(2));
+        let alice = Principal::parse("alice").expect("principal");
+        let bob = Principal::parse("bob").expect("principal");
+        let first = calls.hold(&alice).expect("a first place");
+        let second = calls.hold(&alice).expect("a second place");
+        assert!(calls.hold(&alice).is_none(), "alice's third retry is answered at once");
+        let bobs = calls.hold(&bob).expect("bob still has his");
+        assert_eq!(calls.held_now(), 3);
+        drop(first);
+        let again = calls.hold(&alice).expect("a place given back is alice's again");
+        drop((second, again, bobs));
+        assert_eq!(calls.held_now(), 0);
+        assert!(lock(&calls.held).by_principal.is_empty(), "nobody holding, nobody kept");
+    }
+
+    #[test]
+    fn the_replica_holds_at_most_its_own_bound() {
+        let calls = Arc::new(RunningCalls::new(MAX_HELD));
+        let alice = Principal::parse("alice").expect("principal");
+        let places: Vec<HeldRetry> = (0..MAX_HELD).map_while(|_| calls.hold(&alice)).collect();
+        assert_eq!(places.len(), MAX_HELD);
+        let bob = Principal::parse("bob").expect("principal");
+        assert!(calls.hold(&bob).is_none());
+        drop(places);
+        assert!(calls.hold(&bob).is_some());
     }
 }

@@ -61,7 +61,7 @@ impl McpState {
             app.config.mcp.session_idle_timeout,
             app.shutdown.clone(),
         )));
-        let calls = Arc::new(RunningCalls::default());
+        let calls = Arc::new(RunningCalls::new(app.config.limits.held_retries_per_principal));
         tasks.push(tokio::spawn(calls::listen(
             calls.clone(),
             app.bus.clone(),

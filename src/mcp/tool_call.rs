@@ -97,10 +97,7 @@ pub async fn call(
             .tool(&name)
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {name}")))?,
     };
-    let from = Origin {
-        address: caller.address,
-        client: Some(client_name(session)),
-    };
+    let from = origin(caller, session);
     let definition = tool.definition();
     let principal = &caller.principal;
     // A tool the caller may not use is refused exactly like one that does not exist.
@@ -274,7 +271,16 @@ impl AskWithinCall for InCall<'_> {
     }
 }
 
-fn internal(error: GateError) -> RpcError {
+/// Where a call comes from, for the audit trail: the caller's address and the session's client.
+pub fn origin(caller: &Caller, session: &SessionRecord) -> Origin {
+    Origin {
+        address: caller.address,
+        client: Some(client_name(session)),
+    }
+}
+
+/// A gate failure as the client sees it: generic, the cause logged.
+pub fn internal(error: GateError) -> RpcError {
     match error {
         GateError::Store(error) => store_failure("gate failed", &error),
         other => {

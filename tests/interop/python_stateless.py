@@ -7,16 +7,18 @@ sends `server/discover` first; `2026-07-28` adopts the revision at once), calls 
 JSON object --args, and lets the SDK drive the input_required rounds: the SDK hands each URL-mode
 `elicitation/create` to the elicitation callback, which prints one line
   {"event": "elicitation", "mode", "url", "message"}
-and answers `accept` (the user agreed to open the link); the SDK retries with the request state,
-which the server holds until the user has finished in the browser (the test does that part over
-HTTP, on whichever replica it likes). When the call returns it prints a final line
+and answers with --action: `accept` (the user agreed to open the link; the default), `decline` or
+`cancel`. The SDK retries with that answer and the request state; after an accept the server holds
+the retry until the user has finished in the browser (the test does that part over HTTP, on
+whichever replica it likes). When the call returns it prints a final line
   {"event": "result", "protocolVersion", "result": {"isError", "content", "structuredContent"}}
 
 Every stdout line is one JSON object, flushed at once. Exit codes: 0 success; 2 the call answered
 with a JSON-RPC error (as JSON on stderr); 1 anything else, including --timeout (seconds) running out.
 
 Usage:
-  python_stateless.py --url http://127.0.0.1:PORT/mcp --call me [--args '{}'] [--mode auto] [--timeout 60]
+  python_stateless.py --url http://127.0.0.1:PORT/mcp --call me [--args '{}'] [--mode auto]
+                      [--action accept|decline|cancel] [--timeout 60]
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--call", required=True, metavar="TOOL", help="tool to call")
     parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
     parser.add_argument("--mode", default="auto", help="the Client's mode: auto, or a protocol version")
+    parser.add_argument(
+        "--action",
+        choices=["accept", "decline", "cancel"],
+        default="accept",
+        help="the answer to every elicitation",
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="overall timeout in seconds")
     return parser.parse_args(argv)
 
@@ -46,20 +54,20 @@ def emit(event: dict[str, Any]) -> None:
     print(json.dumps(event), flush=True)
 
 
-async def on_elicitation(_context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-    emit(
-        {
-            "event": "elicitation",
-            "mode": getattr(params, "mode", None),
-            "url": getattr(params, "url", None),
-            "message": params.message,
-        }
-    )
-    return ElicitResult(action="accept")
-
-
-async def run(url: str, tool: str, mode: str, arguments: dict[str, Any]) -> dict[str, Any]:
+async def run(url: str, tool: str, mode: str, action: str, arguments: dict[str, Any]) -> dict[str, Any]:
     client_info = Implementation(name="gatehouse-interop-python-stateless", version="1.0.0")
+
+    async def on_elicitation(_context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        emit(
+            {
+                "event": "elicitation",
+                "mode": getattr(params, "mode", None),
+                "url": getattr(params, "url", None),
+                "message": params.message,
+            }
+        )
+        return ElicitResult(action=action)
+
     async with Client(url, mode=mode, client_info=client_info, elicitation_callback=on_elicitation) as client:
         result = await client.call_tool(tool, arguments)
         version = client.protocol_version
@@ -68,7 +76,9 @@ async def run(url: str, tool: str, mode: str, arguments: dict[str, Any]) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    return run_main(opts, lambda arguments: run(opts.url, opts.call, opts.mode, arguments), "stateless client")
+    return run_main(
+        opts, lambda arguments: run(opts.url, opts.call, opts.mode, opts.action, arguments), "stateless client"
+    )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-//! A 2026-07-28 `tools/call` (with its progress on an SSE stream when it asked). A call that needs the user answers `input_required`: one URL-mode
-//! `elicitation/create` per unmet requirement (the same pages and elicitations as the handshake
-//! era) and a sealed `requestState`. The retry that brings the state back is held on the bus
-//! while those elicitations are pending, answered the moment the user finishes (on whichever
-//! replica), or answered `input_required` again, with a fresh state, when `elicitation.hold` runs
-//! out. A tool may also ask the client itself (`ToolOutcome::InputRequired`): its requests go out
-//! as they are, and its state travels sealed in the same `requestState`.
+//! A 2026-07-28 `tools/call` (with its progress on an SSE stream when it asked). A call that needs
+//! the user answers `input_required`: one URL-mode `elicitation/create` per unmet requirement (the
+//! same pages and elicitations as the handshake era) and a sealed `requestState`. The retry that
+//! brings the state back is held on the bus while those elicitations are pending, answered the
+//! moment the user finishes (on whichever replica), or answered `input_required` again, with a
+//! fresh state, when `elicitation.hold` runs out. A retry whose answers say the user declined (or
+//! dismissed) a link ends the call at once, the decline reported as the gate reports one made on
+//! the page. A tool may also ask the client itself (`ToolOutcome::InputRequired`): its requests go
+//! out as they are, and its state travels sealed in the same `requestState`.
 
 use chrono::Utc;
 use serde_json::{Map, Value, json};
@@ -13,13 +15,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::request_state::RequestState;
 use crate::clock::after;
+use crate::domain::ElicitationId;
 use crate::gate::{Called, Hold};
 use crate::identity::Caller;
 use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
 use crate::mcp::incall::Outbox;
 use crate::mcp::state::McpState;
 use crate::mcp::tool_call::{self, Retry, Stream, ToolRequest};
-use crate::store::SessionRecord;
+use crate::store::{ClientAction, ElicitationStatus, SessionRecord};
 use crate::tools::ToolInput;
 
 /// Runs the call; its result, or `input_required`.
@@ -44,12 +47,19 @@ pub async fn call(
         ),
         Some(_) => return Err(RpcError::invalid_params("params.requestState must be a string")),
     };
-    // Held only with a place among the replica's held retries; without one, answered at once.
+    // A link the client says the user declined or dismissed ends the call at once: the gate
+    // reports the decline (once) instead of holding the retry.
+    let refused = match &opened {
+        Some(opened) => refuse(state, session, caller, &opened.elicitations(), &responses).await?,
+        None => false,
+    };
+    // Held only with a place among the replica's held retries and its principal's; without one,
+    // answered at once.
     let hold_for = state.config.elicitation.hold;
     let permit = opened
         .as_ref()
-        .filter(|_| !hold_for.is_zero())
-        .and_then(|_| state.calls.hold());
+        .filter(|_| !hold_for.is_zero() && !refused)
+        .and_then(|_| state.calls.hold(&caller.principal));
     let mut retry = Retry::default();
     if let Some(opened) = opened {
         if permit.is_some() {
@@ -110,6 +120,43 @@ pub async fn call(
         "inputRequests": requests,
         "requestState": sealed,
     }))
+}
+
+/// Ends as declined each of gatehouse's elicitations in `given` that the client answered
+/// `decline` or `cancel` in `responses` (keyed by the elicitation's id, as it was asked): the
+/// user said no, so the gate's decision reports it like a decline on the page, once, and the next
+/// call asks afresh. Whether any was still pending and is now declined.
+async fn refuse(
+    state: &McpState,
+    session: &SessionRecord,
+    caller: &Caller,
+    given: &[ElicitationId],
+    responses: &Map<String, Value>,
+) -> Result<bool, RpcError> {
+    let elicitations = state.gate.elicitations();
+    let from = tool_call::origin(caller, session);
+    let mut refused = false;
+    for id in given {
+        let action = responses
+            .get(&id.to_string())
+            .and_then(|response| response.get("action"))
+            .and_then(Value::as_str)
+            .and_then(ClientAction::parse);
+        if !matches!(action, Some(ClientAction::Decline | ClientAction::Cancel)) {
+            continue;
+        }
+        let Some(elicitation) = elicitations.get(id).await.map_err(tool_call::internal)? else {
+            continue;
+        };
+        if elicitation.session_id != session.id {
+            continue;
+        }
+        refused |= elicitations
+            .finish(&elicitation, ElicitationStatus::Declined, &from)
+            .await
+            .map_err(tool_call::internal)?;
+    }
+    Ok(refused)
 }
 
 /// One URL-mode `elicitation/create` input request.
