@@ -171,6 +171,76 @@ backend_test!(
     }
 );
 
+/// The processes whose ids `stdio_server.py --pid-file` recorded in `pids` that are still running
+/// (not exited, and not an exited child nobody has reaped yet).
+fn running(pids: &std::path::Path) -> Vec<String> {
+    let recorded = std::fs::read_to_string(pids).unwrap_or_default();
+    recorded
+        .lines()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // The state follows the command name, which is in parentheses.
+                let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+                !matches!(state, Some(Some('Z' | 'X')) | None)
+            })
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+backend_test!(
+    /// Six users' first calls at once with max_processes = 2: the bound is taken before a process
+    /// starts, so at most two run (an evicted one a moment longer while it stops); the calls
+    /// beyond it are told the server is busy.
+    async fn first_calls_at_once_start_no_more_processes_than_max_processes(backend: Backend) {
+        let Some(mut command) = stdio_server_command().await else {
+            return;
+        };
+        let dir = tempfile::tempdir().expect("dir");
+        let pids = dir.path().join("pids");
+        command.extend(["--pid-file".to_owned(), pids.to_string_lossy().into_owned()]);
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start(&database, &stdio_config(&command, 2)).await;
+        // A first user connects, so the tools are listed; their process idles afterwards.
+        let first = client_of(&server, "first").await;
+        fill_in(&server, &first, "first", "first-secret-0123456789", "notes_connect").await;
+        call(&first, "notes_connect", json!({})).await;
+        assert_eq!(running(&pids).len(), 1);
+        let mut clients = Vec::new();
+        for n in 1..=6 {
+            let user = format!("user{n}");
+            let client = client_of(&server, &user).await;
+            fill_in(
+                &server,
+                &client,
+                &user,
+                &format!("{user}-secret-0123456789"),
+                "notes_pid",
+            )
+            .await;
+            clients.push(client);
+        }
+
+        let results = futures::future::join_all(clients.iter().map(|c| call(c, "notes_pid", json!({})))).await;
+        let mut answered = 0;
+        for result in &results {
+            if result["isError"] == false {
+                answered += 1;
+            } else {
+                assert!(text(result).contains("busy"), "{result}");
+            }
+        }
+        assert!(answered >= 1, "{results:?}");
+        let started = std::fs::read_to_string(&pids).expect("pids").lines().count();
+        assert_eq!(started, 1 + answered, "a call refused as busy starts no process");
+        common::eventually("at most max_processes processes running", async || {
+            (running(&pids).len() <= 2).then_some(())
+        })
+        .await;
+        server.stop().await;
+    }
+);
+
 /// An upstream that answers every POST with the given status and body.
 async fn fixed_upstream(status: StatusCode, body: &'static str, delay: Duration) -> String {
     let addr = serve(Router::new().route(

@@ -1,9 +1,10 @@
 //! Upstream MCP sessions: one per (principal, upstream), opened on the first call with that
 //! user's credentials, reused while those credentials stay the same, never shared between users.
 //! HTTP sessions go through rmcp's Streamable HTTP client (which re-initializes a session the
-//! upstream answers 404 for); stdio sessions are a process each. Both are bounded per upstream:
-//! the least recently used idle session closes for a new one, and idle sessions close after the
-//! upstream's `idle_timeout`.
+//! upstream answers 404 for); stdio sessions are a process each. Both are bounded per upstream,
+//! counting the sessions being opened and gatehouse's own unpooled ones too (a place is taken
+//! before a process starts): the least recently used idle session closes for a new one, and idle
+//! sessions close after the upstream's `idle_timeout`.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -73,6 +74,9 @@ pub struct Session {
     pub relay: Arc<Relay>,
     fingerprint: [u8; 32],
     last_used: Mutex<Instant>,
+    /// The place among the upstream's sessions of a session outside the pool, given back when it
+    /// closes (a pooled session is counted by its entry instead).
+    _place: Option<Place>,
 }
 
 impl Session {
@@ -103,8 +107,33 @@ pub enum OpenError {
 
 type Key = (Principal, String);
 
+/// Places taken per upstream by sessions not in the pool's map: being opened, or unpooled.
+type Places = Arc<Mutex<HashMap<String, usize>>>;
+
+/// One place among an upstream's bounded sessions, taken (under the pool's lock) before the
+/// session opens and given back when dropped: when opening fails or is abandoned, when an
+/// unpooled session closes, or when the session it was taken for enters the pool's map.
+struct Place {
+    places: Places,
+    upstream: String,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut places = self.places.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(taken) = places.get_mut(&self.upstream) {
+            *taken = taken.saturating_sub(1);
+            if *taken == 0 {
+                places.remove(&self.upstream);
+            }
+        }
+    }
+}
+
 pub struct Pool {
     sessions: Mutex<HashMap<Key, Arc<Session>>>,
+    /// Locked after `sessions` when both are, never before.
+    places: Places,
     client: reqwest13::Client,
     list_changed: mpsc::Sender<String>,
 }
@@ -113,6 +142,7 @@ impl Pool {
     pub fn new(client: reqwest13::Client, list_changed: mpsc::Sender<String>) -> Self {
         Self {
             sessions: Mutex::new(HashMap::new()),
+            places: Arc::default(),
             client,
             list_changed,
         }
@@ -151,9 +181,15 @@ impl Pool {
         if let Some(stale) = stale {
             close(stale);
         }
-        self.make_room(upstream)?;
+        let place = self.make_room(upstream)?;
         let session = Arc::new(self.open(upstream, Some(principal), opening, fingerprint).await?);
-        let replaced = self.lock().insert(key, session.clone());
+        let replaced = {
+            let mut sessions = self.lock();
+            let replaced = sessions.insert(key, session.clone());
+            // Counted by its entry from now on.
+            drop(place);
+            replaced
+        };
         if let Some(replaced) = replaced {
             // Another call of the same user opened one meanwhile; the newer one stays.
             close(replaced);
@@ -178,33 +214,43 @@ impl Pool {
         }
     }
 
-    /// Below the upstream's bound, the least recently used idle session closing if need be.
-    fn make_room(&self, upstream: &Upstream) -> Result<(), OpenError> {
+    /// A place for one more session of the upstream, within its bound: the sessions in the pool
+    /// and those being opened or held outside it count, and the least recently used idle session
+    /// closes if need be. Taken under the lock, so sessions opening at once cannot all see room.
+    fn make_room(&self, upstream: &Upstream) -> Result<Place, OpenError> {
         let limit = match &upstream.transport {
             Transport::Http { max_sessions, .. } => *max_sessions,
             Transport::Stdio { max_processes, .. } => *max_processes,
         };
         let evicted = {
             let mut sessions = self.lock();
+            let mut places = self.places.lock().unwrap_or_else(PoisonError::into_inner);
+            let elsewhere = places.get(&upstream.id).copied().unwrap_or(0);
             let open: Vec<(&Key, &Arc<Session>)> = sessions.iter().filter(|(k, _)| k.1 == upstream.id).collect();
-            if open.len() < limit {
-                return Ok(());
-            }
-            let oldest = open
-                .iter()
-                .filter(|(_, s)| s.is_idle())
-                .max_by_key(|(_, s)| s.idle_for())
-                .map(|(k, _)| (*k).clone());
-            match oldest {
-                Some(key) => sessions.remove(&key),
-                None => return Err(OpenError::Full(limit)),
-            }
+            let evicted = if open.len() + elsewhere < limit {
+                None
+            } else {
+                let oldest = open
+                    .iter()
+                    .filter(|(_, s)| s.is_idle())
+                    .max_by_key(|(_, s)| s.idle_for())
+                    .map(|(k, _)| (*k).clone());
+                match oldest {
+                    Some(key) => sessions.remove(&key),
+                    None => return Err(OpenError::Full(limit)),
+                }
+            };
+            *places.entry(upstream.id.clone()).or_default() += 1;
+            evicted
         };
         if let Some(evicted) = evicted {
             tracing::info!(upstream = %upstream.id, principal = ?evicted.principal, "closed the least recently used upstream session to open another");
             close(evicted);
         }
-        Ok(())
+        Ok(Place {
+            places: self.places.clone(),
+            upstream: upstream.id.clone(),
+        })
     }
 
     /// Closes the sessions of `upstreams` that have been idle longer than their idle timeout.
@@ -267,10 +313,16 @@ impl Pool {
             .map(|(_, session)| session.clone())
     }
 
-    /// A session outside the pool, for gatehouse's own use; close it with [`close`].
+    /// A session outside the pool, for gatehouse's own use, holding a place among the upstream's
+    /// bounded sessions until it closes; close it with [`close`].
     pub async fn open_unpooled(&self, upstream: &Upstream, opening: Opening) -> Result<Session, OpenError> {
+        let place = self.make_room(upstream)?;
         let fingerprint = opening.fingerprint();
-        self.open(upstream, None, opening, fingerprint).await
+        let session = self.open(upstream, None, opening, fingerprint).await?;
+        Ok(Session {
+            _place: Some(place),
+            ..session
+        })
     }
 
     async fn open(
@@ -332,6 +384,7 @@ impl Pool {
             relay,
             fingerprint,
             last_used: Mutex::new(Instant::now()),
+            _place: None,
         })
     }
 }
@@ -389,5 +442,60 @@ async fn log_stderr(
         }
         let text = String::from_utf8_lossy(&line);
         tracing::warn!(%upstream, ?principal, stderr = %redactor.text(text.trim_end()), "upstream process wrote to stderr");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stdio upstream whose process never answers `initialize`, one process at most.
+    fn silent_upstream() -> Upstream {
+        Upstream {
+            id: "silent".to_owned(),
+            prefix: String::new(),
+            transport: Transport::Stdio {
+                program: "sleep".to_owned(),
+                args: vec!["60".to_owned()],
+                env: Vec::new(),
+                max_processes: 1,
+            },
+            requires: Vec::new(),
+            bearer: None,
+            allow: None,
+            access: None,
+            timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(600),
+            overrides: HashMap::new(),
+            elicit_timeout: Duration::from_secs(60),
+        }
+    }
+
+    fn nothing() -> Opening {
+        Opening {
+            bearer: None,
+            values: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_session_being_opened_outside_the_pool_holds_its_place_until_abandoned() {
+        let (list_changed, _) = mpsc::channel(1);
+        let pool = Pool::new(super::super::http_client().expect("client"), list_changed);
+        let upstream = silent_upstream();
+        let principal = Principal::parse("alice").expect("principal");
+
+        let mut listing = Box::pin(pool.open_unpooled(&upstream, nothing()));
+        // Its process started; it waits for `initialize` to be answered.
+        assert!(futures::poll!(&mut listing).is_pending());
+        let full = pool.session(&upstream, &principal, nothing()).await;
+        assert!(matches!(full, Err(OpenError::Full(1))), "{:?}", full.err());
+
+        // Abandoned (as when its caller goes away): the place is free again, and an opening that
+        // fails gives it back too.
+        drop(listing);
+        let failed = pool.session(&upstream, &principal, nothing()).await;
+        assert!(matches!(failed, Err(OpenError::Failed(_))), "{:?}", failed.err());
+        assert!(pool.places.lock().expect("places").is_empty());
     }
 }

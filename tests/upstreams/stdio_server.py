@@ -8,11 +8,13 @@ Tools:
   crash       exits the process with status 3 without answering
   leak        writes "the token is <API_TOKEN>" to stderr, then answers "ok"
 
-Usage: stdio_server.py   (JSON-RPC on stdin/stdout; the SDK's own logs go to stderr)
+Usage: stdio_server.py [--pid-file PATH]   (JSON-RPC on stdin/stdout; the SDK's own logs go to
+stderr). With --pid-file, the process appends its id to PATH as it starts.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import sys
@@ -50,4 +52,10 @@ def leak() -> str:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pid-file")
+    options = parser.parse_args()
+    if options.pid_file:
+        with open(options.pid_file, "a", encoding="utf-8") as pids:
+            pids.write(f"{os.getpid()}\n")
     server.run("stdio")
