@@ -6,6 +6,8 @@
 //! before a process starts): the least recently used idle session closes for a new one, and idle
 //! sessions close after the upstream's `idle_timeout`.
 
+mod stderr;
+
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,7 +18,6 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::failure::Refusal;
@@ -30,8 +31,6 @@ use crate::tools::Redactor;
 /// Variables a stdio upstream inherits from gatehouse's environment; nothing else of it (which
 /// holds gatehouse's own secrets) reaches the process.
 const INHERITED_ENV: [&str; 7] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER"];
-/// Longest stderr line of a stdio upstream that is logged whole.
-const MAX_STDERR_LINE: usize = 4096;
 
 /// What a session was opened with: the user's token and rendered headers or environment.
 pub struct Opening {
@@ -371,7 +370,7 @@ impl Pool {
                     .map_err(|e| OpenError::Failed(format!("cannot start `{program}`: {e}")))?;
                 if let Some(stderr) = stderr {
                     let redactor = Redactor::new(opening.secrets());
-                    tokio::spawn(log_stderr(stderr, redactor, upstream.id.clone(), principal.cloned()));
+                    tokio::spawn(stderr::log(stderr, redactor, upstream.id.clone(), principal.cloned()));
                 }
                 timed(handler.serve(InOrder::new(process, relay.clone())), upstream.timeout).await?
             }
@@ -418,31 +417,6 @@ pub fn close(session: Arc<Session>) {
             let _ = session.service.cancel().await;
         }
     });
-}
-
-/// Logs what a stdio upstream writes to stderr, line by line, with the user's secrets redacted.
-async fn log_stderr(
-    stderr: tokio::process::ChildStderr,
-    redactor: Redactor,
-    upstream: String,
-    principal: Option<Principal>,
-) {
-    let mut lines = BufReader::new(stderr);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        // At most a line's worth at a time: the rest of a longer line comes as the next one.
-        match (&mut lines)
-            .take(MAX_STDERR_LINE as u64)
-            .read_until(b'\n', &mut line)
-            .await
-        {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        let text = String::from_utf8_lossy(&line);
-        tracing::warn!(%upstream, ?principal, stderr = %redactor.text(text.trim_end()), "upstream process wrote to stderr");
-    }
 }
 
 #[cfg(test)]

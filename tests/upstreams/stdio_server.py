@@ -7,6 +7,8 @@ Tools:
   pid         this process's id, as text
   crash       exits the process with status 3 without answering
   leak        writes "the token is <API_TOKEN>" to stderr, then answers "ok"
+  flood       writes a line of `before` x's followed by API_TOKEN, then `lines` lines
+              "<marker> <n>", to stderr; answers "ok"
 
 Usage: stdio_server.py [--pid-file PATH]   (JSON-RPC on stdin/stdout; the SDK's own logs go to
 stderr). With --pid-file, the process appends its id to PATH as it starts.
@@ -48,6 +50,16 @@ def crash() -> str:
 def leak() -> str:
     """Writes the token to stderr (as a careless server might), then answers "ok"."""
     print(f"the token is {os.environ.get('API_TOKEN', '')}", file=sys.stderr, flush=True)
+    return "ok"
+
+
+@server.tool(structured_output=False)
+def flood(before: int, lines: int, marker: str) -> str:
+    """Writes API_TOKEN after `before` x's on one line, then `lines` numbered lines, to stderr."""
+    print("x" * before + os.environ.get("API_TOKEN", ""), file=sys.stderr)
+    for n in range(lines):
+        print(f"{marker} {n}", file=sys.stderr)
+    sys.stderr.flush()
     return "ok"
 
 
