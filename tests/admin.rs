@@ -66,18 +66,24 @@ impl Setup {
 
     /// Runs `gatehouse admin` with `args`, as the operator does, with the deployment's key.
     fn admin(&mut self, args: &[&str]) -> Output {
+        self.gatehouse("admin", args)
+    }
+
+    /// Runs the `gatehouse` subcommand `command` with `args`, with the deployment's
+    /// configuration and key.
+    fn gatehouse(&mut self, command: &str, args: &[&str]) -> Output {
         let dir = tempfile::tempdir().expect("dir");
         let output = Command::new(BINARY)
             .arg("--config")
             .arg(self.config.path())
-            .arg("admin")
+            .arg(command)
             .args(args)
             .current_dir(dir.path())
             .env_clear()
             .env("GATEHOUSE_DATABASE__URL", &self.database.url)
             .env("GATEHOUSE_SECRETS__KEYS", common::TEST_KEY)
             .output()
-            .expect("run gatehouse admin");
+            .expect("run gatehouse");
         self.printed.push_str(&String::from_utf8_lossy(&output.stdout));
         self.printed.push_str(&String::from_utf8_lossy(&output.stderr));
         output
@@ -288,6 +294,54 @@ backend_test!(
             .chain([API_KEY, session.as_str()]);
         for secret in secrets {
             assert!(!s.printed.contains(secret), "{secret} printed");
+        }
+        s.server.take().expect("serving").stop().await;
+    }
+);
+
+backend_test!(
+    /// A client whose name holds a right-to-left override (which would reorder the rest of a
+    /// terminal row) and an escape sequence: `audit` and the `admin` lists show them as code points.
+    async fn names_from_clients_are_printed_with_bidi_and_control_characters_as_code_points(backend: Backend) {
+        let mut s = setup(backend).await;
+        let name = "Claude\u{202e}lanimret\u{1b}[2J";
+        let mut client = s.server().client().with_user("x-forwarded-user", "mallory");
+        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {"url": {}}},
+            "clientInfo": {"name": name, "version": "1.0"}}});
+        let reply = client.post_raw(&body, &[]).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        let session = reply.headers.get("mcp-session-id").expect("a session id");
+        client.session = Some(session.to_str().expect("ascii").to_owned());
+        assert_eq!(
+            client.notify("notifications/initialized", json!({})).await,
+            StatusCode::ACCEPTED
+        );
+        let asked = elicitations(
+            &client
+                .request("tools/call", json!({"name": "me", "arguments": {}}))
+                .await,
+        );
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        s.server().state.audit.flush().await;
+
+        let shown = "ClaudeU+202ElanimretU+001B[2J";
+        for (command, args) in [
+            ("audit", &[][..]),
+            ("admin", &["sessions", "list"][..]),
+            ("admin", &["elicitations", "list"][..]),
+        ] {
+            let output = s.gatehouse(command, args);
+            assert!(
+                output.status.success(),
+                "{command} {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let table = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                !table.contains(['\u{202e}', '\u{1b}']) && table.contains(shown),
+                "{command} {args:?}:\n{table}"
+            );
         }
         s.server.take().expect("serving").stop().await;
     }

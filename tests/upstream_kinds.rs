@@ -171,6 +171,176 @@ backend_test!(
     }
 );
 
+/// The processes whose ids `stdio_server.py --pid-file` recorded in `pids` that are still running
+/// (not exited, and not an exited child nobody has reaped yet).
+fn running(pids: &std::path::Path) -> Vec<String> {
+    let recorded = std::fs::read_to_string(pids).unwrap_or_default();
+    recorded
+        .lines()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // The state follows the command name, which is in parentheses.
+                let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+                !matches!(state, Some(Some('Z' | 'X')) | None)
+            })
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+backend_test!(
+    /// Six users' first calls at once with max_processes = 2: the bound is taken before a process
+    /// starts, so at most two run (an evicted one a moment longer while it stops); the calls
+    /// beyond it are told the server is busy.
+    async fn first_calls_at_once_start_no_more_processes_than_max_processes(backend: Backend) {
+        let Some(mut command) = stdio_server_command().await else {
+            return;
+        };
+        let dir = tempfile::tempdir().expect("dir");
+        let pids = dir.path().join("pids");
+        command.extend(["--pid-file".to_owned(), pids.to_string_lossy().into_owned()]);
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start(&database, &stdio_config(&command, 2)).await;
+        // A first user connects, so the tools are listed; their process idles afterwards.
+        let first = client_of(&server, "first").await;
+        fill_in(&server, &first, "first", "first-secret-0123456789", "notes_connect").await;
+        call(&first, "notes_connect", json!({})).await;
+        assert_eq!(running(&pids).len(), 1);
+        let mut clients = Vec::new();
+        for n in 1..=6 {
+            let user = format!("user{n}");
+            let client = client_of(&server, &user).await;
+            fill_in(
+                &server,
+                &client,
+                &user,
+                &format!("{user}-secret-0123456789"),
+                "notes_pid",
+            )
+            .await;
+            clients.push(client);
+        }
+
+        let results = futures::future::join_all(clients.iter().map(|c| call(c, "notes_pid", json!({})))).await;
+        let mut answered = 0;
+        for result in &results {
+            if result["isError"] == false {
+                answered += 1;
+            } else {
+                assert!(text(result).contains("busy"), "{result}");
+            }
+        }
+        assert!(answered >= 1, "{results:?}");
+        let started = std::fs::read_to_string(&pids).expect("pids").lines().count();
+        assert_eq!(started, 1 + answered, "a call refused as busy starts no process");
+        common::eventually("at most max_processes processes running", async || {
+            (running(&pids).len() <= 2).then_some(())
+        })
+        .await;
+        server.stop().await;
+    }
+);
+
+/// A user of the stdio upstream `notes` whose process is running, named after `what` and the
+/// backend (the tests of one binary share the captured log); their secret, and how the log
+/// names them.
+struct Writer {
+    server: TestServer,
+    client: McpClient,
+    secret: String,
+    principal: String,
+}
+
+async fn writer(backend: Backend, what: &str) -> Option<Writer> {
+    captured_logs();
+    let command = stdio_server_command().await?;
+    let database = TestDatabase::new(backend).await;
+    let server = TestServer::start(&database, &stdio_config(&command, 2)).await;
+    let tag = format!("{what}-{backend:?}").to_lowercase();
+    let secret = format!("SeCrEt-{tag}-0123456789abcdefghij");
+    let client = client_of(&server, &tag).await;
+    fill_in(&server, &client, &tag, &secret, "notes_connect").await;
+    call(&client, "notes_connect", json!({})).await;
+    Some(Writer {
+        server,
+        client,
+        secret,
+        principal: format!("Principal(\"{tag}\")"),
+    })
+}
+
+/// The lines logged of what `principal`'s process wrote to stderr.
+fn stderr_lines(logs: &str, principal: &str) -> Vec<String> {
+    logs.lines()
+        .filter(|line| line.contains(principal) && line.contains(" stderr="))
+        .map(str::to_owned)
+        .collect()
+}
+
+backend_test!(
+    /// A long stderr line with the user's secret across its 4 KiB cut: the line is redacted whole
+    /// before it is cut, and the log says how long it was.
+    async fn a_secret_across_the_cut_of_a_long_stderr_line_is_redacted(backend: Backend) {
+        let Some(w) = writer(backend, "cut").await else {
+            return;
+        };
+        // The secret starts 6 bytes before the 4096th.
+        let before = 4090;
+        let long = json!({"before": before, "lines": 0, "marker": "-"});
+        assert_eq!(text(&call(&w.client, "notes_flood", long).await), "ok");
+        let logged = common::eventually("the long line is logged", async || {
+            let lines = stderr_lines(&logged_text(), &w.principal);
+            lines.iter().any(|line| line.contains("xxxxxxxx")).then_some(lines)
+        })
+        .await;
+        let logs = logged_text();
+        assert!(
+            !logs.contains(&w.secret[..6]),
+            "the start of the secret is logged: {logged:?}"
+        );
+        assert!(
+            !logs.contains(&w.secret[6..]),
+            "the rest of the secret is logged: {logged:?}"
+        );
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        let line_bytes = format!("line_bytes={}", before + w.secret.len());
+        assert!(logged[0].contains(&line_bytes), "{logged:?}");
+        w.server.stop().await;
+    }
+);
+
+/// The `dropped=N` counts logged for `principal`'s process, summed.
+fn dropped_lines(logs: &str, principal: &str) -> u64 {
+    logs.lines()
+        .filter(|line| line.contains(principal))
+        .filter_map(|line| line.split_once(" dropped=")?.1.split(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+backend_test!(
+    /// A process flooding stderr: lines beyond the rate are dropped and counted, every line it
+    /// wrote either logged or counted as dropped.
+    async fn a_flood_on_stderr_is_bounded_and_the_dropped_lines_counted(backend: Backend) {
+        let Some(w) = writer(backend, "flood").await else {
+            return;
+        };
+        const LINES: u64 = 5000;
+        // A line holding the secret, then the flood.
+        let flood = json!({"before": 0, "lines": LINES, "marker": "flooding"});
+        assert_eq!(text(&call(&w.client, "notes_flood", flood).await), "ok");
+        let (logged, dropped) = common::eventually("every line logged or counted as dropped", async || {
+            let logs = logged_text();
+            let logged = stderr_lines(&logs, &w.principal).len() as u64;
+            let dropped = dropped_lines(&logs, &w.principal);
+            (logged + dropped == LINES + 1).then_some((logged, dropped))
+        })
+        .await;
+        assert!(dropped > 0 && logged < LINES, "logged {logged}, dropped {dropped}");
+        assert!(!logged_text().contains(&w.secret));
+        w.server.stop().await;
+    }
+);
+
 /// An upstream that answers every POST with the given status and body.
 async fn fixed_upstream(status: StatusCode, body: &'static str, delay: Duration) -> String {
     let addr = serve(Router::new().route(

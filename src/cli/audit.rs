@@ -1,6 +1,6 @@
 //! `gatehouse audit`: the operator reads the audit trail (`crate::audit` records it), newest
-//! first, as a table for people (`cli/table.rs`, which replaces control characters) or one JSON
-//! object per line for programs.
+//! first, as a table for people (`cli/table.rs`, which shows control and bidi characters as code
+//! points) or one JSON object per line for programs.
 
 use std::time::Duration;
 

@@ -1,13 +1,14 @@
 //! Tables for the operator's terminal (`audit`, `admin`): aligned columns under a heading row,
-//! the last column unpadded, and every cell shown with control characters replaced, so a
-//! principal or client name from the database cannot move the cursor or fake a row.
+//! the last column unpadded, and every cell shown with control, bidi and invisible characters as
+//! their code points (`crate::text::printable`), so a client name, principal or tool name from
+//! the database cannot move the cursor, fake a row or reorder one.
 
 /// `rows` under `headings`, aligned, one line each.
 pub(super) fn table(headings: &[&str], rows: &[Vec<String>]) -> String {
     let headings: Vec<String> = headings.iter().map(|h| (*h).to_owned()).collect();
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|row| row.iter().map(|cell| printable(cell)).collect())
+        .map(|row| row.iter().map(|cell| crate::text::printable(cell)).collect())
         .collect();
     let mut widths: Vec<usize> = headings.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
@@ -28,11 +29,4 @@ pub(super) fn table(headings: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// `text` with every control character (and so every escape sequence's start) replaced.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
-        .collect()
 }

@@ -6,8 +6,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 
-use icu_properties::CodePointSetData;
-use icu_properties::props::DefaultIgnorableCodePoint;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value};
 use url::Url;
@@ -188,7 +186,7 @@ impl Template {
                     let quoted = Value::String(value).to_string();
                     out.push_str(&quoted[1..quoted.len() - 1]);
                 }
-                Encoding::Shown => shown(&value, &mut out),
+                Encoding::Shown => out.push_str(&crate::text::shown(&value)),
             }
             spans.push(Span {
                 what,
@@ -260,25 +258,6 @@ fn path_range(text: &str) -> Range<usize> {
 fn is_dot_segment(segment: &str) -> bool {
     let lower = segment.to_ascii_lowercase();
     matches!(lower.as_str(), "." | "%2e" | ".." | ".%2e" | "%2e." | "%2e%2e")
-}
-
-/// Writes `value` with every bidi control and invisible character as its code point (`U+202E`):
-/// they could make a shown value read differently (`"\u{202e}0001\u{202c}"` displays as "1000").
-fn shown(value: &str, out: &mut String) {
-    for c in value.chars() {
-        if is_invisible(c) {
-            out.push_str(&format!("U+{:04X}", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-    }
-}
-
-/// Characters that display as nothing: Unicode's `Default_Ignorable_Code_Point` (which holds every
-/// bidi control), so also zero-width spaces and joiners, variation selectors, fillers, soft hyphen
-/// and tag characters (text hidden in plain sight).
-fn is_invisible(c: char) -> bool {
-    CodePointSetData::new::<DefaultIgnorableCodePoint>().contains(c)
 }
 
 /// Parses one placeholder's name.

@@ -1,9 +1,12 @@
 //! Upstream MCP sessions: one per (principal, upstream), opened on the first call with that
 //! user's credentials, reused while those credentials stay the same, never shared between users.
 //! HTTP sessions go through rmcp's Streamable HTTP client (which re-initializes a session the
-//! upstream answers 404 for); stdio sessions are a process each. Both are bounded per upstream:
-//! the least recently used idle session closes for a new one, and idle sessions close after the
-//! upstream's `idle_timeout`.
+//! upstream answers 404 for); stdio sessions are a process each. Both are bounded per upstream,
+//! counting the sessions being opened and gatehouse's own listing session too (a place is taken
+//! before a process starts): gatehouse's listing session, else the least recently used idle
+//! session, closes for a new one, and idle sessions close after the upstream's `idle_timeout`.
+
+mod stderr;
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -15,7 +18,6 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::failure::Refusal;
@@ -29,8 +31,6 @@ use crate::tools::Redactor;
 /// Variables a stdio upstream inherits from gatehouse's environment; nothing else of it (which
 /// holds gatehouse's own secrets) reaches the process.
 const INHERITED_ENV: [&str; 7] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER"];
-/// Longest stderr line of a stdio upstream that is logged whole.
-const MAX_STDERR_LINE: usize = 4096;
 
 /// What a session was opened with: the user's token and rendered headers or environment.
 pub struct Opening {
@@ -109,11 +109,38 @@ pub enum OpenError {
 
 type Key = (Principal, String);
 
+/// Places taken per upstream by sessions being opened.
+type Places = Arc<Mutex<HashMap<String, usize>>>;
+
+/// One place among an upstream's bounded sessions, taken (under the pool's lock) before the
+/// session opens and given back when dropped: when opening fails or is abandoned, or when the
+/// session it was taken for enters the pool's (or the listers') map.
+struct Place {
+    places: Places,
+    upstream: String,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut places = self.places.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(taken) = places.get_mut(&self.upstream) {
+            *taken = taken.saturating_sub(1);
+            if *taken == 0 {
+                places.remove(&self.upstream);
+            }
+        }
+    }
+}
+
 pub struct Pool {
     sessions: Mutex<HashMap<Key, Arc<Session>>>,
     /// gatehouse's own sessions, by upstream, for listing the tools of upstreams that need no
-    /// credentials: kept open like users' sessions, so a listing never starts a process.
+    /// credentials: kept open like users' sessions, so a listing never starts a process. They
+    /// count within the upstream's bound, and close first when a user's session needs room.
+    /// Locked after `sessions` when both are, never before.
     listers: Mutex<HashMap<String, Arc<Session>>>,
+    /// Locked after `sessions` when both are, never before.
+    places: Places,
     client: reqwest13::Client,
     list_changed: mpsc::Sender<String>,
 }
@@ -123,6 +150,7 @@ impl Pool {
         Self {
             sessions: Mutex::new(HashMap::new()),
             listers: Mutex::new(HashMap::new()),
+            places: Arc::default(),
             client,
             list_changed,
         }
@@ -165,9 +193,15 @@ impl Pool {
         if let Some(stale) = stale {
             close(stale);
         }
-        self.make_room(upstream)?;
+        let place = self.make_room(upstream)?;
         let session = Arc::new(self.open(upstream, Some(principal), opening, fingerprint).await?);
-        let replaced = self.lock().insert(key, session.clone());
+        let replaced = {
+            let mut sessions = self.lock();
+            let replaced = sessions.insert(key, session.clone());
+            // Counted by its entry from now on.
+            drop(place);
+            replaced
+        };
         if let Some(replaced) = replaced {
             // Another call of the same user opened one meanwhile; the newer one stays.
             close(replaced);
@@ -192,33 +226,48 @@ impl Pool {
         }
     }
 
-    /// Below the upstream's bound, the least recently used idle session closing if need be.
-    fn make_room(&self, upstream: &Upstream) -> Result<(), OpenError> {
+    /// A place for one more session of the upstream, within its bound: the sessions in the pool
+    /// and those being opened or held outside it count, and the least recently used idle session
+    /// closes if need be. Taken under the lock, so sessions opening at once cannot all see room.
+    fn make_room(&self, upstream: &Upstream) -> Result<Place, OpenError> {
         let limit = match &upstream.transport {
             Transport::Http { max_sessions, .. } => *max_sessions,
             Transport::Stdio { max_processes, .. } => *max_processes,
         };
         let evicted = {
             let mut sessions = self.lock();
+            let mut listers = self.listers();
+            let mut places = self.places.lock().unwrap_or_else(PoisonError::into_inner);
+            let elsewhere =
+                places.get(&upstream.id).copied().unwrap_or(0) + usize::from(listers.contains_key(&upstream.id));
             let open: Vec<(&Key, &Arc<Session>)> = sessions.iter().filter(|(k, _)| k.1 == upstream.id).collect();
-            if open.len() < limit {
-                return Ok(());
-            }
-            let oldest = open
-                .iter()
-                .filter(|(_, s)| s.is_idle())
-                .max_by_key(|(_, s)| s.idle_for())
-                .map(|(k, _)| (*k).clone());
-            match oldest {
-                Some(key) => sessions.remove(&key),
-                None => return Err(OpenError::Full(limit)),
-            }
+            let evicted = if open.len() + elsewhere < limit {
+                None
+            } else if let Some(lister) = listers.remove(&upstream.id) {
+                // gatehouse's own listing session goes first: it opens again when needed.
+                Some(lister)
+            } else {
+                let oldest = open
+                    .iter()
+                    .filter(|(_, s)| s.is_idle())
+                    .max_by_key(|(_, s)| s.idle_for())
+                    .map(|(k, _)| (*k).clone());
+                match oldest {
+                    Some(key) => sessions.remove(&key),
+                    None => return Err(OpenError::Full(limit)),
+                }
+            };
+            *places.entry(upstream.id.clone()).or_default() += 1;
+            evicted
         };
         if let Some(evicted) = evicted {
             tracing::info!(upstream = %upstream.id, principal = ?evicted.principal, "closed the least recently used upstream session to open another");
             close(evicted);
         }
-        Ok(())
+        Ok(Place {
+            places: self.places.clone(),
+            upstream: upstream.id.clone(),
+        })
     }
 
     /// Closes the sessions of `upstreams` that have been idle longer than their idle timeout.
@@ -298,12 +347,13 @@ impl Pool {
     }
 
     /// gatehouse's own session with `upstream` (which needs no credentials), for listing its
-    /// tools: the open one, else a new one.
+    /// tools: the open one, else a new one, within the upstream's bound.
     pub async fn lister(&self, upstream: &Upstream) -> Result<Arc<Session>, OpenError> {
         if let Some(session) = self.listers().get(&upstream.id).filter(|s| !s.service.is_closed()) {
             session.touch();
             return Ok(session.clone());
         }
+        let place = self.make_room(upstream)?;
         let opening = Opening {
             bearer: None,
             values: Vec::new(),
@@ -311,7 +361,14 @@ impl Pool {
         };
         let fingerprint = opening.fingerprint();
         let session = Arc::new(self.open(upstream, None, opening, fingerprint).await?);
-        if let Some(replaced) = self.listers().insert(upstream.id.clone(), session.clone()) {
+        let replaced = {
+            let mut listers = self.listers();
+            let replaced = listers.insert(upstream.id.clone(), session.clone());
+            // Counted by its entry from now on.
+            drop(place);
+            replaced
+        };
+        if let Some(replaced) = replaced {
             close(replaced);
         }
         Ok(session)
@@ -363,12 +420,8 @@ impl Pool {
                     .spawn()
                     .map_err(|e| OpenError::Failed(format!("cannot start `{program}`: {e}")))?;
                 if let Some(stderr) = stderr {
-                    tokio::spawn(log_stderr(
-                        stderr,
-                        Redactor::new(opening.secrets()),
-                        upstream.id.clone(),
-                        principal.cloned(),
-                    ));
+                    let redactor = Redactor::new(opening.secrets());
+                    tokio::spawn(stderr::log(stderr, redactor, upstream.id.clone(), principal.cloned()));
                 }
                 timed(handler.serve(InOrder::new(process, relay.clone())), upstream.timeout).await?
             }
@@ -417,27 +470,59 @@ pub fn close(session: Arc<Session>) {
     });
 }
 
-/// Logs what a stdio upstream writes to stderr, line by line, with the user's secrets redacted.
-async fn log_stderr(
-    stderr: tokio::process::ChildStderr,
-    redactor: Redactor,
-    upstream: String,
-    principal: Option<Principal>,
-) {
-    let mut lines = BufReader::new(stderr);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        // At most a line's worth at a time: the rest of a longer line comes as the next one.
-        match (&mut lines)
-            .take(MAX_STDERR_LINE as u64)
-            .read_until(b'\n', &mut line)
-            .await
-        {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stdio upstream whose process never answers `initialize`, one process at most.
+    fn silent_upstream() -> Upstream {
+        Upstream {
+            id: "silent".to_owned(),
+            prefix: String::new(),
+            transport: Transport::Stdio {
+                program: "sleep".to_owned(),
+                args: vec!["60".to_owned()],
+                env: Vec::new(),
+                max_processes: 1,
+            },
+            requires: Vec::new(),
+            bearer: None,
+            allow: None,
+            access: None,
+            timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(600),
+            overrides: HashMap::new(),
+            elicit_timeout: Duration::from_secs(60),
+            elicitation_origins: None,
         }
-        let text = String::from_utf8_lossy(&line);
-        tracing::warn!(%upstream, ?principal, stderr = %redactor.text(text.trim_end()), "upstream process wrote to stderr");
+    }
+
+    fn nothing() -> Opening {
+        Opening {
+            bearer: None,
+            values: Vec::new(),
+            secrets: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn gatehouses_own_listing_session_holds_its_place_while_it_opens_until_abandoned() {
+        let (list_changed, _) = mpsc::channel(1);
+        let pool = Pool::new(super::super::http_client().expect("client"), list_changed);
+        let upstream = silent_upstream();
+        let principal = Principal::parse("alice").expect("principal");
+
+        let mut listing = Box::pin(pool.lister(&upstream));
+        // Its process started; it waits for `initialize` to be answered.
+        assert!(futures::poll!(&mut listing).is_pending());
+        let full = pool.session(&upstream, &principal, nothing()).await;
+        assert!(matches!(full, Err(OpenError::Full(1))), "{:?}", full.err());
+
+        // Abandoned (as when its caller goes away): the place is free again, and an opening that
+        // fails gives it back too.
+        drop(listing);
+        let failed = pool.session(&upstream, &principal, nothing()).await;
+        assert!(matches!(failed, Err(OpenError::Failed(_))), "{:?}", failed.err());
+        assert!(pool.places.lock().expect("places").is_empty());
     }
 }

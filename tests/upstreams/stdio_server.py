@@ -7,12 +7,16 @@ Tools:
   pid         this process's id, as text
   crash       exits the process with status 3 without answering
   leak        writes "the token is <API_TOKEN>" to stderr, then answers "ok"
+  flood       writes a line of `before` x's followed by API_TOKEN, then `lines` lines
+              "<marker> <n>", to stderr; answers "ok"
 
-Usage: stdio_server.py   (JSON-RPC on stdin/stdout; the SDK's own logs go to stderr)
+Usage: stdio_server.py [--pid-file PATH]   (JSON-RPC on stdin/stdout; the SDK's own logs go to
+stderr). With --pid-file, the process appends its id to PATH as it starts.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import sys
@@ -49,5 +53,21 @@ def leak() -> str:
     return "ok"
 
 
+@server.tool(structured_output=False)
+def flood(before: int, lines: int, marker: str) -> str:
+    """Writes API_TOKEN after `before` x's on one line, then `lines` numbered lines, to stderr."""
+    print("x" * before + os.environ.get("API_TOKEN", ""), file=sys.stderr)
+    for n in range(lines):
+        print(f"{marker} {n}", file=sys.stderr)
+    sys.stderr.flush()
+    return "ok"
+
+
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pid-file")
+    options = parser.parse_args()
+    if options.pid_file:
+        with open(options.pid_file, "a", encoding="utf-8") as pids:
+            pids.write(f"{os.getpid()}\n")
     server.run("stdio")
