@@ -12,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::mcp_upstreams::{Spawned, spawn, stage_npm};
+use common::mcp_upstreams::{Spawned, server_everything, spawn};
 use common::{
     Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, captured_logs, eventually, logged_text,
     repo, text,
@@ -373,17 +373,6 @@ tools = ["echo"]
         );
     }
 );
-
-/// The official reference server, pinned: `node <its index.js>`.
-async fn server_everything() -> Option<PathBuf> {
-    let stage = stage_npm(
-        "the MCP reference server (server-everything)",
-        "tests/server-everything",
-        "target/server-everything-node",
-    )
-    .await?;
-    Some(stage.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
-}
 
 /// Listings of `upstream` by the server so far, as its metrics count them.
 async fn listings(server: &TestServer, upstream: &str) -> u64 {

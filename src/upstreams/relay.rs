@@ -1,8 +1,10 @@
 //! The client side of one upstream session (an rmcp `ClientHandler`): what the upstream sends
 //! while calls run goes to the clients whose calls they are. Progress notifications carry the
 //! progress token gatehouse gave the upstream request, which names the call exactly; log messages
-//! and the upstream's own requests (`elicitation/create`) name no request, so they go to the
-//! newest call still running on the session (the usual case is one call at a time).
+//! and the upstream's own requests (`elicitation/create`, `sampling/createMessage`, `roots/list`)
+//! name no request, so they go to the newest call still running on the session whose client
+//! declared what the request needs (the usual case is one call at a time); without one, the
+//! upstream gets an error saying so.
 //!
 //! rmcp handles each notification in a task of its own, so a notification could reach the client
 //! after the call's answer (or, once the call is over, not at all). So progress and log messages
@@ -17,14 +19,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rmcp::ClientHandler;
 #[allow(deprecated)]
 use rmcp::model::LoggingMessageNotificationParam;
+// Sampling and roots are deprecated from protocol 2026-07-28 on (SEP-2577), but upstreams of
+// 2025-11-25 still ask for them, and clients of that revision still answer.
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult, ElicitationCapability,
-    ErrorData, FormElicitationCapability, Implementation, ProgressNotificationParam, ProgressToken,
-    UrlElicitationCapability,
+    ErrorData, FormElicitationCapability, Implementation, JsonObject, ProgressNotificationParam, ProgressToken,
+    RootsCapabilities, SamplingCapability, UrlElicitationCapability,
 };
+#[allow(deprecated)]
+use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, ListRootsResult};
 use rmcp::model::{JsonRpcMessage, ServerNotification};
 use rmcp::service::{NotificationContext, RequestContext, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use url::Origin;
@@ -43,9 +50,13 @@ struct Running {
     stream: Option<Arc<dyn CallStream>>,
     /// The call's secrets, kept out of everything relayed to it.
     redactor: Arc<Redactor>,
-    /// Which `elicitation/create` modes the client declared.
+    /// What the client declared it answers: `elicitation/create` modes, `sampling/createMessage`
+    /// (with tools or without), `roots/list`.
     form: bool,
     url: bool,
+    sampling: bool,
+    sampling_tools: bool,
+    roots: bool,
 }
 
 /// Where a relayed message goes: the call's stream, and the secrets it must not carry.
@@ -111,6 +122,7 @@ impl Relay {
             e.get("form").is_some_and(Value::is_object) || e.as_object().is_some_and(|o| o.is_empty())
         });
         let url = elicitation.and_then(|e| e.get("url")).is_some_and(Value::is_object);
+        let declared = |pointer: &str| client_capabilities.pointer(pointer).is_some_and(Value::is_object);
         self.lock().push(Running {
             token: token.clone(),
             client_token,
@@ -118,6 +130,9 @@ impl Relay {
             redactor,
             form,
             url,
+            sampling: declared("/sampling"),
+            sampling_tools: declared("/sampling/tools"),
+            roots: declared("/roots"),
         });
         RunningCall {
             relay: self.clone(),
@@ -256,22 +271,45 @@ impl ClientHandler for Handler {
             .crossing(&target.redactor)
             .elicitation(params)
             .map_err(|Refused(why)| ErrorData::invalid_params(why, None))?;
-        match target.stream.request("elicitation/create", params).await {
-            Some(Ok(result)) => serde_json::from_value(result).map_err(|_| {
-                ErrorData::internal_error("the client's answer to the elicitation was not an ElicitResult", None)
-            }),
-            Some(Err(error)) => {
-                let message = error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the client refused");
-                Err(ErrorData::internal_error(
-                    format!("the client could not ask the user: {message}"),
-                    None,
-                ))
-            }
-            None => Err(ErrorData::internal_error("the client went away", None)),
-        }
+        ask(&target, "elicitation/create", params).await
+    }
+
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        request: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let with_tools = request.tools.as_ref().is_some_and(|tools| !tools.is_empty());
+        let Some(target) = self
+            .0
+            .newest(|call| call.sampling && (call.sampling_tools || !with_tools))
+        else {
+            let what = if with_tools {
+                "sampling requests with tools"
+            } else {
+                "sampling requests"
+            };
+            return Err(ErrorData::invalid_request(
+                format!("the client of this call cannot answer {what}"),
+                None,
+            ));
+        };
+        let params = serde_json::to_value(&request)
+            .map_err(|e| ErrorData::internal_error(format!("cannot relay the sampling request: {e}"), None))?;
+        let params = self.0.crossing(&target.redactor).value(params);
+        ask(&target, "sampling/createMessage", params).await
+    }
+
+    #[allow(deprecated)]
+    async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
+        let Some(target) = self.0.newest(|call| call.roots) else {
+            return Err(ErrorData::invalid_request(
+                "no client of a running call answers roots/list",
+                None,
+            ));
+        };
+        ask(&target, "roots/list", json!({})).await
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -294,6 +332,8 @@ impl ClientHandler for Handler {
         }
     }
 
+    /// gatehouse relays each of these to the client of the call that asks, when that client
+    /// declared it, and answers the upstream with an error otherwise.
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();
         capabilities.elicitation = Some(
@@ -301,9 +341,32 @@ impl ClientHandler for Handler {
                 .with_form(FormElicitationCapability::default())
                 .with_url(UrlElicitationCapability::default()),
         );
+        let mut sampling = SamplingCapability::default();
+        sampling.tools = Some(JsonObject::new());
+        capabilities.sampling = Some(sampling);
+        capabilities.roots = Some(RootsCapabilities::default());
         ClientConfig::new(
             capabilities,
             Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")).with_title("gatehouse"),
         )
+    }
+}
+
+/// Asks the client of `target` (on its call's stream) and reads its answer as a `T`.
+async fn ask<T: DeserializeOwned>(target: &Target, method: &str, params: Value) -> Result<T, ErrorData> {
+    match target.stream.request(method, params).await {
+        Some(Ok(result)) => serde_json::from_value(result)
+            .map_err(|_| ErrorData::internal_error(format!("the client's answer to {method} could not be read"), None)),
+        Some(Err(error)) => {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the client refused");
+            Err(ErrorData::internal_error(
+                format!("the client could not answer {method}: {message}"),
+                None,
+            ))
+        }
+        None => Err(ErrorData::internal_error("the client went away", None)),
     }
 }

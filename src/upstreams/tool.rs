@@ -250,9 +250,15 @@ impl Tool for UpstreamTool {
         &self.definition
     }
 
-    /// The upstream may report progress, log, and ask for elicitations while it runs.
+    /// The upstream may report progress, log, and ask for elicitations, sampling or roots while
+    /// it runs.
     fn sends_during_call(&self, session: &SessionRecord, progress_requested: bool) -> bool {
-        progress_requested || session.client_capabilities.get("elicitation").is_some() || session.log_level.is_some()
+        let declared = |capability| session.client_capabilities.get(capability).is_some();
+        progress_requested
+            || declared("elicitation")
+            || declared("sampling")
+            || declared("roots")
+            || session.log_level.is_some()
     }
 
     async fn call(&self, context: &CallContext<'_>, credentials: &Credentials, arguments: &Arguments) -> ToolOutcome {

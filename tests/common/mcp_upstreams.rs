@@ -2,8 +2,9 @@
 //! drops: the bearer-token server (`tests/upstreams/bearer_server.py`, which behaves like GitHub's
 //! remote MCP server), the stdio server (`tests/upstreams/stdio_server.py`), both on the official
 //! Python SDK, and the official TypeScript SDK's example Streamable HTTP server, staged pinned under
-//! `target/ts-upstream-node`. Plus [`jsonrpc`], one JSON-RPC POST to any of them whose answer may
-//! be JSON or an SSE stream, and [`stage_npm`], which stages any pinned npm package set that way.
+//! `target/ts-upstream-node`, and the official reference server ([`server_everything`]). Plus
+//! [`jsonrpc`], one JSON-RPC POST to any of them whose answer may be JSON or an SSE stream, and
+//! [`stage_npm`], which stages any pinned npm package set that way.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -240,6 +241,20 @@ async fn have(tool: &str) -> bool {
 /// `CI=true`) when node or npm is missing or staging fails.
 pub async fn stage_ts_sdk() -> Option<PathBuf> {
     stage_npm("the TypeScript MCP SDK", "tests/ts-upstream", "target/ts-upstream-node").await
+}
+
+/// The official reference server (`@modelcontextprotocol/server-everything`, pinned in
+/// `tests/server-everything`, staged under target/): the path of its `index.js`, which node runs
+/// with `stdio` or `streamableHttp` (then on `PORT`). None (after a loud skip, a failure under
+/// `CI=true`) when node or npm is missing or staging fails.
+pub async fn server_everything() -> Option<PathBuf> {
+    let stage = stage_npm(
+        "the MCP reference server (server-everything)",
+        "tests/server-everything",
+        "target/server-everything-node",
+    )
+    .await?;
+    Some(stage.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
 }
 
 /// Installs `what`, the pinned npm packages of `source` (a directory with package.json and

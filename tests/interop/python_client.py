@@ -9,7 +9,12 @@ client can talk to gatehouse over Streamable HTTP (protocol 2025-11-25). It:
   3. checks that every --expect-tool name is present,
   4. calls --call with the JSON object given in --args,
   5. closes the session (HTTP DELETE) and prints ONE JSON object on stdout:
-     {"protocolVersion", "serverName", "tools", "result": {"isError", "content", "structuredContent"}}
+     {"protocolVersion", "serverName", "tools", "result": {"isError", "content", "structuredContent"},
+      "sampled": [the params of each sampling/createMessage the server sent], "rootsAsked": N}
+
+With --sampling-reply TEXT it declares `sampling` and answers each sampling/createMessage with
+TEXT (model "interop-model"); with --root URI (repeatable) it declares `roots` and answers
+roots/list with those roots. Without them it declares neither, as the SDK does.
 
 Exit codes: 0 success; 2 the server answered with a JSON-RPC error (details as
 JSON on stderr: {"error": {"code", "message", "data"}}); 1 any other failure.
@@ -18,6 +23,7 @@ Requires Python >= 3.11 (uses the built-in BaseExceptionGroup).
 
 Usage:
   python_client.py --url http://127.0.0.1:PORT/mcp --call echo --args '{"text":"hi"}' [--expect-tool echo]...
+                   [--sampling-reply TEXT] [--root URI]...
 """
 
 from __future__ import annotations
@@ -31,7 +37,15 @@ from typing import Any
 import anyio
 from mcp import ClientSession, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, Implementation, PaginatedRequestParams
+from mcp.types import (
+    CallToolResult,
+    CreateMessageResult,
+    Implementation,
+    ListRootsResult,
+    PaginatedRequestParams,
+    Root,
+    TextContent,
+)
 
 MAX_PAGES = 1000  # guards against a server that never stops paginating
 
@@ -43,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
     parser.add_argument("--expect-tool", action="append", default=[], metavar="NAME", help="tool that must be listed")
     parser.add_argument("--timeout", type=float, default=30.0, help="overall timeout in seconds")
+    parser.add_argument("--sampling-reply", metavar="TEXT", help="declare sampling and answer with TEXT")
+    parser.add_argument("--root", action="append", default=[], metavar="URI", help="declare roots; one of them")
     return parser.parse_args(argv)
 
 
@@ -71,12 +87,31 @@ def result_to_json(result: CallToolResult) -> dict[str, Any]:
     }
 
 
-async def run(url: str, tool: str, arguments: dict[str, Any], expected: list[str]) -> dict[str, Any]:
+async def run(opts: argparse.Namespace, arguments: dict[str, Any]) -> dict[str, Any]:
+    url, tool, expected = opts.url, opts.call, opts.expect_tool
     client_info = Implementation(name="gatehouse-interop-python", version="1.0.0")
+    sampled: list[dict[str, Any]] = []
+    roots_asked = 0
+
+    async def sample(_context: Any, params: Any) -> CreateMessageResult:
+        sampled.append(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        reply = TextContent(type="text", text=opts.sampling_reply)
+        return CreateMessageResult(role="assistant", content=reply, model="interop-model", stop_reason="endTurn")
+
+    async def list_roots(_context: Any) -> ListRootsResult:
+        nonlocal roots_asked
+        roots_asked += 1
+        return ListRootsResult(roots=[Root(uri=uri, name=f"root {i}") for i, uri in enumerate(opts.root)])
+
+    callbacks: dict[str, Any] = {}
+    if opts.sampling_reply is not None:
+        callbacks["sampling_callback"] = sample
+    if opts.root:
+        callbacks["list_roots_callback"] = list_roots
     # Both context managers close on exit: the session stops its dispatcher, then the
     # transport sends DELETE with the Mcp-Session-Id (terminate_on_close=True).
     async with streamable_http_client(url) as (read_stream, write_stream):
-        async with ClientSession(read_stream, write_stream, client_info=client_info) as session:
+        async with ClientSession(read_stream, write_stream, client_info=client_info, **callbacks) as session:
             init = await session.initialize()
             tools = await list_all_tools(session)
             missing = [name for name in expected if name not in tools]
@@ -88,6 +123,8 @@ async def run(url: str, tool: str, arguments: dict[str, Any], expected: list[str
         "serverName": init.server_info.name,
         "tools": tools,
         "result": result_to_json(result),
+        "sampled": sampled,
+        "rootsAsked": roots_asked,
     }
 
 
@@ -154,7 +191,7 @@ def run_main(
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    return run_main(opts, lambda arguments: run(opts.url, opts.call, arguments, opts.expect_tool), "interop client")
+    return run_main(opts, lambda arguments: run(opts, arguments), "interop client")
 
 
 if __name__ == "__main__":
