@@ -35,6 +35,10 @@ pub const LOGIN: &str = "/login";
 pub const LOGIN_CALLBACK: &str = "/login/callback";
 pub const LOGOUT: &str = "/logout";
 
+/// The demo service (demo mode only, `crate::demo`): what the demo tools call.
+pub const DEMO_SERVICE: &str = "/demo/service";
+pub const DEMO_SEND: &str = "/demo/send";
+
 /// The connect page of elicitation `id`.
 pub fn connect(id: impl std::fmt::Display) -> String {
     format!("/connect/{id}")

@@ -1,0 +1,226 @@
+//! The demo set of a bare `gatehouse` (no configuration file: local identity on loopback, SQLite
+//! in the working directory): the official Python SDK runs each demo tool's whole flow against the
+//! real binary, the test's HTTP browser doing the pages; a configuration file or `--no-demo`
+//! removes the demo.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::python::{PythonScript, python_sdk};
+use common::{Browser, McpClient, description, free_port, text};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
+
+/// A made-up key the user types into the demo's form; the model must never see it.
+const KEY: &str = "demo-key-never-for-the-model-7f3q";
+
+/// The binary running with `args`, nothing configured but its port, in a directory of its own.
+struct Bare {
+    child: tokio::process::Child,
+    bind: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Bare {
+    async fn start(args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("dir");
+        let bind = format!("127.0.0.1:{}", free_port());
+        let child = tokio::process::Command::new(BINARY)
+            .args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("GATEHOUSE_SERVER__BIND", &bind)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn gatehouse");
+        common::until_ready(&bind).await;
+        Self {
+            child,
+            bind,
+            _dir: dir,
+        }
+    }
+
+    fn origin(&self) -> String {
+        format!("http://{}", self.bind)
+    }
+
+    fn mcp_url(&self) -> String {
+        format!("http://{}/mcp", self.bind)
+    }
+
+    /// The names `tools/list` answers with.
+    async fn tool_names(&self) -> Vec<String> {
+        let mut client = McpClient::new(&self.mcp_url());
+        client.initialize().await;
+        let listed = client.call("tools/list", json!({})).await;
+        listed["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The status of the demo service's answer to a call without a key.
+    async fn demo_service_status(&self) -> StatusCode {
+        reqwest::get(format!("{}/demo/service", self.origin()))
+            .await
+            .expect("GET /demo/service")
+            .status()
+    }
+
+    async fn stop(mut self) {
+        self.child.kill().await.expect("kill gatehouse");
+    }
+}
+
+/// Runs `tests/interop/python_elicitation.py` with `args` to the end, answering every elicitation
+/// it prints with `browser_part` (given the page's URL); its events.
+async fn run_script<F, Fut>(python: &std::path::Path, args: &[&str], mut browser_part: F) -> Vec<Value>
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut script = PythonScript::start(python, "tests/interop/python_elicitation.py", args);
+    let mut events = Vec::new();
+    while let Some(event) = script.next().await {
+        if event["event"] == "elicitation" {
+            browser_part(event["url"].as_str().expect("url").to_owned()).await;
+        }
+        events.push(event);
+    }
+    script.succeeded().await;
+    events
+}
+
+#[tokio::test]
+async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
+    let Some(python) = python_sdk().await else {
+        return;
+    };
+    let server = Bare::start(&[]).await;
+    let url = server.mcp_url();
+    let origin = server.origin();
+
+    // The form-gated tool: -32042 with the form's link, the key typed in the browser, the retry
+    // answered by the demo service, which saw the key; the model sees its last 4 characters only.
+    let events = run_script(
+        &python,
+        &["--url", &url, "--list-tools", "--call", "demo_check_api_key", "--timeout", "30"],
+        |page_url| {
+            let origin = origin.clone();
+            async move {
+                let browser = Browser::new();
+                let page = browser.get(&page_url).await;
+                assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+                assert!(page.body.contains("Demo: an API key for the demo service"), "{}", page.body);
+                let done = browser
+                    .post_form(
+                        &page_url,
+                        &origin,
+                        &[("csrf", &page.csrf()), ("action", "submit"), ("api_key", KEY)],
+                    )
+                    .await;
+                assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+            }
+        },
+    )
+    .await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds, ["tools", "elicitation", "completed", "result"], "{events:?}");
+    let names = &events[0]["names"];
+    for name in ["whoami", "disconnect", "demo_check_api_key", "demo_send_email"] {
+        assert!(names.as_array().expect("names").contains(&json!(name)), "{name} in {names}");
+    }
+    assert!(
+        events[1]["url"].as_str().expect("url").starts_with(&format!("{origin}/forms/")),
+        "{events:?}"
+    );
+    let result = &events[3]["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    let answer = text(result);
+    assert!(
+        answer.contains("an API key of 33 characters ending in '7f3q'"),
+        "the demo service received the key: {answer}"
+    );
+    assert!(!answer.contains(KEY), "the model never sees the key: {answer}");
+
+    // The confirmed tool: the call asks within itself, the user confirms on a page showing the
+    // call's arguments, and the same call ends with the demo service's answer.
+    let arguments = json!({"to": "ada@example.com", "subject": "Hello"}).to_string();
+    let events = run_script(
+        &python,
+        &[
+            "--url",
+            &url,
+            "--call",
+            "demo_send_email",
+            "--args",
+            &arguments,
+            "--in-call",
+            "--timeout",
+            "30",
+        ],
+        |page_url| {
+            let origin = origin.clone();
+            async move {
+                let browser = Browser::new();
+                let page = browser.get(&page_url).await;
+                assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+                assert_eq!(
+                    description(&page.body),
+                    "Send the email \"Hello\" to ada@example.com? (Demo: nothing is sent.)"
+                );
+                let done = browser
+                    .post_form(
+                        &page_url,
+                        &origin,
+                        &[("csrf", &page.csrf()), ("action", "submit"), ("confirm", "true")],
+                    )
+                    .await;
+                assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+            }
+        },
+    )
+    .await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds, ["elicitation", "result"], "{events:?}");
+    assert_eq!(events[0]["mode"], "url", "{events:?}");
+    let result = &events[1]["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert!(
+        text(result).contains("Demo: the user confirmed sending 'Hello' to ada@example.com in the browser; nothing was sent."),
+        "{result}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_configuration_file_or_no_demo_removes_the_demo() {
+    let bare = Bare::start(&[]).await;
+    let names = bare.tool_names().await;
+    assert!(names.iter().any(|n| n == "demo_check_api_key"), "{names:?}");
+    assert_eq!(
+        bare.demo_service_status().await,
+        StatusCode::UNAUTHORIZED,
+        "the demo service wants a key"
+    );
+    bare.stop().await;
+
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("gatehouse.toml");
+    std::fs::write(&file, "[log]\nformat = \"text\"\n").expect("write");
+    let file = file.to_str().expect("utf-8 path");
+    for args in [&["--config", file][..], &["--no-demo"], &["serve", "--no-demo"]] {
+        let server = Bare::start(args).await;
+        assert_eq!(server.tool_names().await, ["whoami", "disconnect"], "{args:?}");
+        assert_eq!(server.demo_service_status().await, StatusCode::NOT_FOUND, "{args:?}");
+        server.stop().await;
+    }
+}
