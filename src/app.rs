@@ -45,14 +45,15 @@ impl App {
         Ok((Self { state, mcp, pages }, tasks))
     }
 
-    /// The MCP endpoint and the pages (and in demo mode the demo service): what `gatehouse serve`
-    /// serves.
+    /// The MCP endpoint and the pages (and in demo mode the demo service and sign-in provider):
+    /// what `gatehouse serve` serves.
     pub fn router(&self) -> Router {
         let mut routes = Router::new()
             .merge(mcp::router().with_state(self.mcp.clone()))
             .merge(web::router(&self.pages).with_state(self.pages.clone()));
         if self.state.config.demo {
-            routes = routes.merge(demo::router());
+            let demo = demo::router(&self.state.public_url).layer(axum::middleware::map_response(web::security_headers));
+            routes = routes.merge(demo);
         }
         self.layered(routes)
     }

@@ -1,13 +1,14 @@
 //! The demo set of a bare `gatehouse` (no configuration file: local identity on loopback, SQLite
 //! in the working directory): the official Python SDK runs each demo tool's whole flow against the
-//! real binary, the test's HTTP browser doing the pages; a configuration file or `--no-demo`
-//! removes the demo.
+//! real binary (a hosted form's key, a confirmation within the call, the demo provider's sign-in),
+//! the test's HTTP browser doing the pages; a configuration file or `--no-demo` removes the demo.
 
 mod common;
 
 use std::process::Stdio;
 
 use common::python::{PythonScript, python_sdk};
+use common::web::query_of;
 use common::{Browser, McpClient, description, free_port, text};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -67,11 +68,11 @@ impl Bare {
             .collect()
     }
 
-    /// The status of the demo service's answer to a call without a key.
-    async fn demo_service_status(&self) -> StatusCode {
-        reqwest::get(format!("{}/demo/service", self.origin()))
+    /// The status of the answer at `path` to a GET without credentials.
+    async fn status_at(&self, path: &str) -> StatusCode {
+        reqwest::get(format!("{}{path}", self.origin()))
             .await
-            .expect("GET /demo/service")
+            .expect("GET")
             .status()
     }
 
@@ -135,7 +136,7 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds, ["tools", "elicitation", "completed", "result"], "{events:?}");
     let names = &events[0]["names"];
-    for name in ["whoami", "disconnect", "demo_check_api_key", "demo_send_email"] {
+    for name in ["whoami", "disconnect", "demo_check_api_key", "demo_send_email", "demo_profile"] {
         assert!(names.as_array().expect("names").contains(&json!(name)), "{name} in {names}");
     }
     assert!(
@@ -198,6 +199,52 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
         text(result).contains("Demo: the user confirmed sending 'Hello' to ada@example.com in the browser; nothing was sent."),
         "{result}"
     );
+
+    // The tool behind a sign-in: the connect page, Continue, the demo provider's page and its
+    // button, gatehouse's callback, the completion and the retry, which calls the demo API.
+    let events = run_script(
+        &python,
+        &["--url", &url, "--call", "demo_profile", "--timeout", "30"],
+        |connect_url| {
+            let origin = origin.clone();
+            async move {
+                let browser = Browser::new();
+                let authorize = browser.continue_to_provider(&connect_url).await;
+                assert!(authorize.starts_with(&format!("{origin}/demo/oauth/authorize?")), "{authorize}");
+                let page = browser.get(&authorize).await;
+                assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+                assert!(page.body.contains("Sign in as the demo user"), "{}", page.body);
+                let asked = query_of(&authorize);
+                let back = browser
+                    .post_form(
+                        &format!("{origin}/demo/oauth/authorize"),
+                        &origin,
+                        &[
+                            ("state", &asked["state"]),
+                            ("code_challenge", &asked["code_challenge"]),
+                            ("scope", &asked["scope"]),
+                            ("action", "allow"),
+                        ],
+                    )
+                    .await;
+                assert_eq!(back.status, StatusCode::SEE_OTHER, "{}", back.body);
+                let callback = back.location();
+                assert!(callback.starts_with(&format!("{origin}/oauth/callback?")), "{callback}");
+                let done = browser.get(&callback).await;
+                assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+            }
+        },
+    )
+    .await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds, ["elicitation", "completed", "result"], "{events:?}");
+    assert!(
+        events[0]["url"].as_str().expect("url").starts_with(&format!("{origin}/connect/")),
+        "{events:?}"
+    );
+    let result = &events[2]["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert!(text(result).contains("demo-user"), "the demo API answered: {result}");
     server.stop().await;
 }
 
@@ -206,11 +253,9 @@ async fn a_configuration_file_or_no_demo_removes_the_demo() {
     let bare = Bare::start(&[]).await;
     let names = bare.tool_names().await;
     assert!(names.iter().any(|n| n == "demo_check_api_key"), "{names:?}");
-    assert_eq!(
-        bare.demo_service_status().await,
-        StatusCode::UNAUTHORIZED,
-        "the demo service wants a key"
-    );
+    for path in ["/demo/service", "/demo/api/profile"] {
+        assert_eq!(bare.status_at(path).await, StatusCode::UNAUTHORIZED, "{path} wants a key or token");
+    }
     bare.stop().await;
 
     let dir = tempfile::tempdir().expect("dir");
@@ -220,7 +265,9 @@ async fn a_configuration_file_or_no_demo_removes_the_demo() {
     for args in [&["--config", file][..], &["--no-demo"], &["serve", "--no-demo"]] {
         let server = Bare::start(args).await;
         assert_eq!(server.tool_names().await, ["whoami", "disconnect"], "{args:?}");
-        assert_eq!(server.demo_service_status().await, StatusCode::NOT_FOUND, "{args:?}");
+        for path in ["/demo/service", "/demo/api/profile", "/demo/oauth/authorize"] {
+            assert_eq!(server.status_at(path).await, StatusCode::NOT_FOUND, "{path} with {args:?}");
+        }
         server.stop().await;
     }
 }

@@ -1,18 +1,23 @@
 //! The demo set: with no configuration file, a local gatehouse on loopback serves a few `demo_`
 //! tools beside its own, so the first minute shows what gatehouse is for. They are an ordinary
-//! configuration (`demo.toml`: forms and tools, gated by the real gate) calling a small service
-//! gatehouse serves itself in demo mode only (`service`). A configuration file or `--no-demo`
-//! turns it all off.
+//! configuration (`demo.toml`: forms, a provider and tools, gated by the real gate) calling what
+//! gatehouse serves itself in demo mode only: a small service (`service`) and a sign-in provider
+//! (`sign_in`). A configuration file or `--no-demo` turns it all off.
 
 mod service;
+mod sign_in;
 
 use std::path::Path;
 
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use serde::Deserialize;
 
-use crate::config::{Config, ConfigError, FormConfig, IdentityMode, ToolConfig};
+use crate::config::{Config, ConfigError, FormConfig, IdentityMode, ProviderConfig, ToolConfig};
+use crate::public_url::PublicUrl;
 
-pub use service::router;
+/// The largest request the demo's routes read: a few short strings.
+const MAX_BODY_BYTES: usize = 4096;
 
 /// The demo's forms and tools; `{public_url}` stands for this instance's public URL.
 const DEMO: &str = include_str!("demo.toml");
@@ -20,6 +25,7 @@ const DEMO: &str = include_str!("demo.toml");
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DemoSet {
+    providers: Vec<ProviderConfig>,
     forms: Vec<FormConfig>,
     tools: Vec<ToolConfig>,
 }
@@ -36,10 +42,19 @@ pub fn add_to(config: &mut Config) -> Result<(), ConfigError> {
     let public_url = config.public_url();
     let text = DEMO.replace("{public_url}", public_url.as_str().trim_end_matches('/'));
     let set: DemoSet = toml::from_str(&text).map_err(|error| ConfigError::key("demo", error.to_string()))?;
+    config.providers.extend(set.providers);
     config.forms.extend(set.forms);
     config.tools.extend(set.tools);
     config.demo = true;
     Ok(())
+}
+
+/// What gatehouse serves in demo mode beside the MCP endpoint and the pages: the demo service and
+/// the demo sign-in provider, under `public_url`.
+pub fn router(public_url: &PublicUrl) -> Router {
+    service::router()
+        .merge(sign_in::router(public_url))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
 #[cfg(test)]
@@ -51,7 +66,8 @@ mod tests {
         let mut config = Config::default();
         add_to(&mut config).expect("the demo set parses");
         assert!(config.demo);
-        assert_eq!(config.tools.len(), 2);
+        assert_eq!(config.tools.len(), 3);
+        assert_eq!(config.providers.len(), 1);
         for tool in &config.tools {
             assert!(tool.name.starts_with("demo_"), "{}", tool.name);
             assert!(tool.description.starts_with("Demo: "), "{}", tool.description);
@@ -61,6 +77,9 @@ mod tests {
                 tool.description
             );
             assert!(tool.http.url.starts_with("http://127.0.0.1:8080/demo/"), "{}", tool.http.url);
+        }
+        for provider in &config.providers {
+            assert!(provider.id.starts_with("demo_"), "{}", provider.id);
         }
         for form in &config.forms {
             assert!(form.id.starts_with("demo_"), "{}", form.id);

@@ -31,6 +31,7 @@ use crate::edge::{AllowedPostOrigin, DatabaseUp, KnownHost, RETRY_AFTER_SECONDS}
 use crate::instance::InstanceNonce;
 use crate::routes;
 use page::PageResponse;
+pub use layers::security_headers;
 pub use state::PagesState;
 use templates::impl_page;
 
