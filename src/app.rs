@@ -52,7 +52,8 @@ impl App {
             .merge(mcp::router().with_state(self.mcp.clone()))
             .merge(web::router(&self.pages).with_state(self.pages.clone()));
         if self.state.config.demo {
-            let demo = demo::router(&self.state.public_url).layer(axum::middleware::map_response(web::security_headers));
+            let demo =
+                demo::router(&self.state.public_url).layer(axum::middleware::map_response(web::security_headers));
             routes = routes.merge(demo);
         }
         self.layered(routes)

@@ -40,11 +40,7 @@ impl Bare {
             .spawn()
             .expect("spawn gatehouse");
         common::until_ready(&bind).await;
-        Self {
-            child,
-            bind,
-            _dir: dir,
-        }
+        Self { child, bind, _dir: dir }
     }
 
     fn origin(&self) -> String {
@@ -113,14 +109,26 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
     // answered by the demo service, which saw the key; the model sees its last 4 characters only.
     let events = run_script(
         &python,
-        &["--url", &url, "--list-tools", "--call", "demo_check_api_key", "--timeout", "30"],
+        &[
+            "--url",
+            &url,
+            "--list-tools",
+            "--call",
+            "demo_check_api_key",
+            "--timeout",
+            "30",
+        ],
         |page_url| {
             let origin = origin.clone();
             async move {
                 let browser = Browser::new();
                 let page = browser.get(&page_url).await;
                 assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-                assert!(page.body.contains("Demo: an API key for the demo service"), "{}", page.body);
+                assert!(
+                    page.body.contains("Demo: an API key for the demo service"),
+                    "{}",
+                    page.body
+                );
                 let done = browser
                     .post_form(
                         &page_url,
@@ -136,11 +144,23 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds, ["tools", "elicitation", "completed", "result"], "{events:?}");
     let names = &events[0]["names"];
-    for name in ["whoami", "disconnect", "demo_check_api_key", "demo_send_email", "demo_profile"] {
-        assert!(names.as_array().expect("names").contains(&json!(name)), "{name} in {names}");
+    for name in [
+        "whoami",
+        "disconnect",
+        "demo_check_api_key",
+        "demo_send_email",
+        "demo_profile",
+    ] {
+        assert!(
+            names.as_array().expect("names").contains(&json!(name)),
+            "{name} in {names}"
+        );
     }
     assert!(
-        events[1]["url"].as_str().expect("url").starts_with(&format!("{origin}/forms/")),
+        events[1]["url"]
+            .as_str()
+            .expect("url")
+            .starts_with(&format!("{origin}/forms/")),
         "{events:?}"
     );
     let result = &events[3]["result"];
@@ -196,7 +216,8 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
     let result = &events[1]["result"];
     assert_eq!(result["isError"], false, "{result}");
     assert!(
-        text(result).contains("Demo: the user confirmed sending 'Hello' to ada@example.com in the browser; nothing was sent."),
+        text(result)
+            .contains("Demo: the user confirmed sending 'Hello' to ada@example.com in the browser; nothing was sent."),
         "{result}"
     );
 
@@ -210,7 +231,10 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
             async move {
                 let browser = Browser::new();
                 let authorize = browser.continue_to_provider(&connect_url).await;
-                assert!(authorize.starts_with(&format!("{origin}/demo/oauth/authorize?")), "{authorize}");
+                assert!(
+                    authorize.starts_with(&format!("{origin}/demo/oauth/authorize?")),
+                    "{authorize}"
+                );
                 let page = browser.get(&authorize).await;
                 assert_eq!(page.status, StatusCode::OK, "{}", page.body);
                 assert!(page.body.contains("Sign in as the demo user"), "{}", page.body);
@@ -239,7 +263,10 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds, ["elicitation", "completed", "result"], "{events:?}");
     assert!(
-        events[0]["url"].as_str().expect("url").starts_with(&format!("{origin}/connect/")),
+        events[0]["url"]
+            .as_str()
+            .expect("url")
+            .starts_with(&format!("{origin}/connect/")),
         "{events:?}"
     );
     let result = &events[2]["result"];
@@ -254,7 +281,11 @@ async fn a_configuration_file_or_no_demo_removes_the_demo() {
     let names = bare.tool_names().await;
     assert!(names.iter().any(|n| n == "demo_check_api_key"), "{names:?}");
     for path in ["/demo/service", "/demo/api/profile"] {
-        assert_eq!(bare.status_at(path).await, StatusCode::UNAUTHORIZED, "{path} wants a key or token");
+        assert_eq!(
+            bare.status_at(path).await,
+            StatusCode::UNAUTHORIZED,
+            "{path} wants a key or token"
+        );
     }
     bare.stop().await;
 
@@ -266,7 +297,11 @@ async fn a_configuration_file_or_no_demo_removes_the_demo() {
         let server = Bare::start(args).await;
         assert_eq!(server.tool_names().await, ["whoami", "disconnect"], "{args:?}");
         for path in ["/demo/service", "/demo/api/profile", "/demo/oauth/authorize"] {
-            assert_eq!(server.status_at(path).await, StatusCode::NOT_FOUND, "{path} with {args:?}");
+            assert_eq!(
+                server.status_at(path).await,
+                StatusCode::NOT_FOUND,
+                "{path} with {args:?}"
+            );
         }
         server.stop().await;
     }

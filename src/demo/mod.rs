@@ -72,11 +72,16 @@ mod tests {
             assert!(tool.name.starts_with("demo_"), "{}", tool.name);
             assert!(tool.description.starts_with("Demo: "), "{}", tool.description);
             assert!(
-                tool.description.contains("vanishes once gatehouse is given a configuration"),
+                tool.description
+                    .contains("vanishes once gatehouse is given a configuration"),
                 "{}",
                 tool.description
             );
-            assert!(tool.http.url.starts_with("http://127.0.0.1:8080/demo/"), "{}", tool.http.url);
+            assert!(
+                tool.http.url.starts_with("http://127.0.0.1:8080/demo/"),
+                "{}",
+                tool.http.url
+            );
         }
         for provider in &config.providers {
             assert!(provider.id.starts_with("demo_"), "{}", provider.id);

@@ -237,7 +237,7 @@ async fn profile(State(issuer): State<Arc<Issuer>>, headers: HeaderMap) -> Resul
         .ok_or(DemoError::Unauthorized)?;
     let now = Instant::now();
     let issued = issuer.issued.lock().unwrap_or_else(PoisonError::into_inner);
-    if !issued.tokens.get(token).is_some_and(|expires| *expires > now) {
+    if issued.tokens.get(token).is_none_or(|expires| *expires <= now) {
         return Err(DemoError::Unauthorized);
     }
     Ok(Json(json!({
