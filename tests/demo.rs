@@ -239,18 +239,23 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
                 assert_eq!(page.status, StatusCode::OK, "{}", page.body);
                 assert!(page.body.contains("Sign in as the demo user"), "{}", page.body);
                 let asked = query_of(&authorize);
-                let back = browser
-                    .post_form(
-                        &format!("{origin}/demo/oauth/authorize"),
-                        &origin,
-                        &[
-                            ("state", &asked["state"]),
-                            ("code_challenge", &asked["code_challenge"]),
-                            ("scope", &asked["scope"]),
+                let press = |from: String| {
+                    let asked = asked.clone();
+                    let browser = &browser;
+                    let action = format!("{origin}/demo/oauth/authorize");
+                    async move {
+                        let fields = [
+                            ("state", asked["state"].as_str()),
+                            ("code_challenge", asked["code_challenge"].as_str()),
+                            ("scope", asked["scope"].as_str()),
                             ("action", "allow"),
-                        ],
-                    )
-                    .await;
+                        ];
+                        browser.post_form(&action, &from, &fields).await
+                    }
+                };
+                let elsewhere = press("http://evil.example".to_owned()).await;
+                assert_eq!(elsewhere.status, StatusCode::FORBIDDEN, "another site cannot press it");
+                let back = press(origin.clone()).await;
                 assert_eq!(back.status, StatusCode::SEE_OTHER, "{}", back.body);
                 let callback = back.location();
                 assert!(callback.starts_with(&format!("{origin}/oauth/callback?")), "{callback}");

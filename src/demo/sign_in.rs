@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use askama::Template;
 use axum::extract::{Form, Query, State};
-use axum::http::header::WWW_AUTHENTICATE;
+use axum::http::header::{ORIGIN, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
@@ -41,6 +41,8 @@ const MAX_PARAMETER_CHARS: usize = 512;
 enum DemoError {
     #[error("Demo sign-in: {0}")]
     BadRequest(&'static str),
+    #[error("Demo sign-in: only gatehouse's own page may press its button")]
+    OtherOrigin,
     #[error("Demo sign-in: too many sign-ins at once; try again in a minute")]
     Full,
     #[error("invalid_grant")]
@@ -55,6 +57,7 @@ impl IntoResponse for DemoError {
     fn into_response(self) -> Response {
         match self {
             Self::BadRequest(_) => (StatusCode::BAD_REQUEST, self.to_string()).into_response(),
+            Self::OtherOrigin => (StatusCode::FORBIDDEN, self.to_string()).into_response(),
             Self::Full => (StatusCode::SERVICE_UNAVAILABLE, self.to_string()).into_response(),
             Self::InvalidGrant => (StatusCode::BAD_REQUEST, Json(json!({"error": "invalid_grant"}))).into_response(),
             Self::Unauthorized => (
@@ -73,6 +76,7 @@ impl IntoResponse for DemoError {
 
 /// The provider: where it sends browsers back, and what it has issued.
 struct Issuer {
+    origin: String,
     callback: String,
     action: String,
     issued: Mutex<Issued>,
@@ -94,6 +98,7 @@ struct Code {
 /// [`routes::DEMO_PROFILE`].
 pub fn router(public_url: &PublicUrl) -> Router {
     let issuer = Arc::new(Issuer {
+        origin: public_url.origin().to_owned(),
         callback: public_url.at(routes::OAUTH_CALLBACK),
         action: public_url.at(routes::DEMO_AUTHORIZE),
         issued: Mutex::default(),
@@ -156,8 +161,17 @@ struct Decision {
     action: String,
 }
 
-/// The button: back to gatehouse's callback with a code, or with `access_denied`.
-async fn decide(State(issuer): State<Arc<Issuer>>, Form(decision): Form<Decision>) -> Result<Redirect, DemoError> {
+/// The button: back to gatehouse's callback with a code, or with `access_denied`. A post from
+/// another site's page (its `Origin`) is refused.
+async fn decide(
+    State(issuer): State<Arc<Issuer>>,
+    headers: HeaderMap,
+    Form(decision): Form<Decision>,
+) -> Result<Redirect, DemoError> {
+    let origin = headers.get(ORIGIN).and_then(|value| value.to_str().ok());
+    if origin.is_some_and(|origin| origin != issuer.origin) {
+        return Err(DemoError::OtherOrigin);
+    }
     bounded(&[&decision.state, &decision.code_challenge, &decision.scope])?;
     let answer: Vec<(&str, String)> = match decision.action.as_str() {
         "allow" => {
