@@ -22,25 +22,22 @@ const KEY: &str = "demo-key-never-for-the-model-7f3q";
 struct Bare {
     child: tokio::process::Child,
     bind: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Bare {
     async fn start(args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("dir");
         let bind = format!("127.0.0.1:{}", free_port());
-        let child = tokio::process::Command::new(BINARY)
-            .args(args)
-            .current_dir(dir.path())
-            .env_clear()
-            .env("GATEHOUSE_SERVER__BIND", &bind)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn gatehouse");
-        common::until_ready(&bind).await;
-        Self { child, bind, _dir: dir }
+        let child = spawn(&dir, &bind, args).await;
+        Self { child, bind, dir }
+    }
+
+    /// Stops the binary and starts it again (no arguments) with the same directory and port.
+    async fn restart(mut self) -> Self {
+        self.child.kill().await.expect("kill gatehouse");
+        self.child = spawn(&self.dir, &self.bind, &[]).await;
+        self
     }
 
     fn origin(&self) -> String {
@@ -75,6 +72,22 @@ impl Bare {
     async fn stop(mut self) {
         self.child.kill().await.expect("kill gatehouse");
     }
+}
+
+/// Starts the binary with `args` in `dir`, listening on `bind`; once it is ready.
+async fn spawn(dir: &tempfile::TempDir, bind: &str, args: &[&str]) -> tokio::process::Child {
+    let child = tokio::process::Command::new(BINARY)
+        .args(args)
+        .current_dir(dir.path())
+        .env_clear()
+        .env("GATEHOUSE_SERVER__BIND", bind)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn gatehouse");
+    common::until_ready(bind).await;
+    child
 }
 
 /// Runs `tests/interop/python_elicitation.py` with `args` to the end, answering every elicitation
@@ -223,9 +236,22 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
 
     // The tool behind a sign-in: the connect page, Continue, the demo provider's page and its
     // button, gatehouse's callback, the completion and the retry, which calls the demo API.
+    signs_in_at_the_demo_provider(&python, &server).await;
+    // The demo provider forgets its tokens when gatehouse stops: after a restart the stored
+    // token is refused (401), and the call asks for a new sign-in.
+    let server = server.restart().await;
+    signs_in_at_the_demo_provider(&python, &server).await;
+    server.stop().await;
+}
+
+/// `demo_profile` through the Python SDK: -32042 with the connect page's link; the browser goes
+/// through Continue, the demo provider's page (whose button refuses another site's post) and the
+/// callback; the completion arrives and the retry answers with the demo API's profile.
+async fn signs_in_at_the_demo_provider(python: &std::path::Path, server: &Bare) {
+    let origin = server.origin();
     let events = run_script(
-        &python,
-        &["--url", &url, "--call", "demo_profile", "--timeout", "30"],
+        python,
+        &["--url", &server.mcp_url(), "--call", "demo_profile", "--timeout", "30"],
         |connect_url| {
             let origin = origin.clone();
             async move {
@@ -277,7 +303,6 @@ async fn python_sdk_runs_each_demo_tool_against_a_bare_gatehouse() {
     let result = &events[2]["result"];
     assert_eq!(result["isError"], false, "{result}");
     assert!(text(result).contains("demo-user"), "the demo API answered: {result}");
-    server.stop().await;
 }
 
 #[tokio::test]
