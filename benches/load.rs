@@ -507,17 +507,20 @@ fn start_gatehouse(database_url: &str, port: u16, config: Option<(&std::path::Pa
 /// The command [`start_gatehouse`] runs, for a section that sets more of the environment.
 fn gatehouse_command(database_url: &str, port: u16, config: Option<(&std::path::Path, &str)>) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
+    command.arg("serve");
     if let Some((file, public_url)) = config {
         command
             .arg("--config")
             .arg(file)
             .env("GATEHOUSE_SERVER__PUBLIC_URL", public_url);
     } else {
-        // The load and the idle streams are one local user's sessions, far beyond the default cap.
-        command.env("GATEHOUSE_MCP__MAX_SESSIONS_PER_PRINCIPAL", "1000000");
+        // The load and the idle streams are one local user's sessions, far beyond the default cap;
+        // without the demo tools, so tools/list answers as it did before there was a demo.
+        command
+            .arg("--no-demo")
+            .env("GATEHOUSE_MCP__MAX_SESSIONS_PER_PRINCIPAL", "1000000");
     }
     command
-        .arg("serve")
         .env("GATEHOUSE_SERVER__BIND", format!("127.0.0.1:{port}"))
         .env("GATEHOUSE_DATABASE__URL", database_url)
         .env(

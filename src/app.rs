@@ -21,7 +21,7 @@ use crate::mcp::{self, McpState};
 use crate::state::{AppState, StartError};
 use crate::web::templates::Templates;
 use crate::web::{self, PagesState};
-use crate::{metrics, path_prefix, telemetry, unread_body};
+use crate::{demo, metrics, path_prefix, telemetry, unread_body};
 
 /// The application: the shared state, and the router states of the endpoint and of the pages
 /// over it. Cloning it clones three pointers.
@@ -45,11 +45,17 @@ impl App {
         Ok((Self { state, mcp, pages }, tasks))
     }
 
-    /// The MCP endpoint and the pages: what `gatehouse serve` serves.
+    /// The MCP endpoint and the pages (and in demo mode the demo service and sign-in provider):
+    /// what `gatehouse serve` serves.
     pub fn router(&self) -> Router {
-        let routes = Router::new()
+        let mut routes = Router::new()
             .merge(mcp::router().with_state(self.mcp.clone()))
             .merge(web::router(&self.pages).with_state(self.pages.clone()));
+        if self.state.config.demo {
+            let demo =
+                demo::router(&self.state.public_url).layer(axum::middleware::map_response(web::security_headers));
+            routes = routes.merge(demo);
+        }
         self.layered(routes)
     }
 

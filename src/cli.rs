@@ -33,17 +33,29 @@ use tracing_subscriber::{EnvFilter, Layer};
     about = "An MCP server that gates tools behind sign-ins and forms in the user's browser"
 )]
 struct Cli {
-    /// Configuration file (TOML). Without one, gatehouse runs on its embedded default.
+    /// Configuration file (TOML). Without one, gatehouse runs on its embedded default, and
+    /// serves the demo tools (local identity, loopback).
     #[arg(long, global = true, env = "GATEHOUSE_CONFIG")]
     config: Option<PathBuf>,
+    /// `serve`'s options, also taken without a command (`serve` is the default).
+    #[command(flatten)]
+    serve: ServeArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
 
+#[derive(clap::Args, Clone, Copy, Default)]
+struct ServeArgs {
+    /// Without a configuration file, serve no demo tools (whoami and disconnect only).
+    #[arg(long)]
+    no_demo: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server (the default).
-    Serve,
+    /// Run the server (the default). Without a configuration file it also serves a demo set of
+    /// tools (`demo_...`), gone with a configuration or `--no-demo`.
+    Serve(ServeArgs),
     /// Serve one local client over stdin/stdout (MCP's stdio transport), with the browser pages
     /// on a loopback listener (`server.bind`). Needs `identity.mode = "local"`.
     Stdio,
@@ -94,7 +106,7 @@ pub fn main() -> ExitCode {
             Err(code) => code,
         };
     }
-    let config = match loaded {
+    let mut config = match loaded {
         Ok(config) => config,
         Err(error) => {
             eprintln!("gatehouse: {error}");
@@ -111,6 +123,14 @@ pub fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         };
+    }
+    let command = cli.command.unwrap_or(Command::Serve(ServeArgs::default()));
+    if let Command::Serve(args) = &command
+        && crate::demo::applies(cli.config.as_deref(), args.no_demo || cli.serve.no_demo, &config)
+        && let Err(error) = crate::demo::add_to(&mut config)
+    {
+        eprintln!("gatehouse: {error}");
+        return ExitCode::FAILURE;
     }
     let runtime = match runtime() {
         Ok(runtime) => runtime,
@@ -133,8 +153,8 @@ pub fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        match cli.command.unwrap_or(Command::Serve) {
-            Command::Serve => serve(config).await,
+        match command {
+            Command::Serve(_) => serve(config).await,
             Command::Stdio => stdio::run(config, shutdown_signal()).await,
             Command::Migrate => migrate(config).await,
             Command::Keys { command } => keys::run(config, command).await,
@@ -245,6 +265,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let public_url = state.public_url.origin();
     let mcp_url = state.public_url.at(crate::routes::MCP);
     tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {mcp_url}");
+    if state.config.demo {
+        tracing::info!(
+            "no configuration file: serving the demo tools (demo_...) beside whoami and disconnect; \
+             a configuration file (--config) or --no-demo turns them off"
+        );
+    }
     let metrics = match state.config.server.metrics_bind {
         Some(metrics_bind) => Some(serve_metrics_apart(metrics_bind, state.clone(), shutdown.clone())?),
         None => None,

@@ -14,6 +14,7 @@ pub mod audit;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod demo;
 pub mod domain;
 pub mod edge;
 pub mod events;

@@ -35,6 +35,14 @@ pub const LOGIN: &str = "/login";
 pub const LOGIN_CALLBACK: &str = "/login/callback";
 pub const LOGOUT: &str = "/logout";
 
+/// The demo service (demo mode only, `crate::demo`): what the demo tools call.
+pub const DEMO_SERVICE: &str = "/demo/service";
+pub const DEMO_SEND: &str = "/demo/send";
+/// The demo sign-in provider (demo mode only): its authorize page, token endpoint and API.
+pub const DEMO_AUTHORIZE: &str = "/demo/oauth/authorize";
+pub const DEMO_TOKEN: &str = "/demo/oauth/token";
+pub const DEMO_PROFILE: &str = "/demo/api/profile";
+
 /// The connect page of elicitation `id`.
 pub fn connect(id: impl std::fmt::Display) -> String {
     format!("/connect/{id}")

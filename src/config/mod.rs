@@ -72,6 +72,9 @@ pub struct Config {
     pub forms: Vec<FormConfig>,
     pub tools: Vec<ToolConfig>,
     pub upstreams: Vec<UpstreamConfig>,
+    /// Whether the demo set was added (`crate::demo`): never read from a file, set at start.
+    #[serde(skip)]
+    pub demo: bool,
 }
 
 /// `limits.sessions_per_principal` when neither it nor its old name is set.

@@ -30,6 +30,7 @@ use std::time::Duration;
 use crate::edge::{AllowedPostOrigin, DatabaseUp, KnownHost, RETRY_AFTER_SECONDS};
 use crate::instance::InstanceNonce;
 use crate::routes;
+pub use layers::security_headers;
 use page::PageResponse;
 pub use state::PagesState;
 use templates::impl_page;
