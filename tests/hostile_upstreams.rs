@@ -462,6 +462,9 @@ url = "http://127.0.0.1:{port}/mcp"
 
     let (http_listings, _) = seen(&seen_http, "tools/list");
     let (stdio_listings, stdio_processes) = seen(&seen_stdio, "tools/list");
+    eprintln!(
+        "in {WATCH:?}: chatty HTTP listed {http_listings} times, chatty stdio {stdio_listings} times by {stdio_processes} process(es), {calls} reference-server calls"
+    );
     let most = WATCH.as_secs() as usize / 5 + 2;
     assert!(
         http_listings <= most,
@@ -474,6 +477,7 @@ url = "http://127.0.0.1:{port}/mcp"
     assert_eq!(stdio_processes, 1, "one process lists the chatty stdio upstream");
     for upstream in ["se_stdio", "se_http"] {
         let listed = listings(&server, upstream).await;
+        eprintln!("{upstream} listed {listed} times");
         assert!(
             (1..=5).contains(&listed),
             "{upstream} was listed {listed} times in a minute"
