@@ -339,8 +339,8 @@ fn expired(server: &TestServer, state: &str) -> String {
 backend_test!(
     /// What Claude Code declares on 2026-07-28 (`elicitation: {}`, form mode only) and what a
     /// client without any elicitation declares: a gated call answers a complete error result
-    /// naming the link and asking for the call again, the same link for both (the pending
-    /// elicitation is reused); once the user finished there, the call runs.
+    /// naming the link and asking for the call again, the same link for both and on the call's
+    /// own stream (the pending elicitation is reused); once the user finished there, the call runs.
     async fn clients_without_url_mode_get_the_link_as_a_result_and_call_again(backend: Backend) {
         let (_fake, database, server) = start(backend, "1s", "").await;
         let claude_code = StatelessClient::new(&server.url).with_capabilities(json!({"elicitation": {}}));
@@ -351,6 +351,11 @@ backend_test!(
         assert!(url.starts_with(&format!("{}/connect/", server.base())), "{url}");
         assert!(text(&first).contains("call this tool again"), "{first}");
         assert_eq!(link_in(&bare.result("tools/call", call.clone()).await), url);
+        // Asked with a progressToken, the answer comes on the call's own stream: the same result.
+        let streamed = json!({"name": "me", "arguments": {}, "_meta": {"progressToken": "p"}});
+        let messages = claude_code.stream("tools/call", streamed).await;
+        let answer = messages.last().expect("an answer");
+        assert_eq!(link_in(&answer["result"]), url, "{messages:?}");
 
         let browser = Browser::new();
         let authorize = browser.continue_to_provider(&url).await;
