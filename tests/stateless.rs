@@ -1,6 +1,7 @@
 //! Protocol 2026-07-28 on `/mcp` beside 2025-11-25: stateless requests checked header against
 //! body, `server/discover`, and gated calls as `input_required` with a sealed `requestState`,
-//! whose retry is held until the user finishes in the browser (on another replica, too).
+//! whose retry is held until the user finishes in the browser (on another replica, too); clients
+//! that cannot open URLs get the link in a result (or -32021, configured so).
 
 mod common;
 
@@ -15,10 +16,15 @@ use serde_json::{Value, json};
 
 /// Fake Hub and its tools `me` and `me_write`, with retries held for `hold`.
 async fn start(backend: Backend, hold: &str, extra: &str) -> (FakeProvider, TestDatabase, TestServer) {
+    start_with(backend, &format!("hold = \"{hold}\""), extra).await
+}
+
+/// Fake Hub and its tools `me` and `me_write`, with `elicitation` as the `[elicitation]` section.
+async fn start_with(backend: Backend, elicitation: &str, extra: &str) -> (FakeProvider, TestDatabase, TestServer) {
     let fake = FakeProvider::start(FakeOptions::default()).await;
     let database = TestDatabase::new(backend).await;
     let toml = format!(
-        "{}\n{extra}\n[elicitation]\nhold = \"{hold}\"\n",
+        "{}\n{extra}\n[elicitation]\n{elicitation}\n",
         fake.configure(include_str!("fixtures/fake_hub.toml"))
     );
     let server = TestServer::start(&database, &toml).await;
@@ -331,8 +337,57 @@ fn expired(server: &TestServer, state: &str) -> String {
 }
 
 backend_test!(
-    async fn url_mode_without_the_capability_is_refused_with_its_name(backend: Backend) {
-        let (_fake, _database, server) = start(backend, "1s", "").await;
+    /// What Claude Code declares on 2026-07-28 (`elicitation: {}`, form mode only) and what a
+    /// client without any elicitation declares: a gated call answers a complete error result
+    /// naming the link and asking for the call again, the same link for both and on the call's
+    /// own stream (the pending elicitation is reused); once the user finished there, the call runs.
+    async fn clients_without_url_mode_get_the_link_as_a_result_and_call_again(backend: Backend) {
+        let (_fake, database, server) = start(backend, "1s", "").await;
+        let claude_code = StatelessClient::new(&server.url).with_capabilities(json!({"elicitation": {}}));
+        let bare = StatelessClient::new(&server.url).with_capabilities(json!({}));
+        let call = json!({"name": "me", "arguments": {}});
+        let first = claude_code.result("tools/call", call.clone()).await;
+        let url = link_in(&first);
+        assert!(url.starts_with(&format!("{}/connect/", server.base())), "{url}");
+        assert!(text(&first).contains("call this tool again"), "{first}");
+        assert_eq!(link_in(&bare.result("tools/call", call.clone()).await), url);
+        // Asked with a progressToken, the answer comes on the call's own stream: the same result.
+        let streamed = json!({"name": "me", "arguments": {}, "_meta": {"progressToken": "p"}});
+        let messages = claude_code.stream("tools/call", streamed).await;
+        let answer = messages.last().expect("an answer");
+        assert_eq!(link_in(&answer["result"]), url, "{messages:?}");
+
+        let browser = Browser::new();
+        let authorize = browser.continue_to_provider(&url).await;
+        let callback = browser.authorize(&authorize).await;
+        assert_eq!(browser.get(&callback).await.status, StatusCode::OK);
+        for client in [&claude_code, &bare] {
+            let result = client.result("tools/call", call.clone()).await;
+            assert_eq!(result["resultType"], "complete", "{result}");
+            assert_eq!(result["isError"], false, "{result}");
+            assert_eq!(result["structuredContent"]["login"], "octocat", "{result}");
+        }
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM sessions").await, 0);
+        server.stop().await;
+    }
+);
+
+/// The one link of a complete error result that asks the user to open it (the answer to a client
+/// without URL mode).
+fn link_in(result: &Value) -> String {
+    assert_eq!(result["resultType"], "complete", "{result}");
+    assert_eq!(result["isError"], true, "{result}");
+    let said = text(result);
+    let links: Vec<&str> = said.split_whitespace().filter(|w| w.starts_with("http")).collect();
+    assert_eq!(links.len(), 1, "one link: {said}");
+    links[0].to_owned()
+}
+
+backend_test!(
+    /// `without_url_mode = "error"`: a client that cannot open URLs is refused with -32021 naming
+    /// the capability it lacks, as the specification words it.
+    async fn url_mode_without_the_capability_is_refused_with_its_name_when_configured(backend: Backend) {
+        let (_fake, _database, server) = start_with(backend, "without_url_mode = \"error\"", "").await;
         let client = StatelessClient::new(&server.url).with_capabilities(json!({"elicitation": {"form": {}}}));
         let reply = client
             .request("tools/call", json!({"name": "me", "arguments": {}}))

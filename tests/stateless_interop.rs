@@ -1,8 +1,8 @@
 //! Protocol 2026-07-28 with clients nobody here wrote (the official Python SDK, the official
 //! TypeScript SDK v2 client and rmcp's client), beside a 2025-11-25 one on the same endpoint: each
 //! completes a gated call through input_required, the browser (scripted over HTTP, on the other
-//! replica) and the held retry; and a Python client whose user declines the link is answered at
-//! once.
+//! replica) and the held retry; a Python client whose user declines the link is answered at
+//! once; and a Python client without an elicitation callback is given the link in a result.
 
 mod common;
 
@@ -211,6 +211,56 @@ backend_test!(
             assert!(said.contains("declined"), "{action}: {result}");
         }
         assert_eq!(server.mcp.calls.held_now(), 0);
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    /// The official Python SDK with no elicitation callback declares no elicitation capability: a
+    /// gated call returns (no exception) an error result naming the link; once the user finished
+    /// there, the same call returns the tool's result.
+    async fn python_client_without_an_elicitation_callback_gets_the_link(backend: Backend) {
+        let Some(python) = python_sdk().await else {
+            return;
+        };
+        let fake = FakeProvider::start(FakeOptions::default()).await;
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start(&database, &fake.configure(include_str!("fixtures/fake_hub.toml"))).await;
+        let args = [
+            "--url",
+            &server.url,
+            "--call",
+            "me",
+            "--mode",
+            STATELESS,
+            "--no-elicitation",
+            "--timeout",
+            "40",
+        ];
+        let call = async || {
+            let mut script = PythonScript::start(&python, "tests/interop/python_stateless.py", &args);
+            let mut events = Vec::new();
+            while let Some(event) = script.next().await {
+                events.push(event);
+            }
+            script.succeeded().await;
+            let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+            assert_eq!(kinds, ["result"], "{events:?}");
+            assert_eq!(events[0]["protocolVersion"], STATELESS, "{events:?}");
+            events[0]["result"].clone()
+        };
+        let linked = call().await;
+        assert_eq!(linked["isError"], true, "{linked}");
+        let said = linked["content"][0]["text"].as_str().unwrap_or_default();
+        let connect = format!("{}/connect/", server.base());
+        let url = said
+            .split_whitespace()
+            .find(|word| word.starts_with(&connect))
+            .unwrap_or_else(|| panic!("the link in {said}"));
+        sign_in_on(url, &server, &server).await;
+        let result = call().await;
+        assert_eq!(result["isError"], false, "{result}");
+        assert_eq!(result["structuredContent"]["login"], "octocat", "{result}");
         server.stop().await;
     }
 );

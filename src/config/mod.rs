@@ -31,7 +31,7 @@ pub use identity::{AllowConfig, IdentityConfig, IdentityMode};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
 pub use sections::{
     DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig, SecretsConfig,
-    ServerConfig, TelemetryConfig,
+    ServerConfig, TelemetryConfig, WithoutUrlMode,
 };
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
 pub use upstreams::{UpstreamConfig, UpstreamOverride};

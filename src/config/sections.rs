@@ -56,6 +56,21 @@ pub struct ElicitationConfig {
     /// minutes in the browser does not use up the client's rounds of retries. Zero: no waiting.
     #[serde(deserialize_with = "duration")]
     pub hold: Duration,
+    /// What a 2026-07-28 client that cannot open URLs (no `elicitation.url` in its capabilities)
+    /// gets for a call that needs the user.
+    pub without_url_mode: WithoutUrlMode,
+}
+
+/// `elicitation.without_url_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WithoutUrlMode {
+    /// An error result (`isError`) naming the links and asking to call again once the user
+    /// finished there, as the 2025-11-25 era answers such clients.
+    #[default]
+    Link,
+    /// -32021 (missing required client capability) naming `elicitation.url`.
+    Error,
 }
 
 impl Default for ElicitationConfig {
@@ -67,6 +82,7 @@ impl Default for ElicitationConfig {
             max_pending_per_principal: 32,
             retention: None,
             hold: Duration::from_secs(25),
+            without_url_mode: WithoutUrlMode::default(),
         }
     }
 }

@@ -32,6 +32,15 @@ fn no_file_gives_the_embedded_default() {
     assert_eq!(config.database.url.expose(), "sqlite://gatehouse.db");
     assert_eq!(config.identity.mode, IdentityMode::Local);
     assert_eq!(config.public_url().as_str(), "http://127.0.0.1:8080/");
+    assert_eq!(config.elicitation.without_url_mode, WithoutUrlMode::Link);
+}
+
+#[test]
+fn clients_without_url_mode_may_be_refused_instead() {
+    let config = load("[elicitation]\nwithout_url_mode = \"error\"\n", &[]).expect("config");
+    assert_eq!(config.elicitation.without_url_mode, WithoutUrlMode::Error);
+    let config = load("[elicitation]\nwithout_url_mode = \"link\"\n", &[]).expect("config");
+    assert_eq!(config.elicitation.without_url_mode, WithoutUrlMode::Link);
 }
 
 #[test]
@@ -115,6 +124,10 @@ fn bad_values_name_their_key() {
             "elicitation.max_pending_per_principal",
         ),
         ("[elicitation]\nretention = \"10m\"\n", "elicitation.retention"),
+        (
+            "[elicitation]\nwithout_url_mode = \"form\"\n",
+            "elicitation.without_url_mode",
+        ),
         (
             "[telemetry]\notlp_endpoint = \"grpc://127.0.0.1:4317\"\n",
             "telemetry.otlp_endpoint",

@@ -1,11 +1,12 @@
 //! The MCP protocol over Streamable HTTP: the transport (headers, bodies, batches; its checks in
 //! `checks`, its refusals in `refusal`), sessions, method dispatch, the standalone SSE stream and
 //! in-call elicitation; and over stdin/stdout for local clients (`stdio`, with the same dispatch).
-//! The endpoint's own parts (sessions, running calls, fixtures) are its router state, `McpState`. A tool call asks the gate whether it may run and turns the answer into MCP: the tool's result, error -32042, a result
-//! with the links, or `elicitation/create` within the call. What a requirement is (a sign-in, a
-//! form) is the gate's business. With the `conformance` feature, `resources`, `prompts` and
-//! `completion` answer those methods for the conformance suite's `fixtures`. `measure` records
-//! every answered request in the metrics.
+//! The endpoint's own parts (sessions, running calls, fixtures) are its router state, `McpState`.
+//! A tool call asks the gate whether it may run and turns the answer into MCP: the tool's result,
+//! error -32042, a result with the links (both worded in `links`), or `elicitation/create` within
+//! the call. What a requirement is (a sign-in, a form) is the gate's business. With the
+//! `conformance` feature, `resources`, `prompts` and `completion` answer those methods for the
+//! conformance suite's `fixtures`. `measure` records every answered request in the metrics.
 
 mod calls;
 mod checks;
@@ -14,6 +15,7 @@ mod completion;
 #[cfg(feature = "conformance")]
 pub mod fixtures;
 mod incall;
+mod links;
 mod measure;
 mod methods;
 mod modern;

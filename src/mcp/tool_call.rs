@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::StreamChannel;
 use super::incall::{self, Outbox, Waited};
+use super::links;
 use super::state::McpState;
 use super::{STATELESS_PROTOCOL_VERSION, store_failure};
 use crate::audit::Origin;
@@ -19,7 +20,7 @@ use crate::config::ElicitMode;
 use crate::domain::LogLevel;
 use crate::gate::{AskWithinCall, Called, GateError, Hold, ToolCall, Waiting, client_name};
 use crate::identity::Caller;
-use crate::jsonrpc::{self, RpcError, URL_ELICITATION_REQUIRED};
+use crate::jsonrpc::{self, RpcError};
 use crate::store::{ElicitationRecord, SessionRecord};
 use crate::tools::{CallContext, CallStream, ReadyCall, Tool, ToolInput, ToolResult};
 
@@ -201,10 +202,7 @@ pub async fn call(
 pub fn handshake_answer(session: &SessionRecord, called: Called) -> Result<Value, RpcError> {
     let elicitations = match called {
         Called::Ran(result) | Called::Answered(result) => return Ok(result.to_json()),
-        Called::Elicit(records) => records
-            .iter()
-            .map(|e| json!({"mode": "url", "elicitationId": e.id.to_string(), "url": e.url, "message": e.message}))
-            .collect(),
+        Called::Elicit(records) => links::listed(&records),
         Called::Upstream(elicitations) => elicitations,
         Called::InputRequired { .. } => {
             return Ok(ToolResult::error(
@@ -214,28 +212,9 @@ pub fn handshake_answer(session: &SessionRecord, called: Called) -> Result<Value
         }
     };
     if supports_url_elicitation(session) {
-        return Err(
-            RpcError::new(URL_ELICITATION_REQUIRED, "This request requires more information.")
-                .with_data(json!({ "elicitations": elicitations })),
-        );
+        return Err(links::required(elicitations));
     }
-    let steps: Vec<String> = elicitations
-        .iter()
-        .map(|e| {
-            let message = e
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("A step in the browser is needed.");
-            let url = e.get("url").and_then(Value::as_str).unwrap_or("");
-            format!("- {message} Open: {url}")
-        })
-        .collect();
-    Ok(ToolResult::error(format!(
-        "The user must first complete a step in their browser:\n{}\nShow the link to the user, ask them to open it and \
-         finish there, then call this tool again with the same arguments.",
-        steps.join("\n")
-    ))
-    .to_json())
+    Ok(links::result(&elicitations).to_json())
 }
 
 /// How a call waits for the user within itself (`elicit = "request"` on a stream that takes

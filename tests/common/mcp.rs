@@ -384,7 +384,8 @@ pub fn url_of(elicitation: &Value) -> String {
     elicitation["url"].as_str().expect("url").to_owned()
 }
 
-/// The elicitations of a -32042 answer.
+/// The elicitations of a -32042 answer, whose message names each link (for clients that show
+/// only the message) and asks for the request again.
 pub fn elicitations(reply: &Reply) -> Vec<Value> {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     assert_eq!(
@@ -392,12 +393,18 @@ pub fn elicitations(reply: &Reply) -> Vec<Value> {
         "expected URL elicitation: {}",
         reply.body
     );
-    assert_eq!(
-        reply.body["error"]["message"],
-        "This request requires more information."
-    );
-    reply.body["error"]["data"]["elicitations"]
+    let elicitations = reply.body["error"]["data"]["elicitations"]
         .as_array()
         .expect("elicitations")
-        .clone()
+        .clone();
+    let message = reply.body["error"]["message"].as_str().expect("message");
+    assert!(message.contains("then retry"), "{message}");
+    for elicitation in &elicitations {
+        let url = url_of(elicitation);
+        assert!(
+            message.split_whitespace().any(|word| word == url),
+            "the message names {url}: {message}"
+        );
+    }
+    elicitations
 }

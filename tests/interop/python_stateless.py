@@ -10,7 +10,8 @@ JSON object --args, and lets the SDK drive the input_required rounds: the SDK ha
 and answers with --action: `accept` (the user agreed to open the link; the default), `decline` or
 `cancel`. The SDK retries with that answer and the request state; after an accept the server holds
 the retry until the user has finished in the browser (the test does that part over HTTP, on
-whichever replica it likes). When the call returns it prints a final line
+whichever replica it likes). With --no-elicitation the client has no elicitation callback, so it
+declares no elicitation capability at all (as an application that never set one does). When the call returns it prints a final line
   {"event": "result", "protocolVersion", "result": {"isError", "content", "structuredContent"}}
 
 Every stdout line is one JSON object, flushed at once. Exit codes: 0 success; 2 the call answered
@@ -18,7 +19,7 @@ with a JSON-RPC error (as JSON on stderr); 1 anything else, including --timeout 
 
 Usage:
   python_stateless.py --url http://127.0.0.1:PORT/mcp --call me [--args '{}'] [--mode auto]
-                      [--action accept|decline|cancel] [--timeout 60]
+                      [--action accept|decline|cancel | --no-elicitation] [--timeout 60]
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="accept",
         help="the answer to every elicitation",
     )
+    parser.add_argument(
+        "--no-elicitation",
+        action="store_true",
+        help="give the client no elicitation callback (it then declares no elicitation capability)",
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="overall timeout in seconds")
     return parser.parse_args(argv)
 
@@ -54,7 +60,9 @@ def emit(event: dict[str, Any]) -> None:
     print(json.dumps(event), flush=True)
 
 
-async def run(url: str, tool: str, mode: str, action: str, arguments: dict[str, Any]) -> dict[str, Any]:
+async def run(
+    url: str, tool: str, mode: str, action: str, elicit: bool, arguments: dict[str, Any]
+) -> dict[str, Any]:
     client_info = Implementation(name="gatehouse-interop-python-stateless", version="1.0.0")
 
     async def on_elicitation(_context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
@@ -68,7 +76,8 @@ async def run(url: str, tool: str, mode: str, action: str, arguments: dict[str, 
         )
         return ElicitResult(action=action)
 
-    async with Client(url, mode=mode, client_info=client_info, elicitation_callback=on_elicitation) as client:
+    callback = on_elicitation if elicit else None
+    async with Client(url, mode=mode, client_info=client_info, elicitation_callback=callback) as client:
         result = await client.call_tool(tool, arguments)
         version = client.protocol_version
     return {"event": "result", "protocolVersion": version, "result": result_to_json(result)}
@@ -77,7 +86,7 @@ async def run(url: str, tool: str, mode: str, action: str, arguments: dict[str, 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     return run_main(
-        opts, lambda arguments: run(opts.url, opts.call, opts.mode, opts.action, arguments), "stateless client"
+        opts, lambda arguments: run(opts.url, opts.call, opts.mode, opts.action, not opts.no_elicitation, arguments), "stateless client"
     )
 
 

@@ -6,7 +6,9 @@
 //! fresh state, when `elicitation.hold` runs out. A retry whose answers say the user declined (or
 //! dismissed) a link ends the call at once, the decline reported as the gate reports one made on
 //! the page. A tool may also ask the client itself (`ToolOutcome::InputRequired`): its requests go
-//! out as they are, and its state travels sealed in the same `requestState`.
+//! out as they are, and its state travels sealed in the same `requestState`. A client that did not
+//! declare URL mode gets the links in an error result, as in the handshake era (or, configured so,
+//! -32021).
 
 use chrono::Utc;
 use serde_json::{Map, Value, json};
@@ -15,11 +17,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::request_state::RequestState;
 use crate::clock::after;
+use crate::config::WithoutUrlMode;
 use crate::domain::ElicitationId;
 use crate::gate::{Called, Hold};
 use crate::identity::Caller;
 use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
 use crate::mcp::incall::Outbox;
+use crate::mcp::links;
 use crate::mcp::state::McpState;
 use crate::mcp::tool_call::{self, Retry, Stream, ToolRequest};
 use crate::store::{ClientAction, ElicitationStatus, SessionRecord};
@@ -86,6 +90,14 @@ pub async fn call(
     let stream = stream.map(Stream::Notifications);
     let called = tool_call::call(state, session, caller, request, stream, retry, &cancelled).await?;
     drop(permit);
+    // A client that cannot open URLs gets the links as the handshake era gives them to such
+    // clients, unless configured to be refused (-32021, below).
+    if state.config.elicitation.without_url_mode == WithoutUrlMode::Link
+        && !tool_call::supports_url_elicitation(session)
+        && let Some(elicitations) = links::of(&called)
+    {
+        return Ok(links::result(&elicitations).to_json());
+    }
     let (requests, given, kept) = match called {
         Called::Ran(result) | Called::Answered(result) => return Ok(result.to_json()),
         Called::Elicit(records) => {
