@@ -12,10 +12,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::mcp_upstreams::{Spawned, server_everything, spawn};
+use common::mcp_upstreams::{Spawned, server_everything, server_everything_http, spawn};
 use common::{
-    Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, captured_logs, eventually, logged_text,
-    repo, text,
+    Backend, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, captured_logs, eventually, logged_text, repo, text,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -55,15 +54,6 @@ fn toml_list(items: &[String]) -> String {
     items.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", ")
 }
 
-/// A client of `user` that answers URL- and form-mode elicitations.
-async fn client_of(server: &TestServer, user: &str) -> McpClient {
-    let mut client = server.client().with_user("x-forwarded-user", user);
-    client
-        .initialize_with("2025-11-25", json!({"elicitation": {"form": {}, "url": {}}}))
-        .await;
-    client
-}
-
 async fn call(client: &McpClient, tool: &str) -> common::Reply {
     client
         .request("tools/call", json!({"name": tool, "arguments": {}}))
@@ -80,28 +70,6 @@ fn listed_names(tools: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// `user` fills in the form `key` that a call of `tool` asks for, with `secret`.
-async fn fill_in_key(server: &TestServer, client: &McpClient, user: &str, tool: &str, secret: &str) {
-    let reply = call(client, tool).await;
-    let listed = common::elicitations(&reply);
-    let url = common::url_of(&listed[0]);
-    let browser = Browser::as_user("x-forwarded-user", user);
-    let page = browser.get(&url).await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    let sent = browser
-        .post_form(
-            &url,
-            &server.base(),
-            &[("csrf", &page.csrf()), ("token", secret), ("action", "submit")],
-        )
-        .await;
-    assert!(
-        sent.status.is_success() || sent.status.is_redirection(),
-        "{}",
-        sent.body
-    );
 }
 
 /// Everything of a streamed call: the messages before its answer, then the answer; each relayed
@@ -151,10 +119,10 @@ backend_test!(
         let stdio = toml_list(&malicious(&["--leak-description"]));
         let database = TestDatabase::new(backend).await;
         let server = TestServer::start(&database, &malicious_config(&url, &stdio, true)).await;
-        let alice = client_of(&server, "alice").await;
-        let bob = client_of(&server, "bob").await;
+        let alice = server.eliciting_client("alice").await;
+        let bob = server.eliciting_client("bob").await;
         alice.call("logging/setLevel", json!({"level": "info"})).await;
-        fill_in_key(&server, &alice, "alice", "evilh_connect", SECRET).await;
+        server.fill_in_token(&alice, "alice", "evilh_connect", SECRET).await;
         let mut bodies = Vec::new();
         for upstream in ["evilh", "evils"] {
             let connected = alice
@@ -250,7 +218,7 @@ backend_test!(
             "id = \"evilh\"\nelicitation_origins = [\"https://auth.example.com\"]\n",
         );
         let server = TestServer::start(&database, &toml).await;
-        let alice = client_of(&server, "alice").await;
+        let alice = server.eliciting_client("alice").await;
         eventually("both catalogues", async || {
             let names = listed_names(&alice.call("tools/list", json!({})).await);
             (names.contains(&"evilh_url_leak".to_owned()) && names.contains(&"evils_url_leak".to_owned())).then_some(())
@@ -337,7 +305,7 @@ tools = ["echo"]
 "#
         );
         let server = TestServer::start(&database, &toml).await;
-        let alice = client_of(&server, "alice").await;
+        let alice = server.eliciting_client("alice").await;
         let names = eventually("open's catalogue", async || {
             let names = listed_names(&alice.call("tools/list", json!({})).await);
             names.contains(&"notify_leak".to_owned()).then_some(names)
@@ -402,17 +370,7 @@ async fn upstreams_that_say_their_list_changed_are_listed_a_handful_of_times_a_m
     }
     let (chatty_url, _chatty) = malicious_http(&["--chatty", "--seen", &seen_http.to_string_lossy()]).await;
     let chatty_stdio = toml_list(&malicious(&["--chatty", "--seen", &seen_stdio.to_string_lossy()]));
-    let port = common::free_port();
-    let mut command = Command::new("node");
-    command
-        .arg(&everything)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string());
-    let everything_http = spawn(command, "server-everything streamableHttp");
-    eventually("server-everything listening", async || {
-        everything_http.4.text().contains("listening on port").then_some(())
-    })
-    .await;
+    let (everything_url, _everything_http) = server_everything_http(&everything).await;
     let everything_stdio = toml_list(&[
         "node".to_owned(),
         everything.to_string_lossy().into_owned(),
@@ -438,11 +396,11 @@ command = [{everything_stdio}]
 
 [[upstreams]]
 id = "se_http"
-url = "http://127.0.0.1:{port}/mcp"
+url = "{everything_url}"
 "#
     );
     let server = TestServer::start(&database, &toml).await;
-    let alice = client_of(&server, "alice").await;
+    let alice = server.eliciting_client("alice").await;
     // Calls go through while the minute passes: once a second, to each reference server.
     let watch = tokio::time::Instant::now() + WATCH;
     let mut calls = 0;

@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::mcp_upstreams::{server_everything, spawn};
+use common::mcp_upstreams::{server_everything, server_everything_http};
 use common::python::python_sdk;
 use common::{Backend, TestDatabase, TestServer, eventually_within, repo};
 use serde_json::{Value, json};
@@ -47,23 +47,12 @@ async fn sampling_and_roots_requests_reach_the_calling_client_and_the_answers_go
     let Some(python) = python_sdk().await else {
         return;
     };
-    let port = common::free_port();
-    let mut command = Command::new("node");
-    command
-        .arg(&everything)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string());
-    let http = spawn(command, "server-everything streamableHttp");
-    eventually_within(Duration::from_secs(60), "server-everything listening", async || {
-        http.4.text().contains("listening on port").then_some(())
-    })
-    .await;
+    let (http_url, _http) = server_everything_http(&everything).await;
     let stdio = format!("[\"node\", {:?}, \"stdio\"]", everything.to_string_lossy());
     let database = TestDatabase::new(Backend::Sqlite).await;
     // Local identity (one user): the Python client names none.
-    let toml = format!(
-        "[[upstreams]]\nid = \"se\"\ncommand = {stdio}\n\n[[upstreams]]\nid = \"sh\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
-    );
+    let toml =
+        format!("[[upstreams]]\nid = \"se\"\ncommand = {stdio}\n\n[[upstreams]]\nid = \"sh\"\nurl = \"{http_url}\"\n");
     let server = TestServer::start(&database, &toml).await;
     let mut client = server.client();
     client.initialize().await;

@@ -10,9 +10,7 @@ use axum::Router;
 use axum::routing::post;
 use common::mcp_upstreams::{TsExampleServer, stdio_server_command};
 use common::upstream::serve;
-use common::{
-    Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, captured_logs, logged_text, text,
-};
+use common::{Backend, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, captured_logs, logged_text, text};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -86,31 +84,6 @@ idle_timeout = "10m"
     )
 }
 
-/// `user` fills in the form a call of `tool` asks for with `token`.
-async fn fill_in(server: &TestServer, client: &McpClient, user: &str, token: &str, tool: &str) {
-    let reply = client
-        .request("tools/call", json!({"name": tool, "arguments": {}}))
-        .await;
-    let listed = common::elicitations(&reply);
-    assert_eq!(listed.len(), 1, "{}", reply.body);
-    let url = common::url_of(&listed[0]);
-    let browser = Browser::as_user("x-forwarded-user", user);
-    let page = browser.get(&url).await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    let sent = browser
-        .post_form(
-            &url,
-            &server.base(),
-            &[("csrf", &page.csrf()), ("token", token), ("action", "submit")],
-        )
-        .await;
-    assert!(
-        sent.status.is_success() || sent.status.is_redirection(),
-        "{}",
-        sent.body
-    );
-}
-
 fn sha256_hex(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
@@ -129,10 +102,14 @@ backend_test!(
         let alice = client_of(&server, "alice").await;
         let bob = client_of(&server, "bob").await;
         // Nobody has listed its tools yet: `notes_connect` asks for the form, then lists them.
-        fill_in(&server, &alice, "alice", "alice-secret-0123456789", "notes_connect").await;
+        server
+            .fill_in_token(&alice, "alice", "notes_connect", "alice-secret-0123456789")
+            .await;
         let connected = call(&alice, "notes_connect", json!({})).await;
         assert!(text(&connected).contains("notes_token_hash"), "{connected}");
-        fill_in(&server, &bob, "bob", "bob-secret-9876543210", "notes_token_hash").await;
+        server
+            .fill_in_token(&bob, "bob", "notes_token_hash", "bob-secret-9876543210")
+            .await;
 
         let alices = call(&alice, "notes_token_hash", json!({})).await;
         assert_eq!(text(&alices), sha256_hex("alice-secret-0123456789"), "{alices}");
@@ -203,21 +180,18 @@ backend_test!(
         let server = TestServer::start(&database, &stdio_config(&command, 2)).await;
         // A first user connects, so the tools are listed; their process idles afterwards.
         let first = client_of(&server, "first").await;
-        fill_in(&server, &first, "first", "first-secret-0123456789", "notes_connect").await;
+        server
+            .fill_in_token(&first, "first", "notes_connect", "first-secret-0123456789")
+            .await;
         call(&first, "notes_connect", json!({})).await;
         assert_eq!(running(&pids).len(), 1);
         let mut clients = Vec::new();
         for n in 1..=6 {
             let user = format!("user{n}");
             let client = client_of(&server, &user).await;
-            fill_in(
-                &server,
-                &client,
-                &user,
-                &format!("{user}-secret-0123456789"),
-                "notes_pid",
-            )
-            .await;
+            server
+                .fill_in_token(&client, &user, "notes_pid", &format!("{user}-secret-0123456789"))
+                .await;
             clients.push(client);
         }
 
@@ -259,7 +233,7 @@ async fn writer(backend: Backend, what: &str) -> Option<Writer> {
     let tag = format!("{what}-{backend:?}").to_lowercase();
     let secret = format!("SeCrEt-{tag}-0123456789abcdefghij");
     let client = client_of(&server, &tag).await;
-    fill_in(&server, &client, &tag, &secret, "notes_connect").await;
+    server.fill_in_token(&client, &tag, "notes_connect", &secret).await;
     call(&client, "notes_connect", json!({})).await;
     Some(Writer {
         server,

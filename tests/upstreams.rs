@@ -45,15 +45,6 @@ async fn setup(backend: Backend, scope_for: &[(&str, &str)], extra: &str) -> Opt
     })
 }
 
-/// A client of `user`, initialized with URL- and form-mode elicitation.
-async fn client_of(server: &TestServer, user: &str) -> McpClient {
-    let mut client = server.client().with_user("x-forwarded-user", user);
-    client
-        .initialize_with("2025-11-25", json!({"elicitation": {"form": {}, "url": {}}}))
-        .await;
-    client
-}
-
 async fn call(client: &McpClient, tool: &str, arguments: Value) -> common::Reply {
     client
         .request("tools/call", json!({"name": tool, "arguments": arguments}))
@@ -140,7 +131,7 @@ backend_test!(
         let Some(s) = setup(backend, &[], "tools = [\"whoami\", \"count\"]").await else {
             return;
         };
-        let alice = client_of(&s.server, "alice").await;
+        let alice = s.server.eliciting_client("alice").await;
         let before = alice.call("tools/list", json!({})).await;
         let names = tool_names(&before);
         assert!(
@@ -190,7 +181,7 @@ backend_test!(
             &gatehouse_config(&s.fake, &s.upstream, "tools = [\"whoami\", \"count\"]"),
         )
         .await;
-        let bob = client_of(&server, "bob").await;
+        let bob = server.eliciting_client("bob").await;
         let tools = bob.call("tools/list", json!({})).await;
         let count = tools["tools"]
             .as_array()
@@ -211,8 +202,8 @@ backend_test!(
         let Some(s) = setup(backend, &[], "").await else {
             return;
         };
-        let alice = client_of(&s.server, "alice").await;
-        let bob = client_of(&s.server, "bob").await;
+        let alice = s.server.eliciting_client("alice").await;
+        let bob = s.server.eliciting_client("bob").await;
         let before = tool_names(&alice.call("tools/list", json!({})).await);
         assert!(
             before.contains(&"gh_connect".to_owned()) && !before.contains(&"gh_whoami".to_owned()),
@@ -254,7 +245,7 @@ backend_test!(
         let Some(s) = setup(backend, &[], "").await else {
             return;
         };
-        let alice = client_of(&s.server, "alice").await;
+        let alice = s.server.eliciting_client("alice").await;
         connect_first(&s, &alice, "alice").await;
 
         let mut stream = alice
@@ -302,7 +293,7 @@ backend_test!(
         let Some(s) = setup(backend, &[], "").await else {
             return;
         };
-        let alice = client_of(&s.server, "alice").await;
+        let alice = s.server.eliciting_client("alice").await;
         connect_first(&s, &alice, "alice").await;
         let mut stream = alice
             .request_stream("tools/call", json!({"name": "gh_ask_color", "arguments": {}}))
@@ -336,7 +327,7 @@ backend_test!(
         let Some(s) = setup(backend, &[("delete_repository", "delete_repo")], "").await else {
             return;
         };
-        let alice = client_of(&s.server, "alice").await;
+        let alice = s.server.eliciting_client("alice").await;
         connect_first(&s, &alice, "alice").await;
         assert_eq!(
             alice
@@ -378,7 +369,7 @@ backend_test!(
         let Some(s) = setup(backend, &[], "").await else {
             return;
         };
-        let alice = client_of(&s.server, "alice").await;
+        let alice = s.server.eliciting_client("alice").await;
         let before = alice
             .call("tools/call", json!({"name": "whoami", "arguments": {}}))
             .await;
@@ -405,7 +396,7 @@ backend_test!(
         let Some(s) = setup(backend, &[], "").await else {
             return;
         };
-        let alice = client_of(&s.server, "alice").await;
+        let alice = s.server.eliciting_client("alice").await;
         connect_first(&s, &alice, "alice").await;
         alice
             .call("tools/call", json!({"name": "gh_whoami", "arguments": {}}))
@@ -448,13 +439,13 @@ postgres_test!(
             return;
         };
         let b = TestServer::start(&s.database, &gatehouse_config(&s.fake, &s.upstream, "")).await;
-        let bob = client_of(&b, "bob").await;
+        let bob = b.eliciting_client("bob").await;
         let mut stream = bob.open_stream(None).await;
         let listed_on_b = || async { tool_names(&bob.call("tools/list", json!({})).await) };
         assert!(!listed_on_b().await.contains(&"gh_whoami".to_owned()));
 
         // Alice connects on replica A, which lists the upstream's tools.
-        let alice = client_of(&s.server, "alice").await;
+        let alice = s.server.eliciting_client("alice").await;
         connect_first(&s, &alice, "alice").await;
         let changed = next_list_changed(&mut stream).await;
         assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
@@ -493,7 +484,7 @@ postgres_test!(
             return;
         };
         let b = TestServer::start(&s.database, &gatehouse_config(&s.fake, &s.upstream, "")).await;
-        let alice = client_of(&s.server, "alice").await;
+        let alice = s.server.eliciting_client("alice").await;
         connect_first(&s, &alice, "alice").await;
         let alice_on_b = alice.on(&b);
 
@@ -525,7 +516,7 @@ backend_test!(
         let Some(s) = setup(backend, &[], "").await else {
             return;
         };
-        let alice = client_of(&s.server, "alice").await;
+        let alice = s.server.eliciting_client("alice").await;
         connect_first(&s, &alice, "alice").await;
         let stateless = common::stateless::StatelessClient::new(&s.server.url)
             .with_user("x-forwarded-user", "alice")

@@ -257,6 +257,20 @@ pub async fn server_everything() -> Option<PathBuf> {
     Some(stage.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
 }
 
+/// The reference server at `index` (see [`server_everything`]) over Streamable HTTP on a free
+/// loopback port, once it listens: its `/mcp` URL, and the child (killed when dropped).
+pub async fn server_everything_http(index: &std::path::Path) -> (String, Spawned) {
+    let port = super::free_port();
+    let mut command = Command::new("node");
+    command.arg(index).arg("streamableHttp").env("PORT", port.to_string());
+    let spawned = spawn(command, "server-everything streamableHttp");
+    super::eventually_within(STARTUP, "server-everything listening", async || {
+        spawned.4.text().contains("listening on port").then_some(())
+    })
+    .await;
+    (format!("http://127.0.0.1:{port}/mcp"), spawned)
+}
+
 /// Installs `what`, the pinned npm packages of `source` (a directory with package.json and
 /// package-lock.json), into `stage` under target/ (`scripts/npm-stage`, once per lock file); the
 /// stage directory, which holds their node_modules. None (after a loud skip, a failure under

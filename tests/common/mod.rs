@@ -565,6 +565,42 @@ impl TestServer {
         McpClient::new(&self.url)
     }
 
+    /// A client of `user` (named in `X-Forwarded-User`, header identity), initialized on
+    /// 2025-11-25 with URL- and form-mode elicitation.
+    pub async fn eliciting_client(&self, user: &str) -> McpClient {
+        let mut client = self.client().with_user("x-forwarded-user", user);
+        client
+            .initialize_with("2025-11-25", json!({"elicitation": {"form": {}, "url": {}}}))
+            .await;
+        client
+    }
+
+    /// `user` (through `client`) calls `tool`, which asks for a form by -32042, and fills it in
+    /// in the browser with its `token` field set to `token`.
+    pub async fn fill_in_token(&self, client: &McpClient, user: &str, tool: &str, token: &str) {
+        let reply = client
+            .request("tools/call", json!({"name": tool, "arguments": {}}))
+            .await;
+        let listed = elicitations(&reply);
+        assert_eq!(listed.len(), 1, "{}", reply.body);
+        let url = url_of(&listed[0]);
+        let browser = Browser::as_user("x-forwarded-user", user);
+        let page = browser.get(&url).await;
+        assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
+        let sent = browser
+            .post_form(
+                &url,
+                &self.base(),
+                &[("csrf", &page.csrf()), ("token", token), ("action", "submit")],
+            )
+            .await;
+        assert!(
+            sent.status.is_success() || sent.status.is_redirection(),
+            "{}",
+            sent.body
+        );
+    }
+
     /// One retention sweep by this server, once it gets the lease (its own periodic sweep, or
     /// another replica's, may hold it for a moment).
     pub async fn sweep_retention(&self) -> gatehouse::retention::Swept {
