@@ -239,6 +239,29 @@ backend_test!(
     }
 );
 
+backend_test!(
+    /// A replica shutting down answers its held retries at once (input_required, so the client
+    /// retries elsewhere) instead of holding the shutdown until their holds run out.
+    async fn a_held_retry_is_answered_at_once_when_the_replica_shuts_down(backend: Backend) {
+        let (_fake, _database, server) = start(backend, "300s", "").await;
+        let client = StatelessClient::new(&server.url);
+        let first = client
+            .result("tools/call", json!({"name": "me", "arguments": {}}))
+            .await;
+        let (url, state) = input_required(&first);
+        let held = tokio::spawn({
+            let client = client.clone();
+            async move { client.result("tools/call", retry("me", &state)).await }
+        });
+        let calls = server.mcp.calls.clone();
+        eventually("the retry is held", async || (calls.held_now() == 1).then_some(())).await;
+        // `stop` fails unless the server is done within its 10 s guard, far inside the hold.
+        server.stop().await;
+        let answer = held.await.expect("the held retry");
+        assert_eq!(input_required(&answer).0, url, "{answer}");
+    }
+);
+
 /// `http://host:port` of a URL.
 fn url_base(url: &str) -> String {
     let parsed = url::Url::parse(url).expect("url");

@@ -8,6 +8,7 @@
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::tool::{AskWithinCall, RunTool, ToolOutcome, ToolResult};
 use super::{Credentials, Decision, Gate, GateError, Requirement, ToolCall};
@@ -39,6 +40,9 @@ pub struct Hold {
     /// The elicitations the client was given; a call that needs any other answers at once, since
     /// the user has not seen its link.
     pub given: Vec<ElicitationId>,
+    /// Cancelled when this replica shuts down: the call answers at once (the client retries on
+    /// another replica) rather than holding the shutdown for the rest of the hold.
+    pub stop: CancellationToken,
 }
 
 /// Whether and how a call waits for the user before it hands out the elicitations.
@@ -178,7 +182,7 @@ impl Gate {
     }
 
     /// Decides, and while the call still needs only elicitations the client was given, waits for
-    /// a wake-up from the bus and decides again, until `hold.until`. Whatever finishes them (on
+    /// a wake-up from the bus and decides again, until `hold.until` or shutdown. Whatever finishes them (on
     /// any replica) wakes the caller's stateless session, so the answer leaves the moment the
     /// user is done.
     async fn held(
@@ -203,9 +207,12 @@ impl Gate {
             if !elicitations.iter().all(|e| hold.given.contains(&e.id)) {
                 return Ok(Gated::Elicit(elicitations));
             }
-            match tokio::time::timeout_at(hold.until, hold.wake.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => return Ok(Gated::Elicit(elicitations)),
+            let woken = tokio::select! {
+                waited = tokio::time::timeout_at(hold.until, hold.wake.changed()) => matches!(waited, Ok(Ok(()))),
+                () = hold.stop.cancelled() => false,
+            };
+            if !woken {
+                return Ok(Gated::Elicit(elicitations));
             }
         }
     }

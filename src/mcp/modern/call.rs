@@ -71,6 +71,7 @@ pub async fn call(
                 until: Instant::now() + hold_for,
                 wake: state.bus.subscribe(&session.id),
                 given: opened.elicitations(),
+                stop: state.shutdown.clone(),
             });
         }
         // For URL mode the answers only say the user agreed to open the links: what counts is
