@@ -239,22 +239,26 @@ backend_test!(
     }
 );
 
+/// A call of `me` on `server` that answers input_required, then its retry, held there: the
+/// link, and the retry's answer to come.
+async fn a_held_retry(server: &TestServer) -> (String, tokio::task::JoinHandle<Value>) {
+    let client = StatelessClient::new(&server.url);
+    let first = client
+        .result("tools/call", json!({"name": "me", "arguments": {}}))
+        .await;
+    let (url, state) = input_required(&first);
+    let held = tokio::spawn(async move { client.result("tools/call", retry("me", &state)).await });
+    let calls = server.mcp.calls.clone();
+    eventually("the retry is held", async || (calls.held_now() == 1).then_some(())).await;
+    (url, held)
+}
+
 backend_test!(
     /// A replica shutting down answers its held retries at once (input_required, so the client
     /// retries elsewhere) instead of holding the shutdown until their holds run out.
     async fn a_held_retry_is_answered_at_once_when_the_replica_shuts_down(backend: Backend) {
         let (_fake, _database, server) = start(backend, "300s", "").await;
-        let client = StatelessClient::new(&server.url);
-        let first = client
-            .result("tools/call", json!({"name": "me", "arguments": {}}))
-            .await;
-        let (url, state) = input_required(&first);
-        let held = tokio::spawn({
-            let client = client.clone();
-            async move { client.result("tools/call", retry("me", &state)).await }
-        });
-        let calls = server.mcp.calls.clone();
-        eventually("the retry is held", async || (calls.held_now() == 1).then_some(())).await;
+        let (url, held) = a_held_retry(&server).await;
         // `stop` fails unless the server is done within its 10 s guard, far inside the hold.
         server.stop().await;
         let answer = held.await.expect("the held retry");
@@ -276,17 +280,7 @@ postgres_test!(
         let toml = fake.configure(include_str!("fixtures/fake_hub.toml"));
         let a = TestServer::start(&database, &toml).await;
         let b = TestServer::start(&database, &toml).await;
-        let client = StatelessClient::new(&a.url);
-        let first = client
-            .result("tools/call", json!({"name": "me", "arguments": {}}))
-            .await;
-        let (url, state) = input_required(&first);
-        let held = tokio::spawn({
-            let client = client.clone();
-            async move { client.result("tools/call", retry("me", &state)).await }
-        });
-        let calls = a.mcp.calls.clone();
-        eventually("the retry is held on A", async || (calls.held_now() == 1).then_some(())).await;
+        let (url, held) = a_held_retry(&a).await;
         let browser = Browser::new();
         let authorize = browser.continue_to_provider(&url.replace(&a.base(), &b.base())).await;
         let callback = browser.authorize(&authorize).await.replace(&a.base(), &b.base());
