@@ -24,7 +24,7 @@ pub mod rekey;
 mod requirement;
 mod run;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 mod tool;
 
 use std::sync::Arc;
@@ -54,7 +54,7 @@ pub use elicitations::{Ask, Elicitations, Limits, client_name};
 pub use form_values::{FormValues, StoredValues};
 pub use requirement::{InvalidRequirement, Requirement};
 pub use run::{Called, Hold, Waiting};
-pub use tool::{AskWithinCall, RunTool, ToolOutcome, ToolResult};
+pub use tool::{AskWithinCall, NeverAsks, RunTool, ToolOutcome, ToolResult};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {

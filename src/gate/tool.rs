@@ -88,3 +88,13 @@ pub trait AskWithinCall: Sync {
     /// completed (the gate decides again), or the result the call ends with.
     fn ask(&self, elicitations: &[ElicitationRecord]) -> impl Future<Output = Result<(), ToolResult>> + Send;
 }
+
+/// The asking of a call that never waits within itself (`Waiting::No` or `Waiting::Held`): no
+/// value of it exists.
+pub enum NeverAsks {}
+
+impl AskWithinCall for NeverAsks {
+    async fn ask(&self, _elicitations: &[ElicitationRecord]) -> Result<(), ToolResult> {
+        match *self {}
+    }
+}

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::gate::Called;
-use crate::jsonrpc::{RpcError, URL_ELICITATION_REQUIRED};
+use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError, URL_ELICITATION_REQUIRED};
 use crate::store::ElicitationRecord;
 use crate::text;
 use crate::tools::ToolResult;
@@ -39,6 +39,16 @@ pub fn listed(records: &[ElicitationRecord]) -> Vec<Value> {
 pub fn required(elicitations: Vec<Value>) -> RpcError {
     let message = message(&elicitations);
     RpcError::new(URL_ELICITATION_REQUIRED, message).with_data(json!({ "elicitations": elicitations }))
+}
+
+/// For a request other than a tool call, where no result can carry the links: an error with
+/// `code` whose message names each link, as -32042's does.
+pub fn named_in_error(code: i64, elicitations: &[Value]) -> RpcError {
+    let error = RpcError::new(code, message(elicitations));
+    if code == MISSING_REQUIRED_CLIENT_CAPABILITY {
+        return error.with_data(json!({"requiredCapabilities": {"elicitation": {"url": {}}}}));
+    }
+    error
 }
 
 /// For a client without URL mode: an error result listing every link, asking the model to have

@@ -171,9 +171,11 @@ async fn start_session(
     Ok((record.id.clone(), result))
 }
 
-/// The capabilities `initialize` announces.
+/// The capabilities `initialize` announces: tools and logging, and what the upstreams offer
+/// beside tools as far as their listings tell.
 fn offered(state: &McpState) -> Value {
     let capabilities = json!({"tools": {"listChanged": !state.upstreams.is_empty()}, "logging": {}});
+    let capabilities = super::offered::capabilities(state, capabilities, true);
     #[cfg(feature = "conformance")]
     if state.fixtures.is_some() {
         return super::fixtures::advertise(capabilities, true);
@@ -236,14 +238,12 @@ pub async fn handle(
                 tool_call::handshake_answer(session, called)
             }
             #[cfg(feature = "conformance")]
-            "resources/list"
-            | "resources/templates/list"
-            | "resources/read"
-            | "resources/subscribe"
-            | "resources/unsubscribe"
-            | "prompts/list"
-            | "prompts/get"
-            | "completion/complete" => super::fixtures::answer(state.fixtures.as_deref(), &session.id, method, &params),
+            method if super::offered::METHODS.contains(&method) && state.fixtures.is_some() => {
+                super::fixtures::answer(state.fixtures.as_deref(), &session.id, method, &params)
+            }
+            method if super::offered::METHODS.contains(&method) => {
+                super::offered::handshake(state, session, caller, method, &params).await
+            }
             "initialize" => Err(RpcError::new(
                 jsonrpc::INVALID_REQUEST,
                 "the session is already initialized",
@@ -300,7 +300,19 @@ pub(super) fn list_tools(state: &McpState, caller: &Caller, params: Map<String, 
         .chain(upstream_tools.iter())
         .filter(|t| t.definition().permits(&caller.claims))
         .collect();
-    let total = visible.len();
+    page(visible, "tools", &params, state.config.mcp.page_size, |t| t.definition().to_json())
+}
+
+/// One page of a list, as `{key: [...], nextCursor}`: `page_size` items from the offset the
+/// request's cursor names, each shown as `show` writes it.
+pub(super) fn page<T>(
+    items: Vec<T>,
+    key: &str,
+    params: &Map<String, Value>,
+    page_size: usize,
+    show: impl Fn(T) -> Value,
+) -> Result<Value, RpcError> {
+    let total = items.len();
     let offset = match params.get("cursor") {
         None | Some(Value::Null) => 0,
         Some(Value::String(cursor)) => decode_cursor(cursor)
@@ -308,12 +320,11 @@ pub(super) fn list_tools(state: &McpState, caller: &Caller, params: Map<String, 
             .ok_or_else(|| RpcError::invalid_params("params.cursor is not a cursor this server gave out"))?,
         Some(_) => return Err(RpcError::invalid_params("params.cursor must be a string")),
     };
-    let end = offset.saturating_add(state.config.mcp.page_size).min(total);
-    let next = (end < total).then_some(end);
-    let page: Vec<Value> = visible[offset..end].iter().map(|t| t.definition().to_json()).collect();
-    let mut result = json!({ "tools": page });
-    if let Some(next) = next {
-        result["nextCursor"] = json!(encode_cursor(next));
+    let end = offset.saturating_add(page_size).min(total);
+    let page: Vec<Value> = items.into_iter().skip(offset).take(end - offset).map(show).collect();
+    let mut result = json!({ key: page });
+    if end < total {
+        result["nextCursor"] = json!(encode_cursor(end));
     }
     Ok(result)
 }

@@ -4,7 +4,8 @@
 //! The endpoint's own parts (sessions, running calls, fixtures) are its router state, `McpState`.
 //! A tool call asks the gate whether it may run and turns the answer into MCP: the tool's result,
 //! error -32042, a result with the links (both worded in `links`), or `elicitation/create` within
-//! the call. What a requirement is (a sign-in, a form) is the gate's business. With the
+//! the call. What a requirement is (a sign-in, a form) is the gate's business. `offered` serves
+//! the upstreams' resources, prompts and completions, gated the same way. With the
 //! `conformance` feature, `resources`, `prompts` and `completion` answer those methods for the
 //! conformance suite's `fixtures`. `measure` records every answered request in the metrics.
 
@@ -19,6 +20,7 @@ mod links;
 mod measure;
 mod methods;
 mod modern;
+mod offered;
 #[cfg(feature = "conformance")]
 mod prompts;
 mod refusal;

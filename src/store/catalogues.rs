@@ -1,5 +1,6 @@
-//! Upstream tool catalogues: what each upstream MCP server answered to tools/list, persisted so
-//! replicas share it and a restart keeps it. The record, its digest, and the store trait.
+//! Upstream catalogues: what each upstream MCP server answered to tools/list (and to the resource
+//! and prompt lists), persisted so replicas share it and a restart keeps it. The record, its
+//! digest, and the store trait.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -15,7 +16,10 @@ pub struct CatalogueRecord {
     pub upstream: String,
     /// The `tools` array the upstream answered to tools/list (all pages), unprefixed.
     pub tools: Value,
-    /// Hex SHA-256 of the canonical JSON of `tools`; equal digests mean an unchanged catalogue.
+    /// What else it offers, unprefixed: an object with `resources`, `resourceTemplates` and
+    /// `prompts` arrays and the `capabilities` it declared; `{}` for an upstream offering only tools.
+    pub offers: Value,
+    /// [`CatalogueRecord::digest_of`] `tools` and `offers`; equal digests mean an unchanged catalogue.
     pub digest: String,
     /// The principal whose credentials listed it (None: listed without credentials).
     pub listed_by: Option<Principal>,
@@ -32,6 +36,15 @@ impl CatalogueRecord {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
+    }
+
+    /// The digest of a listing: of `tools` alone when it offers nothing else (the digest stored
+    /// before upstreams' other offers were listed), else of both.
+    pub fn digest_of_listing(tools: &Value, offers: &Value) -> String {
+        if offers.as_object().is_none_or(serde_json::Map::is_empty) {
+            return Self::digest_of(tools);
+        }
+        Self::digest_of(&Value::Array(vec![tools.clone(), offers.clone()]))
     }
 }
 

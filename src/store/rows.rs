@@ -230,12 +230,13 @@ impl Stored for FormAnswerRecord {
     }
 }
 
-pub(super) const CATALOGUE_COLUMNS: &str = "upstream, tools, digest, listed_by, listed_at";
+pub(super) const CATALOGUE_COLUMNS: &str = "upstream, tools, offers, digest, listed_by, listed_at";
 
 #[derive(sqlx::FromRow)]
 pub(super) struct CatalogueRow<N: Native> {
     upstream: String,
     tools: N::Json,
+    offers: N::Json,
     digest: String,
     listed_by: Option<String>,
     listed_at: N::Time,
@@ -248,6 +249,7 @@ impl Stored for CatalogueRecord {
         Ok(CatalogueRecord {
             upstream: row.upstream,
             tools: N::json(row.tools, "upstream tools")?,
+            offers: N::json(row.offers, "upstream offers")?,
             digest: row.digest,
             listed_by: row.listed_by.as_deref().map(parse_principal).transpose()?,
             listed_at: N::time(row.listed_at)?,

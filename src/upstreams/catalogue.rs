@@ -8,11 +8,13 @@ use std::sync::{Arc, Weak};
 use serde_json::{Value, json};
 
 use super::Core;
+use super::offers::Offers;
 use super::tool::UpstreamTool;
 use super::upstream::Upstream;
 use crate::config::ElicitMode;
 use crate::forms::{Form, FormScope, Forms};
 use crate::gate::Requirement;
+use crate::store::CatalogueRecord;
 use crate::text;
 use crate::tools::{InputSchema, Tool, ToolDefinition, form_details, valid_tool_name};
 
@@ -33,17 +35,65 @@ pub struct Catalogue {
     pub tools: Vec<Arc<UpstreamTool>>,
     /// The tools by gatehouse's name for them: every call looks one up.
     by_name: HashMap<String, Arc<UpstreamTool>>,
+    /// Its resources, templates and prompts (none for the stand-ins).
+    pub offers: Offers,
+    stored_offers: Option<Arc<Value>>,
 }
 
-/// A stored listing: the tools as the upstream answered `tools/list`, and their digest.
+/// A stored listing: the tools as the upstream answered `tools/list`, what else it offers, and
+/// their digest.
 pub struct Listing {
     pub tools: Arc<Value>,
+    pub offers: Arc<Value>,
     pub digest: String,
+}
+
+/// Which of the lists clients see changed with a new listing.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Changes {
+    pub tools: bool,
+    pub resources: bool,
+    pub prompts: bool,
+}
+
+impl Changes {
+    pub const ALL: Self = Self {
+        tools: true,
+        resources: true,
+        prompts: true,
+    };
+
+    /// What differs from the listing `before` (every list, when there was none) to `record`.
+    pub fn between(before: Option<&Listing>, record: &CatalogueRecord) -> Self {
+        let Some(before) = before else { return Self::ALL };
+        let differs = |keys: &[&str]| keys.iter().any(|key| before.offers.get(*key) != record.offers.get(*key));
+        Self {
+            tools: *before.tools != record.tools,
+            resources: differs(&["resources", "resourceTemplates"]),
+            prompts: differs(&["prompts"]),
+        }
+    }
+
+    pub fn any(self) -> bool {
+        self.tools || self.resources || self.prompts
+    }
+}
+
+impl std::ops::BitOr for Changes {
+    type Output = Self;
+    fn bitor(self, other: Self) -> Self {
+        Self {
+            tools: self.tools || other.tools,
+            resources: self.resources || other.resources,
+            prompts: self.prompts || other.prompts,
+        }
+    }
 }
 
 /// Every upstream's catalogue, with names handed out in one pass: gatehouse's own tools first,
 /// then the upstreams in configuration order, and within one listing the first tool of a name; the
-/// tool that loses a name is left out and logged. So every name is listed once, the tool a call
+/// tool that loses a name is left out and logged. Prompts' names are handed out the same way. So
+/// every name is listed once, the tool a call
 /// reaches is the one the listing shows, and the outcome is the same on every replica and after
 /// every re-listing, whichever upstream listed last. `listing` gives an upstream's listing, when
 /// it has one.
@@ -55,6 +105,7 @@ pub fn assign(
     listing: impl Fn(&Upstream) -> Option<Listing>,
 ) -> HashMap<String, Arc<Catalogue>> {
     let mut taken = own_tools.clone();
+    let mut taken_prompts = HashSet::new();
     let mut catalogues = HashMap::new();
     for upstream in upstreams {
         let context = Context {
@@ -63,7 +114,14 @@ pub fn assign(
             core: core.clone(),
         };
         let catalogue = match listing(upstream) {
-            Some(listing) => Catalogue::from_listing(upstream, listing, &context),
+            Some(listing) => {
+                let offers = Offers::from_listing(upstream, &listing.offers, &mut taken_prompts);
+                let stored_offers = listing.offers.clone();
+                let mut catalogue = Catalogue::from_listing(upstream, listing, &context);
+                catalogue.offers = offers;
+                catalogue.stored_offers = Some(stored_offers);
+                catalogue
+            }
             None => Catalogue::stand_ins(upstream, &context),
         };
         taken.extend(catalogue.tools.iter().map(|t| t.definition().name.clone()));
@@ -141,6 +199,8 @@ impl Catalogue {
             listing: None,
             tools,
             by_name,
+            offers: Offers::default(),
+            stored_offers: None,
         }
     }
 
@@ -148,6 +208,7 @@ impl Catalogue {
     pub fn listing(&self) -> Option<Listing> {
         Some(Listing {
             tools: self.listing.clone()?,
+            offers: self.stored_offers.clone()?,
             digest: self.digest.clone()?,
         })
     }

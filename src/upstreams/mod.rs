@@ -3,7 +3,9 @@
 //!
 //! - `upstream`: one configured upstream, parsed once;
 //! - `catalogue`: its tools as offered (prefixed, filtered, bounded);
+//! - `offers`: its resources, templates and prompts as offered (namespaced, bounded);
 //! - `tool`: one of them as a gatehouse tool, forwarding a call;
+//! - `request`: the other requests forwarded (reading a resource, getting a prompt, ...);
 //! - `pool`: the sessions per (user, upstream), HTTP or a process each;
 //! - `relay`: what the upstream sends while a call runs, passed to that call's client;
 //! - `crossing`: what crosses from an upstream to a client or to storage, redacted and marked;
@@ -18,13 +20,17 @@
 //! upstream that needs no credentials, through gatehouse's own session with it, kept open. A
 //! listed tool whose definition holds a secret of the user it was listed through is left out (it
 //! would be shown to every user). A changed catalogue is announced to the other replicas through
-//! the store and to every client with a stream open as `notifications/tools/list_changed`.
+//! the store and to every client with a stream open as `notifications/tools/list_changed` (and
+//! `resources/list_changed`, `prompts/list_changed` for those lists).
 
 mod catalogue;
 mod crossing;
 mod failure;
+mod offered;
+mod offers;
 mod pool;
 mod relay;
+mod request;
 mod tool;
 mod traced;
 mod upstream;
@@ -48,8 +54,10 @@ use crate::providers::Providers;
 use crate::store::{CatalogueRecord, Store, StoreError};
 use crate::tools::{Offering, Offerings, Tool};
 
-use catalogue::{Catalogue, Listing};
+use catalogue::{Catalogue, Changes, Listing};
 use pool::Pool;
+pub use offered::{Forwarded, List, Owner, Request};
+pub use offers::Declared;
 pub use upstream::Upstream;
 
 /// A stored catalogue older than this is listed again when a user's session opens.
@@ -104,6 +112,18 @@ fn shareable(session: &pool::Session, tools: Vec<Value>) -> Vec<Value> {
             clean
         })
         .collect()
+}
+
+/// The listed resources, templates and prompts that may be shared with every user, as
+/// [`shareable`] decides for tools.
+fn shareable_offers(session: &pool::Session, mut offers: Value) -> Value {
+    for list in ["resources", "resourceTemplates", "prompts"] {
+        if let Some(entries) = offers.get_mut(list).and_then(Value::as_array_mut) {
+            let kept = shareable(session, std::mem::take(entries));
+            *entries = kept;
+        }
+    }
+    offers
 }
 
 /// Pages of `tools/list` read from one upstream, at most.
@@ -169,7 +189,17 @@ impl Upstreams {
                     format!("an upstream named `{}` exists already", upstream.id),
                 ));
             }
-            upstreams.push(Upstream::from_config(upstream, &key, config, providers, forms)?);
+            let parsed = Upstream::from_config(upstream, &key, config, providers, forms)?;
+            if let Some(other) = upstreams.iter().find(|u| u.tag == parsed.tag) {
+                return Err(ConfigError::key(
+                    format!("{key}.id"),
+                    format!(
+                        "`{}` and `{}` would give their resources the same URIs (`{}+...`): two ids may not differ only in case, or by a `u` before a first character that is not a letter",
+                        other.id, parsed.id, parsed.tag
+                    ),
+                ));
+            }
+            upstreams.push(parsed);
         }
         Ok(upstreams)
     }
@@ -193,7 +223,7 @@ impl Upstreams {
             Core {
                 this: weak.clone(),
                 upstreams,
-                pool: Pool::new(client, refresh.clone()),
+                pool: Pool::new(client, refresh.clone(), bus.clone()),
                 catalogues: RwLock::new(catalogues),
                 listed_at: Mutex::new(HashMap::new()),
                 refresh,
@@ -255,11 +285,11 @@ impl Upstreams {
     /// Reads the stored catalogues, which replace the allow-lists' stand-ins; true when one of
     /// them was new here.
     pub async fn load(&self) -> Result<bool, StoreError> {
-        let mut adopted = false;
+        let mut adopted = Changes::default();
         for record in self.core.store.catalogues().await? {
-            adopted |= self.core.adopt(&record);
+            adopted = adopted | self.core.adopt(&record);
         }
-        Ok(adopted)
+        Ok(adopted.any())
     }
 
     /// Refreshes catalogues and closes idle sessions until shutdown.
@@ -298,7 +328,7 @@ impl Upstreams {
                     // After a gap (this replica's LISTEN re-opened, or it fell behind): read them all,
                     // and tell the clients here when one was new.
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => match self.load().await {
-                        Ok(true) => self.core.announce().await,
+                        Ok(true) => self.core.announce(Changes::ALL).await,
                         Ok(false) => {}
                         Err(error) => tracing::warn!(%error, "could not reload the upstream catalogues"),
                     },
@@ -405,21 +435,31 @@ impl Core {
                 return;
             }
         };
+        let offers = match offers::list(&session, upstream.timeout).await {
+            Ok(offers) => shareable_offers(&session, offers),
+            Err(error) => {
+                tracing::warn!(upstream = %id, %error, "could not list the upstream's resources and prompts");
+                self.metrics.upstream_listing(id, ListingOutcome::Failed);
+                return;
+            }
+        };
         let tools = Value::Array(tools);
         let record = CatalogueRecord {
             upstream: id.to_owned(),
-            digest: CatalogueRecord::digest_of(&tools),
+            digest: CatalogueRecord::digest_of_listing(&tools, &offers),
             tools,
+            offers,
             listed_by: session.principal.clone(),
             listed_at: Utc::now(),
         };
         match self.store.save_catalogue(&record).await {
             Ok(_) => {
-                if self.adopt(&record) {
+                let changes = self.adopt(&record);
+                if changes.any() {
                     self.metrics.upstream_listing(id, ListingOutcome::Changed);
                     self.bus.catalogue_changed(id);
                     tracing::info!(upstream = %id, tools = self.tool_count(id), "the upstream's catalogue changed");
-                    self.announce().await;
+                    self.announce(changes).await;
                 } else {
                     self.metrics.upstream_listing(id, ListingOutcome::Unchanged);
                 }
@@ -440,8 +480,9 @@ impl Core {
     async fn reload(&self, id: &str) {
         match self.store.catalogue(id).await {
             Ok(Some(record)) => {
-                if self.adopt(&record) {
-                    self.announce().await;
+                let changes = self.adopt(&record);
+                if changes.any() {
+                    self.announce(changes).await;
                 }
             }
             Ok(None) => {}
@@ -449,41 +490,54 @@ impl Core {
         }
     }
 
-    /// Offers the stored catalogue's tools; false when they are offered already. Every
-    /// catalogue is built again: a name this one takes now, or gives up, may change which tool
-    /// of a later upstream has it.
-    fn adopt(&self, record: &CatalogueRecord) -> bool {
+    /// Offers the stored catalogue's tools, resources and prompts; which lists changed (none
+    /// when it is offered already). Every catalogue is built again: a name this one takes now, or
+    /// gives up, may change which tool of a later upstream has it.
+    fn adopt(&self, record: &CatalogueRecord) -> Changes {
         if self.upstream(&record.upstream).is_none() {
-            return false;
+            return Changes::default();
         }
         let mut catalogues = self.catalogues.write().unwrap_or_else(PoisonError::into_inner);
-        if catalogues
-            .get(&record.upstream)
-            .is_some_and(|c| c.digest.as_deref() == Some(record.digest.as_str()))
-        {
-            return false;
+        let before = catalogues.get(&record.upstream).and_then(|c| c.listing());
+        if before.as_ref().is_some_and(|b| b.digest == record.digest) {
+            return Changes::default();
         }
-        let adopted = Arc::new(record.tools.clone());
+        let changes = Changes::between(before.as_ref(), record);
+        let adopted = Listing {
+            tools: Arc::new(record.tools.clone()),
+            offers: Arc::new(record.offers.clone()),
+            digest: record.digest.clone(),
+        };
         let rebuilt = catalogue::assign(&self.upstreams, &self.own_tools, &self.forms, &self.this, |upstream| {
             if upstream.id == record.upstream {
                 Some(Listing {
-                    tools: adopted.clone(),
-                    digest: record.digest.clone(),
+                    tools: adopted.tools.clone(),
+                    offers: adopted.offers.clone(),
+                    digest: adopted.digest.clone(),
                 })
             } else {
                 catalogues.get(&upstream.id).and_then(|c| c.listing())
             }
         });
         *catalogues = rebuilt;
-        true
+        changes
     }
 
-    /// Tells every client with a stream open here that the tool list changed.
-    async fn announce(&self) {
-        let message = jsonrpc::notification("notifications/tools/list_changed", json!({}));
-        for session in self.bus.sessions_with_streams() {
-            if let Err(error) = self.bus.publish(&session, &message).await {
-                tracing::warn!(%error, "could not tell a client that the tool list changed");
+    /// Tells every client with a stream open here which lists changed.
+    async fn announce(&self, changes: Changes) {
+        for (changed, method) in [
+            (changes.tools, "notifications/tools/list_changed"),
+            (changes.resources, "notifications/resources/list_changed"),
+            (changes.prompts, "notifications/prompts/list_changed"),
+        ] {
+            if !changed {
+                continue;
+            }
+            let message = jsonrpc::notification(method, json!({}));
+            for session in self.bus.sessions_with_streams() {
+                if let Err(error) = self.bus.publish(&session, &message).await {
+                    tracing::warn!(%error, method, "could not tell a client that a list changed");
+                }
             }
         }
     }

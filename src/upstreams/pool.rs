@@ -25,6 +25,7 @@ use super::relay::{Handler, InOrder, Relay};
 use super::traced::Traced;
 use super::upstream::{Transport, Upstream};
 use crate::domain::Principal;
+use crate::events::Bus;
 use crate::secret::Secret;
 use crate::tools::Redactor;
 
@@ -143,16 +144,19 @@ pub struct Pool {
     places: Places,
     client: reqwest13::Client,
     list_changed: mpsc::Sender<String>,
+    /// Where resource updates for subscribed clients go.
+    bus: Arc<Bus>,
 }
 
 impl Pool {
-    pub fn new(client: reqwest13::Client, list_changed: mpsc::Sender<String>) -> Self {
+    pub fn new(client: reqwest13::Client, list_changed: mpsc::Sender<String>, bus: Arc<Bus>) -> Self {
         Self {
             sessions: Mutex::new(HashMap::new()),
             listers: Mutex::new(HashMap::new()),
             places: Arc::default(),
             client,
             list_changed,
+            bus,
         }
     }
 
@@ -381,7 +385,12 @@ impl Pool {
         opening: Opening,
         fingerprint: [u8; 32],
     ) -> Result<Session, OpenError> {
-        let relay = Relay::new(upstream, self.list_changed.clone());
+        let relay = Relay::new(
+            upstream,
+            self.list_changed.clone(),
+            self.bus.clone(),
+            Redactor::new(opening.secrets()),
+        );
         let redactor = Redactor::new(opening.secrets());
         let handler = Handler(relay.clone());
         let service = match &upstream.transport {
@@ -478,6 +487,7 @@ mod tests {
     fn silent_upstream() -> Upstream {
         Upstream {
             id: "silent".to_owned(),
+            tag: "silent".to_owned(),
             prefix: String::new(),
             transport: Transport::Stdio {
                 program: "sleep".to_owned(),
@@ -508,7 +518,8 @@ mod tests {
     #[tokio::test]
     async fn gatehouses_own_listing_session_holds_its_place_while_it_opens_until_abandoned() {
         let (list_changed, _) = mpsc::channel(1);
-        let pool = Pool::new(super::super::http_client().expect("client"), list_changed);
+        let bus = crate::gate::testing::Fixture::new().await.backing.bus;
+        let pool = Pool::new(super::super::http_client().expect("client"), list_changed, bus);
         let upstream = silent_upstream();
         let principal = Principal::parse("alice").expect("principal");
 

@@ -13,7 +13,12 @@
 //!
 //! Everything relayed crosses as [`Crossing`] says: redacted with the secrets of the call it goes
 //! to, and elicitations marked as the upstream's.
+//!
+//! The session also holds the resource subscriptions made through it: which of gatehouse's
+//! sessions subscribed to which of the upstream's resources. An update goes to each of them
+//! through the bus, which stores it for the session's stream on whichever replica holds it.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::ClientHandler;
@@ -28,7 +33,7 @@ use rmcp::model::{
 };
 #[allow(deprecated)]
 use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, ListRootsResult};
-use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::model::{JsonRpcMessage, ResourceUpdatedNotificationParam, ServerNotification};
 use rmcp::service::{NotificationContext, RequestContext, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde::de::DeserializeOwned;
@@ -37,8 +42,11 @@ use tokio::sync::mpsc;
 use url::Origin;
 
 use super::crossing::{Crossing, Refused};
+use super::offers::exposed_uri;
 use super::upstream::Upstream;
-use crate::jsonrpc::ELICITATION_COMPLETE;
+use crate::domain::SessionId;
+use crate::events::Bus;
+use crate::jsonrpc::{self, ELICITATION_COMPLETE};
 use crate::tools::{CallStream, Redactor};
 
 /// A call running on the session: where its messages go.
@@ -71,9 +79,20 @@ pub struct Relay {
     /// The upstream's `elicitation_origins`.
     origins: Option<Vec<Origin>>,
     running: Mutex<Vec<Running>>,
-    /// Told when the upstream says its tool list changed.
+    /// Told when the upstream says its tool, resource or prompt list changed.
     list_changed: mpsc::Sender<String>,
+    /// The upstream's URIs subscribed to through this session, and by which of gatehouse's
+    /// sessions (at most [`MAX_SUBSCRIPTIONS`] pairs).
+    subscriptions: Mutex<HashMap<String, HashSet<SessionId>>>,
+    /// The upstream's tag in gatehouse's URIs.
+    tag: String,
+    bus: Arc<Bus>,
+    /// The session's own secrets, kept out of resource updates.
+    redactor: Redactor,
 }
+
+/// Subscriptions held through one upstream session, at most.
+pub const MAX_SUBSCRIPTIONS: usize = 1000;
 
 /// While a call runs; unregisters it when dropped.
 pub struct RunningCall {
@@ -88,22 +107,80 @@ impl Drop for RunningCall {
 }
 
 impl Relay {
-    pub fn new(upstream: &Upstream, list_changed: mpsc::Sender<String>) -> Arc<Self> {
+    pub fn new(upstream: &Upstream, list_changed: mpsc::Sender<String>, bus: Arc<Bus>, redactor: Redactor) -> Arc<Self> {
         Arc::new(Self {
             upstream: upstream.id.clone(),
             origins: upstream.elicitation_origins.clone(),
             running: Mutex::new(Vec::new()),
             list_changed,
+            subscriptions: Mutex::new(HashMap::new()),
+            tag: upstream.tag.clone(),
+            bus,
+            redactor,
         })
+    }
+
+    fn subscriptions(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<SessionId>>> {
+        self.subscriptions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that `session` subscribed to the upstream's `uri`; `Err` when the session holds
+    /// [`MAX_SUBSCRIPTIONS`] already.
+    pub fn subscribe(&self, uri: &str, session: &SessionId) -> Result<(), usize> {
+        let mut subscriptions = self.subscriptions();
+        let held: usize = subscriptions.values().map(HashSet::len).sum();
+        if held >= MAX_SUBSCRIPTIONS && !subscriptions.get(uri).is_some_and(|s| s.contains(session)) {
+            return Err(MAX_SUBSCRIPTIONS);
+        }
+        subscriptions.entry(uri.to_owned()).or_default().insert(session.clone());
+        Ok(())
+    }
+
+    /// Forgets that `session` subscribed to `uri`; true when nobody is subscribed to it any more
+    /// (the upstream may be told).
+    pub fn unsubscribe(&self, uri: &str, session: &SessionId) -> bool {
+        let mut subscriptions = self.subscriptions();
+        let Some(sessions) = subscriptions.get_mut(uri) else {
+            return true;
+        };
+        sessions.remove(session);
+        let nobody = sessions.is_empty();
+        if nobody {
+            subscriptions.remove(uri);
+        }
+        nobody
+    }
+
+    /// Tells every session subscribed to `uri` that it was updated; a session that has ended is
+    /// forgotten.
+    async fn updated(&self, params: &ResourceUpdatedNotificationParam) {
+        let sessions: Vec<SessionId> = match self.subscriptions().get(&params.uri) {
+            Some(sessions) => sessions.iter().cloned().collect(),
+            None => return,
+        };
+        let uri = self.redactor.text(&exposed_uri(&self.tag, &params.uri));
+        let message = jsonrpc::notification("notifications/resources/updated", json!({ "uri": uri }));
+        for session in sessions {
+            match self.bus.publish(&session, &message).await {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    self.unsubscribe(&params.uri, &session);
+                }
+                Err(error) => {
+                    tracing::warn!(upstream = %self.upstream, %error, "could not pass a resource update on");
+                }
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Running>> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether any call is running on the session.
+    /// Whether any call is running on the session, or a client is subscribed through it (its
+    /// updates would be lost if it closed).
     pub fn is_busy(&self) -> bool {
-        !self.lock().is_empty()
+        !self.lock().is_empty() || !self.subscriptions().is_empty()
     }
 
     /// Registers a call whose upstream request carries `token`; messages for it go to `stream`,
@@ -159,6 +236,12 @@ impl Relay {
                 redactor: call.redactor.clone(),
             })
         })
+    }
+
+    /// The upstream said one of its lists changed: it is listed again (coalesced).
+    fn list_again(&self) {
+        // A full queue already holds a refresh to do; one more adds nothing.
+        let _ = self.list_changed.try_send(self.upstream.clone());
     }
 
     fn crossing<'a>(&'a self, redactor: &'a Redactor) -> Crossing<'a> {
@@ -313,8 +396,23 @@ impl ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        // A full queue already holds a refresh to do; one more adds nothing.
-        let _ = self.0.list_changed.try_send(self.0.upstream.clone());
+        self.0.list_again();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.list_again();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.list_again();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.0.updated(&params).await;
     }
 
     async fn on_custom_notification(

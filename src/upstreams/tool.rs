@@ -7,16 +7,18 @@ use std::sync::{Arc, Weak};
 use async_trait::async_trait;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientNotification,
-    ClientRequest, ServerResult,
+    ClientRequest, ErrorData, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value};
 
 use super::Core;
 use super::crossing::{Crossing, Refused};
+use super::offers::relink;
 use super::failure::{self, Refusal};
 use super::pool::{OpenError, Opening, Session};
 use super::upstream::{Transport, Upstream};
+use crate::domain::Principal;
 use crate::gate::Credentials;
 use crate::metrics::UpstreamOutcome;
 use crate::secret::Secret;
@@ -24,7 +26,7 @@ use crate::store::SessionRecord;
 use crate::tools::{Arguments, CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolOutcome, ToolResult, Values};
 
 /// JSON-RPC error code of an upstream asking for URL-mode elicitation first.
-const URL_ELICITATION_REQUIRED: i32 = -32042;
+pub(super) const URL_ELICITATION_REQUIRED: i32 = -32042;
 /// An upstream's error message shown to the model, at most.
 const MAX_ERROR_MESSAGE_BYTES: usize = 512;
 
@@ -48,66 +50,7 @@ impl UpstreamTool {
     }
 
     fn failed(&self, sentence: impl Into<String>) -> ToolOutcome {
-        ToolOutcome::Done(ToolResult::error(sentence))
-    }
-
-    /// The session's credentials: the bearer token and the rendered headers or environment.
-    fn opening(&self, credentials: &Credentials) -> Result<Opening, ToolOutcome> {
-        let bearer = match &self.upstream.bearer {
-            Some(provider) => match credentials.token(provider) {
-                Some(token) => Some(token.clone()),
-                // The gate runs the tool only with a token for every provider it requires.
-                None => {
-                    return Err(ToolOutcome::CredentialRejected {
-                        provider: provider.clone(),
-                    });
-                }
-            },
-            None => None,
-        };
-        let no_arguments = Map::new();
-        let values = Values {
-            arguments: &no_arguments,
-            forms: credentials.forms(),
-        };
-        let (templates, encoding) = match &self.upstream.transport {
-            Transport::Http { headers, .. } => (
-                headers
-                    .iter()
-                    .map(|(n, t)| (n.as_str().to_owned(), t))
-                    .collect::<Vec<_>>(),
-                Encoding::Header,
-            ),
-            Transport::Stdio { env, .. } => (env.iter().map(|(n, t)| (n.clone(), t)).collect(), Encoding::Text),
-        };
-        let mut rendered = Vec::new();
-        for (name, template) in templates {
-            let value = template
-                .render(&values, encoding)
-                .map_err(|why| self.failed(format!("Cannot reach the {} server: {name}: {why}", self.upstream.id)))?;
-            rendered.push((name, Secret::new(value)));
-        }
-        Ok(Opening {
-            bearer,
-            values: rendered,
-            secrets: credentials.secrets().map(|s| Secret::new(s.to_owned())).collect(),
-        })
-    }
-
-    fn refused(&self, refusal: Refusal) -> ToolOutcome {
-        match (refusal, &self.upstream.bearer) {
-            (Refusal::Unauthorized, Some(provider)) => ToolOutcome::CredentialRejected {
-                provider: provider.clone(),
-            },
-            (Refusal::InsufficientScope(scopes), Some(provider)) => ToolOutcome::ScopesMissing {
-                provider: provider.clone(),
-                scopes,
-            },
-            (_, None) => self.failed(format!(
-                "The {} server refused the credentials gatehouse holds for it. Ask the user to check them.",
-                self.upstream.id
-            )),
-        }
+        failed(sentence)
     }
 
     async fn forward(
@@ -124,7 +67,7 @@ impl UpstreamTool {
         let peer = session.service.peer();
         let handle = match peer.send_request_with_option(request, traced_options()).await {
             Ok(handle) => handle,
-            Err(error) => return self.service_failed(core, session, &error),
+            Err(error) => return service_failed(core, &self.upstream, session, &error),
         };
         // Registered before the upstream can have answered anything but the request itself, so its
         // progress reaches the client; a progress notification racing the registration is dropped.
@@ -164,66 +107,186 @@ impl UpstreamTool {
         };
         let crossing = Crossing::of(&self.upstream, &redactor);
         match answer {
-            Ok(ServerResult::CallToolResult(result)) => ToolOutcome::Done(tool_result(
-                crossing.value(serde_json::to_value(result).unwrap_or(Value::Null)),
-            )),
+            Ok(ServerResult::CallToolResult(result)) => {
+                let mut result = crossing.value(serde_json::to_value(result).unwrap_or(Value::Null));
+                // Resource links in the result name resources the client reads through gatehouse.
+                relink(&mut result, &self.upstream.tag);
+                ToolOutcome::Done(tool_result(result))
+            }
             Ok(_) => self.failed(format!(
                 "The {} server gave an answer gatehouse cannot read.",
                 self.upstream.id
             )),
             Err(ServiceError::McpError(error)) if error.code.0 == URL_ELICITATION_REQUIRED => {
-                let elicitations = error
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get("elicitations"))
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                if elicitations.is_empty() {
-                    return self.failed(format!(
-                        "The {} server asked for a step in the browser without saying which.",
-                        self.upstream.id
-                    ));
-                }
-                match elicitations
-                    .into_iter()
-                    .map(|e| crossing.elicitation(e))
-                    .collect::<Result<Vec<_>, _>>()
-                {
-                    Ok(elicitations) => ToolOutcome::UrlElicitations(elicitations),
-                    Err(Refused(why)) => {
-                        tracing::warn!(upstream = %self.upstream.id, principal = %context.principal, %why, "refused an upstream's elicitation");
-                        self.failed(format!(
-                            "The {} server asked for a step in the browser that gatehouse refused: {why}.",
-                            self.upstream.id
-                        ))
-                    }
-                }
+                elicitations_asked(&self.upstream, context.principal, &crossing, &error)
             }
             Err(ServiceError::McpError(error)) => self.failed(format!(
                 "The {} server refused the call: {}",
                 self.upstream.id,
                 crossing.bounded_text(&error.message, MAX_ERROR_MESSAGE_BYTES)
             )),
-            Err(error) => self.service_failed(core, session, &error),
+            Err(error) => service_failed(core, &self.upstream, session, &error),
         }
-    }
-
-    fn service_failed(&self, core: &Core, session: &Arc<Session>, error: &ServiceError) -> ToolOutcome {
-        if let Some(refusal) = failure::request_refusal(error) {
-            core.pool.forget(session);
-            return self.refused(refusal);
-        }
-        tracing::warn!(upstream = %self.upstream.id, principal = ?session.principal, %error, "an upstream call failed");
-        if matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_)) {
-            // A crashed process or a dropped session: the next call opens a new one.
-            core.pool.forget(session);
-        }
-        self.failed(failure::describe(&self.upstream.id, error))
     }
 }
 
-async fn cancel(session: &Session, id: rmcp::model::RequestId, reason: &str) {
+pub(super) fn failed(sentence: impl Into<String>) -> ToolOutcome {
+    ToolOutcome::Done(ToolResult::error(sentence))
+}
+
+/// The upstream's -32042: the URL elicitations it asks for, each checked and marked as its own
+/// on the way (or, when one is refused or none is named, a failure).
+pub(super) fn elicitations_asked(
+    upstream: &Upstream,
+    principal: &Principal,
+    crossing: &Crossing<'_>,
+    error: &ErrorData,
+) -> ToolOutcome {
+    let elicitations = error
+        .data
+        .as_ref()
+        .and_then(|d| d.get("elicitations"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if elicitations.is_empty() {
+        return failed(format!(
+            "The {} server asked for a step in the browser without saying which.",
+            upstream.id
+        ));
+    }
+    match elicitations
+        .into_iter()
+        .map(|e| crossing.elicitation(e))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(elicitations) => ToolOutcome::UrlElicitations(elicitations),
+        Err(Refused(why)) => {
+            tracing::warn!(upstream = %upstream.id, %principal, %why, "refused an upstream's elicitation");
+            failed(format!(
+                "The {} server asked for a step in the browser that gatehouse refused: {why}.",
+                upstream.id
+            ))
+        }
+    }
+}
+
+/// The session's credentials for `upstream`: the bearer token and the rendered headers or
+/// environment.
+fn opening(upstream: &Upstream, credentials: &Credentials) -> Result<Opening, ToolOutcome> {
+    let bearer = match &upstream.bearer {
+        Some(provider) => match credentials.token(provider) {
+            Some(token) => Some(token.clone()),
+            // The gate runs the tool only with a token for every provider it requires.
+            None => {
+                return Err(ToolOutcome::CredentialRejected {
+                    provider: provider.clone(),
+                });
+            }
+        },
+        None => None,
+    };
+    let no_arguments = Map::new();
+    let values = Values {
+        arguments: &no_arguments,
+        forms: credentials.forms(),
+    };
+    let (templates, encoding) = match &upstream.transport {
+        Transport::Http { headers, .. } => (
+            headers
+                .iter()
+                .map(|(n, t)| (n.as_str().to_owned(), t))
+                .collect::<Vec<_>>(),
+            Encoding::Header,
+        ),
+        Transport::Stdio { env, .. } => (env.iter().map(|(n, t)| (n.clone(), t)).collect(), Encoding::Text),
+    };
+    let mut rendered = Vec::new();
+    for (name, template) in templates {
+        let value = template
+            .render(&values, encoding)
+            .map_err(|why| failed(format!("Cannot reach the {} server: {name}: {why}", upstream.id)))?;
+        rendered.push((name, Secret::new(value)));
+    }
+    Ok(Opening {
+        bearer,
+        values: rendered,
+        secrets: credentials.secrets().map(|s| Secret::new(s.to_owned())).collect(),
+    })
+}
+
+/// What the upstream's refusal of the credentials means for the gate.
+fn refused(upstream: &Upstream, refusal: Refusal) -> ToolOutcome {
+    match (refusal, &upstream.bearer) {
+        (Refusal::Unauthorized, Some(provider)) => ToolOutcome::CredentialRejected {
+            provider: provider.clone(),
+        },
+        (Refusal::InsufficientScope(scopes), Some(provider)) => ToolOutcome::ScopesMissing {
+            provider: provider.clone(),
+            scopes,
+        },
+        (_, None) => failed(format!(
+            "The {} server refused the credentials gatehouse holds for it. Ask the user to check them.",
+            upstream.id
+        )),
+    }
+}
+
+/// A request on `session` that failed below MCP: a refusal of the credentials, or a failure
+/// (a lost session is forgotten, so the next request opens a new one).
+pub(super) fn service_failed(
+    core: &Core,
+    upstream: &Upstream,
+    session: &Arc<Session>,
+    error: &ServiceError,
+) -> ToolOutcome {
+    if let Some(refusal) = failure::request_refusal(error) {
+        core.pool.forget(session);
+        return refused(upstream, refusal);
+    }
+    tracing::warn!(upstream = %upstream.id, principal = ?session.principal, %error, "an upstream request failed");
+    if matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_)) {
+        // A crashed process or a dropped session: the next call opens a new one.
+        core.pool.forget(session);
+    }
+    failed(failure::describe(&upstream.id, error))
+}
+
+/// The user's session with `upstream`, opened with the credentials the gate lent when it is not
+/// open yet (a new one lists the upstream when its catalogue is stale).
+pub(super) async fn user_session(
+    core: &Core,
+    upstream: &Upstream,
+    principal: &Principal,
+    credentials: &Credentials,
+) -> Result<Arc<Session>, ToolOutcome> {
+    let opening = opening(upstream, credentials)?;
+    match core.pool.session(upstream, principal, opening).await {
+        Ok((session, new)) => {
+            if new {
+                core.listed_through(&upstream.id);
+            }
+            Ok(session)
+        }
+        Err(OpenError::Refused { status, challenge }) => {
+            tracing::info!(upstream = %upstream.id, %principal, %challenge, "the upstream refused the user's credentials");
+            Err(refused(upstream, status))
+        }
+        Err(OpenError::Full(limit)) => Err(failed(format!(
+            "The {} server is busy: all {limit} of its sessions are in use. Try again in a moment.",
+            upstream.id
+        ))),
+        Err(OpenError::Failed(why)) => {
+            tracing::warn!(upstream = %upstream.id, %principal, %why, "could not open an upstream session");
+            Err(failed(format!(
+                "The {} server cannot be reached right now. Try again in a moment.",
+                upstream.id
+            )))
+        }
+    }
+}
+
+pub(super) async fn cancel(session: &Session, id: rmcp::model::RequestId, reason: &str) {
     let params = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
     let notification = ClientNotification::CancelledNotification(CancelledNotification::new(params));
     if let Err(error) = session.service.peer().send_notification(notification).await {
@@ -286,34 +349,9 @@ impl UpstreamTool {
         credentials: &Credentials,
         arguments: &Map<String, Value>,
     ) -> ToolOutcome {
-        let opening = match self.opening(credentials) {
-            Ok(opening) => opening,
+        let session = match user_session(core, &self.upstream, context.principal, credentials).await {
+            Ok(session) => session,
             Err(outcome) => return outcome,
-        };
-        let session = match core.pool.session(&self.upstream, context.principal, opening).await {
-            Ok((session, new)) => {
-                if new {
-                    core.listed_through(&self.upstream.id);
-                }
-                session
-            }
-            Err(OpenError::Refused { status, challenge }) => {
-                tracing::info!(upstream = %self.upstream.id, principal = %context.principal, %challenge, "the upstream refused the user's credentials");
-                return self.refused(status);
-            }
-            Err(OpenError::Full(limit)) => {
-                return self.failed(format!(
-                    "The {} server is busy: all {limit} of its sessions are in use. Try again in a moment.",
-                    self.upstream.id
-                ));
-            }
-            Err(OpenError::Failed(why)) => {
-                tracing::warn!(upstream = %self.upstream.id, principal = %context.principal, %why, "could not open an upstream session");
-                return self.failed(format!(
-                    "The {} server cannot be reached right now. Try again in a moment.",
-                    self.upstream.id
-                ));
-            }
         };
         match &self.name {
             Some(name) => {
@@ -348,7 +386,7 @@ impl std::fmt::Debug for UpstreamTool {
 
 /// A call's request options: its trace in `_meta`, which [`super::traced::Traced`] sends as
 /// `traceparent`.
-fn traced_options() -> PeerRequestOptions {
+pub(super) fn traced_options() -> PeerRequestOptions {
     let mut options = PeerRequestOptions::no_options();
     options.meta = super::traced::request_meta();
     options

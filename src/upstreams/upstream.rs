@@ -53,6 +53,8 @@ pub struct Override {
 
 pub struct Upstream {
     pub id: String,
+    /// What gatehouse puts in front of its resources' URIs (see `offers`).
+    pub tag: String,
     pub prefix: String,
     pub transport: Transport,
     pub requires: Vec<Requirement>,
@@ -185,6 +187,7 @@ impl Upstream {
         });
         Ok(Self {
             id: upstream.id.clone(),
+            tag: super::offers::uri_tag(&upstream.id),
             prefix,
             transport,
             requires,

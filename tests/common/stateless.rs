@@ -32,12 +32,11 @@ impl StatelessClient {
         }
     }
 
-    /// This client with every request carrying `header: value` (header identity mode).
-    pub fn with_user(self, header: &str, value: &str) -> Self {
-        Self {
-            identity: vec![(header.to_owned(), value.to_owned())],
-            ..self
-        }
+    /// This client with every request carrying `header: value` (header identity mode: the
+    /// user's name, or their groups), besides the identity headers it has.
+    pub fn with_user(mut self, header: &str, value: &str) -> Self {
+        self.identity.push((header.to_owned(), value.to_owned()));
+        self
     }
 
     /// This client declaring `capabilities` in every request.

@@ -7,6 +7,7 @@ fn catalogue(upstream: &str, tools: Value, listed_by: Option<&str>, listed_at: D
         upstream: upstream.into(),
         digest: CatalogueRecord::digest_of(&tools),
         tools,
+        offers: json!({}),
         listed_by: listed_by.map(|who| Principal::parse(who).expect("principal")),
         listed_at,
     }
@@ -56,6 +57,15 @@ backend_test!(
         assert!(store.save_catalogue(&changed).await.expect("save changed"));
         assert_eq!(store.catalogue("github").await.expect("load"), Some(changed.clone()));
 
+        // Resources and prompts listed with the tools are stored with them and count as a change.
+        let mut offering = changed.clone();
+        offering.offers = json!({"resources": [{"uri": "repo://a/README", "name": "README"}], "prompts": []});
+        offering.digest = CatalogueRecord::digest_of_listing(&offering.tools, &offering.offers);
+        assert_ne!(offering.digest, changed.digest);
+        assert!(store.save_catalogue(&offering).await.expect("save with offers"));
+        assert_eq!(store.catalogue("github").await.expect("load"), Some(offering.clone()));
+        let changed = offering;
+
         let notes = catalogue("notes", json!([]), None, now());
         assert!(store.save_catalogue(&notes).await.expect("save another"));
         assert_eq!(store.catalogues().await.expect("list"), vec![changed, notes]);
@@ -104,6 +114,7 @@ postgres_test!(
         assert_eq!(next_change(&mut changes).await, "github");
         let unchanged = catalogue("github", search_tool("Search issues"), Some("bob"), now());
         assert!(!store.save_catalogue(&unchanged).await.expect("save unchanged"));
+
         let notes = catalogue("notes", json!([]), None, now());
         assert!(store.save_catalogue(&notes).await.expect("save another"));
         assert_eq!(

@@ -8,7 +8,7 @@
 //! the page. A tool may also ask the client itself (`ToolOutcome::InputRequired`): its requests go
 //! out as they are, and its state travels sealed in the same `requestState`. A client that did not
 //! declare URL mode gets the links in an error result, as in the handshake era (or, configured so,
-//! -32021).
+//! -32021). An upstream's resource read or prompt goes through the same rounds (`offered`).
 
 use chrono::Utc;
 use serde_json::{Map, Value, json};
@@ -23,7 +23,9 @@ use crate::gate::{Called, Hold};
 use crate::identity::Caller;
 use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
 use crate::mcp::incall::Outbox;
+use crate::mcp::calls::HeldRetry;
 use crate::mcp::links;
+use crate::mcp::offered::{self, Outcome, Served};
 use crate::mcp::state::McpState;
 use crate::mcp::tool_call::{self, Retry, Stream, ToolRequest};
 use crate::store::{ClientAction, ElicitationStatus, SessionRecord};
@@ -40,13 +42,88 @@ pub async fn call(
     let sealed = params.remove("requestState");
     let responses = input_responses(&mut params)?;
     let request = ToolRequest::parse(&mut params)?;
-    let tool = request.name.clone();
-    let arguments = request.arguments.clone();
+    let bound = Bound {
+        name: request.name.clone(),
+        arguments: request.arguments.clone(),
+    };
+    let (retry, round) = begin(state, session, caller, sealed, responses, &bound).await?;
+    let cancelled = CancellationToken::new();
+    let stream = stream.map(Stream::Notifications);
+    let called = tool_call::call(state, session, caller, request, stream, retry, &cancelled).await?;
+    round.finish(state, session, caller, called, &bound, Answering::Tool)
+}
+
+/// A resource read or a prompt got (an upstream's, gated as its tools are): its answer, or
+/// `input_required`.
+pub async fn offered(
+    state: &McpState,
+    session: &SessionRecord,
+    caller: &Caller,
+    mut params: Map<String, Value>,
+    method: &str,
+) -> Result<Value, RpcError> {
+    let sealed = params.remove("requestState");
+    let responses = input_responses(&mut params)?;
+    let named = match offered::serve(state, session, caller, method, &params)? {
+        Served::Listed(result) => return Ok(result),
+        Served::Gated(named) => named,
+    };
+    // Only reads and prompts take rounds (SEP-2322): a completion that needs the user first says
+    // where to go in its error.
+    if method == "completion/complete" {
+        return match offered::run(state, session, caller, &named, Retry::default()).await? {
+            Outcome::Answer(answer) => Ok(answer),
+            Outcome::Called(called) => Err(offered::refused(called)),
+        };
+    }
+    let bound = Bound {
+        name: named.label().to_owned(),
+        arguments: Map::new(),
+    };
+    let (retry, round) = begin(state, session, caller, sealed, responses, &bound).await?;
+    match offered::run(state, session, caller, &named, retry).await? {
+        Outcome::Answer(answer) => Ok(answer),
+        Outcome::Called(called) => round.finish(state, session, caller, called, &bound, Answering::Other),
+    }
+}
+
+/// What a request's `requestState` is bound to: the tool (or method and resource or prompt) and
+/// its arguments.
+struct Bound {
+    name: String,
+    arguments: Map<String, Value>,
+}
+
+/// Whether the request is a tool call, whose refusals and links may be told as a tool result.
+#[derive(Clone, Copy, PartialEq)]
+enum Answering {
+    Tool,
+    Other,
+}
+
+/// A request's round, between the gate's run and its answer: when it began, and its place among
+/// the held retries while it runs.
+struct Round {
+    now: chrono::DateTime<Utc>,
+    _permit: Option<HeldRetry>,
+}
+
+/// Opens a retry's `requestState` (bound to `bound` and the caller), ends what its answers
+/// decline, and gives what the gate needs: the hold on the elicitations the client was given, and
+/// the answers to a tool's own requests.
+async fn begin(
+    state: &McpState,
+    session: &SessionRecord,
+    caller: &Caller,
+    sealed: Option<Value>,
+    responses: Map<String, Value>,
+    bound: &Bound,
+) -> Result<(Retry, Round), RpcError> {
     let now = Utc::now();
     let opened = match sealed {
         None | Some(Value::Null) => None,
         Some(Value::String(sealed)) => Some(
-            RequestState::open(&state.vault, &sealed, &caller.principal, &tool, &arguments, now)
+            RequestState::open(&state.vault, &sealed, &caller.principal, &bound.name, &bound.arguments, now)
                 .map_err(|e| RpcError::invalid_params(e.to_string()))?,
         ),
         Some(_) => return Err(RpcError::invalid_params("params.requestState must be a string")),
@@ -87,52 +164,73 @@ pub async fn call(
             state: Value::Null,
         });
     }
-    let cancelled = CancellationToken::new();
-    let stream = stream.map(Stream::Notifications);
-    let called = tool_call::call(state, session, caller, request, stream, retry, &cancelled).await?;
-    drop(permit);
-    // A client that cannot open URLs gets the links as the handshake era gives them to such
-    // clients, unless configured to be refused (-32021, below).
-    if state.config.elicitation.without_url_mode == WithoutUrlMode::Link
-        && !tool_call::supports_url_elicitation(session)
-        && let Some(elicitations) = links::of(&called)
-    {
-        return Ok(links::result(&elicitations).to_json());
+    Ok((retry, Round { now, _permit: permit }))
+}
+
+impl Round {
+    /// The answer to how the gate ended the request: its result, or `input_required` with the
+    /// links (or a tool's own requests) and a fresh sealed state.
+    fn finish(
+        self,
+        state: &McpState,
+        session: &SessionRecord,
+        caller: &Caller,
+        called: Called,
+        bound: &Bound,
+        answering: Answering,
+    ) -> Result<Value, RpcError> {
+        // A client that cannot open URLs gets the links as the handshake era gives them to such
+        // clients, unless configured to be refused (-32021, below).
+        if state.config.elicitation.without_url_mode == WithoutUrlMode::Link
+            && !tool_call::supports_url_elicitation(session)
+            && let Some(elicitations) = links::of(&called)
+        {
+            return match answering {
+                Answering::Tool => Ok(links::result(&elicitations).to_json()),
+                Answering::Other => Err(links::named_in_error(MISSING_REQUIRED_CLIENT_CAPABILITY, &elicitations)),
+            };
+        }
+        let (requests, given, kept) = match called {
+            Called::Ran(result) | Called::Answered(result) => {
+                return match answering {
+                    Answering::Tool => Ok(result.to_json()),
+                    Answering::Other => Err(offered::refused(Called::Answered(result))),
+                };
+            }
+            Called::Elicit(records) => {
+                let requests = records
+                    .iter()
+                    .map(|e| (e.id.to_string(), url_request(&e.url, &e.message)))
+                    .collect();
+                (requests, records.iter().map(|e| e.id).collect(), Value::Null)
+            }
+            Called::Upstream(elicitations) => {
+                let requests = elicitations
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| {
+                        let key = e
+                            .get("elicitationId")
+                            .and_then(Value::as_str)
+                            .map_or_else(|| format!("upstream-{i}"), str::to_owned);
+                        let text = |field: &str| e.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+                        (key, url_request(&text("url"), &text("message")))
+                    })
+                    .collect();
+                (requests, Vec::new(), Value::Null)
+            }
+            Called::InputRequired { requests, state } => (requests, Vec::new(), state),
+        };
+        check_capabilities(session, &requests)?;
+        let expires = after(self.now, state.config.elicitation.ttl);
+        let sealed = RequestState::new(&caller.principal, &bound.name, &bound.arguments, &given, kept, expires)
+            .seal(&state.vault);
+        Ok(json!({
+            "resultType": "input_required",
+            "inputRequests": requests,
+            "requestState": sealed,
+        }))
     }
-    let (requests, given, kept) = match called {
-        Called::Ran(result) | Called::Answered(result) => return Ok(result.to_json()),
-        Called::Elicit(records) => {
-            let requests = records
-                .iter()
-                .map(|e| (e.id.to_string(), url_request(&e.url, &e.message)))
-                .collect();
-            (requests, records.iter().map(|e| e.id).collect(), Value::Null)
-        }
-        Called::Upstream(elicitations) => {
-            let requests = elicitations
-                .iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    let key = e
-                        .get("elicitationId")
-                        .and_then(Value::as_str)
-                        .map_or_else(|| format!("upstream-{i}"), str::to_owned);
-                    let text = |field: &str| e.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
-                    (key, url_request(&text("url"), &text("message")))
-                })
-                .collect();
-            (requests, Vec::new(), Value::Null)
-        }
-        Called::InputRequired { requests, state } => (requests, Vec::new(), state),
-    };
-    check_capabilities(session, &requests)?;
-    let expires = after(now, state.config.elicitation.ttl);
-    let sealed = RequestState::new(&caller.principal, &tool, &arguments, &given, kept, expires).seal(&state.vault);
-    Ok(json!({
-        "resultType": "input_required",
-        "inputRequests": requests,
-        "requestState": sealed,
-    }))
 }
 
 /// Ends as declined each of gatehouse's elicitations in `given` that the client answered

@@ -306,9 +306,24 @@ async fn dispatch(
         | "resources/read"
         | "prompts/list"
         | "prompts/get"
-        | "completion/complete" => {
+        | "completion/complete"
+            if state.fixtures.is_some() =>
+        {
             let session = stateless_session(caller, &mut params)?;
             fixtures::answer(state, &session, method, params)
+        }
+        // Subscriptions need a session to send updates to: none in this era.
+        "resources/list" | "resources/templates/list" | "prompts/list" => {
+            let session = stateless_session(caller, &mut params)?;
+            let mut result = call::offered(state, &session, caller, params, method).await?;
+            // Upstreams' lists change at any time, and who sees what depends on who asks.
+            result["ttlMs"] = json!(0);
+            result["cacheScope"] = json!("private");
+            Ok(result)
+        }
+        "resources/read" | "prompts/get" | "completion/complete" => {
+            let session = stateless_session(caller, &mut params)?;
+            Ok(call::offered(state, &session, caller, params, method).await?)
         }
         other => Err(not_found(other)),
     }
@@ -323,7 +338,7 @@ fn not_found(method: &str) -> Refused {
 }
 
 fn discover(state: &McpState) -> Value {
-    let capabilities = json!({"tools": {"listChanged": false}});
+    let capabilities = super::offered::capabilities(state, json!({"tools": {"listChanged": false}}), false);
     #[cfg(feature = "conformance")]
     let capabilities = fixtures::advertise(state, capabilities);
     json!({

@@ -17,8 +17,8 @@ static CATALOGUE: Sql =
 static SAVE_CATALOGUE: Sql = Sql::new(|syntax| {
     syntax.notifying(
         &format!(
-            "INSERT INTO upstream_catalogues ({CATALOGUE_COLUMNS}) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (upstream) DO UPDATE SET tools = EXCLUDED.tools, digest = EXCLUDED.digest,
+            "INSERT INTO upstream_catalogues ({CATALOGUE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (upstream) DO UPDATE SET tools = EXCLUDED.tools, offers = EXCLUDED.offers, digest = EXCLUDED.digest,
                  listed_by = EXCLUDED.listed_by, listed_at = EXCLUDED.listed_at
              RETURNING upstream"
         ),
@@ -56,6 +56,7 @@ shared! {
                 sqlx::query(SAVE_CATALOGUE.of::<D>())
                     .bind(c.upstream.as_str())
                     .bind(Json(&c.tools))
+                    .bind(Json(&c.offers))
                     .bind(c.digest.as_str())
                     .bind(c.listed_by.as_ref().map(Principal::as_str))
                     .bind(D::stored(c.listed_at))

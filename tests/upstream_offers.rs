@@ -1,0 +1,304 @@
+//! Resources, resource templates, prompts and completions of upstream MCP servers through
+//! gatehouse, with the official reference server (`@modelcontextprotocol/server-everything`, npm)
+//! as the upstream over stdio and over HTTP: listed under gatehouse's names and URIs, read and got
+//! on the user's own session, subscriptions' updates relayed to the subscribing client, gated by
+//! the upstream's requirements and hidden by its `allow` rule exactly as its tools, in both
+//! protocol eras; driven by raw requests and by the official Python SDK.
+
+mod common;
+
+use std::time::Duration;
+
+use common::mcp::{elicitations, url_of};
+use common::mcp_upstreams::{server_everything, server_everything_http};
+use common::python::python_sdk;
+use common::stateless::StatelessClient;
+use common::web::Browser;
+use common::{Backend, TestDatabase, TestServer, eventually_within, repo};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+/// The reference server at `index` over stdio, as a TOML `command`.
+fn stdio_command(index: &std::path::Path) -> String {
+    format!("[\"node\", {:?}, \"stdio\"]", index.to_string_lossy())
+}
+
+/// How long the reference server may take to be listed (node starts it first).
+const LISTED: Duration = Duration::from_secs(60);
+
+/// The static document every reference server lists, as gatehouse names it for `upstream`.
+fn document(upstream: &str) -> String {
+    format!("{upstream}+demo://resource/static/document/architecture.md")
+}
+
+/// Waits until `client` sees a resource of each upstream in `upstreams`; the resources listed.
+async fn listed(client: &common::mcp::McpClient, upstreams: &[&str]) -> Vec<String> {
+    eventually_within(LISTED, "the upstreams' resources listed", async || {
+        let listed = client.call("resources/list", json!({})).await;
+        let uris: Vec<String> = listed["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["uri"].as_str().map(str::to_owned))
+            .collect();
+        upstreams
+            .iter()
+            .all(|u| uris.contains(&document(u)))
+            .then_some(uris)
+    })
+    .await
+}
+
+fn names(list: &Value, key: &str, field: &str) -> Vec<String> {
+    list[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry[field].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_servers_resources_prompts_and_completions_through_gatehouse() {
+    let Some(everything) = server_everything().await else {
+        return;
+    };
+    let (http_url, _http) = server_everything_http(&everything).await;
+    let stdio = stdio_command(&everything);
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let toml =
+        format!("[[upstreams]]\nid = \"se\"\ncommand = {stdio}\n\n[[upstreams]]\nid = \"sh\"\nurl = \"{http_url}\"\n");
+    let server = TestServer::start(&database, &toml).await;
+    let mut client = server.client();
+    client.initialize().await;
+    let uris = listed(&client, &["se", "sh"]).await;
+    assert!(
+        uris.iter().all(|uri| uri.starts_with("se+demo://") || uri.starts_with("sh+demo://")),
+        "every URI names its upstream: {uris:?}"
+    );
+
+    // A client that connects now is told what the upstreams offer.
+    let mut later = server.client();
+    let init = later.initialize().await;
+    let capabilities = &init.body["result"]["capabilities"];
+    assert_eq!(capabilities["resources"]["subscribe"], true, "{capabilities}");
+    assert!(capabilities["prompts"].is_object(), "{capabilities}");
+    assert!(capabilities["completions"].is_object(), "{capabilities}");
+
+    for upstream in ["se", "sh"] {
+        let templates = client.call("resources/templates/list", json!({})).await;
+        let template = format!("{upstream}+demo://resource/dynamic/text/{{resourceId}}");
+        assert!(
+            names(&templates, "resourceTemplates", "uriTemplate").contains(&template),
+            "{templates}"
+        );
+        // A URI from the template reads through the upstream, and comes back under gatehouse's name.
+        let uri = format!("{upstream}+demo://resource/dynamic/text/3");
+        let read = client.call("resources/read", json!({"uri": uri})).await;
+        assert_eq!(read["contents"][0]["uri"], uri, "{read}");
+        assert!(
+            read["contents"][0]["text"].as_str().unwrap_or_default().contains("Resource 3"),
+            "{read}"
+        );
+        // The upstream's own error for a resource it does not have is passed on.
+        let missing = client
+            .request("resources/read", json!({"uri": format!("{upstream}+demo://nothing/here")}))
+            .await;
+        assert!(missing.body["error"]["code"].is_i64(), "{}", missing.body);
+
+        let prompts = client.call("prompts/list", json!({})).await;
+        let args_prompt = format!("{upstream}_args-prompt");
+        assert!(names(&prompts, "prompts", "name").contains(&args_prompt), "{prompts}");
+        let got = client
+            .call("prompts/get", json!({"name": args_prompt, "arguments": {"city": "Paris"}}))
+            .await;
+        assert!(got.to_string().contains("Paris"), "{got}");
+
+        let completed = client
+            .call(
+                "completion/complete",
+                json!({"ref": {"type": "ref/prompt", "name": format!("{upstream}_completable-prompt")},
+                       "argument": {"name": "department", "value": "Eng"}}),
+            )
+            .await;
+        assert_eq!(completed["completion"]["values"], json!(["Engineering"]), "{completed}");
+        let completed = client
+            .call(
+                "completion/complete",
+                json!({"ref": {"type": "ref/resource", "uri": template},
+                       "argument": {"name": "resourceId", "value": "4"}}),
+            )
+            .await;
+        assert_eq!(completed["completion"]["values"], json!(["4"]), "{completed}");
+    }
+
+    // A URI of no upstream is not found, without asking anyone.
+    let unknown = client.request("resources/read", json!({"uri": "nobody+demo://x"})).await;
+    assert_eq!(unknown.body["error"]["code"], -32002, "{}", unknown.body);
+    let unknown = client
+        .request("prompts/get", json!({"name": "se_no-such-prompt"}))
+        .await;
+    assert_eq!(unknown.body["error"]["code"], -32602, "{}", unknown.body);
+
+    // The stateless era: the same lists, reads and prompts.
+    let modern = StatelessClient::new(&server.url);
+    let discovered = modern.result("server/discover", json!({})).await;
+    assert!(discovered["capabilities"]["resources"].is_object(), "{discovered}");
+    let read = modern
+        .result("resources/read", json!({"uri": document("sh")}))
+        .await;
+    assert_eq!(read["contents"][0]["uri"], document("sh"), "{read}");
+    assert_eq!(read["resultType"], "complete", "{read}");
+    let got = modern
+        .result("prompts/get", json!({"name": "se_args-prompt", "arguments": {"city": "Oslo"}}))
+        .await;
+    assert!(got.to_string().contains("Oslo"), "{got}");
+    let listed = modern.result("resources/list", json!({})).await;
+    assert!(names(&listed, "resources", "uri").contains(&document("se")), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_lists_reads_gets_and_completes_through_gatehouse_in_both_eras() {
+    let Some(everything) = server_everything().await else {
+        return;
+    };
+    let Some(python) = python_sdk().await else {
+        return;
+    };
+    let stdio = stdio_command(&everything);
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, &format!("[[upstreams]]\nid = \"se\"\ncommand = {stdio}\n")).await;
+    let mut client = server.client();
+    client.initialize().await;
+    listed(&client, &["se"]).await;
+    for mode in ["legacy", "2026-07-28"] {
+        let output = Command::new(&python)
+            .arg(repo().join("tests/interop/python_offers.py"))
+            .args(["--url", &server.url, "--mode", mode])
+            .args(["--read", &document("se"), "--read", "se+demo://resource/dynamic/text/7"])
+            .args(["--prompt", "se_args-prompt", "--args", r#"{"city": "Lima"}"#])
+            .args(["--complete-prompt", "se_completable-prompt", "--complete-argument", "department=Sa"])
+            .output()
+            .await
+            .expect("run the Python client");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{mode}: {stderr}");
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{mode}: {e}: {stderr}"));
+        let expected_version = if mode == "legacy" { "2025-11-25" } else { "2026-07-28" };
+        assert_eq!(report["protocolVersion"], expected_version, "{report}");
+        assert!(report["resources"].to_string().contains(&document("se")), "{report}");
+        assert!(
+            report["templates"].to_string().contains("se+demo://resource/dynamic/text/{resourceId}"),
+            "{report}"
+        );
+        assert!(report["prompts"].to_string().contains("se_args-prompt"), "{report}");
+        assert_eq!(report["read"][0]["uri"], document("se"), "{report}");
+        assert!(report["read"][1]["text"].as_str().unwrap_or_default().contains("Resource 7"), "{report}");
+        assert!(report["prompt"].to_string().contains("Lima"), "{report}");
+        assert_eq!(report["completion"], json!(["Sales"]), "{report}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribed_client_gets_the_upstreams_resource_updates_on_its_stream() {
+    let Some(everything) = server_everything().await else {
+        return;
+    };
+    let stdio = stdio_command(&everything);
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, &format!("[[upstreams]]\nid = \"se\"\ncommand = {stdio}\n")).await;
+    let mut client = server.client();
+    client.initialize().await;
+    listed(&client, &["se"]).await;
+    let mut stream = client.open_stream(None).await;
+    let uri = document("se");
+    assert_eq!(client.call("resources/subscribe", json!({"uri": uri})).await, json!({}));
+    // The reference server sends updates of subscribed resources once this tool turns them on.
+    client
+        .call("tools/call", json!({"name": "se_toggle-subscriber-updates", "arguments": {}}))
+        .await;
+    let updated = loop {
+        let (_, message) = stream.next_message(LISTED).await.expect("a resource update");
+        if message["method"] == "notifications/resources/updated" {
+            break message;
+        }
+    };
+    assert_eq!(updated["params"]["uri"], uri, "{updated}");
+    assert_eq!(client.call("resources/unsubscribe", json!({"uri": uri})).await, json!({}));
+}
+
+/// A reference server that needs the user's API key (a hosted form) first, visible to the `eng`
+/// group only (header identity, with groups).
+fn gated_config(stdio: &str) -> String {
+    format!(
+        "[identity]\nmode = \"header\"\ngroups_header = \"x-forwarded-groups\"\n[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[[forms]]\nid = \"key\"\ntitle = \"Your key\"\n[[forms.fields]]\nname = \"token\"\nlabel = \"Key\"\ntype = \"secret\"\n\n\
+         [[upstreams]]\nid = \"se\"\ncommand = {stdio}\nenv = {{ API_KEY = \"{{{{form.key.token}}}}\" }}\nrequires = [\"form:key\"]\nallow = {{ groups = [\"eng\"] }}\n"
+    )
+}
+
+backend_test!(
+    async fn reading_a_gated_upstreams_resource_asks_for_its_form_first_and_allow_hides_it(backend: Backend) {
+        let Some(everything) = server_everything().await else {
+            return;
+        };
+        let stdio = stdio_command(&everything);
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start(&database, &gated_config(&stdio)).await;
+        let mut alice = server
+            .client()
+            .with_user("x-forwarded-user", "alice")
+            .with_header("x-forwarded-groups", "eng");
+        alice
+            .initialize_with("2025-11-25", json!({"elicitation": {"url": {}}}))
+            .await;
+        let uri = document("se");
+
+        // Before alice has given her key: the link to the form, in data and in the message.
+        let asked = alice.request("resources/read", json!({"uri": uri})).await;
+        assert_eq!(asked.body["error"]["code"], -32042, "{}", asked.body);
+        let listed = elicitations(&asked);
+        assert_eq!(listed.len(), 1, "{}", asked.body);
+        let url = url_of(&listed[0]);
+        assert!(
+            asked.body["error"]["message"].as_str().unwrap_or_default().contains(&url),
+            "{}",
+            asked.body
+        );
+        // The stateless era asks the same with input_required.
+        let modern = StatelessClient::new(&server.url)
+            .with_user("x-forwarded-user", "alice")
+            .with_user("x-forwarded-groups", "eng");
+        let required = modern.result("resources/read", json!({"uri": uri})).await;
+        assert_eq!(required["resultType"], "input_required", "{required}");
+        assert!(required.to_string().contains("/forms/"), "a link to the form: {required}");
+
+        let browser = Browser::as_user("x-forwarded-user", "alice");
+        let page = browser.get(&url).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        let sent = browser
+            .post_form(&url, &server.base(), &[("csrf", &page.csrf()), ("token", "k-123"), ("action", "submit")])
+            .await;
+        assert!(sent.status.is_success() || sent.status.is_redirection(), "{}", sent.body);
+
+        let read = alice.call("resources/read", json!({"uri": uri})).await;
+        assert_eq!(read["contents"][0]["uri"], uri, "{read}");
+        // Listed once alice's session listed the upstream; bob sees none of it and cannot read it.
+        eventually_within(LISTED, "the upstream listed through alice", async || {
+            let listed = alice.call("prompts/list", json!({})).await;
+            names(&listed, "prompts", "name").contains(&"se_args-prompt".to_owned()).then_some(())
+        })
+        .await;
+        let got = modern
+            .result("prompts/get", json!({"name": "se_args-prompt", "arguments": {"city": "Rome"}}))
+            .await;
+        assert!(got.to_string().contains("Rome"), "{got}");
+        let alices = alice.call("resources/list", json!({})).await;
+        assert!(names(&alices, "resources", "uri").contains(&uri), "{alices}");
+        let bob = server.eliciting_client("bob").await;
+        assert_eq!(bob.call("resources/list", json!({})).await, json!({"resources": []}));
+        assert_eq!(bob.call("prompts/list", json!({})).await, json!({"prompts": []}));
+        let refused = bob.request("resources/read", json!({"uri": uri})).await;
+        assert_eq!(refused.body["error"]["code"], -32002, "{}", refused.body);
+    }
+);
