@@ -2,7 +2,8 @@
 //! drops: the bearer-token server (`tests/upstreams/bearer_server.py`, which behaves like GitHub's
 //! remote MCP server), the stdio server (`tests/upstreams/stdio_server.py`), both on the official
 //! Python SDK, and the official TypeScript SDK's example Streamable HTTP server, staged pinned under
-//! `target/ts-upstream-node`, and the official reference server ([`server_everything`]). Plus
+//! `target/ts-upstream-node`, and the official reference server ([`server_everything`]); the MCP
+//! Inspector ([`inspector`]) is staged the same way. Plus
 //! [`jsonrpc`], one JSON-RPC POST to any of them whose answer may be JSON or an SSE stream, and
 //! [`stage_npm`], which stages any pinned npm package set that way.
 
@@ -255,6 +256,14 @@ pub async fn server_everything() -> Option<PathBuf> {
     )
     .await?;
     Some(stage.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
+}
+
+/// The MCP Inspector (`@modelcontextprotocol/inspector`, pinned in `tests/inspector`, staged under
+/// target/): the path of its launcher, which node runs with `--cli` for the scriptable client.
+/// None (after a loud skip, a failure under `CI=true`) when node or npm is missing or staging fails.
+pub async fn inspector() -> Option<PathBuf> {
+    let stage = stage_npm("the MCP Inspector", "tests/inspector", "target/inspector-node").await?;
+    Some(stage.join("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"))
 }
 
 /// The reference server at `index` (see [`server_everything`]) over Streamable HTTP on a free

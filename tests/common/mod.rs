@@ -583,13 +583,18 @@ impl TestServer {
             .await;
         let listed = elicitations(&reply);
         assert_eq!(listed.len(), 1, "{}", reply.body);
-        let url = url_of(&listed[0]);
+        self.fill_in_form(&url_of(&listed[0]), user, token).await;
+    }
+
+    /// `user` opens the form page at `url` in the browser and submits it with its `token` field
+    /// set to `token`.
+    pub async fn fill_in_form(&self, url: &str, user: &str, token: &str) {
         let browser = Browser::as_user("x-forwarded-user", user);
-        let page = browser.get(&url).await;
+        let page = browser.get(url).await;
         assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
         let sent = browser
             .post_form(
-                &url,
+                url,
                 &self.base(),
                 &[("csrf", &page.csrf()), ("token", token), ("action", "submit")],
             )
