@@ -217,7 +217,10 @@ fn rss_kib(pid: u32) -> Option<u64> {
 struct Target {
     name: &'static str,
     url: String,
+    /// The tool called, or for `resources/read` the resource's URI.
     tool: &'static str,
+    /// `tools/call` or `resources/read`.
+    method: &'static str,
     arguments: Value,
     /// Who session `i` is.
     who: Who,
@@ -386,11 +389,15 @@ async fn call_load(
             errors.clone(),
             all_calls.clone(),
         );
-        let mut params = json!({"name": target.tool, "arguments": target.arguments});
+        let mut params = match target.method {
+            "resources/read" => json!({"uri": target.tool}),
+            _ => json!({"name": target.tool, "arguments": target.arguments}),
+        };
         if session.is_none() {
             params["_meta"] = stateless_meta();
         }
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
+        let method = target.method;
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
         let tool = target.tool;
         workers.push(tokio::spawn(async move {
             let mut latencies: Vec<u32> = Vec::with_capacity(1 << 16);
@@ -404,7 +411,7 @@ async fn call_load(
                     Some(session) => request
                         .header("mcp-session-id", session)
                         .header("mcp-protocol-version", "2025-11-25"),
-                    None => stateless_headers(request, "tools/call", tool),
+                    None => stateless_headers(request, method, tool),
                 };
                 let outcome = request
                     .header("accept", ACCEPT)
@@ -631,6 +638,7 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
         name: "gatehouse (PostgreSQL, whoami)",
         url: gatehouse_url.to_owned(),
         tool: "whoami",
+        method: "tools/call",
         arguments: json!({}),
         who: Who::Nobody,
         era: Era::Handshake,
@@ -648,6 +656,7 @@ async fn load(options: &Options, gatehouse_url: &str) -> Result<(), String> {
         name: "TypeScript SDK example (in memory, greet)",
         url: ts_url,
         tool: "greet",
+        method: "tools/call",
         arguments: json!({"name": "bench"}),
         who: Who::Nobody,
         era: Era::Handshake,

@@ -77,6 +77,7 @@ async fn run(
         who: who(&url),
         url,
         tool: "whoami",
+        method: "tools/call",
         arguments: json!({}),
         era: Era::Handshake,
     };

@@ -89,6 +89,7 @@ async fn run(
         name: "whoami",
         url: format!("{public}/mcp"),
         tool: "whoami",
+        method: "tools/call",
         arguments: json!({}),
         who: Who::Nobody,
         era: Era::Handshake,

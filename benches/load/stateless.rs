@@ -60,6 +60,7 @@ async fn throughput(options: &Options, database: &Database) -> Result<(), String
                 name,
                 url: url.clone(),
                 tool: "whoami",
+                method: "tools/call",
                 arguments: json!({}),
                 who: Who::Nobody,
                 era,

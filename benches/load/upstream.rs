@@ -1,6 +1,6 @@
-//! Section "upstream": `tools/call` to a fast MCP server directly and through gatehouse's
-//! `[[upstreams]]`, back to back at the same concurrency, then gatehouse's memory per held
-//! upstream session with many users.
+//! Section "upstream": `tools/call` and `resources/read` to a fast MCP server directly and
+//! through gatehouse's `[[upstreams]]`, back to back at the same concurrency, then gatehouse's
+//! memory per held upstream session with many users.
 
 use std::future::Future;
 use std::path::Path;
@@ -18,6 +18,8 @@ use super::{
 
 /// The upstream's tool as gatehouse names it: `<id>_<tool>`.
 const GATED_TOOL: &str = "fast_echo";
+/// The upstream's resource as gatehouse names it: `<tag>+<uri>`.
+const GATED_RESOURCE: &str = "fast+echo://note";
 
 pub(super) async fn section(options: &Options, database: &Database) -> Result<(), String> {
     let upstream = FastUpstream::start().await?;
@@ -115,6 +117,7 @@ async fn side_by_side(
         name: "direct (echo)",
         url: upstream.url.clone(),
         tool: "echo",
+        method: "tools/call",
         arguments: json!({"text": "hello"}),
         who: Who::Nobody,
         era: Era::Handshake,
@@ -124,6 +127,15 @@ async fn side_by_side(
     let direct_cpu = cpu.per_call(&Cpu::read(None), &direct_result);
     row(direct.name, &direct_result, &direct_cpu);
     let direct_held = upstream.open_sessions().await.saturating_sub(sessions_before);
+    let direct_read = Target {
+        name: "direct (resources/read echo://note)",
+        tool: super::echo::NOTE,
+        method: "resources/read",
+        ..direct
+    };
+    let cpu = Cpu::read(None);
+    let read_result = call_load(&direct_read, options.clients, options.warmup, options.duration).await?;
+    row(direct_read.name, &read_result, &cpu.per_call(&Cpu::read(None), &read_result));
 
     let (mut gatehouse, url) = start(database, config).await?;
     let outcome = through_gatehouse(options, upstream, &gatehouse, url).await;
@@ -173,6 +185,7 @@ async fn through_gatehouse(
         name: "through gatehouse (fast_echo, a principal per client)",
         url,
         tool: GATED_TOOL,
+        method: "tools/call",
         arguments: json!({"text": "hello"}),
         who: Who::Users("bench-upstream-client-"),
         era: Era::Handshake,
@@ -182,6 +195,16 @@ async fn through_gatehouse(
     let cpu = cpu.per_call(&Cpu::read(Some(pid)), &result);
     row(target.name, &result, &cpu);
     let held = upstream.open_sessions().await.saturating_sub(sessions_before);
+    // The same principals read the upstream's resource on the sessions they hold.
+    let read = Target {
+        name: "through gatehouse (resources/read fast+echo://note, the same principals)",
+        tool: GATED_RESOURCE,
+        method: "resources/read",
+        ..target
+    };
+    let read_cpu = Cpu::read(Some(pid));
+    let read_result = call_load(&read, options.clients, options.warmup, options.duration).await?;
+    row(read.name, &read_result, &read_cpu.per_call(&Cpu::read(Some(pid)), &read_result));
     Ok((result, cpu, held))
 }
 
