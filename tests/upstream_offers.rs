@@ -173,9 +173,16 @@ async fn the_python_sdk_lists_reads_gets_and_completes_through_gatehouse_in_both
     client.initialize().await;
     listed(&client, &["se"]).await;
     for mode in ["legacy", "2026-07-28"] {
+        // Subscriptions are of the handshake era.
+        let subscribe: &[&str] = if mode == "legacy" {
+            &["--subscribe", "se+demo://resource/static/document/features.md", "--trigger", "se_toggle-subscriber-updates"]
+        } else {
+            &[]
+        };
         let output = Command::new(&python)
             .arg(repo().join("tests/interop/python_offers.py"))
             .args(["--url", &server.url, "--mode", mode])
+            .args(subscribe)
             .args(["--read", &document("se"), "--read", "se+demo://resource/dynamic/text/7"])
             .args(["--prompt", "se_args-prompt", "--args", r#"{"city": "Lima"}"#])
             .args(["--complete-prompt", "se_completable-prompt", "--complete-argument", "department=Sa"])
@@ -197,6 +204,9 @@ async fn the_python_sdk_lists_reads_gets_and_completes_through_gatehouse_in_both
         assert!(report["read"][1]["text"].as_str().unwrap_or_default().contains("Resource 7"), "{report}");
         assert!(report["prompt"].to_string().contains("Lima"), "{report}");
         assert_eq!(report["completion"], json!(["Sales"]), "{report}");
+        if mode == "legacy" {
+            assert_eq!(report["updated"], "se+demo://resource/static/document/features.md", "{report}");
+        }
     }
 }
 
@@ -300,5 +310,37 @@ backend_test!(
         assert_eq!(bob.call("prompts/list", json!({})).await, json!({"prompts": []}));
         let refused = bob.request("resources/read", json!({"uri": uri})).await;
         assert_eq!(refused.body["error"]["code"], -32002, "{}", refused.body);
+    }
+);
+
+postgres_test!(
+    /// Two replicas on one database: the client subscribes through replica A (whose session with
+    /// the upstream gets the update) and holds its stream on replica B, where the update arrives.
+    async fn a_resource_update_on_one_replica_reaches_the_stream_on_another() {
+        let Some(everything) = server_everything().await else {
+            return;
+        };
+        let config = format!("[[upstreams]]\nid = \"se\"\ncommand = {}\n", stdio_command(&everything));
+        let database = TestDatabase::new(Backend::Postgres).await;
+        let a = TestServer::start(&database, &config).await;
+        let b = TestServer::start(&database, &config).await;
+        let mut client = a.client();
+        client.initialize().await;
+        listed(&client, &["se"]).await;
+        let mut stream = client.on(&b).open_stream(None).await;
+        let uri = document("se");
+        assert_eq!(client.call("resources/subscribe", json!({"uri": uri})).await, json!({}));
+        client
+            .call("tools/call", json!({"name": "se_toggle-subscriber-updates", "arguments": {}}))
+            .await;
+        let updated = loop {
+            let (_, message) = stream.next_message(LISTED).await.expect("a resource update on B");
+            if message["method"] == "notifications/resources/updated" {
+                break message;
+            }
+        };
+        assert_eq!(updated["params"]["uri"], uri, "{updated}");
+        a.stop().await;
+        b.stop().await;
     }
 );

@@ -9,10 +9,12 @@ for the 2025-11-25 handshake, `2026-07-28` for the stateless revision), then:
   2. reads --read URI (repeatable),
   3. gets --prompt NAME with the JSON object --args as its arguments,
   4. completes --complete-argument NAME=VALUE of --complete-prompt NAME,
+  5. with --subscribe URI (handshake era): subscribes to it, calls the tool --trigger, and waits
+     for `notifications/resources/updated` for URI on the session's stream,
 
 and prints ONE JSON object on stdout:
   {"protocolVersion", "resources", "templates", "prompts", "read": [contents...], "prompt": {...},
-   "completion": [values]}
+   "completion": [values], "updated": URI or null}
 
 Exit codes: 0 success; 2 the server answered with a JSON-RPC error (as JSON on stderr); 1 anything
 else, including --timeout (seconds) running out.
@@ -28,8 +30,9 @@ import argparse
 import sys
 from typing import Any
 
+import anyio
 from mcp.client.client import Client
-from mcp.types import Implementation, PromptReference
+from mcp.types import Implementation, PromptReference, ResourceUpdatedNotification
 from python_client import run_main
 
 
@@ -42,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--args", default="{}", metavar="JSON", help="the prompt's arguments as a JSON object")
     parser.add_argument("--complete-prompt", metavar="NAME", help="a prompt whose argument to complete")
     parser.add_argument("--complete-argument", metavar="NAME=VALUE", help="the argument and what is typed so far")
+    parser.add_argument("--subscribe", metavar="URI", help="subscribe to URI and wait for its update")
+    parser.add_argument("--trigger", metavar="TOOL", help="the tool that makes the server send updates")
     parser.add_argument("--timeout", type=float, default=60.0, help="overall timeout in seconds")
     return parser.parse_args(argv)
 
@@ -52,7 +57,15 @@ def dump(model: Any) -> Any:
 
 async def run(opts: argparse.Namespace, arguments: dict[str, Any]) -> dict[str, Any]:
     client_info = Implementation(name="gatehouse-interop-python-offers", version="1.0.0")
-    async with Client(opts.url, mode=opts.mode, client_info=client_info) as client:
+    updates: list[str] = []
+    arrived = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, ResourceUpdatedNotification) and str(message.params.uri) == opts.subscribe:
+            updates.append(str(message.params.uri))
+            arrived.set()
+
+    async with Client(opts.url, mode=opts.mode, client_info=client_info, message_handler=on_message) as client:
         resources = await client.list_resources()
         templates = await client.list_resource_templates()
         prompts = await client.list_prompts()
@@ -69,6 +82,11 @@ async def run(opts: argparse.Namespace, arguments: dict[str, Any]) -> dict[str, 
             ref = PromptReference(type="ref/prompt", name=opts.complete_prompt)
             completed = await client.complete(ref, {"name": name, "value": value})
             completion = completed.completion.values
+        if opts.subscribe:
+            await client.subscribe_resource(opts.subscribe)
+            await client.call_tool(opts.trigger, {})
+            await arrived.wait()
+            await client.unsubscribe_resource(opts.subscribe)
         version = client.protocol_version
     return {
         "protocolVersion": version,
@@ -78,6 +96,7 @@ async def run(opts: argparse.Namespace, arguments: dict[str, Any]) -> dict[str, 
         "read": read,
         "prompt": prompt,
         "completion": completion,
+        "updated": updates[0] if updates else None,
     }
 
 
