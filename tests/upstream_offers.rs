@@ -293,6 +293,18 @@ backend_test!(
 
         let read = alice.call("resources/read", json!({"uri": uri})).await;
         assert_eq!(read["contents"][0]["uri"], uri, "{read}");
+        // The stateless retry, with the state and the answer to its link, now reads too.
+        let key = required["inputRequests"]
+            .as_object()
+            .and_then(|requests| requests.keys().next().cloned())
+            .expect("an input request");
+        let retried = modern
+            .result(
+                "resources/read",
+                json!({"uri": uri, "requestState": required["requestState"], "inputResponses": {key: {"action": "accept"}}}),
+            )
+            .await;
+        assert_eq!(retried["contents"][0]["uri"], uri, "{retried}");
         // Listed once alice's session listed the upstream; bob sees none of it and cannot read it.
         eventually_within(LISTED, "the upstream listed through alice", async || {
             let listed = alice.call("prompts/list", json!({})).await;

@@ -49,6 +49,14 @@ impl Named {
     pub fn label(&self) -> &str {
         &self.label
     }
+
+    /// The arguments it binds that state to: a prompt's (none for a resource).
+    pub fn arguments(&self) -> Map<String, Value> {
+        match &self.request {
+            Request::GetPrompt { arguments, .. } => arguments.clone(),
+            _ => Map::new(),
+        }
+    }
 }
 
 /// What a method answers: its result, or a request to gate and forward.

@@ -78,7 +78,7 @@ pub async fn offered(
     }
     let bound = Bound {
         name: named.label().to_owned(),
-        arguments: Map::new(),
+        arguments: named.arguments(),
     };
     let (retry, round) = begin(state, session, caller, sealed, responses, &bound).await?;
     match offered::run(state, session, caller, &named, retry).await? {
