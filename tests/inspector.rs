@@ -254,11 +254,11 @@ async fn the_inspector_shows_the_link_of_a_gated_call_and_the_call_works_once_it
     assert_eq!(texts(&called["result"]["content"]), "Echo: unlocked", "{called}");
 }
 
-// Upstream resources and prompts through gatehouse: these wait for gatehouse to expose them
-// (resource URIs as `<upstream id>+<uri>`, prompt names with the upstream's tool prefix).
+// Upstream resources and prompts through gatehouse (resource URIs as `<upstream id>+<uri>`, prompt
+// names with the upstream's tool prefix).
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_inspector_lists_and_reads_an_upstreams_resources() {
+async fn the_inspector_lists_and_reads_an_upstreams_resources_and_gets_its_prompts() {
     let Some(everything) = server_everything().await else {
         return;
     };
@@ -270,6 +270,7 @@ async fn the_inspector_lists_and_reads_an_upstreams_resources() {
     let mut client = server.client().with_user("x-forwarded-user", USER);
     client.initialize().await;
     wait_for_listed(&client, "resources/list", "resources", "uri", ARCHITECTURE).await;
+    wait_for_listed(&client, "prompts/list", "prompts", "name", "everything_args-prompt").await;
 
     let listed = inspector.json(&server.url, &["--method", "resources/list"]).await;
     let uris = names(&listed["result"], "resources", "uri");
@@ -282,21 +283,6 @@ async fn the_inspector_lists_and_reads_an_upstreams_resources() {
         .await;
     let contents = texts(&read["result"]["contents"]);
     assert!(contents.starts_with("# Everything Server – Architecture"), "{read}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_inspector_lists_and_gets_an_upstreams_prompts() {
-    let Some(everything) = server_everything().await else {
-        return;
-    };
-    let Some(inspector) = Inspector::stage().await else {
-        return;
-    };
-    let database = TestDatabase::new(Backend::Sqlite).await;
-    let server = gatehouse(&everything, &database).await;
-    let mut client = server.client().with_user("x-forwarded-user", USER);
-    client.initialize().await;
-    wait_for_listed(&client, "prompts/list", "prompts", "name", "everything_args-prompt").await;
 
     let listed = inspector.json(&server.url, &["--method", "prompts/list"]).await;
     let prompts = names(&listed["result"], "prompts", "name");

@@ -50,6 +50,16 @@ async fn listed(client: &common::mcp::McpClient, upstreams: &[&str]) -> Vec<Stri
     .await
 }
 
+/// The next `notifications/resources/updated` on `stream`.
+async fn next_update(stream: &mut common::SseStream) -> Value {
+    loop {
+        let (_, message) = stream.next_message(LISTED).await.expect("a resource update");
+        if message["method"] == "notifications/resources/updated" {
+            return message;
+        }
+    }
+}
+
 fn names(list: &Value, key: &str, field: &str) -> Vec<String> {
     list[key]
         .as_array()
@@ -228,12 +238,7 @@ async fn a_subscribed_client_gets_the_upstreams_resource_updates_on_its_stream()
     client
         .call("tools/call", json!({"name": "se_toggle-subscriber-updates", "arguments": {}}))
         .await;
-    let updated = loop {
-        let (_, message) = stream.next_message(LISTED).await.expect("a resource update");
-        if message["method"] == "notifications/resources/updated" {
-            break message;
-        }
-    };
+    let updated = next_update(&mut stream).await;
     assert_eq!(updated["params"]["uri"], uri, "{updated}");
     assert_eq!(client.call("resources/unsubscribe", json!({"uri": uri})).await, json!({}));
 }
@@ -345,12 +350,7 @@ postgres_test!(
         client
             .call("tools/call", json!({"name": "se_toggle-subscriber-updates", "arguments": {}}))
             .await;
-        let updated = loop {
-            let (_, message) = stream.next_message(LISTED).await.expect("a resource update on B");
-            if message["method"] == "notifications/resources/updated" {
-                break message;
-            }
-        };
+        let updated = next_update(&mut stream).await;
         assert_eq!(updated["params"]["uri"], uri, "{updated}");
         a.stop().await;
         b.stop().await;
