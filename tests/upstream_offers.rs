@@ -42,10 +42,7 @@ async fn listed(client: &common::mcp::McpClient, upstreams: &[&str]) -> Vec<Stri
             .flatten()
             .filter_map(|r| r["uri"].as_str().map(str::to_owned))
             .collect();
-        upstreams
-            .iter()
-            .all(|u| uris.contains(&document(u)))
-            .then_some(uris)
+        upstreams.iter().all(|u| uris.contains(&document(u))).then_some(uris)
     })
     .await
 }
@@ -84,7 +81,8 @@ async fn the_reference_servers_resources_prompts_and_completions_through_gatehou
     client.initialize().await;
     let uris = listed(&client, &["se", "sh"]).await;
     assert!(
-        uris.iter().all(|uri| uri.starts_with("se+demo://") || uri.starts_with("sh+demo://")),
+        uris.iter()
+            .all(|uri| uri.starts_with("se+demo://") || uri.starts_with("sh+demo://")),
         "every URI names its upstream: {uris:?}"
     );
 
@@ -108,12 +106,18 @@ async fn the_reference_servers_resources_prompts_and_completions_through_gatehou
         let read = client.call("resources/read", json!({"uri": uri})).await;
         assert_eq!(read["contents"][0]["uri"], uri, "{read}");
         assert!(
-            read["contents"][0]["text"].as_str().unwrap_or_default().contains("Resource 3"),
+            read["contents"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Resource 3"),
             "{read}"
         );
         // The upstream's own error for a resource it does not have is passed on.
         let missing = client
-            .request("resources/read", json!({"uri": format!("{upstream}+demo://nothing/here")}))
+            .request(
+                "resources/read",
+                json!({"uri": format!("{upstream}+demo://nothing/here")}),
+            )
             .await;
         assert!(missing.body["error"]["code"].is_i64(), "{}", missing.body);
 
@@ -121,7 +125,10 @@ async fn the_reference_servers_resources_prompts_and_completions_through_gatehou
         let args_prompt = format!("{upstream}_args-prompt");
         assert!(names(&prompts, "prompts", "name").contains(&args_prompt), "{prompts}");
         let got = client
-            .call("prompts/get", json!({"name": args_prompt, "arguments": {"city": "Paris"}}))
+            .call(
+                "prompts/get",
+                json!({"name": args_prompt, "arguments": {"city": "Paris"}}),
+            )
             .await;
         assert!(got.to_string().contains("Paris"), "{got}");
 
@@ -144,7 +151,9 @@ async fn the_reference_servers_resources_prompts_and_completions_through_gatehou
     }
 
     // A URI of no upstream is not found, without asking anyone.
-    let unknown = client.request("resources/read", json!({"uri": "nobody+demo://x"})).await;
+    let unknown = client
+        .request("resources/read", json!({"uri": "nobody+demo://x"}))
+        .await;
     assert_eq!(unknown.body["error"]["code"], -32002, "{}", unknown.body);
     let unknown = client
         .request("prompts/get", json!({"name": "se_no-such-prompt"}))
@@ -155,13 +164,14 @@ async fn the_reference_servers_resources_prompts_and_completions_through_gatehou
     let modern = StatelessClient::new(&server.url);
     let discovered = modern.result("server/discover", json!({})).await;
     assert!(discovered["capabilities"]["resources"].is_object(), "{discovered}");
-    let read = modern
-        .result("resources/read", json!({"uri": document("sh")}))
-        .await;
+    let read = modern.result("resources/read", json!({"uri": document("sh")})).await;
     assert_eq!(read["contents"][0]["uri"], document("sh"), "{read}");
     assert_eq!(read["resultType"], "complete", "{read}");
     let got = modern
-        .result("prompts/get", json!({"name": "se_args-prompt", "arguments": {"city": "Oslo"}}))
+        .result(
+            "prompts/get",
+            json!({"name": "se_args-prompt", "arguments": {"city": "Oslo"}}),
+        )
         .await;
     assert!(got.to_string().contains("Oslo"), "{got}");
     let listed = modern.result("resources/list", json!({})).await;
@@ -185,7 +195,12 @@ async fn the_python_sdk_lists_reads_gets_and_completes_through_gatehouse_in_both
     for mode in ["legacy", "2026-07-28"] {
         // Subscriptions are of the handshake era.
         let subscribe: &[&str] = if mode == "legacy" {
-            &["--subscribe", "se+demo://resource/static/document/features.md", "--trigger", "se_toggle-subscriber-updates"]
+            &[
+                "--subscribe",
+                "se+demo://resource/static/document/features.md",
+                "--trigger",
+                "se_toggle-subscriber-updates",
+            ]
         } else {
             &[]
         };
@@ -195,7 +210,12 @@ async fn the_python_sdk_lists_reads_gets_and_completes_through_gatehouse_in_both
             .args(subscribe)
             .args(["--read", &document("se"), "--read", "se+demo://resource/dynamic/text/7"])
             .args(["--prompt", "se_args-prompt", "--args", r#"{"city": "Lima"}"#])
-            .args(["--complete-prompt", "se_completable-prompt", "--complete-argument", "department=Sa"])
+            .args([
+                "--complete-prompt",
+                "se_completable-prompt",
+                "--complete-argument",
+                "department=Sa",
+            ])
             .output()
             .await
             .expect("run the Python client");
@@ -206,16 +226,27 @@ async fn the_python_sdk_lists_reads_gets_and_completes_through_gatehouse_in_both
         assert_eq!(report["protocolVersion"], expected_version, "{report}");
         assert!(report["resources"].to_string().contains(&document("se")), "{report}");
         assert!(
-            report["templates"].to_string().contains("se+demo://resource/dynamic/text/{resourceId}"),
+            report["templates"]
+                .to_string()
+                .contains("se+demo://resource/dynamic/text/{resourceId}"),
             "{report}"
         );
         assert!(report["prompts"].to_string().contains("se_args-prompt"), "{report}");
         assert_eq!(report["read"][0]["uri"], document("se"), "{report}");
-        assert!(report["read"][1]["text"].as_str().unwrap_or_default().contains("Resource 7"), "{report}");
+        assert!(
+            report["read"][1]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Resource 7"),
+            "{report}"
+        );
         assert!(report["prompt"].to_string().contains("Lima"), "{report}");
         assert_eq!(report["completion"], json!(["Sales"]), "{report}");
         if mode == "legacy" {
-            assert_eq!(report["updated"], "se+demo://resource/static/document/features.md", "{report}");
+            assert_eq!(
+                report["updated"], "se+demo://resource/static/document/features.md",
+                "{report}"
+            );
         }
     }
 }
@@ -236,11 +267,17 @@ async fn a_subscribed_client_gets_the_upstreams_resource_updates_on_its_stream()
     assert_eq!(client.call("resources/subscribe", json!({"uri": uri})).await, json!({}));
     // The reference server sends updates of subscribed resources once this tool turns them on.
     client
-        .call("tools/call", json!({"name": "se_toggle-subscriber-updates", "arguments": {}}))
+        .call(
+            "tools/call",
+            json!({"name": "se_toggle-subscriber-updates", "arguments": {}}),
+        )
         .await;
     let updated = next_update(&mut stream).await;
     assert_eq!(updated["params"]["uri"], uri, "{updated}");
-    assert_eq!(client.call("resources/unsubscribe", json!({"uri": uri})).await, json!({}));
+    assert_eq!(
+        client.call("resources/unsubscribe", json!({"uri": uri})).await,
+        json!({})
+    );
 }
 
 /// A reference server that needs the user's API key (a hosted form) first, visible to the `eng`
@@ -276,7 +313,10 @@ backend_test!(
         assert_eq!(listed.len(), 1, "{}", asked.body);
         let url = url_of(&listed[0]);
         assert!(
-            asked.body["error"]["message"].as_str().unwrap_or_default().contains(&url),
+            asked.body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&url),
             "{}",
             asked.body
         );
@@ -286,15 +326,26 @@ backend_test!(
             .with_user("x-forwarded-groups", "eng");
         let required = modern.result("resources/read", json!({"uri": uri})).await;
         assert_eq!(required["resultType"], "input_required", "{required}");
-        assert!(required.to_string().contains("/forms/"), "a link to the form: {required}");
+        assert!(
+            required.to_string().contains("/forms/"),
+            "a link to the form: {required}"
+        );
 
         let browser = Browser::as_user("x-forwarded-user", "alice");
         let page = browser.get(&url).await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);
         let sent = browser
-            .post_form(&url, &server.base(), &[("csrf", &page.csrf()), ("token", "k-123"), ("action", "submit")])
+            .post_form(
+                &url,
+                &server.base(),
+                &[("csrf", &page.csrf()), ("token", "k-123"), ("action", "submit")],
+            )
             .await;
-        assert!(sent.status.is_success() || sent.status.is_redirection(), "{}", sent.body);
+        assert!(
+            sent.status.is_success() || sent.status.is_redirection(),
+            "{}",
+            sent.body
+        );
 
         let read = alice.call("resources/read", json!({"uri": uri})).await;
         assert_eq!(read["contents"][0]["uri"], uri, "{read}");
@@ -313,11 +364,16 @@ backend_test!(
         // Listed once alice's session listed the upstream; bob sees none of it and cannot read it.
         eventually_within(LISTED, "the upstream listed through alice", async || {
             let listed = alice.call("prompts/list", json!({})).await;
-            names(&listed, "prompts", "name").contains(&"se_args-prompt".to_owned()).then_some(())
+            names(&listed, "prompts", "name")
+                .contains(&"se_args-prompt".to_owned())
+                .then_some(())
         })
         .await;
         let got = modern
-            .result("prompts/get", json!({"name": "se_args-prompt", "arguments": {"city": "Rome"}}))
+            .result(
+                "prompts/get",
+                json!({"name": "se_args-prompt", "arguments": {"city": "Rome"}}),
+            )
             .await;
         assert!(got.to_string().contains("Rome"), "{got}");
         let alices = alice.call("resources/list", json!({})).await;
@@ -348,7 +404,10 @@ postgres_test!(
         let uri = document("se");
         assert_eq!(client.call("resources/subscribe", json!({"uri": uri})).await, json!({}));
         client
-            .call("tools/call", json!({"name": "se_toggle-subscriber-updates", "arguments": {}}))
+            .call(
+                "tools/call",
+                json!({"name": "se_toggle-subscriber-updates", "arguments": {}}),
+            )
             .await;
         let updated = next_update(&mut stream).await;
         assert_eq!(updated["params"]["uri"], uri, "{updated}");

@@ -135,7 +135,11 @@ async fn side_by_side(
     };
     let cpu = Cpu::read(None);
     let read_result = call_load(&direct_read, options.clients, options.warmup, options.duration).await?;
-    row(direct_read.name, &read_result, &cpu.per_call(&Cpu::read(None), &read_result));
+    row(
+        direct_read.name,
+        &read_result,
+        &cpu.per_call(&Cpu::read(None), &read_result),
+    );
 
     let (mut gatehouse, url) = start(database, config).await?;
     let outcome = through_gatehouse(options, upstream, &gatehouse, url).await;
@@ -204,7 +208,11 @@ async fn through_gatehouse(
     };
     let read_cpu = Cpu::read(Some(pid));
     let read_result = call_load(&read, options.clients, options.warmup, options.duration).await?;
-    row(read.name, &read_result, &read_cpu.per_call(&Cpu::read(Some(pid)), &read_result));
+    row(
+        read.name,
+        &read_result,
+        &read_cpu.per_call(&Cpu::read(Some(pid)), &read_result),
+    );
     Ok((result, cpu, held))
 }
 

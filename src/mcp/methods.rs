@@ -300,7 +300,9 @@ pub(super) fn list_tools(state: &McpState, caller: &Caller, params: Map<String, 
         .chain(upstream_tools.iter())
         .filter(|t| t.definition().permits(&caller.claims))
         .collect();
-    page(visible, "tools", &params, state.config.mcp.page_size, |t| t.definition().to_json())
+    page(visible, "tools", &params, state.config.mcp.page_size, |t| {
+        t.definition().to_json()
+    })
 }
 
 /// One page of a list, as `{key: [...], nextCursor}`: `page_size` items from the offset the

@@ -66,7 +66,13 @@ pub enum Served {
 }
 
 /// Answers the lists; parses the rest into what is gated.
-pub fn serve(state: &McpState, session: &SessionRecord, caller: &Caller, method: &str, params: &Map<String, Value>) -> Result<Served, RpcError> {
+pub fn serve(
+    state: &McpState,
+    session: &SessionRecord,
+    caller: &Caller,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Served, RpcError> {
     let list = |list: List, key: &str| {
         let items = state.upstreams.offered(list, &caller.claims);
         page(items, key, params, state.config.mcp.page_size, |item| item).map(Served::Listed)
@@ -84,7 +90,9 @@ pub fn serve(state: &McpState, session: &SessionRecord, caller: &Caller, method:
         "resources/read" => {
             let uri = uri()?;
             let owner = resource(state, caller, uri)?;
-            let request = Request::Read { uri: owner.name.clone() };
+            let request = Request::Read {
+                uri: owner.name.clone(),
+            };
             (owner, uri.to_owned(), request)
         }
         "resources/subscribe" | "resources/unsubscribe" => {
@@ -92,9 +100,15 @@ pub fn serve(state: &McpState, session: &SessionRecord, caller: &Caller, method:
             let owner = resource(state, caller, uri)?;
             let subscriber = session.id.clone();
             let request = if method == "resources/subscribe" {
-                Request::Subscribe { uri: owner.name.clone(), session: subscriber }
+                Request::Subscribe {
+                    uri: owner.name.clone(),
+                    session: subscriber,
+                }
             } else {
-                Request::Unsubscribe { uri: owner.name.clone(), session: subscriber }
+                Request::Unsubscribe {
+                    uri: owner.name.clone(),
+                    session: subscriber,
+                }
             };
             (owner, uri.to_owned(), request)
         }
@@ -109,7 +123,10 @@ pub fn serve(state: &McpState, session: &SessionRecord, caller: &Caller, method:
                 Some(_) => return Err(RpcError::invalid_params("params.arguments must be an object")),
             };
             let owner = prompt(state, caller, name)?;
-            let request = Request::GetPrompt { name: owner.name.clone(), arguments };
+            let request = Request::GetPrompt {
+                name: owner.name.clone(),
+                arguments,
+            };
             (owner, name.to_owned(), request)
         }
         "completion/complete" => completion(state, caller, params)?,
@@ -141,7 +158,11 @@ fn prompt(state: &McpState, caller: &Caller, name: &str) -> Result<Owner, RpcErr
 
 /// `completion/complete`: its `ref` names a prompt or a resource (template) of one upstream, and
 /// goes to it in the upstream's names.
-fn completion(state: &McpState, caller: &Caller, params: &Map<String, Value>) -> Result<(Owner, String, Request), RpcError> {
+fn completion(
+    state: &McpState,
+    caller: &Caller,
+    params: &Map<String, Value>,
+) -> Result<(Owner, String, Request), RpcError> {
     let reference = params
         .get("ref")
         .and_then(Value::as_object)
@@ -156,13 +177,23 @@ fn completion(state: &McpState, caller: &Caller, params: &Map<String, Value>) ->
             let uri = text("uri").ok_or_else(|| RpcError::invalid_params("a ref/resource needs a uri"))?;
             (resource(state, caller, uri)?, "uri", uri)
         }
-        _ => return Err(RpcError::invalid_params("params.ref.type must be ref/prompt or ref/resource")),
+        _ => {
+            return Err(RpcError::invalid_params(
+                "params.ref.type must be ref/prompt or ref/resource",
+            ));
+        }
     };
     let mut forwarded = params.clone();
     forwarded.remove("_meta");
     forwarded["ref"][key] = json!(owner.name);
     let name = name.to_owned();
-    Ok((owner, name, Request::Complete { params: Value::Object(forwarded) }))
+    Ok((
+        owner,
+        name,
+        Request::Complete {
+            params: Value::Object(forwarded),
+        },
+    ))
 }
 
 /// Forwards the request once the gate lends the credentials, keeping the upstream's answer.
@@ -178,7 +209,12 @@ impl RunTool for Forwarding<'_> {
         let forwarded = self
             .state
             .upstreams
-            .forward(&self.named.owner.upstream, &self.caller.principal, credentials, self.named.request.clone())
+            .forward(
+                &self.named.owner.upstream,
+                &self.caller.principal,
+                credentials,
+                self.named.request.clone(),
+            )
             .await;
         let kept = match forwarded {
             Forwarded::Answer(value) => Ok(value),
@@ -200,7 +236,13 @@ pub enum Outcome {
 
 /// Passes `named` through the gate for `caller` in `session`, waiting as a 2026-07-28 `retry`
 /// allows, and forwards it when every requirement is met.
-pub async fn run(state: &McpState, session: &SessionRecord, caller: &Caller, named: &Named, retry: Retry) -> Result<Outcome, RpcError> {
+pub async fn run(
+    state: &McpState,
+    session: &SessionRecord,
+    caller: &Caller,
+    named: &Named,
+    retry: Retry,
+) -> Result<Outcome, RpcError> {
     let from = tool_call::origin(caller, session);
     let no_arguments = Map::new();
     let no_details = HashMap::new();
@@ -246,7 +288,13 @@ fn refusal(result: &ToolResult) -> RpcError {
 }
 
 /// The 2025-11-25 answer: the result, or -32042 with the links to open first.
-pub async fn handshake(state: &McpState, session: &SessionRecord, caller: &Caller, method: &str, params: &Map<String, Value>) -> Result<Value, RpcError> {
+pub async fn handshake(
+    state: &McpState,
+    session: &SessionRecord,
+    caller: &Caller,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Value, RpcError> {
     let named = match serve(state, session, caller, method, params)? {
         Served::Listed(result) => return Ok(result),
         Served::Gated(named) => named,

@@ -66,7 +66,10 @@ impl Changes {
     /// What differs from the listing `before` (every list, when there was none) to `record`.
     pub fn between(before: Option<&Listing>, record: &CatalogueRecord) -> Self {
         let Some(before) = before else { return Self::ALL };
-        let differs = |keys: &[&str]| keys.iter().any(|key| before.offers.get(*key) != record.offers.get(*key));
+        let differs = |keys: &[&str]| {
+            keys.iter()
+                .any(|key| before.offers.get(*key) != record.offers.get(*key))
+        };
         Self {
             tools: *before.tools != record.tools,
             resources: differs(&["resources", "resourceTemplates"]),

@@ -55,9 +55,9 @@ use crate::store::{CatalogueRecord, Store, StoreError};
 use crate::tools::{Offering, Offerings, Tool};
 
 use catalogue::{Catalogue, Changes, Listing};
-use pool::Pool;
 pub use offered::{Forwarded, List, Owner, Request};
 pub use offers::Declared;
+use pool::Pool;
 pub use upstream::Upstream;
 
 /// A stored catalogue older than this is listed again when a user's session opens.

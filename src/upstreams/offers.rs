@@ -163,10 +163,8 @@ fn renamed(entry: &Value, field: &str, rename: impl FnOnce(&str) -> Option<Strin
 pub fn relink(value: &mut Value, tag: &str) {
     match value {
         Value::Object(object) => {
-            let links_uri = matches!(
-                object.get("type").and_then(Value::as_str),
-                Some("resource_link")
-            ) || object.contains_key("text") && object.contains_key("uri")
+            let links_uri = matches!(object.get("type").and_then(Value::as_str), Some("resource_link"))
+                || object.contains_key("text") && object.contains_key("uri")
                 || object.contains_key("blob") && object.contains_key("uri");
             if links_uri {
                 rename_uri(object, tag);
@@ -294,7 +292,11 @@ mod tests {
     #[test]
     fn uris_of_other_upstreams_or_none_are_not_mapped() {
         assert_eq!(original_uri("gh", "gh+file:///etc/hosts"), Some("file:///etc/hosts"));
-        assert_eq!(original_uri("gh", "GH+test://x"), Some("test://x"), "parsers lower-case schemes");
+        assert_eq!(
+            original_uri("gh", "GH+test://x"),
+            Some("test://x"),
+            "parsers lower-case schemes"
+        );
         assert_eq!(original_uri("gh", "ghx+test://x"), None);
         assert_eq!(original_uri("gh", "test://x"), None);
         assert_eq!(original_uri("gh", "gh"), None);

@@ -107,7 +107,12 @@ impl Drop for RunningCall {
 }
 
 impl Relay {
-    pub fn new(upstream: &Upstream, list_changed: mpsc::Sender<String>, bus: Arc<Bus>, redactor: Redactor) -> Arc<Self> {
+    pub fn new(
+        upstream: &Upstream,
+        list_changed: mpsc::Sender<String>,
+        bus: Arc<Bus>,
+        redactor: Redactor,
+    ) -> Arc<Self> {
         Arc::new(Self {
             upstream: upstream.id.clone(),
             origins: upstream.elicitation_origins.clone(),

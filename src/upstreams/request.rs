@@ -20,7 +20,9 @@ use serde_json::{Map, Value, json};
 use super::Core;
 use super::crossing::Crossing;
 use super::offers::relink;
-use super::tool::{URL_ELICITATION_REQUIRED, cancel, elicitations_asked, failed, service_failed, traced_options, user_session};
+use super::tool::{
+    URL_ELICITATION_REQUIRED, cancel, elicitations_asked, failed, service_failed, traced_options, user_session,
+};
 use super::upstream::Upstream;
 use crate::domain::{Principal, SessionId};
 use crate::gate::Credentials;
@@ -32,12 +34,25 @@ const MAX_ERROR_MESSAGE_BYTES: usize = 512;
 /// A request for an upstream, in the upstream's own names.
 #[derive(Clone)]
 pub enum Request {
-    Read { uri: String },
-    Subscribe { uri: String, session: SessionId },
-    Unsubscribe { uri: String, session: SessionId },
-    GetPrompt { name: String, arguments: Map<String, Value> },
+    Read {
+        uri: String,
+    },
+    Subscribe {
+        uri: String,
+        session: SessionId,
+    },
+    Unsubscribe {
+        uri: String,
+        session: SessionId,
+    },
+    GetPrompt {
+        name: String,
+        arguments: Map<String, Value>,
+    },
     /// `completion/complete`'s params, its `ref` already in the upstream's names.
-    Complete { params: Value },
+    Complete {
+        params: Value,
+    },
 }
 
 /// How a forwarded request ended.
@@ -76,18 +91,30 @@ impl Core {
                 None,
             ),
             #[allow(deprecated)]
-            Request::Subscribe { uri, session: subscriber } => {
+            Request::Subscribe {
+                uri,
+                session: subscriber,
+            } => {
                 if let Err(max) = session.relay.subscribe(&uri, &subscriber) {
                     return Forwarded::Error {
                         code: crate::jsonrpc::INVALID_REQUEST,
-                        message: format!("The {} server holds {max} subscriptions already, the most allowed.", upstream.id),
+                        message: format!(
+                            "The {} server holds {max} subscriptions already, the most allowed.",
+                            upstream.id
+                        ),
                     };
                 }
                 let params = SubscribeRequestParams::new(uri.clone());
-                (ClientRequest::SubscribeRequest(SubscribeRequest::new(params)), Some((uri, subscriber)))
+                (
+                    ClientRequest::SubscribeRequest(SubscribeRequest::new(params)),
+                    Some((uri, subscriber)),
+                )
             }
             #[allow(deprecated)]
-            Request::Unsubscribe { uri, session: subscriber } => {
+            Request::Unsubscribe {
+                uri,
+                session: subscriber,
+            } => {
                 if !session.relay.unsubscribe(&uri, &subscriber) {
                     // Others still want its updates.
                     return Forwarded::Answer(json!({}));

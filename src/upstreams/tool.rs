@@ -14,8 +14,8 @@ use serde_json::{Map, Value};
 
 use super::Core;
 use super::crossing::{Crossing, Refused};
-use super::offers::relink;
 use super::failure::{self, Refusal};
+use super::offers::relink;
 use super::pool::{OpenError, Opening, Session};
 use super::upstream::{Transport, Upstream};
 use crate::domain::Principal;

@@ -22,8 +22,8 @@ use crate::domain::ElicitationId;
 use crate::gate::{Called, Hold};
 use crate::identity::Caller;
 use crate::jsonrpc::{MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError};
-use crate::mcp::incall::Outbox;
 use crate::mcp::calls::HeldRetry;
+use crate::mcp::incall::Outbox;
 use crate::mcp::links;
 use crate::mcp::offered::{self, Outcome, Served};
 use crate::mcp::state::McpState;
@@ -123,8 +123,15 @@ async fn begin(
     let opened = match sealed {
         None | Some(Value::Null) => None,
         Some(Value::String(sealed)) => Some(
-            RequestState::open(&state.vault, &sealed, &caller.principal, &bound.name, &bound.arguments, now)
-                .map_err(|e| RpcError::invalid_params(e.to_string()))?,
+            RequestState::open(
+                &state.vault,
+                &sealed,
+                &caller.principal,
+                &bound.name,
+                &bound.arguments,
+                now,
+            )
+            .map_err(|e| RpcError::invalid_params(e.to_string()))?,
         ),
         Some(_) => return Err(RpcError::invalid_params("params.requestState must be a string")),
     };
