@@ -13,9 +13,7 @@ use common::mcp::{elicitations, url_of};
 use common::mcp_upstreams::{server_everything, server_everything_http};
 use common::python::python_sdk;
 use common::stateless::StatelessClient;
-use common::web::Browser;
 use common::{Backend, TestDatabase, TestServer, eventually_within, repo};
-use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -331,21 +329,7 @@ backend_test!(
             "a link to the form: {required}"
         );
 
-        let browser = Browser::as_user("x-forwarded-user", "alice");
-        let page = browser.get(&url).await;
-        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        let sent = browser
-            .post_form(
-                &url,
-                &server.base(),
-                &[("csrf", &page.csrf()), ("token", "k-123"), ("action", "submit")],
-            )
-            .await;
-        assert!(
-            sent.status.is_success() || sent.status.is_redirection(),
-            "{}",
-            sent.body
-        );
+        server.fill_in_form(&url, "alice", "k-123").await;
 
         let read = alice.call("resources/read", json!({"uri": uri})).await;
         assert_eq!(read["contents"][0]["uri"], uri, "{read}");
@@ -411,6 +395,53 @@ postgres_test!(
             .await;
         let updated = next_update(&mut stream).await;
         assert_eq!(updated["params"]["uri"], uri, "{updated}");
+        a.stop().await;
+        b.stop().await;
+    }
+);
+
+postgres_test!(
+    /// What one replica listed through a user's session is stored and offered by the other, which
+    /// never opened a session with the upstream.
+    async fn an_upstreams_resources_and_prompts_listed_on_one_replica_are_offered_by_another() {
+        let Some(everything) = server_everything().await else {
+            return;
+        };
+        let config = gated_config(&stdio_command(&everything));
+        let database = TestDatabase::new(Backend::Postgres).await;
+        let a = TestServer::start(&database, &config).await;
+        let b = TestServer::start(&database, &config).await;
+        let alice_on = |server: &TestServer| {
+            server
+                .client()
+                .with_user("x-forwarded-user", "alice")
+                .with_header("x-forwarded-groups", "eng")
+        };
+        let mut alice = alice_on(&a);
+        alice
+            .initialize_with("2025-11-25", json!({"elicitation": {"url": {}}}))
+            .await;
+        let asked = alice.request("resources/read", json!({"uri": document("se")})).await;
+        let link = elicitations(&asked);
+        assert_eq!(link.len(), 1, "{}", asked.body);
+        a.fill_in_form(&url_of(&link[0]), "alice", "k-456").await;
+        alice.call("resources/read", json!({"uri": document("se")})).await;
+
+        let mut on_b = alice_on(&b);
+        on_b.initialize().await;
+        eventually_within(LISTED, "B offers what A listed", async || {
+            let resources = on_b.call("resources/list", json!({})).await;
+            let prompts = on_b.call("prompts/list", json!({})).await;
+            (names(&resources, "resources", "uri").contains(&document("se"))
+                && names(&prompts, "prompts", "name").contains(&"se_args-prompt".to_owned()))
+            .then_some(())
+        })
+        .await;
+        assert_eq!(
+            b.state.upstreams.open_sessions(),
+            0,
+            "B never asked the upstream itself"
+        );
         a.stop().await;
         b.stop().await;
     }
