@@ -150,6 +150,7 @@ async fn the_reference_servers_resources_prompts_and_completions_through_gatehou
         .await;
     assert_eq!(read["contents"][0]["uri"], document("sh"), "{read}");
     assert_eq!(read["resultType"], "complete", "{read}");
+    assert_eq!((&read["ttlMs"], &read["cacheScope"]), (&json!(0), &json!("private")), "{read}");
     let got = modern
         .result("prompts/get", json!({"name": "se_args-prompt", "arguments": {"city": "Oslo"}}))
         .await;
