@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::fake_oauth::{FakeOptions, FakeProvider};
-use common::mcp_upstreams::stage_npm;
+use common::mcp_upstreams::stage_ts_client_v2;
 use common::python::{PythonScript, python_sdk};
 use common::stateless::{STATELESS, StatelessClient};
 use common::{Backend, Browser, TestDatabase, TestServer, eventually};
@@ -135,8 +135,7 @@ postgres_test!(
 
 postgres_test!(
     async fn typescript_v2_client_completes_gated_calls_across_replicas() {
-        let what = "the TypeScript MCP SDK v2 client";
-        let Some(stage) = stage_npm(what, "tests/ts-client-v2", "target/ts-client-v2-node").await else {
+        let Some(stage) = stage_ts_client_v2().await else {
             return;
         };
         let stage = stage.to_str().expect("UTF-8 path");

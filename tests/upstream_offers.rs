@@ -3,14 +3,14 @@
 //! as the upstream over stdio and over HTTP: listed under gatehouse's names and URIs, read and got
 //! on the user's own session, subscriptions' updates relayed to the subscribing client, gated by
 //! the upstream's requirements and hidden by its `allow` rule exactly as its tools, in both
-//! protocol eras; driven by raw requests and by the official Python SDK.
+//! protocol eras; driven by raw requests and by the official Python and TypeScript SDKs.
 
 mod common;
 
 use std::time::Duration;
 
 use common::mcp::{elicitations, url_of};
-use common::mcp_upstreams::{server_everything, server_everything_http};
+use common::mcp_upstreams::{server_everything, server_everything_http, stage_ts_client_v2, stage_ts_sdk};
 use common::python::python_sdk;
 use common::stateless::StatelessClient;
 use common::{Backend, TestDatabase, TestServer, eventually_within, repo};
@@ -165,6 +165,7 @@ async fn the_reference_servers_resources_prompts_and_completions_through_gatehou
     let read = modern.result("resources/read", json!({"uri": document("sh")})).await;
     assert_eq!(read["contents"][0]["uri"], document("sh"), "{read}");
     assert_eq!(read["resultType"], "complete", "{read}");
+    assert_eq!((&read["ttlMs"], &read["cacheScope"]), (&json!(0), &json!("private")), "{read}");
     let got = modern
         .result(
             "prompts/get",
@@ -245,6 +246,70 @@ async fn the_python_sdk_lists_reads_gets_and_completes_through_gatehouse_in_both
                 report["updated"], "se+demo://resource/static/document/features.md",
                 "{report}"
             );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdks_list_read_get_complete_and_subscribe_through_gatehouse_in_both_eras() {
+    let Some(everything) = server_everything().await else {
+        return;
+    };
+    let (Some(v1), Some(v2)) = (stage_ts_sdk().await, stage_ts_client_v2().await) else {
+        return;
+    };
+    let stdio = stdio_command(&everything);
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, &format!("[[upstreams]]\nid = \"se\"\ncommand = {stdio}\n")).await;
+    let mut client = server.client();
+    client.initialize().await;
+    listed(&client, &["se"]).await;
+    let document = document("se");
+    // The v1 package on 2025-11-25, subscribed to the document (the reference server sends updates
+    // of subscribed resources once the tool turns them on); the v2 client pinned to 2026-07-28.
+    let subscribe = ["--subscribe", &document, "--call", "se_toggle-subscriber-updates"];
+    let pin = ["--mode", "2026-07-28"];
+    let eras = [
+        (&v1, "@modelcontextprotocol/sdk", "2025-11-25", "Lima", &subscribe[..]),
+        (&v2, "@modelcontextprotocol/client", "2026-07-28", "Quito", &pin[..]),
+    ];
+    for (stage, package, era, city, extra) in eras {
+        let output = Command::new("node")
+            .arg(repo().join("tests/interop/ts_offers.mjs"))
+            .arg("--sdk")
+            .arg(stage)
+            .args(["--url", &server.url, "--read", &document, "--read", "se+demo://resource/dynamic/text/7"])
+            .args(["--prompt", "se_args-prompt", "--args", &json!({"city": city}).to_string()])
+            .args(["--complete-prompt", "se_completable-prompt", "--complete-argument", "department=Eng"])
+            .args(extra)
+            .output()
+            .await
+            .expect("run the TypeScript client");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{era}: {stderr}");
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{era}: {e}: {stderr}"));
+        assert_eq!(report["package"], package, "{report}");
+        assert_eq!(report["protocolVersion"], era, "{report}");
+        let resources = names(&report, "resources", "uri");
+        assert!(resources.contains(&document), "{report}");
+        assert!(resources.iter().all(|uri| uri.starts_with("se+demo://")), "{report}");
+        let templates = names(&report, "templates", "uriTemplate");
+        assert!(templates.contains(&"se+demo://resource/dynamic/text/{resourceId}".to_owned()), "{report}");
+        let prompts = names(&report, "prompts", "name");
+        assert!(prompts.contains(&"se_args-prompt".to_owned()), "{report}");
+        assert!(prompts.iter().all(|name| name.starts_with("se_")), "{report}");
+        let read = &report["read"];
+        assert_eq!(read[0]["uri"], document, "{report}");
+        assert!(read[0]["text"].as_str().unwrap_or_default().starts_with("# Everything Server"), "{report}");
+        assert_eq!(read[1]["uri"], "se+demo://resource/dynamic/text/7", "{report}");
+        assert!(read[1]["text"].as_str().unwrap_or_default().contains("Resource 7"), "{report}");
+        let text = report["prompt"]["messages"][0]["content"]["text"].as_str().unwrap_or_default();
+        assert!(text.contains(city), "{report}");
+        assert_eq!(report["completion"], json!(["Engineering"]), "{report}");
+        if era == "2025-11-25" {
+            assert_eq!(report["updated"]["uri"], document, "{report}");
+        } else {
+            assert_eq!(report["updated"], Value::Null, "{report}");
         }
     }
 }

@@ -3,7 +3,8 @@
 //! remote MCP server), the stdio server (`tests/upstreams/stdio_server.py`), both on the official
 //! Python SDK, and the official TypeScript SDK's example Streamable HTTP server, staged pinned under
 //! `target/ts-upstream-node`, and the official reference server ([`server_everything`]); the MCP
-//! Inspector ([`inspector`]) is staged the same way. Plus
+//! Inspector ([`inspector`]) and the TypeScript SDK v2 client ([`stage_ts_client_v2`]) are staged
+//! the same way. Plus
 //! [`jsonrpc`], one JSON-RPC POST to any of them whose answer may be JSON or an SSE stream, and
 //! [`stage_npm`], which stages any pinned npm package set that way.
 
@@ -242,6 +243,19 @@ async fn have(tool: &str) -> bool {
 /// `CI=true`) when node or npm is missing or staging fails.
 pub async fn stage_ts_sdk() -> Option<PathBuf> {
     stage_npm("the TypeScript MCP SDK", "tests/ts-upstream", "target/ts-upstream-node").await
+}
+
+/// Installs the pinned TypeScript SDK v2 client (`@modelcontextprotocol/client`, pinned in
+/// `tests/ts-client-v2`) under target/; the stage directory, which holds
+/// `node_modules/@modelcontextprotocol/client`. None (after a loud skip, a failure under
+/// `CI=true`) when node or npm is missing or staging fails.
+pub async fn stage_ts_client_v2() -> Option<PathBuf> {
+    stage_npm(
+        "the TypeScript MCP SDK v2 client",
+        "tests/ts-client-v2",
+        "target/ts-client-v2-node",
+    )
+    .await
 }
 
 /// The official reference server (`@modelcontextprotocol/server-everything`, pinned in

@@ -21,7 +21,7 @@
 
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { emit, main, options, shown } from './ts_client.mjs';
+import { emit, main, notingGet, options, shown, streamOpened } from './ts_client.mjs';
 
 const opts = options({ 'basic-auth': { type: 'string' } });
 
@@ -38,15 +38,7 @@ async function run() {
         headers.Authorization = `Basic ${Buffer.from(opts['basic-auth']).toString('base64')}`;
     }
     // The GET SSE stream carries the completion notifications: note when it answers.
-    let getAnswered;
-    const getStatus = new Promise(resolve => (getAnswered = resolve));
-    const fetchNoting = async (url, init) => {
-        const response = await fetch(url, init);
-        if ((init?.method ?? 'GET') === 'GET') {
-            getAnswered(response.status);
-        }
-        return response;
-    };
+    const { fetchNoting, getStatus } = notingGet();
 
     // Completions in arrival order; a waiter is woken by the next one.
     const completed = [];
@@ -66,10 +58,7 @@ async function run() {
     phase = 'initializing';
     await client.connect(transport);
     phase = 'waiting for the GET SSE stream';
-    const status = await getStatus;
-    if (status < 200 || status >= 300) {
-        throw new Error(`GET SSE stream not opened: HTTP ${status}`);
-    }
+    await streamOpened(getStatus);
 
     phase = `calling ${opts.call} (expecting -32042)`;
     const call = () => client.callTool({ name: opts.call, arguments: JSON.parse(opts.args) });

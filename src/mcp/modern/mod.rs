@@ -313,15 +313,16 @@ async fn dispatch(
             fixtures::answer(state, &session, method, params)
         }
         // Subscriptions need a session to send updates to: none in this era.
-        "resources/list" | "resources/templates/list" | "prompts/list" => {
+        // Cacheable results (the lists and reads) say how long: not at all, since upstreams' lists
+        // and resources change at any time, and who sees what depends on who asks.
+        "resources/list" | "resources/templates/list" | "resources/read" | "prompts/list" => {
             let session = stateless_session(caller, &mut params)?;
             let mut result = call::offered(state, &session, caller, params, method).await?;
-            // Upstreams' lists change at any time, and who sees what depends on who asks.
             result["ttlMs"] = json!(0);
             result["cacheScope"] = json!("private");
             Ok(result)
         }
-        "resources/read" | "prompts/get" | "completion/complete" => {
+        "prompts/get" | "completion/complete" => {
             let session = stateless_session(caller, &mut params)?;
             Ok(call::offered(state, &session, caller, params, method).await?)
         }
