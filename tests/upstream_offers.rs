@@ -45,14 +45,23 @@ async fn listed(client: &common::mcp::McpClient, upstreams: &[&str]) -> Vec<Stri
     .await
 }
 
-/// The next `notifications/resources/updated` on `stream`.
-async fn next_update(stream: &mut common::SseStream) -> Value {
-    loop {
+/// `client` subscribes to the reference server's resource `uri` and has it send updates (its
+/// `toggle-subscriber-updates` tool); the update arrives on `stream` under gatehouse's URI.
+async fn subscribe_and_see_an_update(client: &common::McpClient, stream: &mut common::SseStream, uri: &str) {
+    assert_eq!(client.call("resources/subscribe", json!({"uri": uri})).await, json!({}));
+    client
+        .call(
+            "tools/call",
+            json!({"name": "se_toggle-subscriber-updates", "arguments": {}}),
+        )
+        .await;
+    let updated = loop {
         let (_, message) = stream.next_message(LISTED).await.expect("a resource update");
         if message["method"] == "notifications/resources/updated" {
-            return message;
+            break message;
         }
-    }
+    };
+    assert_eq!(updated["params"]["uri"], uri, "{updated}");
 }
 
 fn names(list: &Value, key: &str, field: &str) -> Vec<String> {
@@ -165,7 +174,11 @@ async fn the_reference_servers_resources_prompts_and_completions_through_gatehou
     let read = modern.result("resources/read", json!({"uri": document("sh")})).await;
     assert_eq!(read["contents"][0]["uri"], document("sh"), "{read}");
     assert_eq!(read["resultType"], "complete", "{read}");
-    assert_eq!((&read["ttlMs"], &read["cacheScope"]), (&json!(0), &json!("private")), "{read}");
+    assert_eq!(
+        (&read["ttlMs"], &read["cacheScope"]),
+        (&json!(0), &json!("private")),
+        "{read}"
+    );
     let got = modern
         .result(
             "prompts/get",
@@ -278,9 +291,26 @@ async fn the_typescript_sdks_list_read_get_complete_and_subscribe_through_gateho
             .arg(repo().join("tests/interop/ts_offers.mjs"))
             .arg("--sdk")
             .arg(stage)
-            .args(["--url", &server.url, "--read", &document, "--read", "se+demo://resource/dynamic/text/7"])
-            .args(["--prompt", "se_args-prompt", "--args", &json!({"city": city}).to_string()])
-            .args(["--complete-prompt", "se_completable-prompt", "--complete-argument", "department=Eng"])
+            .args([
+                "--url",
+                &server.url,
+                "--read",
+                &document,
+                "--read",
+                "se+demo://resource/dynamic/text/7",
+            ])
+            .args([
+                "--prompt",
+                "se_args-prompt",
+                "--args",
+                &json!({"city": city}).to_string(),
+            ])
+            .args([
+                "--complete-prompt",
+                "se_completable-prompt",
+                "--complete-argument",
+                "department=Eng",
+            ])
             .args(extra)
             .output()
             .await
@@ -294,16 +324,30 @@ async fn the_typescript_sdks_list_read_get_complete_and_subscribe_through_gateho
         assert!(resources.contains(&document), "{report}");
         assert!(resources.iter().all(|uri| uri.starts_with("se+demo://")), "{report}");
         let templates = names(&report, "templates", "uriTemplate");
-        assert!(templates.contains(&"se+demo://resource/dynamic/text/{resourceId}".to_owned()), "{report}");
+        assert!(
+            templates.contains(&"se+demo://resource/dynamic/text/{resourceId}".to_owned()),
+            "{report}"
+        );
         let prompts = names(&report, "prompts", "name");
         assert!(prompts.contains(&"se_args-prompt".to_owned()), "{report}");
         assert!(prompts.iter().all(|name| name.starts_with("se_")), "{report}");
         let read = &report["read"];
         assert_eq!(read[0]["uri"], document, "{report}");
-        assert!(read[0]["text"].as_str().unwrap_or_default().starts_with("# Everything Server"), "{report}");
+        assert!(
+            read[0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("# Everything Server"),
+            "{report}"
+        );
         assert_eq!(read[1]["uri"], "se+demo://resource/dynamic/text/7", "{report}");
-        assert!(read[1]["text"].as_str().unwrap_or_default().contains("Resource 7"), "{report}");
-        let text = report["prompt"]["messages"][0]["content"]["text"].as_str().unwrap_or_default();
+        assert!(
+            read[1]["text"].as_str().unwrap_or_default().contains("Resource 7"),
+            "{report}"
+        );
+        let text = report["prompt"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap_or_default();
         assert!(text.contains(city), "{report}");
         assert_eq!(report["completion"], json!(["Engineering"]), "{report}");
         if era == "2025-11-25" {
@@ -327,16 +371,7 @@ async fn a_subscribed_client_gets_the_upstreams_resource_updates_on_its_stream()
     listed(&client, &["se"]).await;
     let mut stream = client.open_stream(None).await;
     let uri = document("se");
-    assert_eq!(client.call("resources/subscribe", json!({"uri": uri})).await, json!({}));
-    // The reference server sends updates of subscribed resources once this tool turns them on.
-    client
-        .call(
-            "tools/call",
-            json!({"name": "se_toggle-subscriber-updates", "arguments": {}}),
-        )
-        .await;
-    let updated = next_update(&mut stream).await;
-    assert_eq!(updated["params"]["uri"], uri, "{updated}");
+    subscribe_and_see_an_update(&client, &mut stream, &uri).await;
     assert_eq!(
         client.call("resources/unsubscribe", json!({"uri": uri})).await,
         json!({})
@@ -450,16 +485,7 @@ postgres_test!(
         client.initialize().await;
         listed(&client, &["se"]).await;
         let mut stream = client.on(&b).open_stream(None).await;
-        let uri = document("se");
-        assert_eq!(client.call("resources/subscribe", json!({"uri": uri})).await, json!({}));
-        client
-            .call(
-                "tools/call",
-                json!({"name": "se_toggle-subscriber-updates", "arguments": {}}),
-            )
-            .await;
-        let updated = next_update(&mut stream).await;
-        assert_eq!(updated["params"]["uri"], uri, "{updated}");
+        subscribe_and_see_an_update(&client, &mut stream, &document("se")).await;
         a.stop().await;
         b.stop().await;
     }
