@@ -151,6 +151,7 @@ async fn start_session(
         .await
         .map_err(|e| store_failure("could not persist a new session", &e))?;
     for ended in &evicted {
+        state.upstreams.session_ended(ended);
         tracing::info!(session = ?ended, principal = %record.principal, "ended the least recently used session: the principal holds the most allowed");
     }
     let about = |field: &str| record.client_info.get(field).and_then(Value::as_str).unwrap_or("-");

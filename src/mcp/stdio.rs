@@ -280,6 +280,7 @@ impl Connection {
     async fn close(mut self) {
         self.running.shutdown().await;
         if let Some(session) = &self.session {
+            self.state.upstreams.session_ended(session);
             match self.state.sessions.end(session).await {
                 Ok(_) => tracing::debug!(?session, "session ended with the input"),
                 Err(error) => tracing::warn!(%error, ?session, "could not end the session"),

@@ -308,6 +308,7 @@ pub async fn delete(
         .end(&session.id)
         .await
         .map_err(|e| Refusal::store("ending session failed", &e))?;
+    state.upstreams.session_ended(&session.id);
     tracing::debug!(session = ?session.id, "session ended by client");
     Ok(StatusCode::NO_CONTENT)
 }

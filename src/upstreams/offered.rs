@@ -10,7 +10,7 @@ use super::Upstreams;
 use super::offers::{Declared, Offers, original_uri};
 pub use super::request::{Forwarded, Request};
 use super::upstream::Upstream;
-use crate::domain::Principal;
+use crate::domain::{Principal, SessionId};
 use crate::gate::Credentials;
 use crate::identity::Claims;
 
@@ -97,6 +97,12 @@ impl Upstreams {
         .into_iter()
         .flatten()
         .next()
+    }
+
+    /// `session` ended: the resource subscriptions it made through this replica are forgotten.
+    /// (One that ended elsewhere is forgotten at the next update, which finds it gone.)
+    pub fn session_ended(&self, session: &SessionId) {
+        self.core.pool.forget_subscriber(session);
     }
 
     /// Forwards `request` to `upstream` on `principal`'s session, with the credentials the gate lent.

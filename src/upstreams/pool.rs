@@ -24,7 +24,7 @@ use super::failure::Refusal;
 use super::relay::{Handler, InOrder, Relay};
 use super::traced::Traced;
 use super::upstream::{Transport, Upstream};
-use crate::domain::Principal;
+use crate::domain::{Principal, SessionId};
 use crate::events::Bus;
 use crate::secret::Secret;
 use crate::tools::Redactor;
@@ -341,6 +341,14 @@ impl Pool {
         }
     }
 
+    /// Forgets the subscriptions `subscriber` (a gatehouse session that ended) made through any
+    /// upstream session here, so they hold none open.
+    pub fn forget_subscriber(&self, subscriber: &SessionId) {
+        for session in self.lock().values() {
+            session.relay.forget_subscriber(subscriber);
+        }
+    }
+
     /// The most recently used open session with the upstream.
     pub fn newest_of(&self, upstream: &str) -> Option<Arc<Session>> {
         self.lock()
@@ -535,5 +543,31 @@ mod tests {
         let failed = pool.session(&upstream, &principal, nothing()).await;
         assert!(matches!(failed, Err(OpenError::Failed(_))), "{:?}", failed.err());
         assert!(pool.places.lock().expect("places").is_empty());
+    }
+
+    #[tokio::test]
+    async fn subscriptions_hold_a_session_until_their_clients_unsubscribe_or_end_and_are_bounded() {
+        let (list_changed, _) = mpsc::channel(1);
+        let bus = crate::gate::testing::Fixture::new().await.backing.bus;
+        let relay = Relay::new(&silent_upstream(), list_changed, bus, Redactor::new([]));
+        let (one, two) = (SessionId::generate(), SessionId::generate());
+        assert!(!relay.is_busy());
+        relay.subscribe("demo://a", &one).expect("room");
+        relay.subscribe("demo://a", &two).expect("room");
+        assert!(relay.is_busy(), "subscribed clients keep the session open");
+        assert!(!relay.unsubscribe("demo://a", &one), "two still wants its updates");
+        relay.forget_subscriber(&two);
+        assert!(!relay.is_busy(), "an ended client's subscriptions are gone");
+
+        for i in 0..super::super::relay::MAX_SUBSCRIPTIONS {
+            relay.subscribe(&format!("demo://{i}"), &one).expect("room");
+        }
+        assert_eq!(
+            relay.subscribe("demo://one-more", &one),
+            Err(super::super::relay::MAX_SUBSCRIPTIONS)
+        );
+        relay
+            .subscribe("demo://0", &one)
+            .expect("subscribing again takes no more room");
     }
 }

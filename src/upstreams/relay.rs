@@ -156,6 +156,14 @@ impl Relay {
         nobody
     }
 
+    /// Forgets every subscription of `session`, which has ended.
+    pub fn forget_subscriber(&self, session: &SessionId) {
+        self.subscriptions().retain(|_, sessions| {
+            sessions.remove(session);
+            !sessions.is_empty()
+        });
+    }
+
     /// Tells every session subscribed to `uri` that it was updated; a session that has ended is
     /// forgotten.
     async fn updated(&self, params: &ResourceUpdatedNotificationParam) {
