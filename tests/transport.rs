@@ -384,11 +384,15 @@ backend_test!(
         let mut client = server.client();
         client.initialize().await;
         assert_eq!(client.call("ping", json!({})).await, json!({}));
-        let unknown = client.request("resources/list", json!({})).await;
+        let unknown = client.request("nothing/here", json!({})).await;
         assert_eq!(
             (unknown.status, unknown.body["error"]["code"].clone()),
             (StatusCode::OK, json!(-32601))
         );
+        // Without upstreams there is nothing to list, and nothing to read.
+        assert_eq!(client.call("resources/list", json!({})).await, json!({"resources": []}));
+        let read = client.request("resources/read", json!({"uri": "demo://x"})).await;
+        assert_eq!(read.body["error"]["code"], -32002, "{}", read.body);
         let no_tool = client.request("tools/call", json!({"name": "nope"})).await;
         assert_eq!(no_tool.body["error"]["code"], -32602);
         let no_name = client.request("tools/call", json!({"arguments": {}})).await;
