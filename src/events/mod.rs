@@ -109,7 +109,10 @@ impl Hub {
                 self.catalogue_changed(upstream);
                 return;
             }
-            Notice::CallCancelled(..) | Notice::RelayAnswered(..) => {
+            Notice::CallCancelled(..)
+            | Notice::RelayAnswered(..)
+            | Notice::ParkedResume(..)
+            | Notice::ParkedOutcome(..) => {
                 // An error only says that nobody listens.
                 let _ = self.calls.send(notice.clone());
                 return;

@@ -4,6 +4,8 @@
 //! - `upstream`: one configured upstream, parsed once;
 //! - `catalogue`: its tools as offered (prefixed, filtered, bounded);
 //! - `tool`: one of them as a gatehouse tool, forwarding a call;
+//! - `forwarded`: one forwarded call, from its request to its outcome;
+//! - `parked`: the 2026-07-28 calls waiting for their client's answers to an upstream's request;
 //! - `pool`: the sessions per (user, upstream), HTTP or a process each;
 //! - `relay`: what the upstream sends while a call runs, passed to that call's client;
 //! - `crossing`: what crosses from an upstream to a client or to storage, redacted and marked;
@@ -23,6 +25,8 @@
 mod catalogue;
 mod crossing;
 mod failure;
+mod forwarded;
+mod parked;
 mod pool;
 mod relay;
 mod tool;
@@ -42,6 +46,7 @@ use crate::config::{Config, ConfigError};
 use crate::domain::Principal;
 use crate::events::{Bus, EVERY_UPSTREAM};
 use crate::forms::Forms;
+use crate::instance::InstanceNonce;
 use crate::jsonrpc;
 use crate::metrics::{ListingOutcome, Metrics};
 use crate::providers::Providers;
@@ -49,6 +54,7 @@ use crate::store::{CatalogueRecord, Store, StoreError};
 use crate::tools::{Offering, Offerings, Tool};
 
 use catalogue::{Catalogue, Listing};
+use parked::ParkedCalls;
 use pool::Pool;
 pub use upstream::Upstream;
 
@@ -80,6 +86,8 @@ pub struct Core {
     bus: Arc<Bus>,
     /// Counts forwarded calls by upstream and outcome.
     metrics: Arc<Metrics>,
+    /// The 2026-07-28 calls parked here on an upstream's request to their client.
+    parked: Arc<ParkedCalls>,
 }
 
 pub struct Upstreams {
@@ -181,6 +189,7 @@ impl Upstreams {
         store: Arc<dyn Store>,
         bus: Arc<Bus>,
         metrics: Arc<Metrics>,
+        replica: &InstanceNonce,
     ) -> Result<Self, ConfigError> {
         for upstream in upstreams.iter().filter(|u| u.allow.is_none() && !u.requires.is_empty()) {
             tracing::warn!(upstream = %upstream.id, "lists no tools until a user has called one of them; set `tools` to list them from the start");
@@ -202,6 +211,7 @@ impl Upstreams {
                 store,
                 bus,
                 metrics,
+                parked: Arc::new(ParkedCalls::new(replica.as_str().to_owned())),
             }
         });
         let changes = core.bus.subscribe_catalogues();
@@ -270,6 +280,7 @@ impl Upstreams {
         let Some(mut changes) = self.changes.lock().unwrap_or_else(PoisonError::into_inner).take() else {
             return;
         };
+        tokio::spawn(self.core.parked.clone().listen(self.core.bus.clone(), shutdown.clone()));
         let mut tick = tokio::time::interval(MAINTENANCE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Refreshes asked for, by upstream, and when each may run.

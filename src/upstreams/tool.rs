@@ -3,30 +3,34 @@
 //! upstream answers (or how it fails) becomes the call's outcome.
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientNotification,
-    ClientRequest, ServerResult,
-};
-use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value};
+use tokio::sync::mpsc;
 
 use super::Core;
-use super::crossing::{Crossing, Refused};
-use super::failure::{self, Refusal};
+use super::failure::Refusal;
+use super::forwarded::{Forwarded, Stop, service_failed, wait_parked};
+use super::parked::ParkedRef;
 use super::pool::{OpenError, Opening, Session};
 use super::upstream::{Transport, Upstream};
 use crate::gate::Credentials;
+use crate::mcp::STATELESS_PROTOCOL_VERSION;
 use crate::metrics::UpstreamOutcome;
 use crate::secret::Secret;
 use crate::store::SessionRecord;
-use crate::tools::{Arguments, CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolOutcome, ToolResult, Values};
+use crate::tools::{
+    Arguments, CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolInput, ToolOutcome, ToolResult, Values,
+};
 
-/// JSON-RPC error code of an upstream asking for URL-mode elicitation first.
-const URL_ELICITATION_REQUIRED: i32 = -32042;
-/// An upstream's error message shown to the model, at most.
-const MAX_ERROR_MESSAGE_BYTES: usize = 512;
+/// Upstream requests of one 2026-07-28 call queued while it is parked on an earlier one.
+const ASKS_QUEUE: usize = 4;
+/// How much longer than the upstream's timeout a retry waits for the outcome of a call parked on
+/// another replica: the bus's round trips.
+const RESUME_MARGIN: Duration = Duration::from_secs(5);
 
 pub struct UpstreamTool {
     upstream: Arc<Upstream>,
@@ -45,10 +49,6 @@ impl UpstreamTool {
             definition,
             core,
         }
-    }
-
-    fn failed(&self, sentence: impl Into<String>) -> ToolOutcome {
-        ToolOutcome::Done(ToolResult::error(sentence))
     }
 
     /// The session's credentials: the bearer token and the rendered headers or environment.
@@ -84,7 +84,7 @@ impl UpstreamTool {
         for (name, template) in templates {
             let value = template
                 .render(&values, encoding)
-                .map_err(|why| self.failed(format!("Cannot reach the {} server: {name}: {why}", self.upstream.id)))?;
+                .map_err(|why| failed(format!("Cannot reach the {} server: {name}: {why}", self.upstream.id)))?;
             rendered.push((name, Secret::new(value)));
         }
         Ok(Opening {
@@ -92,22 +92,6 @@ impl UpstreamTool {
             values: rendered,
             secrets: credentials.secrets().map(|s| Secret::new(s.to_owned())).collect(),
         })
-    }
-
-    fn refused(&self, refusal: Refusal) -> ToolOutcome {
-        match (refusal, &self.upstream.bearer) {
-            (Refusal::Unauthorized, Some(provider)) => ToolOutcome::CredentialRejected {
-                provider: provider.clone(),
-            },
-            (Refusal::InsufficientScope(scopes), Some(provider)) => ToolOutcome::ScopesMissing {
-                provider: provider.clone(),
-                scopes,
-            },
-            (_, None) => self.failed(format!(
-                "The {} server refused the credentials gatehouse holds for it. Ask the user to check them.",
-                self.upstream.id
-            )),
-        }
     }
 
     async fn forward(
@@ -124,115 +108,115 @@ impl UpstreamTool {
         let peer = session.service.peer();
         let handle = match peer.send_request_with_option(request, traced_options()).await {
             Ok(handle) => handle,
-            Err(error) => return self.service_failed(core, session, &error),
+            Err(error) => return service_failed(&self.upstream, Some(core), session, &error),
         };
         // Registered before the upstream can have answered anything but the request itself, so its
         // progress reaches the client; a progress notification racing the registration is dropped.
+        // A 2026-07-28 call takes the upstream's requests itself, and parks on them.
         let redactor = Arc::new(Redactor::new(credentials.secrets()));
-        let _running = session.relay.register(
+        let (asks, asked) = mpsc::channel(ASKS_QUEUE);
+        let modern = context.session.protocol_version == STATELESS_PROTOCOL_VERSION;
+        let running = session.relay.register(
             handle.progress_token.clone(),
             context.progress_token.cloned(),
             context.stream.clone(),
             redactor.clone(),
             &context.session.client_capabilities,
+            modern.then_some(asks),
         );
-        let id = handle.id.clone();
-        let gone = async {
-            match &context.stream {
-                Some(stream) => stream.gone().await,
-                None => std::future::pending().await,
+        let forwarded = Forwarded {
+            upstream: self.upstream.clone(),
+            core: self.core.clone(),
+            session: session.clone(),
+            principal: context.principal.clone(),
+            id: handle.id.clone(),
+            response: Box::pin(handle.await_response()),
+            _running: running,
+            asks: asked,
+            redactor,
+        };
+        let stop = async {
+            let gone = async {
+                match &context.stream {
+                    Some(stream) => stream.gone().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = gone => Stop { reason: "the client went away", said: "The client went away." },
+                () = context.cancelled.cancelled() => Stop {
+                    reason: "the client cancelled the call",
+                    said: "The call was cancelled.",
+                },
             }
         };
-        let answer = tokio::select! {
-            answer = handle.await_response() => answer,
-            () = gone => {
-                cancel(session, id, "the client went away").await;
-                return self.failed("The client went away.");
-            }
-            () = context.cancelled.cancelled() => {
-                cancel(session, id, "the client cancelled the call").await;
-                return self.failed("The call was cancelled.");
-            }
-            () = tokio::time::sleep(self.upstream.timeout) => {
-                cancel(session, id, "gatehouse's timeout for the upstream passed").await;
-                return self.failed(format!(
-                    "The {} server did not answer within {}.",
-                    self.upstream.id,
-                    humantime::format_duration(self.upstream.timeout)
-                ));
-            }
-        };
-        let crossing = Crossing::of(&self.upstream, &redactor);
-        match answer {
-            Ok(ServerResult::CallToolResult(result)) => ToolOutcome::Done(tool_result(
-                crossing.value(serde_json::to_value(result).unwrap_or(Value::Null)),
-            )),
-            Ok(_) => self.failed(format!(
-                "The {} server gave an answer gatehouse cannot read.",
-                self.upstream.id
-            )),
-            Err(ServiceError::McpError(error)) if error.code.0 == URL_ELICITATION_REQUIRED => {
-                let elicitations = error
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get("elicitations"))
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                if elicitations.is_empty() {
-                    return self.failed(format!(
-                        "The {} server asked for a step in the browser without saying which.",
-                        self.upstream.id
-                    ));
-                }
-                match elicitations
-                    .into_iter()
-                    .map(|e| crossing.elicitation(e))
-                    .collect::<Result<Vec<_>, _>>()
-                {
-                    Ok(elicitations) => ToolOutcome::UrlElicitations(elicitations),
-                    Err(Refused(why)) => {
-                        tracing::warn!(upstream = %self.upstream.id, principal = %context.principal, %why, "refused an upstream's elicitation");
-                        self.failed(format!(
-                            "The {} server asked for a step in the browser that gatehouse refused: {why}.",
-                            self.upstream.id
-                        ))
-                    }
-                }
-            }
-            Err(ServiceError::McpError(error)) => self.failed(format!(
-                "The {} server refused the call: {}",
-                self.upstream.id,
-                crossing.bounded_text(&error.message, MAX_ERROR_MESSAGE_BYTES)
-            )),
-            Err(error) => self.service_failed(core, session, &error),
+        let (outcome, parking) = forwarded.drive(stop).await;
+        if let Some(parking) = parking {
+            tokio::spawn(wait_parked(parking));
         }
+        outcome
     }
 
-    fn service_failed(&self, core: &Core, session: &Arc<Session>, error: &ServiceError) -> ToolOutcome {
-        if let Some(refusal) = failure::request_refusal(error) {
-            core.pool.forget(session);
-            return self.refused(refusal);
-        }
-        tracing::warn!(upstream = %self.upstream.id, principal = ?session.principal, %error, "an upstream call failed");
-        if matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_)) {
-            // A crashed process or a dropped session: the next call opens a new one.
-            core.pool.forget(session);
-        }
-        self.failed(failure::describe(&self.upstream.id, error))
+    /// A retry bringing the client's answers to the upstream's requests of a parked call: they go
+    /// to the call, here or on the replica that holds it, and its next outcome is the retry's.
+    async fn resume(
+        &self,
+        core: &Core,
+        context: &CallContext<'_>,
+        parked: &ParkedRef,
+        input: &ToolInput,
+    ) -> ToolOutcome {
+        let responses = input.responses.clone();
+        let outcome = if parked.replica == core.parked.replica() {
+            core.parked
+                .resume(&parked.id, context.principal, responses)
+                .await
+                .ok_or_else(String::new)
+        } else {
+            // The owner steps the call for up to the upstream's timeout before it answers.
+            let wait = self.upstream.timeout + RESUME_MARGIN;
+            core.parked
+                .resume_elsewhere(&core.bus, parked, context.principal, responses, wait)
+                .await
+        };
+        outcome.unwrap_or_else(|why| {
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            };
+            failed(format!(
+                "The {} server's request is no longer waiting for the answers{why}. Call the tool again.",
+                self.upstream.id
+            ))
+        })
     }
 }
 
-async fn cancel(session: &Session, id: rmcp::model::RequestId, reason: &str) {
-    let params = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
-    let notification = ClientNotification::CancelledNotification(CancelledNotification::new(params));
-    if let Err(error) = session.service.peer().send_notification(notification).await {
-        tracing::debug!(upstream = %session.upstream, %error, "could not tell the upstream a call was cancelled");
+/// A failed call's outcome: `sentence`, for the model.
+pub fn failed(sentence: impl Into<String>) -> ToolOutcome {
+    ToolOutcome::Done(ToolResult::error(sentence))
+}
+
+/// The upstream refused the credentials the call used, as the call's outcome.
+pub fn refused(upstream: &Upstream, refusal: Refusal) -> ToolOutcome {
+    match (refusal, &upstream.bearer) {
+        (Refusal::Unauthorized, Some(provider)) => ToolOutcome::CredentialRejected {
+            provider: provider.clone(),
+        },
+        (Refusal::InsufficientScope(scopes), Some(provider)) => ToolOutcome::ScopesMissing {
+            provider: provider.clone(),
+            scopes,
+        },
+        (_, None) => failed(format!(
+            "The {} server refused the credentials gatehouse holds for it. Ask the user to check them.",
+            upstream.id
+        )),
     }
 }
 
 /// A `CallToolResult` as the upstream gave it.
-fn tool_result(result: Value) -> ToolResult {
+pub fn tool_result(result: Value) -> ToolResult {
     ToolResult {
         content: result
             .get("content")
@@ -263,9 +247,16 @@ impl Tool for UpstreamTool {
 
     async fn call(&self, context: &CallContext<'_>, credentials: &Credentials, arguments: &Arguments) -> ToolOutcome {
         let Some(core) = self.core.upgrade() else {
-            return self.failed("gatehouse is shutting down. Try again in a moment.");
+            return failed("gatehouse is shutting down. Try again in a moment.");
         };
-        let outcome = self.run(&core, context, credentials, arguments).await;
+        // A retry for a call parked on the upstream's request goes on with that call.
+        let parked = context
+            .input
+            .and_then(|input| Some((ParkedRef::from_state(&input.state)?, input)));
+        let outcome = match parked {
+            Some((parked, input)) => self.resume(&core, context, &parked, input).await,
+            None => self.run(&core, context, credentials, arguments).await,
+        };
         let counted = match &outcome {
             ToolOutcome::Done(result) if result.is_error => UpstreamOutcome::Error,
             ToolOutcome::Done(_) => UpstreamOutcome::Ok,
@@ -299,17 +290,17 @@ impl UpstreamTool {
             }
             Err(OpenError::Refused { status, challenge }) => {
                 tracing::info!(upstream = %self.upstream.id, principal = %context.principal, %challenge, "the upstream refused the user's credentials");
-                return self.refused(status);
+                return refused(&self.upstream, status);
             }
             Err(OpenError::Full(limit)) => {
-                return self.failed(format!(
+                return failed(format!(
                     "The {} server is busy: all {limit} of its sessions are in use. Try again in a moment.",
                     self.upstream.id
                 ));
             }
             Err(OpenError::Failed(why)) => {
                 tracing::warn!(upstream = %self.upstream.id, principal = %context.principal, %why, "could not open an upstream session");
-                return self.failed(format!(
+                return failed(format!(
                     "The {} server cannot be reached right now. Try again in a moment.",
                     self.upstream.id
                 ));
