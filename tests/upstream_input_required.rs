@@ -3,13 +3,15 @@
 //! (sampling, a form elicitation, roots) becomes the call's `input_required`, and the answers of
 //! the retry go back to the server's waiting request, on whichever replica the retry lands. A
 //! client that did not declare what the server asks for gets the server's error in the result.
+//! Driven by hand (raw requests) and by the official Python SDK's 2026-07-28 `Client`.
 
 mod common;
 
 use std::time::Duration;
 
 use common::mcp_upstreams::server_everything;
-use common::stateless::StatelessClient;
+use common::python::{PythonScript, python_sdk};
+use common::stateless::{STATELESS, StatelessClient};
 use common::{Backend, TestDatabase, TestServer, eventually_within};
 use serde_json::{Map, Value, json};
 
@@ -204,3 +206,65 @@ postgres_test!(
         b.stop().await;
     }
 );
+
+/// The Python SDK's 2026-07-28 client (`tests/interop/python_stateless.py`) calling `tool` with
+/// `flags`: the events it printed (its callbacks', then the result).
+async fn python_call(python: &std::path::Path, server: &TestServer, tool: &str, flags: &[&str]) -> Vec<Value> {
+    let mut args = vec![
+        "--url",
+        server.url.as_str(),
+        "--call",
+        tool,
+        "--mode",
+        STATELESS,
+        "--timeout",
+        "30",
+    ];
+    args.extend_from_slice(flags);
+    let mut script = PythonScript::start(python, "tests/interop/python_stateless.py", &args);
+    let mut events = Vec::new();
+    while let Some(event) = script.next().await {
+        events.push(event);
+    }
+    script.succeeded().await;
+    let result = events.last().expect("a result");
+    assert_eq!(result["protocolVersion"], STATELESS, "{events:?}");
+    assert_eq!(result["result"]["isError"], false, "{events:?}");
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_answers_what_the_server_asks_through_input_required() {
+    let Some(python) = python_sdk().await else { return };
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let Some(server) = start(&database).await else { return };
+    let text = |events: &[Value]| {
+        events
+            .last()
+            .map(|e| e["result"]["content"].to_string())
+            .unwrap_or_default()
+    };
+
+    let sampling = [
+        "--args",
+        r#"{"prompt": "name a colour", "maxTokens": 10}"#,
+        "--sampling-reply",
+        "teal, says the model",
+    ];
+    let events = python_call(&python, &server, "se_trigger-sampling-request", &sampling).await;
+    assert_eq!(events[0]["event"], "sampling", "{events:?}");
+    assert!(events[0]["params"].to_string().contains("name a colour"), "{events:?}");
+    assert!(text(&events).contains("teal, says the model"), "{events:?}");
+
+    let form = ["--form-content", r#"{"name": "Ada Lovelace"}"#];
+    let events = python_call(&python, &server, "se_trigger-elicitation-request", &form).await;
+    assert_eq!(events[0]["event"], "elicitation", "{events:?}");
+    assert_eq!(events[0]["mode"], "form", "{events:?}");
+    assert!(text(&events).contains("Name: Ada Lovelace"), "{events:?}");
+
+    let roots = ["--root", "file:///srv/gatehouse-root"];
+    let events = python_call(&python, &server, "se_get-roots-list", &roots).await;
+    assert_eq!(events[0]["event"], "roots", "{events:?}");
+    assert!(text(&events).contains("file:///srv/gatehouse-root"), "{events:?}");
+    server.stop().await;
+}
