@@ -175,8 +175,8 @@ impl Forwarded {
 }
 
 /// Keeps a parked call until its retry's answers come (then goes on with it, and hands the retry
-/// the next outcome, parking again if the upstream asks again) or its deadline passes (then the
-/// upstream's request gets an error and the call is cancelled).
+/// the next outcome, parking again if the upstream asks again) or its deadline passes or the
+/// replica shuts down (then the upstream's request gets an error and the call is cancelled).
 pub async fn wait_parked(mut parking: Parking) {
     loop {
         let Parking {
@@ -187,7 +187,7 @@ pub async fn wait_parked(mut parking: Parking) {
         // The input request was keyed by the parked call's id.
         let key = slot.id().to_owned();
         let Some(resume) = slot.wait().await else {
-            tracing::info!(upstream = %forwarded.upstream.id, principal = %forwarded.principal, "a parked call ended: its client did not answer in time");
+            tracing::info!(upstream = %forwarded.upstream.id, principal = %forwarded.principal, "a parked call ended: its client did not answer in time, or the replica shuts down");
             ask.refuse("the client did not answer in time");
             forwarded.cancel("the client did not answer in time").await;
             return;

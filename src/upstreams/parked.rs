@@ -4,7 +4,8 @@
 //! is named by this replica's id and its own id, which the retry's sealed `requestState` carries; a
 //! retry that lands on another replica reaches it over the bus, and its outcome comes back the same
 //! way. Bounded: at most [`MAX_PARKED`] calls here and [`MAX_PARKED_PER_PRINCIPAL`] per principal,
-//! each until its deadline, when it ends and gives its place back.
+//! each until its deadline (or until this replica shuts down), when it ends and gives its place
+//! back.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -62,6 +63,8 @@ pub struct ParkedCalls {
     /// This replica's id (its instance nonce).
     replica: String,
     inner: Mutex<Inner>,
+    /// Cancelled when this replica shuts down: every parked call ends at once.
+    stopped: CancellationToken,
 }
 
 #[derive(Default)]
@@ -80,6 +83,7 @@ pub struct Slot {
     id: String,
     resume: oneshot::Receiver<Resume>,
     deadline: Instant,
+    stopped: CancellationToken,
 }
 
 impl Slot {
@@ -94,12 +98,13 @@ impl Slot {
         }
     }
 
-    /// The retry's answers, or `None` once the deadline has passed without one.
+    /// The retry's answers, or `None` once the deadline has passed without one (or the replica
+    /// shuts down).
     pub async fn wait(&mut self) -> Option<Resume> {
-        tokio::time::timeout_at(self.deadline, &mut self.resume)
-            .await
-            .ok()?
-            .ok()
+        tokio::select! {
+            resume = tokio::time::timeout_at(self.deadline, &mut self.resume) => resume.ok()?.ok(),
+            () = self.stopped.cancelled() => None,
+        }
     }
 }
 
@@ -133,7 +138,13 @@ impl ParkedCalls {
         Self {
             replica,
             inner: Mutex::default(),
+            stopped: CancellationToken::new(),
         }
+    }
+
+    /// Ends every call parked here, now and from now on: this replica shuts down.
+    pub fn stop(&self) {
+        self.stopped.cancel();
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -165,6 +176,7 @@ impl ParkedCalls {
             id,
             resume,
             deadline,
+            stopped: self.stopped.clone(),
         })
     }
 
@@ -234,7 +246,10 @@ impl ParkedCalls {
         let mut notices = bus.subscribe_calls();
         loop {
             let notice = tokio::select! {
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => {
+                    self.stop();
+                    return;
+                }
                 notice = notices.recv() => notice,
             };
             match notice {

@@ -32,6 +32,19 @@ async fn a_call_never_retried_ends_at_its_deadline_and_gives_its_place_back() {
 }
 
 #[tokio::test]
+async fn parked_calls_end_at_once_when_the_replica_shuts_down() {
+    let calls = calls();
+    let alice = principal("alice");
+    let mut slot = calls
+        .park(&alice, Instant::now() + Duration::from_secs(3600))
+        .expect("a place");
+    calls.stop();
+    assert!(slot.wait().await.is_none(), "ended without waiting for the deadline");
+    drop(slot);
+    assert_eq!(calls.parked_now(), 0);
+}
+
+#[tokio::test]
 async fn a_retry_hands_its_answers_to_its_own_call_only() {
     let calls = calls();
     let alice = principal("alice");
