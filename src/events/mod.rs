@@ -30,8 +30,9 @@ pub const EVERY_UPSTREAM: &str = "*";
 
 /// Changed catalogues queued per subscriber; one that falls further behind reloads them all.
 const CATALOGUE_QUEUE: usize = 64;
-/// Cancellations and relayed answers from other replicas queued for this one's running calls; a
-/// listener further behind loses the oldest (their calls end by their own timeouts).
+/// Cancellations, relayed answers and parked calls' answers and outcomes from other replicas
+/// queued for this one's calls; a listener further behind loses the oldest (their calls end by
+/// their own timeouts).
 const CALL_NOTICE_QUEUE: usize = 256;
 /// The largest NOTIFY payload PostgreSQL takes is 8000 bytes.
 const MAX_NOTICE_BYTES: usize = 7900;
@@ -50,7 +51,8 @@ struct Hub {
     connections: Arc<ConnectionCache>,
     /// The ids of upstreams whose stored catalogue changed, to every catalogue subscriber.
     catalogues: broadcast::Sender<String>,
-    /// Cancellations and relayed answers that other replicas received for calls that may run here.
+    /// Cancellations, relayed answers and parked calls' notices from other replicas, for calls
+    /// that may be here.
     calls: broadcast::Sender<Notice>,
     /// Whether this replica currently receives other replicas' notices (always true in process).
     connected: AtomicBool,
@@ -109,7 +111,10 @@ impl Hub {
                 self.catalogue_changed(upstream);
                 return;
             }
-            Notice::CallCancelled(..) | Notice::RelayAnswered(..) => {
+            Notice::CallCancelled(..)
+            | Notice::RelayAnswered(..)
+            | Notice::ParkedResume(..)
+            | Notice::ParkedOutcome(..) => {
                 // An error only says that nobody listens.
                 let _ = self.calls.send(notice.clone());
                 return;
@@ -364,7 +369,8 @@ impl Bus {
         self.hub.catalogues.subscribe()
     }
 
-    /// Tells the other replicas of a cancellation or a relayed answer that no call here took.
+    /// Tells the other replicas of a cancellation or a relayed answer that no call here took, or
+    /// of answers for (or the outcome of) a call parked on one replica and retried on another.
     /// False when the notice is too large for a NOTIFY (an answer of several kilobytes).
     pub async fn tell_replicas(&self, notice: &Notice) -> Result<bool, StoreError> {
         let payload = notice.encode();
@@ -375,7 +381,8 @@ impl Bus {
         Ok(true)
     }
 
-    /// Cancellations and relayed answers other replicas received, for the calls running here.
+    /// Cancellations, relayed answers and parked calls' answers and outcomes that other replicas
+    /// sent, for the calls here.
     pub fn subscribe_calls(&self) -> broadcast::Receiver<Notice> {
         self.hub.calls.subscribe()
     }

@@ -14,6 +14,8 @@
 //! | `t <upstream>`             | [`Notice::CatalogueChanged`]   | an upstream's tool catalogue changed      |
 //! | `x <session> <id>`         | [`Notice::CallCancelled`]      | a client cancelled its request `id` (JSON) |
 //! | `y <session> <relay> <answer>` | [`Notice::RelayAnswered`]  | a client answered a relayed request (JSON) |
+//! | `p <json>`                 | [`Notice::ParkedResume`]       | a retry brings answers for a parked call  |
+//! | `o <json>`                 | [`Notice::ParkedOutcome`]      | a parked call's outcome, for its retry    |
 //!
 //! A principal may contain spaces, so it is the whole rest of its payload. After a session, further
 //! fields are ignored: replicas of earlier versions sent the event's sequence number after it. An
@@ -37,6 +39,8 @@ const RESUMED: &str = "r";
 const CATALOGUE_CHANGED: &str = "t";
 const CALL_CANCELLED: &str = "x";
 const RELAY_ANSWERED: &str = "y";
+const PARKED_RESUME: &str = "p";
+const PARKED_OUTCOME: &str = "o";
 
 /// What a replica learns from the bus.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +64,11 @@ pub enum Notice {
     /// A client answered the relayed request named (an id without spaces) with this JSON text
     /// (`{"result": ...}` or `{"error": ...}`); the replica whose call waits takes it from here.
     RelayAnswered(SessionId, String, String),
+    /// A 2026-07-28 retry brings the client's answers for an upstream call parked on another
+    /// replica (JSON: that replica, the call, its principal, the answers, and the reply key).
+    ParkedResume(String),
+    /// A parked call's outcome (JSON, with the reply key), for the replica whose retry waits.
+    ParkedOutcome(String),
 }
 
 /// A client's answer to `elicitation/create` in URL mode.
@@ -102,6 +111,8 @@ impl Notice {
             Notice::CatalogueChanged(upstream) => format!("{CATALOGUE_CHANGED} {upstream}"),
             Notice::CallCancelled(session, id) => format!("{CALL_CANCELLED} {session} {id}"),
             Notice::RelayAnswered(session, relay, answer) => format!("{RELAY_ANSWERED} {session} {relay} {answer}"),
+            Notice::ParkedResume(json) => format!("{PARKED_RESUME} {json}"),
+            Notice::ParkedOutcome(json) => format!("{PARKED_OUTCOME} {json}"),
         }
     }
 
@@ -134,6 +145,8 @@ impl Notice {
                     answer.to_owned(),
                 ))
             }
+            PARKED_RESUME => Some(Notice::ParkedResume(fields.to_owned())),
+            PARKED_OUTCOME => Some(Notice::ParkedOutcome(fields.to_owned())),
             _ => None,
         }
     }

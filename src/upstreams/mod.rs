@@ -6,6 +6,8 @@
 //! - `offers`: its resources, templates and prompts as offered (namespaced, bounded);
 //! - `tool`: one of them as a gatehouse tool, forwarding a call;
 //! - `request`: the other requests forwarded (reading a resource, getting a prompt, ...);
+//! - `forwarded`: one forwarded call, from its request to its outcome;
+//! - `parked`: the 2026-07-28 calls waiting for their client's answers to an upstream's request;
 //! - `pool`: the sessions per (user, upstream), HTTP or a process each;
 //! - `relay`: what the upstream sends while a call runs, passed to that call's client;
 //! - `crossing`: what crosses from an upstream to a client or to storage, redacted and marked;
@@ -26,8 +28,10 @@
 mod catalogue;
 mod crossing;
 mod failure;
+mod forwarded;
 mod offered;
 mod offers;
+mod parked;
 mod pool;
 mod relay;
 mod request;
@@ -48,6 +52,7 @@ use crate::config::{Config, ConfigError};
 use crate::domain::Principal;
 use crate::events::{Bus, EVERY_UPSTREAM};
 use crate::forms::Forms;
+use crate::instance::InstanceNonce;
 use crate::jsonrpc;
 use crate::metrics::{ListingOutcome, Metrics};
 use crate::providers::Providers;
@@ -57,6 +62,7 @@ use crate::tools::{Offering, Offerings, Tool};
 use catalogue::{Catalogue, Changes, Listing};
 pub use offered::{Forwarded, List, Owner, Request};
 pub use offers::Declared;
+use parked::ParkedCalls;
 use pool::Pool;
 pub use upstream::Upstream;
 
@@ -88,6 +94,8 @@ pub struct Core {
     bus: Arc<Bus>,
     /// Counts forwarded calls by upstream and outcome.
     metrics: Arc<Metrics>,
+    /// The 2026-07-28 calls parked here on an upstream's request to their client.
+    parked: Arc<ParkedCalls>,
 }
 
 pub struct Upstreams {
@@ -211,6 +219,7 @@ impl Upstreams {
         store: Arc<dyn Store>,
         bus: Arc<Bus>,
         metrics: Arc<Metrics>,
+        replica: &InstanceNonce,
     ) -> Result<Self, ConfigError> {
         for upstream in upstreams.iter().filter(|u| u.allow.is_none() && !u.requires.is_empty()) {
             tracing::warn!(upstream = %upstream.id, "lists no tools until a user has called one of them; set `tools` to list them from the start");
@@ -232,6 +241,7 @@ impl Upstreams {
                 store,
                 bus,
                 metrics,
+                parked: Arc::new(ParkedCalls::new(replica.as_str().to_owned())),
             }
         });
         let changes = core.bus.subscribe_catalogues();
@@ -300,6 +310,7 @@ impl Upstreams {
         let Some(mut changes) = self.changes.lock().unwrap_or_else(PoisonError::into_inner).take() else {
             return;
         };
+        tokio::spawn(self.core.parked.clone().listen(self.core.bus.clone(), shutdown.clone()));
         let mut tick = tokio::time::interval(MAINTENANCE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Refreshes asked for, by upstream, and when each may run.

@@ -11,6 +11,10 @@
 //! are taken off the upstream's message stream in arrival order ([`InOrder`]), before rmcp sees
 //! any later answer, and only the rest goes through the handler.
 //!
+//! A 2026-07-28 call's stream takes notifications only: an upstream's request during such a call
+//! goes to the call itself as an [`Ask`], which parks the call and answers `input_required` (see
+//! `parked`); the retry's answer comes back through the `Ask`.
+//!
 //! Everything relayed crosses as [`Crossing`] says: redacted with the secrets of the call it goes
 //! to, and elicitations marked as the upstream's.
 //!
@@ -38,7 +42,7 @@ use rmcp::service::{NotificationContext, RequestContext, RoleClient, RxJsonRpcMe
 use rmcp::transport::Transport;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use url::Origin;
 
 use super::crossing::{Crossing, Refused};
@@ -54,8 +58,11 @@ struct Running {
     token: ProgressToken,
     /// The client's own progress token, if it asked for progress.
     client_token: Option<Value>,
-    /// The call's own stream, when its answer is streamed: nothing reaches a call without one.
+    /// The call's own stream, when its answer is streamed: no notification reaches a call without
+    /// one, nor a request unless the call takes [`Ask`]s.
     stream: Option<Arc<dyn CallStream>>,
+    /// Where the upstream's requests go for a 2026-07-28 call, which parks on them.
+    asks: Option<mpsc::Sender<Ask>>,
     /// The call's secrets, kept out of everything relayed to it.
     redactor: Arc<Redactor>,
     /// What the client declared it answers: `elicitation/create` modes, `sampling/createMessage`
@@ -71,6 +78,51 @@ struct Running {
 struct Target {
     stream: Arc<dyn CallStream>,
     redactor: Arc<Redactor>,
+}
+
+/// Where an upstream's request goes: the call's stream (2025-11-25) or the call itself, as an
+/// [`Ask`] (2026-07-28).
+enum Asked {
+    Stream(Target),
+    Call(mpsc::Sender<Ask>, Arc<Redactor>),
+}
+
+impl Asked {
+    fn redactor(&self) -> &Redactor {
+        match self {
+            Asked::Stream(target) => &target.redactor,
+            Asked::Call(_, redactor) => redactor,
+        }
+    }
+}
+
+/// An upstream's request to the client of a 2026-07-28 call, already crossed (redacted, marked):
+/// the call parks on it and answers `input_required`; the retry's answer goes back through it.
+pub struct Ask {
+    pub method: &'static str,
+    pub params: Value,
+    reply: oneshot::Sender<Result<Value, ErrorData>>,
+}
+
+impl Ask {
+    /// The input request the client is given.
+    pub fn input_request(&self) -> Value {
+        json!({"method": self.method, "params": self.params})
+    }
+
+    /// The client's answer (`None`: the retry brought none for it).
+    pub fn answer(self, response: Option<&Value>) {
+        let answer = response
+            .cloned()
+            .ok_or_else(|| ErrorData::invalid_request(format!("the client gave no answer to {}", self.method), None));
+        // An error only says that the upstream's request is gone.
+        let _ = self.reply.send(answer);
+    }
+
+    /// Answers the upstream's request with an error saying `why`.
+    pub fn refuse(self, why: impl Into<String>) {
+        let _ = self.reply.send(Err(ErrorData::internal_error(why.into(), None)));
+    }
 }
 
 /// Shared by the session's handler and the calls on it.
@@ -205,6 +257,7 @@ impl Relay {
         stream: Option<Arc<dyn CallStream>>,
         redactor: Arc<Redactor>,
         client_capabilities: &Value,
+        asks: Option<mpsc::Sender<Ask>>,
     ) -> RunningCall {
         let elicitation = client_capabilities.get("elicitation");
         // A client that declares `elicitation: {}` supports form mode (2025-06-18 and later).
@@ -217,6 +270,7 @@ impl Relay {
             token: token.clone(),
             client_token,
             stream,
+            asks,
             redactor,
             form,
             url,
@@ -255,6 +309,19 @@ impl Relay {
     fn list_again(&self) {
         // A full queue already holds a refresh to do; one more adds nothing.
         let _ = self.list_changed.try_send(self.upstream.clone());
+    }
+
+    /// Where a request goes: the newest call that is `wanted` and takes [`Ask`]s or has a stream.
+    fn newest_asked(&self, wanted: impl Fn(&Running) -> bool) -> Option<Asked> {
+        self.lock().iter().rev().filter(|call| wanted(call)).find_map(|call| {
+            if let Some(asks) = &call.asks {
+                return Some(Asked::Call(asks.clone(), call.redactor.clone()));
+            }
+            Some(Asked::Stream(Target {
+                stream: call.stream.clone()?,
+                redactor: call.redactor.clone(),
+            }))
+        })
     }
 
     fn crossing<'a>(&'a self, redactor: &'a Redactor) -> Crossing<'a> {
@@ -353,7 +420,7 @@ impl ClientHandler for Handler {
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         let url_mode = matches!(request, ElicitRequestParams::UrlElicitationParams { .. });
-        let Some(target) = self.0.newest(|call| if url_mode { call.url } else { call.form }) else {
+        let Some(target) = self.0.newest_asked(|call| if url_mode { call.url } else { call.form }) else {
             let mode = if url_mode { "url" } else { "form" };
             return Err(ErrorData::invalid_request(
                 format!("the client of this call cannot answer {mode}-mode elicitations"),
@@ -364,10 +431,10 @@ impl ClientHandler for Handler {
             .map_err(|e| ErrorData::internal_error(format!("cannot relay the elicitation: {e}"), None))?;
         let params = self
             .0
-            .crossing(&target.redactor)
+            .crossing(target.redactor())
             .elicitation(params)
             .map_err(|Refused(why)| ErrorData::invalid_params(why, None))?;
-        ask(&target, "elicitation/create", params).await
+        ask(target, "elicitation/create", params).await
     }
 
     #[allow(deprecated)]
@@ -379,7 +446,7 @@ impl ClientHandler for Handler {
         let with_tools = request.tools.as_ref().is_some_and(|tools| !tools.is_empty());
         let Some(target) = self
             .0
-            .newest(|call| call.sampling && (call.sampling_tools || !with_tools))
+            .newest_asked(|call| call.sampling && (call.sampling_tools || !with_tools))
         else {
             let what = if with_tools {
                 "sampling requests with tools"
@@ -393,19 +460,19 @@ impl ClientHandler for Handler {
         };
         let params = serde_json::to_value(&request)
             .map_err(|e| ErrorData::internal_error(format!("cannot relay the sampling request: {e}"), None))?;
-        let params = self.0.crossing(&target.redactor).value(params);
-        ask(&target, "sampling/createMessage", params).await
+        let params = self.0.crossing(target.redactor()).value(params);
+        ask(target, "sampling/createMessage", params).await
     }
 
     #[allow(deprecated)]
     async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
-        let Some(target) = self.0.newest(|call| call.roots) else {
+        let Some(target) = self.0.newest_asked(|call| call.roots) else {
             return Err(ErrorData::invalid_request(
                 "no client of a running call answers roots/list",
                 None,
             ));
         };
-        ask(&target, "roots/list", json!({})).await
+        ask(target, "roots/list", json!({})).await
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -463,8 +530,27 @@ impl ClientHandler for Handler {
     }
 }
 
-/// Asks the client of `target` (on its call's stream) and reads its answer as a `T`.
-async fn ask<T: DeserializeOwned>(target: &Target, method: &str, params: Value) -> Result<T, ErrorData> {
+/// Asks the client of `target` (on its call's stream, or through its call) and reads its answer
+/// as a `T`.
+async fn ask<T: DeserializeOwned>(target: Asked, method: &'static str, params: Value) -> Result<T, ErrorData> {
+    let target = match target {
+        Asked::Stream(target) => target,
+        Asked::Call(asks, _) => {
+            // 2026-07-28 has no `elicitationId`: the retry names the request by its key.
+            let mut params = params;
+            if let Some(fields) = params.as_object_mut() {
+                fields.remove("elicitationId");
+            }
+            let (reply, answer) = oneshot::channel();
+            let gone =
+                || ErrorData::internal_error(format!("the call ended before its client answered {method}"), None);
+            asks.send(Ask { method, params, reply }).await.map_err(|_| gone())?;
+            let result = answer.await.map_err(|_| gone())??;
+            return serde_json::from_value(result).map_err(|_| {
+                ErrorData::invalid_params(format!("the client's answer to {method} could not be read"), None)
+            });
+        }
+    };
     match target.stream.request(method, params).await {
         Some(Ok(result)) => serde_json::from_value(result)
             .map_err(|_| ErrorData::internal_error(format!("the client's answer to {method} could not be read"), None)),

@@ -19,10 +19,9 @@ use serde_json::{Map, Value, json};
 
 use super::Core;
 use super::crossing::Crossing;
+use super::forwarded::{URL_ELICITATION_REQUIRED, cancel, elicitations_asked, service_failed};
 use super::offers::relink;
-use super::tool::{
-    URL_ELICITATION_REQUIRED, cancel, elicitations_asked, failed, service_failed, traced_options, user_session,
-};
+use super::tool::{failed, traced_options, user_session};
 use super::upstream::Upstream;
 use crate::domain::{Principal, SessionId};
 use crate::gate::Credentials;
@@ -139,7 +138,7 @@ impl Core {
         let peer = session.service.peer();
         let handle = match peer.send_request_with_option(request, traced_options()).await {
             Ok(handle) => handle,
-            Err(error) => return Forwarded::Outcome(service_failed(self, upstream, &session, &error)),
+            Err(error) => return Forwarded::Outcome(service_failed(upstream, Some(self), &session, &error)),
         };
         let id = handle.id.clone();
         let answer = match tokio::time::timeout(upstream.timeout, handle.await_response()).await {
@@ -173,7 +172,7 @@ impl Core {
                 code: i64::from(error.code.0),
                 message: crossing.bounded_text(&error.message, MAX_ERROR_MESSAGE_BYTES),
             },
-            Err(error) => Forwarded::Outcome(service_failed(self, upstream, &session, &error)),
+            Err(error) => Forwarded::Outcome(service_failed(upstream, Some(self), &session, &error)),
         }
     }
 }

@@ -3,32 +3,35 @@
 //! upstream answers (or how it fails) becomes the call's outcome.
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientNotification,
-    ClientRequest, ErrorData, ServerResult,
-};
-use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value};
+use tokio::sync::mpsc;
 
 use super::Core;
-use super::crossing::{Crossing, Refused};
-use super::failure::{self, Refusal};
-use super::offers::relink;
+use super::failure::Refusal;
+use super::forwarded::{Stop, UpstreamCall, service_failed, wait_parked};
+use super::parked::ParkedRef;
 use super::pool::{OpenError, Opening, Session};
 use super::upstream::{Transport, Upstream};
 use crate::domain::Principal;
 use crate::gate::Credentials;
+use crate::mcp::STATELESS_PROTOCOL_VERSION;
 use crate::metrics::UpstreamOutcome;
 use crate::secret::Secret;
 use crate::store::SessionRecord;
-use crate::tools::{Arguments, CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolOutcome, ToolResult, Values};
+use crate::tools::{
+    Arguments, CallContext, Encoding, Redactor, Tool, ToolDefinition, ToolInput, ToolOutcome, ToolResult, Values,
+};
 
-/// JSON-RPC error code of an upstream asking for URL-mode elicitation first.
-pub(super) const URL_ELICITATION_REQUIRED: i32 = -32042;
-/// An upstream's error message shown to the model, at most.
-const MAX_ERROR_MESSAGE_BYTES: usize = 512;
+/// Upstream requests of one 2026-07-28 call queued while it is parked on an earlier one.
+const ASKS_QUEUE: usize = 4;
+/// How much longer than the upstream's timeout a retry waits for the outcome of a call parked on
+/// another replica: the bus's round trips.
+const RESUME_MARGIN: Duration = Duration::from_secs(5);
 
 pub struct UpstreamTool {
     upstream: Arc<Upstream>,
@@ -49,10 +52,7 @@ impl UpstreamTool {
         }
     }
 
-    fn failed(&self, sentence: impl Into<String>) -> ToolOutcome {
-        failed(sentence)
-    }
-
+    /// The session's credentials: the bearer token and the rendered headers or environment.
     async fn forward(
         &self,
         core: &Core,
@@ -67,107 +67,88 @@ impl UpstreamTool {
         let peer = session.service.peer();
         let handle = match peer.send_request_with_option(request, traced_options()).await {
             Ok(handle) => handle,
-            Err(error) => return service_failed(core, &self.upstream, session, &error),
+            Err(error) => return service_failed(&self.upstream, Some(core), session, &error),
         };
         // Registered before the upstream can have answered anything but the request itself, so its
         // progress reaches the client; a progress notification racing the registration is dropped.
+        // A 2026-07-28 call takes the upstream's requests itself, and parks on them.
         let redactor = Arc::new(Redactor::new(credentials.secrets()));
-        let _running = session.relay.register(
+        let (asks, asked) = mpsc::channel(ASKS_QUEUE);
+        let modern = context.session.protocol_version == STATELESS_PROTOCOL_VERSION;
+        let running = session.relay.register(
             handle.progress_token.clone(),
             context.progress_token.cloned(),
             context.stream.clone(),
             redactor.clone(),
             &context.session.client_capabilities,
+            modern.then_some(asks),
         );
-        let id = handle.id.clone();
-        let gone = async {
-            match &context.stream {
-                Some(stream) => stream.gone().await,
-                None => std::future::pending().await,
+        let forwarded = UpstreamCall {
+            upstream: self.upstream.clone(),
+            core: self.core.clone(),
+            session: session.clone(),
+            principal: context.principal.clone(),
+            id: handle.id.clone(),
+            response: Box::pin(handle.await_response()),
+            _running: running,
+            asks: asked,
+            redactor,
+        };
+        let stop = async {
+            let gone = async {
+                match &context.stream {
+                    Some(stream) => stream.gone().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = gone => Stop { reason: "the client went away", said: "The client went away." },
+                () = context.cancelled.cancelled() => Stop {
+                    reason: "the client cancelled the call",
+                    said: "The call was cancelled.",
+                },
             }
         };
-        let answer = tokio::select! {
-            answer = handle.await_response() => answer,
-            () = gone => {
-                cancel(session, id, "the client went away").await;
-                return self.failed("The client went away.");
-            }
-            () = context.cancelled.cancelled() => {
-                cancel(session, id, "the client cancelled the call").await;
-                return self.failed("The call was cancelled.");
-            }
-            () = tokio::time::sleep(self.upstream.timeout) => {
-                cancel(session, id, "gatehouse's timeout for the upstream passed").await;
-                return self.failed(format!(
-                    "The {} server did not answer within {}.",
-                    self.upstream.id,
-                    humantime::format_duration(self.upstream.timeout)
-                ));
-            }
-        };
-        let crossing = Crossing::of(&self.upstream, &redactor);
-        match answer {
-            Ok(ServerResult::CallToolResult(result)) => {
-                let mut result = crossing.value(serde_json::to_value(result).unwrap_or(Value::Null));
-                // Resource links in the result name resources the client reads through gatehouse.
-                relink(&mut result, &self.upstream.tag);
-                ToolOutcome::Done(tool_result(result))
-            }
-            Ok(_) => self.failed(format!(
-                "The {} server gave an answer gatehouse cannot read.",
-                self.upstream.id
-            )),
-            Err(ServiceError::McpError(error)) if error.code.0 == URL_ELICITATION_REQUIRED => {
-                elicitations_asked(&self.upstream, context.principal, &crossing, &error)
-            }
-            Err(ServiceError::McpError(error)) => self.failed(format!(
-                "The {} server refused the call: {}",
-                self.upstream.id,
-                crossing.bounded_text(&error.message, MAX_ERROR_MESSAGE_BYTES)
-            )),
-            Err(error) => service_failed(core, &self.upstream, session, &error),
+        let (outcome, parking) = forwarded.drive(stop).await;
+        if let Some(parking) = parking {
+            tokio::spawn(wait_parked(parking));
         }
+        outcome
     }
-}
 
-pub(super) fn failed(sentence: impl Into<String>) -> ToolOutcome {
-    ToolOutcome::Done(ToolResult::error(sentence))
-}
-
-/// The upstream's -32042: the URL elicitations it asks for, each checked and marked as its own
-/// on the way (or, when one is refused or none is named, a failure).
-pub(super) fn elicitations_asked(
-    upstream: &Upstream,
-    principal: &Principal,
-    crossing: &Crossing<'_>,
-    error: &ErrorData,
-) -> ToolOutcome {
-    let elicitations = error
-        .data
-        .as_ref()
-        .and_then(|d| d.get("elicitations"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if elicitations.is_empty() {
-        return failed(format!(
-            "The {} server asked for a step in the browser without saying which.",
-            upstream.id
-        ));
-    }
-    match elicitations
-        .into_iter()
-        .map(|e| crossing.elicitation(e))
-        .collect::<Result<Vec<_>, _>>()
-    {
-        Ok(elicitations) => ToolOutcome::UrlElicitations(elicitations),
-        Err(Refused(why)) => {
-            tracing::warn!(upstream = %upstream.id, %principal, %why, "refused an upstream's elicitation");
+    /// A retry bringing the client's answers to the upstream's requests of a parked call: they go
+    /// to the call, here or on the replica that holds it, and its next outcome is the retry's.
+    async fn resume(
+        &self,
+        core: &Core,
+        context: &CallContext<'_>,
+        parked: &ParkedRef,
+        input: &ToolInput,
+    ) -> ToolOutcome {
+        let responses = input.responses.clone();
+        let outcome = if parked.replica == core.parked.replica() {
+            core.parked
+                .resume(&parked.id, context.principal, responses)
+                .await
+                .ok_or_else(String::new)
+        } else {
+            // The owner steps the call for up to the upstream's timeout before it answers.
+            let wait = self.upstream.timeout + RESUME_MARGIN;
+            core.parked
+                .resume_elsewhere(&core.bus, parked, context.principal, responses, wait)
+                .await
+        };
+        outcome.unwrap_or_else(|why| {
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            };
             failed(format!(
-                "The {} server asked for a step in the browser that gatehouse refused: {why}.",
-                upstream.id
+                "The {} server's request is no longer waiting for the answers{why}. Call the tool again.",
+                self.upstream.id
             ))
-        }
+        })
     }
 }
 
@@ -215,43 +196,6 @@ fn opening(upstream: &Upstream, credentials: &Credentials) -> Result<Opening, To
     })
 }
 
-/// What the upstream's refusal of the credentials means for the gate.
-fn refused(upstream: &Upstream, refusal: Refusal) -> ToolOutcome {
-    match (refusal, &upstream.bearer) {
-        (Refusal::Unauthorized, Some(provider)) => ToolOutcome::CredentialRejected {
-            provider: provider.clone(),
-        },
-        (Refusal::InsufficientScope(scopes), Some(provider)) => ToolOutcome::ScopesMissing {
-            provider: provider.clone(),
-            scopes,
-        },
-        (_, None) => failed(format!(
-            "The {} server refused the credentials gatehouse holds for it. Ask the user to check them.",
-            upstream.id
-        )),
-    }
-}
-
-/// A request on `session` that failed below MCP: a refusal of the credentials, or a failure
-/// (a lost session is forgotten, so the next request opens a new one).
-pub(super) fn service_failed(
-    core: &Core,
-    upstream: &Upstream,
-    session: &Arc<Session>,
-    error: &ServiceError,
-) -> ToolOutcome {
-    if let Some(refusal) = failure::request_refusal(error) {
-        core.pool.forget(session);
-        return refused(upstream, refusal);
-    }
-    tracing::warn!(upstream = %upstream.id, principal = ?session.principal, %error, "an upstream request failed");
-    if matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_)) {
-        // A crashed process or a dropped session: the next call opens a new one.
-        core.pool.forget(session);
-    }
-    failed(failure::describe(&upstream.id, error))
-}
-
 /// The user's session with `upstream`, opened with the credentials the gate lent when it is not
 /// open yet (a new one lists the upstream when its catalogue is stale).
 pub(super) async fn user_session(
@@ -286,16 +230,30 @@ pub(super) async fn user_session(
     }
 }
 
-pub(super) async fn cancel(session: &Session, id: rmcp::model::RequestId, reason: &str) {
-    let params = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
-    let notification = ClientNotification::CancelledNotification(CancelledNotification::new(params));
-    if let Err(error) = session.service.peer().send_notification(notification).await {
-        tracing::debug!(upstream = %session.upstream, %error, "could not tell the upstream a call was cancelled");
+/// A failed call's outcome: `sentence`, for the model.
+pub fn failed(sentence: impl Into<String>) -> ToolOutcome {
+    ToolOutcome::Done(ToolResult::error(sentence))
+}
+
+/// The upstream refused the credentials the call used, as the call's outcome.
+pub fn refused(upstream: &Upstream, refusal: Refusal) -> ToolOutcome {
+    match (refusal, &upstream.bearer) {
+        (Refusal::Unauthorized, Some(provider)) => ToolOutcome::CredentialRejected {
+            provider: provider.clone(),
+        },
+        (Refusal::InsufficientScope(scopes), Some(provider)) => ToolOutcome::ScopesMissing {
+            provider: provider.clone(),
+            scopes,
+        },
+        (_, None) => failed(format!(
+            "The {} server refused the credentials gatehouse holds for it. Ask the user to check them.",
+            upstream.id
+        )),
     }
 }
 
 /// A `CallToolResult` as the upstream gave it.
-fn tool_result(result: Value) -> ToolResult {
+pub fn tool_result(result: Value) -> ToolResult {
     ToolResult {
         content: result
             .get("content")
@@ -326,9 +284,16 @@ impl Tool for UpstreamTool {
 
     async fn call(&self, context: &CallContext<'_>, credentials: &Credentials, arguments: &Arguments) -> ToolOutcome {
         let Some(core) = self.core.upgrade() else {
-            return self.failed("gatehouse is shutting down. Try again in a moment.");
+            return failed("gatehouse is shutting down. Try again in a moment.");
         };
-        let outcome = self.run(&core, context, credentials, arguments).await;
+        // A retry for a call parked on the upstream's request goes on with that call.
+        let parked = context
+            .input
+            .and_then(|input| Some((ParkedRef::from_state(&input.state)?, input)));
+        let outcome = match parked {
+            Some((parked, input)) => self.resume(&core, context, &parked, input).await,
+            None => self.run(&core, context, credentials, arguments).await,
+        };
         let counted = match &outcome {
             ToolOutcome::Done(result) if result.is_error => UpstreamOutcome::Error,
             ToolOutcome::Done(_) => UpstreamOutcome::Ok,

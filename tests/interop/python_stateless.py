@@ -11,7 +11,12 @@ and answers with --action: `accept` (the user agreed to open the link; the defau
 `cancel`. The SDK retries with that answer and the request state; after an accept the server holds
 the retry until the user has finished in the browser (the test does that part over HTTP, on
 whichever replica it likes). With --no-elicitation the client has no elicitation callback, so it
-declares no elicitation capability at all (as an application that never set one does). When the call returns it prints a final line
+declares no elicitation capability at all (as an application that never set one does). A form-mode
+elicitation accepted gets --form-content (a JSON object) as its content. With --sampling-reply TEXT
+the client declares `sampling` and answers each sampling/createMessage with TEXT (model
+"interop-model"), printing {"event": "sampling", "params"}; with --root URI (repeatable) it
+declares `roots` and answers roots/list with those roots, printing {"event": "roots"}. When the
+call returns it prints a final line
   {"event": "result", "protocolVersion", "result": {"isError", "content", "structuredContent"}}
 
 Every stdout line is one JSON object, flushed at once. Exit codes: 0 success; 2 the call answered
@@ -19,7 +24,8 @@ with a JSON-RPC error (as JSON on stderr); 1 anything else, including --timeout 
 
 Usage:
   python_stateless.py --url http://127.0.0.1:PORT/mcp --call me [--args '{}'] [--mode auto]
-                      [--action accept|decline|cancel | --no-elicitation] [--timeout 60]
+                      [--action accept|decline|cancel | --no-elicitation] [--form-content JSON]
+                      [--sampling-reply TEXT] [--root URI]... [--timeout 60]
 """
 
 from __future__ import annotations
@@ -31,7 +37,15 @@ from typing import Any
 
 from mcp.client.client import Client
 from mcp.client.session import ClientRequestContext
-from mcp.types import ElicitRequestParams, ElicitResult, Implementation
+from mcp.types import (
+    CreateMessageResult,
+    ElicitRequestParams,
+    ElicitResult,
+    Implementation,
+    ListRootsResult,
+    Root,
+    TextContent,
+)
 from python_client import result_to_json, run_main
 
 
@@ -52,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="give the client no elicitation callback (it then declares no elicitation capability)",
     )
+    parser.add_argument("--form-content", default="{}", metavar="JSON", help="content of an accepted form")
+    parser.add_argument("--sampling-reply", metavar="TEXT", help="declare sampling and answer with TEXT")
+    parser.add_argument("--root", action="append", default=[], metavar="URI", help="declare roots; one of them")
     parser.add_argument("--timeout", type=float, default=60.0, help="overall timeout in seconds")
     return parser.parse_args(argv)
 
@@ -60,9 +77,8 @@ def emit(event: dict[str, Any]) -> None:
     print(json.dumps(event), flush=True)
 
 
-async def run(
-    url: str, tool: str, mode: str, action: str, elicit: bool, arguments: dict[str, Any]
-) -> dict[str, Any]:
+async def run(opts: argparse.Namespace, arguments: dict[str, Any]) -> dict[str, Any]:
+    url, tool, mode, action = opts.url, opts.call, opts.mode, opts.action
     client_info = Implementation(name="gatehouse-interop-python-stateless", version="1.0.0")
 
     async def on_elicitation(_context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
@@ -74,10 +90,27 @@ async def run(
                 "message": params.message,
             }
         )
-        return ElicitResult(action=action)
+        form = getattr(params, "mode", "form") in (None, "form")
+        content = json.loads(opts.form_content) if form and action == "accept" else None
+        return ElicitResult(action=action, content=content)
 
-    callback = on_elicitation if elicit else None
-    async with Client(url, mode=mode, client_info=client_info, elicitation_callback=callback) as client:
+    async def on_sampling(_context: ClientRequestContext, params: Any) -> CreateMessageResult:
+        emit({"event": "sampling", "params": params.model_dump(by_alias=True, mode="json", exclude_none=True)})
+        reply = TextContent(type="text", text=opts.sampling_reply)
+        return CreateMessageResult(role="assistant", content=reply, model="interop-model", stop_reason="endTurn")
+
+    async def on_roots(_context: ClientRequestContext) -> ListRootsResult:
+        emit({"event": "roots"})
+        return ListRootsResult(roots=[Root(uri=uri, name=f"root {i}") for i, uri in enumerate(opts.root)])
+
+    callbacks: dict[str, Any] = {}
+    if not opts.no_elicitation:
+        callbacks["elicitation_callback"] = on_elicitation
+    if opts.sampling_reply is not None:
+        callbacks["sampling_callback"] = on_sampling
+    if opts.root:
+        callbacks["list_roots_callback"] = on_roots
+    async with Client(url, mode=mode, client_info=client_info, **callbacks) as client:
         result = await client.call_tool(tool, arguments)
         version = client.protocol_version
     return {"event": "result", "protocolVersion": version, "result": result_to_json(result)}
@@ -85,9 +118,7 @@ async def run(
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    return run_main(
-        opts, lambda arguments: run(opts.url, opts.call, opts.mode, opts.action, not opts.no_elicitation, arguments), "stateless client"
-    )
+    return run_main(opts, lambda arguments: run(opts, arguments), "stateless client")
 
 
 if __name__ == "__main__":

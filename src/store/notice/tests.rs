@@ -25,6 +25,8 @@ fn every_notice_parses_as_encoded() {
             "gatehouse-relay-1".into(),
             "{\"result\": {\"action\": \"accept\"}}".into(),
         ),
+        Notice::ParkedResume("{\"replica\": \"r 1\", \"responses\": {}}".into()),
+        Notice::ParkedOutcome("{\"reply\": \"k\", \"outcome\": null}".into()),
     ];
     for notice in notices {
         assert_eq!(Notice::parse(&notice.encode()), Some(notice));
