@@ -282,6 +282,7 @@ impl AppState {
             core.store.clone(),
             core.bus.clone(),
             metrics.clone(),
+            identity.clone(),
         )?);
         upstreams.load().await?;
         tasks.push(tokio::spawn(upstreams.clone().maintain(shutdown.clone())));

@@ -59,6 +59,7 @@ impl UpstreamTool {
         session: &Arc<Session>,
         context: &CallContext<'_>,
         credentials: &Credentials,
+        bearer: Option<&Secret<String>>,
         name: &str,
         arguments: &Map<String, Value>,
     ) -> ToolOutcome {
@@ -71,7 +72,13 @@ impl UpstreamTool {
         };
         // Registered before the upstream can have answered anything but the request itself, so its
         // progress reaches the client; a progress notification racing the registration is dropped.
-        let redactor = Arc::new(Redactor::new(credentials.secrets()));
+        // The exchanged token and the caller's own (for a token-exchange upstream) are the user's
+        // secrets too.
+        let own = [bearer, context.access_token]
+            .into_iter()
+            .flatten()
+            .map(|s| s.expose().as_str());
+        let redactor = Arc::new(Redactor::new(credentials.secrets().chain(own)));
         let _running = session.relay.register(
             handle.progress_token.clone(),
             context.progress_token.cloned(),
@@ -171,10 +178,15 @@ pub(super) fn elicitations_asked(
     }
 }
 
-/// The session's credentials for `upstream`: the bearer token and the rendered headers or
-/// environment.
-fn opening(upstream: &Upstream, credentials: &Credentials) -> Result<Opening, ToolOutcome> {
+/// The session's credentials for `upstream`: the bearer token (`exchanged`, for a token-exchange
+/// upstream) and the rendered headers or environment.
+fn opening(
+    upstream: &Upstream,
+    credentials: &Credentials,
+    exchanged: Option<Secret<String>>,
+) -> Result<Opening, ToolOutcome> {
     let bearer = match &upstream.bearer {
+        _ if exchanged.is_some() => exchanged,
         Some(provider) => match credentials.token(provider) {
             Some(token) => Some(token.clone()),
             // The gate runs the tool only with a token for every provider it requires.
@@ -225,6 +237,11 @@ fn refused(upstream: &Upstream, refusal: Refusal) -> ToolOutcome {
             provider: provider.clone(),
             scopes,
         },
+        (_, None) if upstream.exchange.is_some() => failed(format!(
+            "The {} server refused the token the identity provider issued for it in exchange for the user's; \
+             the next call asks for a new one.",
+            upstream.id
+        )),
         (_, None) => failed(format!(
             "The {} server refused the credentials gatehouse holds for it. Ask the user to check them.",
             upstream.id
@@ -242,6 +259,9 @@ pub(super) fn service_failed(
 ) -> ToolOutcome {
     if let Some(refusal) = failure::request_refusal(error) {
         core.pool.forget(session);
+        if let Some(principal) = &session.principal {
+            core.exchanges.forget(principal, &upstream.id);
+        }
         return refused(upstream, refusal);
     }
     tracing::warn!(upstream = %upstream.id, principal = ?session.principal, %error, "an upstream request failed");
@@ -253,23 +273,48 @@ pub(super) fn service_failed(
 }
 
 /// The user's session with `upstream`, opened with the credentials the gate lent when it is not
-/// open yet (a new one lists the upstream when its catalogue is stale).
+/// open yet (a new one lists the upstream when its catalogue is stale). A token-exchange upstream
+/// gets the token held for the user, if any: only a tool call carries the caller's own token to
+/// exchange (see [`exchanging_session`]).
 pub(super) async fn user_session(
     core: &Core,
     upstream: &Upstream,
     principal: &Principal,
     credentials: &Credentials,
 ) -> Result<Arc<Session>, ToolOutcome> {
-    let opening = opening(upstream, credentials)?;
+    exchanging_session(core, upstream, principal, credentials, None)
+        .await
+        .map(|(session, _)| session)
+}
+
+/// [`user_session`], the bearer of a token-exchange upstream being the one held for the user or
+/// else `access_token` (the caller's own) exchanged; that bearer is returned beside the session.
+async fn exchanging_session(
+    core: &Core,
+    upstream: &Upstream,
+    principal: &Principal,
+    credentials: &Credentials,
+    access_token: Option<&Secret<String>>,
+) -> Result<(Arc<Session>, Option<Secret<String>>), ToolOutcome> {
+    let exchanged = match &upstream.exchange {
+        Some(exchange) => Some(
+            core.exchanges
+                .token(upstream, exchange, principal, access_token)
+                .await?,
+        ),
+        None => None,
+    };
+    let opening = opening(upstream, credentials, exchanged.clone())?;
     match core.pool.session(upstream, principal, opening).await {
         Ok((session, new)) => {
             if new {
                 core.listed_through(&upstream.id);
             }
-            Ok(session)
+            Ok((session, exchanged))
         }
         Err(OpenError::Refused { status, challenge }) => {
             tracing::info!(upstream = %upstream.id, %principal, %challenge, "the upstream refused the user's credentials");
+            core.exchanges.forget(principal, &upstream.id);
             Err(refused(upstream, status))
         }
         Err(OpenError::Full(limit)) => Err(failed(format!(
@@ -349,13 +394,20 @@ impl UpstreamTool {
         credentials: &Credentials,
         arguments: &Map<String, Value>,
     ) -> ToolOutcome {
-        let session = match user_session(core, &self.upstream, context.principal, credentials).await {
-            Ok(session) => session,
+        let exchanging = exchanging_session(
+            core,
+            &self.upstream,
+            context.principal,
+            credentials,
+            context.access_token,
+        );
+        let (session, bearer) = match exchanging.await {
+            Ok(opened) => opened,
             Err(outcome) => return outcome,
         };
         match &self.name {
             Some(name) => {
-                self.forward(core, &session, context, credentials, name, arguments)
+                self.forward(core, &session, context, credentials, bearer.as_ref(), name, arguments)
                     .await
             }
             None => {
