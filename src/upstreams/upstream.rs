@@ -380,3 +380,96 @@ fn stdio_transport(
         max_processes: upstream.max_processes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::ConfigSource;
+
+    const OAUTH: &str =
+        "[identity]\nmode = \"oauth\"\nissuer = \"https://idp.example.com\"\nclient_id = \"gatehouse\"\n";
+    const PROVIDER: &str = "[[providers]]\nid = \"hub\"\nauthorize_url = \"https://hub.example.com/a\"\n\
+        token_url = \"https://hub.example.com/t\"\nclient_id = \"c\"\nclient_secret = \"s\"\nscopes = [\"repo\"]\n";
+
+    /// The one upstream `upstream` (TOML keys) under `rest`, parsed, or the key its error names.
+    fn parsed(rest: &str, upstream: &str) -> Result<Upstream, String> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gatehouse.toml");
+        std::fs::write(&path, format!("{rest}\n[[upstreams]]\nid = \"docs\"\n{upstream}\n")).expect("write");
+        let config = Config::load(ConfigSource {
+            file: Some(&path),
+            env: &BTreeMap::new(),
+        })
+        .expect("config");
+        let providers = Providers::from_config(&config).expect("providers");
+        let forms = Forms::from_config(&config.forms).expect("forms");
+        Upstream::from_config(&config.upstreams[0], "upstreams[0]", &config, &providers, &forms).map_err(|e| match e {
+            ConfigError::Key { key, .. } => key,
+            other => other.to_string(),
+        })
+    }
+
+    #[test]
+    fn token_exchange_asks_for_the_upstream_url_unless_told_otherwise() {
+        let url = "url = \"https://docs.example.com/mcp\"\nauth = \"token_exchange\"";
+        let upstream = parsed(OAUTH, url).expect("upstream");
+        let exchange = upstream.exchange.as_ref().expect("exchange");
+        assert_eq!(exchange.audience, "https://docs.example.com/mcp");
+        assert!(exchange.scopes.is_empty() && upstream.needs_credentials() && upstream.bearer.is_none());
+        let told = parsed(
+            OAUTH,
+            &format!("{url}\naudience = \"docs-api\"\nscopes = [\"docs:read\"]"),
+        )
+        .expect("upstream");
+        let exchange = told.exchange.as_ref().expect("exchange");
+        assert_eq!(
+            (exchange.audience.as_str(), exchange.scopes.as_slice()),
+            ("docs-api", &["docs:read".to_owned()][..])
+        );
+        assert!(
+            parsed(OAUTH, "url = \"https://docs.example.com/mcp\"")
+                .expect("plain")
+                .exchange
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn token_exchange_is_refused_where_it_cannot_work() {
+        let url = "url = \"https://docs.example.com/mcp\"";
+        let exchange = format!("{url}\nauth = \"token_exchange\"");
+        let local = "[server]\nbind = \"127.0.0.1:8080\"";
+        assert_eq!(parsed(local, &exchange).err().as_deref(), Some("upstreams[0].auth"));
+        assert_eq!(
+            parsed(
+                &format!("{OAUTH}\n{PROVIDER}"),
+                &format!("{exchange}\nrequires = [\"hub\"]")
+            )
+            .err()
+            .as_deref(),
+            Some("upstreams[0].auth")
+        );
+        assert_eq!(
+            parsed(OAUTH, "command = [\"server\"]\nauth = \"token_exchange\"")
+                .err()
+                .as_deref(),
+            Some("upstreams[0].auth")
+        );
+        assert_eq!(
+            parsed(OAUTH, &format!("{exchange}\nscopes = [\"a b\"]"))
+                .err()
+                .as_deref(),
+            Some("upstreams[0].scopes")
+        );
+        assert_eq!(
+            parsed(OAUTH, &format!("{exchange}\naudience = \" \"")).err().as_deref(),
+            Some("upstreams[0].audience")
+        );
+        assert_eq!(
+            parsed(OAUTH, &format!("{url}\nscopes = [\"a\"]")).err().as_deref(),
+            Some("upstreams[0]")
+        );
+    }
+}
