@@ -58,8 +58,7 @@ impl UpstreamTool {
         core: &Core,
         session: &Arc<Session>,
         context: &CallContext<'_>,
-        credentials: &Credentials,
-        bearer: Option<&Secret<String>>,
+        redactor: Arc<Redactor>,
         name: &str,
         arguments: &Map<String, Value>,
     ) -> ToolOutcome {
@@ -72,13 +71,6 @@ impl UpstreamTool {
         };
         // Registered before the upstream can have answered anything but the request itself, so its
         // progress reaches the client; a progress notification racing the registration is dropped.
-        // The exchanged token and the caller's own (for a token-exchange upstream) are the user's
-        // secrets too.
-        let own = [bearer, context.access_token]
-            .into_iter()
-            .flatten()
-            .map(|s| s.expose().as_str());
-        let redactor = Arc::new(Redactor::new(credentials.secrets().chain(own)));
         let _running = session.relay.register(
             handle.progress_token.clone(),
             context.progress_token.cloned(),
@@ -407,8 +399,14 @@ impl UpstreamTool {
         };
         match &self.name {
             Some(name) => {
-                self.forward(core, &session, context, credentials, bearer.as_ref(), name, arguments)
-                    .await
+                // The exchanged token and the caller's own (for a token-exchange upstream) are the
+                // user's secrets too.
+                let own = [bearer.as_ref(), context.access_token]
+                    .into_iter()
+                    .flatten()
+                    .map(|s| s.expose().as_str());
+                let redactor = Arc::new(Redactor::new(credentials.secrets().chain(own)));
+                self.forward(core, &session, context, redactor, name, arguments).await
             }
             None => {
                 let listed = core.refresh(&self.upstream.id).await;
