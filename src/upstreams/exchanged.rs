@@ -70,8 +70,7 @@ impl Exchanges {
             .exchange(subject, &exchange.audience, &exchange.scopes)
             .await
             .map_err(|error| refused(upstream, principal, &error))?;
-        let lifetime = expires_in.unwrap_or(UNSAID_LIFETIME);
-        let until = Instant::now() + lifetime - MARGIN.min(lifetime / 4);
+        let until = Instant::now() + usable(expires_in);
         let mut held = self.held();
         if held.len() >= MAX_HELD {
             let now = Instant::now();
@@ -97,6 +96,13 @@ impl Exchanges {
     }
 }
 
+/// How long a token living `expires_in` is used: until [`MARGIN`], or a quarter of its lifetime
+/// when that is shorter, before it expires.
+fn usable(expires_in: Option<Duration>) -> Duration {
+    let lifetime = expires_in.unwrap_or(UNSAID_LIFETIME);
+    lifetime - MARGIN.min(lifetime / 4)
+}
+
 /// A failed exchange as the call's error.
 fn refused(upstream: &Upstream, principal: &Principal, error: &ExchangeError) -> ToolOutcome {
     tracing::info!(upstream = %upstream.id, %principal, %error, "the token exchange for an upstream failed");
@@ -115,5 +121,20 @@ fn refused(upstream: &Upstream, principal: &Principal, error: &ExchangeError) ->
             "Cannot reach the {} server: the identity provider did not exchange the user's token. Try again in a moment.",
             upstream.id
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_exchanged_again_before_they_expire() {
+        let secs = |s: u64| Some(Duration::from_secs(s));
+        assert_eq!(usable(secs(3600)), Duration::from_secs(3570));
+        assert_eq!(usable(secs(60)), Duration::from_secs(45));
+        assert_eq!(usable(secs(4)), Duration::from_secs(3));
+        assert_eq!(usable(secs(0)), Duration::ZERO);
+        assert_eq!(usable(None), Duration::from_secs(270));
     }
 }
