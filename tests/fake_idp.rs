@@ -1,6 +1,7 @@
 //! The fake identity provider itself (`common::fake_idp`): what clients and resource servers under
 //! test will rely on — discovery, the code flow with PKCE and `resource`, tokens that verify
-//! against its JWKS, key rotation, a JWKS that fails on demand, registration, introspection and token exchange.
+//! against its JWKS, key rotation, a JWKS that fails on demand, registration, introspection and
+//! token exchange.
 
 mod common;
 
