@@ -212,3 +212,42 @@ backend_test!(
         assert_eq!(s.idp.stats().token_exchanges, 3);
     }
 );
+
+backend_test!(
+    async fn a_prompt_of_the_upstream_is_got_with_an_exchanged_token_too(backend: Backend) {
+        let Some(s) = setup(backend, std::time::Duration::from_secs(5)).await else {
+            return;
+        };
+        let (client, own) = alice(&s).await;
+        // A tool call connects alice, and her session lists the upstream's prompts.
+        let result = whoami(&client).await;
+        assert_ne!(result["isError"], json!(true), "{result}");
+        eventually("the upstream's prompt is listed", async || {
+            let listed = client.call("prompts/list", json!({})).await;
+            listed["prompts"]
+                .as_array()?
+                .iter()
+                .any(|p| p["name"] == "docs_greet")
+                .then_some(())
+        })
+        .await;
+        // Once the token of the tool call expires, getting the prompt exchanges alice's own again.
+        let get = json!({"name": "docs_greet", "arguments": {"name": "Alice"}});
+        eventually("an exchange for prompts/get", async || {
+            let got = client.call("prompts/get", get.clone()).await;
+            assert_eq!(got["messages"][0]["content"]["text"], "Hello, Alice.", "{got}");
+            (s.idp.stats().token_exchanges >= 2).then_some(())
+        })
+        .await;
+        let seen = s.upstream.seen().await;
+        let last = seen
+            .iter()
+            .rev()
+            .find(|e| e["kind"] == "request" && e["method"] == "prompts/get")
+            .and_then(|e| e["authorization"].as_str()?.strip_prefix("Bearer "))
+            .expect("prompts/get reached the upstream");
+        assert_ne!(last, own);
+        assert_eq!(claims(last)["aud"], json!(s.upstream.url()));
+        assert_ne!(Some(last), upstream_call_tokens(&s.upstream).await.first().map(String::as_str));
+    }
+);

@@ -219,6 +219,20 @@ fn opening(
     })
 }
 
+/// The redactor of what an upstream answers on the user's session: the user's secrets, and for a
+/// token-exchange upstream the exchanged `bearer` and the caller's own `access_token`.
+pub(super) fn redactor(
+    credentials: &Credentials,
+    bearer: Option<&Secret<String>>,
+    access_token: Option<&Secret<String>>,
+) -> Redactor {
+    let own = [bearer, access_token]
+        .into_iter()
+        .flatten()
+        .map(|s| s.expose().as_str());
+    Redactor::new(credentials.secrets().chain(own))
+}
+
 /// What the upstream's refusal of the credentials means for the gate.
 fn refused(upstream: &Upstream, refusal: Refusal) -> ToolOutcome {
     match (refusal, &upstream.bearer) {
@@ -265,23 +279,10 @@ pub(super) fn service_failed(
 }
 
 /// The user's session with `upstream`, opened with the credentials the gate lent when it is not
-/// open yet (a new one lists the upstream when its catalogue is stale). A token-exchange upstream
-/// gets the token held for the user, if any: only a tool call carries the caller's own token to
-/// exchange (see [`exchanging_session`]).
+/// open yet (a new one lists the upstream when its catalogue is stale). For a token-exchange
+/// upstream the bearer is the token held for the user, else `access_token` (the caller's own)
+/// exchanged; that bearer is returned beside the session.
 pub(super) async fn user_session(
-    core: &Core,
-    upstream: &Upstream,
-    principal: &Principal,
-    credentials: &Credentials,
-) -> Result<Arc<Session>, ToolOutcome> {
-    exchanging_session(core, upstream, principal, credentials, None)
-        .await
-        .map(|(session, _)| session)
-}
-
-/// [`user_session`], the bearer of a token-exchange upstream being the one held for the user or
-/// else `access_token` (the caller's own) exchanged; that bearer is returned beside the session.
-async fn exchanging_session(
     core: &Core,
     upstream: &Upstream,
     principal: &Principal,
@@ -386,7 +387,7 @@ impl UpstreamTool {
         credentials: &Credentials,
         arguments: &Map<String, Value>,
     ) -> ToolOutcome {
-        let exchanging = exchanging_session(
+        let exchanging = user_session(
             core,
             &self.upstream,
             context.principal,
@@ -399,13 +400,7 @@ impl UpstreamTool {
         };
         match &self.name {
             Some(name) => {
-                // The exchanged token and the caller's own (for a token-exchange upstream) are the
-                // user's secrets too.
-                let own = [bearer.as_ref(), context.access_token]
-                    .into_iter()
-                    .flatten()
-                    .map(|s| s.expose().as_str());
-                let redactor = Arc::new(Redactor::new(credentials.secrets().chain(own)));
+                let redactor = Arc::new(redactor(credentials, bearer.as_ref(), context.access_token));
                 self.forward(core, &session, context, redactor, name, arguments).await
             }
             None => {
