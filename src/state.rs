@@ -21,7 +21,7 @@ use crate::public_url::PublicUrl;
 use crate::retention::{self, Periods, Retention};
 use crate::store::{self, ConnectionCache, Database, SessionCache, Store, StoreError};
 use crate::tools::{Tool, ToolRegistry};
-use crate::upstreams::Upstreams;
+use crate::upstreams::{Services, Upstreams};
 use crate::vault::{KeyRing, VaultError};
 
 #[derive(Debug, thiserror::Error)]
@@ -279,10 +279,13 @@ impl AppState {
             upstreams,
             parsed.forms.clone(),
             tools.names(),
-            core.store.clone(),
-            core.bus.clone(),
-            metrics.clone(),
-            &instance,
+            Services {
+                store: core.store.clone(),
+                bus: core.bus.clone(),
+                metrics: metrics.clone(),
+                replica: &instance,
+                identity: identity.clone(),
+            },
         )?);
         upstreams.load().await?;
         tasks.push(tokio::spawn(upstreams.clone().maintain(shutdown.clone())));

@@ -1,6 +1,7 @@
 //! The fake identity provider itself (`common::fake_idp`): what clients and resource servers under
 //! test will rely on — discovery, the code flow with PKCE and `resource`, tokens that verify
-//! against its JWKS, key rotation, a JWKS that fails on demand, registration and introspection.
+//! against its JWKS, key rotation, a JWKS that fails on demand, registration, introspection and
+//! token exchange.
 
 mod common;
 
@@ -369,4 +370,59 @@ async fn opaque_tokens_are_introspected() {
     let (status, _) = introspect(&opaque, "guess").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(idp.stats().introspections, 3);
+}
+
+/// RFC 8693 for a confidential client: a live token it issued becomes one for the `audience`
+/// asked for, verifiable against its keys; public clients, unknown tokens and a refusal the test
+/// sets are refused with their RFC 6749 5.2 errors.
+#[tokio::test]
+async fn token_exchange_issues_a_token_for_the_audience_asked_for() {
+    const GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+    const ACCESS: &str = "urn:ietf:params:oauth:token-type:access_token";
+    let idp = provider(FakeIdpOptions::default(), Some("s3cret")).await;
+    let subject = idp.access_token("alice", RESOURCE, "mcp");
+    let form = |subject: &str| {
+        vec![
+            ("grant_type", GRANT.to_owned()),
+            ("subject_token", subject.to_owned()),
+            ("subject_token_type", ACCESS.to_owned()),
+            ("audience", "docs-api".to_owned()),
+            ("scope", "docs".to_owned()),
+        ]
+    };
+    let send = async |secret: Option<&str>, form: Vec<(&'static str, String)>| {
+        let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        token(&idp, secret, &pairs).await
+    };
+
+    let (status, body) = send(Some("s3cret"), form(&subject)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["issued_token_type"], ACCESS);
+    let exchanged = body["access_token"].as_str().expect("a token");
+    let claims = verify(&idp, exchanged, "docs-api")
+        .await
+        .expect("verifies for docs-api");
+    assert_eq!(
+        (claims["sub"].as_str(), claims["scope"].as_str()),
+        (Some("alice"), Some("docs"))
+    );
+
+    let (status, body) = send(Some("s3cret"), form("not-a-token")).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+    );
+    idp.refuse_exchanges(Some("interaction_required"));
+    let (_, body) = send(Some("s3cret"), form(&subject)).await;
+    assert_eq!(body["error"], "interaction_required");
+    idp.register_client(TestClient {
+        id: "client".to_owned(),
+        secret: None,
+        redirect_uris: vec![REDIRECT.to_owned()],
+    });
+    let mut public = form(&subject);
+    public.push(("client_id", "client".to_owned()));
+    let (_, body) = send(None, public).await;
+    assert_eq!(body["error"], "unauthorized_client");
+    assert_eq!(idp.stats().token_exchanges, 4);
 }

@@ -188,7 +188,7 @@ impl IdentityConfig {
 }
 
 /// RFC 6749 3.3: `scope-token = 1*( %x21 / %x23-5B / %x5D-7E )`.
-fn is_scope_token(scope: &str) -> bool {
+pub fn is_scope_token(scope: &str) -> bool {
     !scope.is_empty()
         && scope
             .bytes()

@@ -27,14 +27,14 @@ use url::Url;
 pub use duration::parse_duration;
 pub use env::ENV_PREFIX;
 pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
-pub use identity::{AllowConfig, IdentityConfig, IdentityMode};
+pub use identity::{AllowConfig, IdentityConfig, IdentityMode, is_scope_token};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
 pub use sections::{
     DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig, SecretsConfig,
     ServerConfig, TelemetryConfig, WithoutUrlMode,
 };
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
-pub use upstreams::{UpstreamConfig, UpstreamOverride};
+pub use upstreams::{UpstreamAuth, UpstreamConfig, UpstreamOverride};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -21,6 +21,14 @@ pub struct UpstreamConfig {
     /// As for `[[tools]]`: `provider`, `provider:scopes`, `form:ID`.
     #[serde(default)]
     pub requires: Vec<String>,
+    /// How gatehouse authenticates to the upstream when no provider's token goes as the bearer.
+    pub auth: Option<UpstreamAuth>,
+    /// `auth = "token_exchange"`: the `audience` (and `resource`) asked for; the upstream's `url`
+    /// when absent.
+    pub audience: Option<String>,
+    /// `auth = "token_exchange"`: the scopes asked for; none (the provider's default) when empty.
+    #[serde(default)]
+    pub scopes: Vec<String>,
     /// Extra HTTP headers (`url` upstreams), templates over `{{form.ID.FIELD}}`.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -49,6 +57,15 @@ pub struct UpstreamConfig {
     /// Per-tool extra requirements and in-call confirmation.
     #[serde(default)]
     pub overrides: Vec<UpstreamOverride>,
+}
+
+/// `auth`: how gatehouse gets the credentials it presents to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamAuth {
+    /// OAuth 2.0 Token Exchange (RFC 8693) at `[identity]`'s provider, `identity.mode = "oauth"`
+    /// only: the caller's own access token is exchanged for one meant for the upstream.
+    TokenExchange,
 }
 
 /// `requires`, `elicit` and `elicit_timeout` are written again here, as in `ToolConfig`, rather

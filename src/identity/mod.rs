@@ -17,6 +17,7 @@ use ipnet::IpNet;
 
 use crate::config::{Config, ConfigError, IdentityMode};
 use crate::domain::{InvalidPrincipal, Principal};
+use crate::secret::Secret;
 pub use claims::Claims;
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,9 @@ pub struct Caller {
     /// Where the request came from, after trusted proxies (set by the transport, for the audit
     /// trail).
     pub address: Option<IpAddr>,
+    /// `oauth` mode: the verified access token the request carried, for upstreams with
+    /// `auth = "token_exchange"` to exchange; never forwarded itself.
+    pub access_token: Option<Secret<String>>,
 }
 
 impl Caller {
@@ -52,6 +56,7 @@ impl Caller {
             principal,
             claims: Arc::new(Claims::default()),
             address: None,
+            access_token: None,
         }
     }
 }
@@ -145,6 +150,7 @@ impl HeaderIdentity {
             principal,
             claims: Arc::new(claims),
             address: None,
+            access_token: None,
         })
     }
 }

@@ -213,6 +213,7 @@ impl RunTool for Forwarding<'_> {
                 &self.named.owner.upstream,
                 &self.caller.principal,
                 credentials,
+                self.caller.access_token.as_ref(),
                 self.named.request.clone(),
             )
             .await;

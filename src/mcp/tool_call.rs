@@ -160,6 +160,7 @@ pub async fn call(
             offerings: state.upstreams.as_ref(),
             input: input.as_ref(),
             from: &from,
+            access_token: caller.access_token.as_ref(),
         },
         arguments: &arguments,
     };

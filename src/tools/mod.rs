@@ -29,6 +29,7 @@ use crate::gate::{Credentials, Gate, Requirement, RunTool};
 use crate::identity::Claims;
 use crate::identity::access::Allow;
 use crate::providers::Providers;
+use crate::secret::Secret;
 use crate::store::SessionRecord;
 
 pub use crate::gate::{ToolOutcome, ToolResult};
@@ -169,6 +170,8 @@ pub struct CallContext<'a> {
     pub input: Option<&'a ToolInput>,
     /// Where the call came from, for the audit trail.
     pub from: &'a Origin,
+    /// The caller's verified access token (`oauth` mode), for upstreams that exchange it.
+    pub access_token: Option<&'a Secret<String>>,
 }
 
 /// A call of `tool`, ready to run but for the credentials, which the gate lends it when it runs it.

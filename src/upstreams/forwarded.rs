@@ -240,6 +240,9 @@ pub fn service_failed(
     if let Some(refusal) = failure::request_refusal(error) {
         if let Some(core) = core {
             core.pool.forget(session);
+            if let Some(principal) = &session.principal {
+                core.exchanges.forget(principal, &upstream.id);
+            }
         }
         return refused(upstream, refusal);
     }

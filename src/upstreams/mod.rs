@@ -11,6 +11,7 @@
 //! - `pool`: the sessions per (user, upstream), HTTP or a process each;
 //! - `relay`: what the upstream sends while a call runs, passed to that call's client;
 //! - `crossing`: what crosses from an upstream to a client or to storage, redacted and marked;
+//! - `exchanged`: the tokens of `auth = "token_exchange"` upstreams, exchanged and held per user;
 //! - `failure`: what an upstream's failure means for the call;
 //! - `traced`: the HTTP client that carries a call's trace to the upstream (`traceparent`).
 //!
@@ -27,6 +28,7 @@
 
 mod catalogue;
 mod crossing;
+mod exchanged;
 mod failure;
 mod forwarded;
 mod offered;
@@ -52,6 +54,7 @@ use crate::config::{Config, ConfigError};
 use crate::domain::Principal;
 use crate::events::{Bus, EVERY_UPSTREAM};
 use crate::forms::Forms;
+use crate::identity::Identity;
 use crate::instance::InstanceNonce;
 use crate::jsonrpc;
 use crate::metrics::{ListingOutcome, Metrics};
@@ -83,6 +86,8 @@ pub struct Core {
     this: std::sync::Weak<Core>,
     upstreams: Vec<Arc<Upstream>>,
     pool: Pool,
+    /// Tokens exchanged for `auth = "token_exchange"` upstreams, per user.
+    exchanges: exchanged::Exchanges,
     catalogues: RwLock<HashMap<String, Arc<Catalogue>>>,
     /// When this replica last listed each upstream.
     listed_at: Mutex<HashMap<String, Instant>>,
@@ -96,6 +101,18 @@ pub struct Core {
     metrics: Arc<Metrics>,
     /// The 2026-07-28 calls parked here on an upstream's request to their client.
     parked: Arc<ParkedCalls>,
+}
+
+/// What the upstreams use of the rest of gatehouse.
+pub struct Services<'a> {
+    pub store: Arc<dyn Store>,
+    pub bus: Arc<Bus>,
+    /// Counts forwarded calls and listings.
+    pub metrics: Arc<Metrics>,
+    /// This replica, which holds the calls parked here.
+    pub replica: &'a InstanceNonce,
+    /// Exchanges callers' tokens for token-exchange upstreams.
+    pub identity: Arc<Identity>,
 }
 
 pub struct Upstreams {
@@ -216,12 +233,16 @@ impl Upstreams {
         upstreams: Vec<Upstream>,
         forms: Arc<Forms>,
         own_tools: HashSet<String>,
-        store: Arc<dyn Store>,
-        bus: Arc<Bus>,
-        metrics: Arc<Metrics>,
-        replica: &InstanceNonce,
+        services: Services<'_>,
     ) -> Result<Self, ConfigError> {
-        for upstream in upstreams.iter().filter(|u| u.allow.is_none() && !u.requires.is_empty()) {
+        let Services {
+            store,
+            bus,
+            metrics,
+            replica,
+            identity,
+        } = services;
+        for upstream in upstreams.iter().filter(|u| u.allow.is_none() && u.needs_credentials()) {
             tracing::warn!(upstream = %upstream.id, "lists no tools until a user has called one of them; set `tools` to list them from the start");
         }
         let upstreams: Vec<Arc<Upstream>> = upstreams.into_iter().map(Arc::new).collect();
@@ -233,6 +254,7 @@ impl Upstreams {
                 this: weak.clone(),
                 upstreams,
                 pool: Pool::new(client, refresh.clone(), bus.clone()),
+                exchanges: exchanged::Exchanges::new(identity),
                 catalogues: RwLock::new(catalogues),
                 listed_at: Mutex::new(HashMap::new()),
                 refresh,
@@ -347,7 +369,7 @@ impl Upstreams {
                 },
                 _ = tick.tick() => {
                     self.core.pool.close_idle(&self.core.upstreams);
-                    for upstream in self.core.upstreams.iter().filter(|u| u.requires.is_empty()) {
+                    for upstream in self.core.upstreams.iter().filter(|u| !u.needs_credentials()) {
                         if self.core.is_stale(&upstream.id) {
                             self.core.list(&upstream.id).await;
                         }
@@ -428,7 +450,7 @@ impl Core {
             .insert(id.to_owned(), Instant::now());
         let session = match self.pool.newest_of(id) {
             Some(session) => session,
-            None if upstream.requires.is_empty() => match self.pool.lister(upstream).await {
+            None if !upstream.needs_credentials() => match self.pool.lister(upstream).await {
                 Ok(session) => session,
                 Err(error) => {
                     tracing::warn!(upstream = %id, %error, "could not list the upstream's tools");

@@ -13,6 +13,7 @@ use super::upstream::Upstream;
 use crate::domain::{Principal, SessionId};
 use crate::gate::Credentials;
 use crate::identity::Claims;
+use crate::secret::Secret;
 
 /// One of the lists an upstream offers beside tools.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -105,14 +106,18 @@ impl Upstreams {
         self.core.pool.forget_subscriber(session);
     }
 
-    /// Forwards `request` to `upstream` on `principal`'s session, with the credentials the gate lent.
+    /// Forwards `request` to `upstream` on `principal`'s session, with the credentials the gate lent
+    /// (and the caller's own `access_token`, for a token-exchange upstream).
     pub async fn forward(
         &self,
         upstream: &Arc<Upstream>,
         principal: &Principal,
         credentials: &Credentials,
+        access_token: Option<&Secret<String>>,
         request: Request,
     ) -> Forwarded {
-        self.core.forward(upstream, principal, credentials, request).await
+        self.core
+            .forward(upstream, principal, credentials, access_token, request)
+            .await
     }
 }

@@ -505,6 +505,7 @@ mod tests {
             },
             requires: Vec::new(),
             bearer: None,
+            exchange: None,
             allow: None,
             access: None,
             timeout: Duration::from_secs(2),

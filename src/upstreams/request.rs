@@ -21,11 +21,12 @@ use super::Core;
 use super::crossing::Crossing;
 use super::forwarded::{URL_ELICITATION_REQUIRED, cancel, elicitations_asked, service_failed};
 use super::offers::relink;
-use super::tool::{failed, traced_options, user_session};
+use super::tool::{failed, redactor, traced_options, user_session};
 use super::upstream::Upstream;
 use crate::domain::{Principal, SessionId};
 use crate::gate::Credentials;
-use crate::tools::{Redactor, ToolOutcome};
+use crate::secret::Secret;
+use crate::tools::ToolOutcome;
 
 /// An upstream's error message passed on, at most.
 const MAX_ERROR_MESSAGE_BYTES: usize = 512;
@@ -70,16 +71,18 @@ fn failure(sentence: String) -> Forwarded {
 }
 
 impl Core {
-    /// Forwards `request` to `upstream` on `principal`'s session.
+    /// Forwards `request` to `upstream` on `principal`'s session; `access_token`, the caller's
+    /// own, is what a token-exchange upstream's token is exchanged from.
     pub(super) async fn forward(
         &self,
         upstream: &Arc<Upstream>,
         principal: &Principal,
         credentials: &Credentials,
+        access_token: Option<&Secret<String>>,
         request: Request,
     ) -> Forwarded {
-        let session = match user_session(self, upstream, principal, credentials).await {
-            Ok(session) => session,
+        let (session, bearer) = match user_session(self, upstream, principal, credentials, access_token).await {
+            Ok(opened) => opened,
             Err(outcome) => return Forwarded::Outcome(outcome),
         };
         // Subscriptions are recorded before the upstream is asked, so an update sent right after
@@ -157,7 +160,7 @@ impl Core {
         {
             session.relay.unsubscribe(uri, subscriber);
         }
-        let redactor = Redactor::new(credentials.secrets());
+        let redactor = redactor(credentials, bearer.as_ref(), access_token);
         let crossing = Crossing::of(upstream, &redactor);
         match answer {
             Ok(result) => {

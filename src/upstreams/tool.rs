@@ -52,13 +52,13 @@ impl UpstreamTool {
         }
     }
 
-    /// The session's credentials: the bearer token and the rendered headers or environment.
+    /// The call on `session`, its answer redacted by `redactor`.
     async fn forward(
         &self,
         core: &Core,
         session: &Arc<Session>,
         context: &CallContext<'_>,
-        credentials: &Credentials,
+        redactor: Arc<Redactor>,
         name: &str,
         arguments: &Map<String, Value>,
     ) -> ToolOutcome {
@@ -72,7 +72,6 @@ impl UpstreamTool {
         // Registered before the upstream can have answered anything but the request itself, so its
         // progress reaches the client; a progress notification racing the registration is dropped.
         // A 2026-07-28 call takes the upstream's requests itself, and parks on them.
-        let redactor = Arc::new(Redactor::new(credentials.secrets()));
         let (asks, asked) = mpsc::channel(ASKS_QUEUE);
         let modern = context.session.protocol_version == STATELESS_PROTOCOL_VERSION;
         let running = session.relay.register(
@@ -152,10 +151,15 @@ impl UpstreamTool {
     }
 }
 
-/// The session's credentials for `upstream`: the bearer token and the rendered headers or
-/// environment.
-fn opening(upstream: &Upstream, credentials: &Credentials) -> Result<Opening, ToolOutcome> {
+/// The session's credentials for `upstream`: the bearer token (`exchanged`, for a token-exchange
+/// upstream) and the rendered headers or environment.
+fn opening(
+    upstream: &Upstream,
+    credentials: &Credentials,
+    exchanged: Option<Secret<String>>,
+) -> Result<Opening, ToolOutcome> {
     let bearer = match &upstream.bearer {
+        _ if exchanged.is_some() => exchanged,
         Some(provider) => match credentials.token(provider) {
             Some(token) => Some(token.clone()),
             // The gate runs the tool only with a token for every provider it requires.
@@ -197,23 +201,35 @@ fn opening(upstream: &Upstream, credentials: &Credentials) -> Result<Opening, To
 }
 
 /// The user's session with `upstream`, opened with the credentials the gate lent when it is not
-/// open yet (a new one lists the upstream when its catalogue is stale).
+/// open yet (a new one lists the upstream when its catalogue is stale). For a token-exchange
+/// upstream the bearer is the token held for the user, else `access_token` (the caller's own)
+/// exchanged; that bearer is returned beside the session.
 pub(super) async fn user_session(
     core: &Core,
     upstream: &Upstream,
     principal: &Principal,
     credentials: &Credentials,
-) -> Result<Arc<Session>, ToolOutcome> {
-    let opening = opening(upstream, credentials)?;
+    access_token: Option<&Secret<String>>,
+) -> Result<(Arc<Session>, Option<Secret<String>>), ToolOutcome> {
+    let exchanged = match &upstream.exchange {
+        Some(exchange) => Some(
+            core.exchanges
+                .token(upstream, exchange, principal, access_token)
+                .await?,
+        ),
+        None => None,
+    };
+    let opening = opening(upstream, credentials, exchanged.clone())?;
     match core.pool.session(upstream, principal, opening).await {
         Ok((session, new)) => {
             if new {
                 core.listed_through(&upstream.id);
             }
-            Ok(session)
+            Ok((session, exchanged))
         }
         Err(OpenError::Refused { status, challenge }) => {
             tracing::info!(upstream = %upstream.id, %principal, %challenge, "the upstream refused the user's credentials");
+            core.exchanges.forget(principal, &upstream.id);
             Err(refused(upstream, status))
         }
         Err(OpenError::Full(limit)) => Err(failed(format!(
@@ -235,6 +251,20 @@ pub fn failed(sentence: impl Into<String>) -> ToolOutcome {
     ToolOutcome::Done(ToolResult::error(sentence))
 }
 
+/// The redactor of what an upstream answers on the user's session: the user's secrets, and for a
+/// token-exchange upstream the exchanged `bearer` and the caller's own `access_token`.
+pub(super) fn redactor(
+    credentials: &Credentials,
+    bearer: Option<&Secret<String>>,
+    access_token: Option<&Secret<String>>,
+) -> Redactor {
+    let own = [bearer, access_token]
+        .into_iter()
+        .flatten()
+        .map(|s| s.expose().as_str());
+    Redactor::new(credentials.secrets().chain(own))
+}
+
 /// The upstream refused the credentials the call used, as the call's outcome.
 pub fn refused(upstream: &Upstream, refusal: Refusal) -> ToolOutcome {
     match (refusal, &upstream.bearer) {
@@ -245,6 +275,11 @@ pub fn refused(upstream: &Upstream, refusal: Refusal) -> ToolOutcome {
             provider: provider.clone(),
             scopes,
         },
+        (_, None) if upstream.exchange.is_some() => failed(format!(
+            "The {} server refused the token the identity provider issued for it in exchange for the user's; \
+             the next call asks for a new one.",
+            upstream.id
+        )),
         (_, None) => failed(format!(
             "The {} server refused the credentials gatehouse holds for it. Ask the user to check them.",
             upstream.id
@@ -314,14 +349,21 @@ impl UpstreamTool {
         credentials: &Credentials,
         arguments: &Map<String, Value>,
     ) -> ToolOutcome {
-        let session = match user_session(core, &self.upstream, context.principal, credentials).await {
-            Ok(session) => session,
+        let exchanging = user_session(
+            core,
+            &self.upstream,
+            context.principal,
+            credentials,
+            context.access_token,
+        );
+        let (session, bearer) = match exchanging.await {
+            Ok(opened) => opened,
             Err(outcome) => return outcome,
         };
         match &self.name {
             Some(name) => {
-                self.forward(core, &session, context, credentials, name, arguments)
-                    .await
+                let redactor = Arc::new(redactor(credentials, bearer.as_ref(), context.access_token));
+                self.forward(core, &session, context, redactor, name, arguments).await
             }
             None => {
                 let listed = core.refresh(&self.upstream.id).await;

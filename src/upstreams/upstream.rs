@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::header::HeaderName;
 use url::{Origin, Url};
 
-use crate::config::{Config, ConfigError, ElicitMode, UpstreamConfig};
+use crate::config::{Config, ConfigError, ElicitMode, IdentityMode, UpstreamAuth, UpstreamConfig, is_scope_token};
 use crate::domain::is_identifier;
 use crate::forms::{Form, Forms};
 use crate::gate::Requirement;
@@ -60,6 +60,9 @@ pub struct Upstream {
     pub requires: Vec<Requirement>,
     /// The provider whose access token goes as `Authorization: Bearer` (the first required).
     pub bearer: Option<String>,
+    /// `auth = "token_exchange"`: the bearer is the caller's own access token exchanged for one
+    /// meant for the upstream (RFC 8693).
+    pub exchange: Option<Exchange>,
     /// When set, only these tools (the upstream's names) are offered.
     pub allow: Option<BTreeSet<String>>,
     /// Who may see and call its tools, by claims.
@@ -73,10 +76,23 @@ pub struct Upstream {
     pub elicitation_origins: Option<Vec<Origin>>,
 }
 
+/// What a token exchange for the upstream asks the identity provider for.
+pub struct Exchange {
+    /// Sent as both `audience` and `resource` (RFC 8693 2.1).
+    pub audience: String,
+    pub scopes: Vec<String>,
+}
+
 /// HTTP sessions per upstream held at once unless the upstream is a process (`max_processes`).
 const MAX_HTTP_SESSIONS: usize = 10_000;
 
 impl Upstream {
+    /// Whether a session with it needs a user's credentials (a provider's token, a form, or the
+    /// caller's own token to exchange); one that needs none is listed through gatehouse's own.
+    pub fn needs_credentials(&self) -> bool {
+        !self.requires.is_empty() || self.exchange.is_some()
+    }
+
     pub fn offers(&self, tool: &str) -> bool {
         self.allow.as_ref().is_none_or(|allow| allow.contains(tool))
     }
@@ -185,6 +201,7 @@ impl Upstream {
             Requirement::Provider { provider, .. } => Some(provider.clone()),
             Requirement::Form { .. } => None,
         });
+        let exchange = exchange(upstream, key, config, bearer.as_deref())?;
         Ok(Self {
             id: upstream.id.clone(),
             tag: super::offers::uri_tag(&upstream.id),
@@ -192,6 +209,7 @@ impl Upstream {
             transport,
             requires,
             bearer,
+            exchange,
             allow,
             access: upstream.allow.as_ref().map(Allow::from_config),
             timeout: upstream.timeout,
@@ -201,6 +219,57 @@ impl Upstream {
             elicitation_origins: elicitation_origins(upstream, key)?,
         })
     }
+}
+
+/// `auth = "token_exchange"` with its `audience` and `scopes`: only for an HTTP upstream, in
+/// `identity.mode = "oauth"`, and when no provider's token already goes as the bearer.
+fn exchange(
+    upstream: &UpstreamConfig,
+    key: &str,
+    config: &Config,
+    bearer: Option<&str>,
+) -> Result<Option<Exchange>, ConfigError> {
+    let Some(UpstreamAuth::TokenExchange) = upstream.auth else {
+        if upstream.audience.is_some() || !upstream.scopes.is_empty() {
+            return Err(ConfigError::key(
+                key,
+                "`audience` and `scopes` are for `auth = \"token_exchange\"`",
+            ));
+        }
+        return Ok(None);
+    };
+    let auth_key = format!("{key}.auth");
+    if config.identity.mode != IdentityMode::OAuth {
+        return Err(ConfigError::key(
+            auth_key,
+            "`token_exchange` exchanges the caller's access token, so it needs identity.mode = \"oauth\"",
+        ));
+    }
+    let Some(url) = &upstream.url else {
+        return Err(ConfigError::key(auth_key, "`token_exchange` is for `url` upstreams"));
+    };
+    if let Some(provider) = bearer {
+        return Err(ConfigError::key(
+            auth_key,
+            format!(
+                "`token_exchange` cannot go with `requires` naming the provider `{provider}`: both would be the bearer token"
+            ),
+        ));
+    }
+    let audience = upstream.audience.clone().unwrap_or_else(|| url.clone());
+    if audience.trim().is_empty() {
+        return Err(ConfigError::key(format!("{key}.audience"), "must not be empty"));
+    }
+    if let Some(scope) = upstream.scopes.iter().find(|s| !is_scope_token(s)) {
+        return Err(ConfigError::key(
+            format!("{key}.scopes"),
+            format!("`{scope}` is not a scope (RFC 6749: printable ASCII without space, quote or backslash)"),
+        ));
+    }
+    Ok(Some(Exchange {
+        audience,
+        scopes: upstream.scopes.clone(),
+    }))
 }
 
 /// `elicitation_origins`: each an http or https origin, written without a path.
@@ -310,4 +379,97 @@ fn stdio_transport(
         env,
         max_processes: upstream.max_processes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::ConfigSource;
+
+    const OAUTH: &str =
+        "[identity]\nmode = \"oauth\"\nissuer = \"https://idp.example.com\"\nclient_id = \"gatehouse\"\n";
+    const PROVIDER: &str = "[[providers]]\nid = \"hub\"\nauthorize_url = \"https://hub.example.com/a\"\n\
+        token_url = \"https://hub.example.com/t\"\nclient_id = \"c\"\nclient_secret = \"s\"\nscopes = [\"repo\"]\n";
+
+    /// The one upstream `upstream` (TOML keys) under `rest`, parsed, or the key its error names.
+    fn parsed(rest: &str, upstream: &str) -> Result<Upstream, String> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gatehouse.toml");
+        std::fs::write(&path, format!("{rest}\n[[upstreams]]\nid = \"docs\"\n{upstream}\n")).expect("write");
+        let config = Config::load(ConfigSource {
+            file: Some(&path),
+            env: &BTreeMap::new(),
+        })
+        .expect("config");
+        let providers = Providers::from_config(&config).expect("providers");
+        let forms = Forms::from_config(&config.forms).expect("forms");
+        Upstream::from_config(&config.upstreams[0], "upstreams[0]", &config, &providers, &forms).map_err(|e| match e {
+            ConfigError::Key { key, .. } => key,
+            other => other.to_string(),
+        })
+    }
+
+    #[test]
+    fn token_exchange_asks_for_the_upstream_url_unless_told_otherwise() {
+        let url = "url = \"https://docs.example.com/mcp\"\nauth = \"token_exchange\"";
+        let upstream = parsed(OAUTH, url).expect("upstream");
+        let exchange = upstream.exchange.as_ref().expect("exchange");
+        assert_eq!(exchange.audience, "https://docs.example.com/mcp");
+        assert!(exchange.scopes.is_empty() && upstream.needs_credentials() && upstream.bearer.is_none());
+        let told = parsed(
+            OAUTH,
+            &format!("{url}\naudience = \"docs-api\"\nscopes = [\"docs:read\"]"),
+        )
+        .expect("upstream");
+        let exchange = told.exchange.as_ref().expect("exchange");
+        assert_eq!(
+            (exchange.audience.as_str(), exchange.scopes.as_slice()),
+            ("docs-api", &["docs:read".to_owned()][..])
+        );
+        assert!(
+            parsed(OAUTH, "url = \"https://docs.example.com/mcp\"")
+                .expect("plain")
+                .exchange
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn token_exchange_is_refused_where_it_cannot_work() {
+        let url = "url = \"https://docs.example.com/mcp\"";
+        let exchange = format!("{url}\nauth = \"token_exchange\"");
+        let local = "[server]\nbind = \"127.0.0.1:8080\"";
+        assert_eq!(parsed(local, &exchange).err().as_deref(), Some("upstreams[0].auth"));
+        assert_eq!(
+            parsed(
+                &format!("{OAUTH}\n{PROVIDER}"),
+                &format!("{exchange}\nrequires = [\"hub\"]")
+            )
+            .err()
+            .as_deref(),
+            Some("upstreams[0].auth")
+        );
+        assert_eq!(
+            parsed(OAUTH, "command = [\"server\"]\nauth = \"token_exchange\"")
+                .err()
+                .as_deref(),
+            Some("upstreams[0].auth")
+        );
+        assert_eq!(
+            parsed(OAUTH, &format!("{exchange}\nscopes = [\"a b\"]"))
+                .err()
+                .as_deref(),
+            Some("upstreams[0].scopes")
+        );
+        assert_eq!(
+            parsed(OAUTH, &format!("{exchange}\naudience = \" \"")).err().as_deref(),
+            Some("upstreams[0].audience")
+        );
+        assert_eq!(
+            parsed(OAUTH, &format!("{url}\nscopes = [\"a\"]")).err().as_deref(),
+            Some("upstreams[0]")
+        );
+    }
 }

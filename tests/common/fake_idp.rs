@@ -12,9 +12,11 @@
 //!   and `iss` in the redirect (RFC 9207). Nobody signs in: the user named by
 //!   [`FakeIdp::sign_in_as`] has consented at once; with nobody signed in the redirect carries
 //!   `error=login_required`.
-//! * `POST /token` — `authorization_code` and `refresh_token` grants (refresh tokens rotate);
-//!   clients authenticate with `client_secret_basic`, `client_secret_post`, or (public clients)
-//!   `none`.
+//! * `POST /token` — `authorization_code` and `refresh_token` grants (refresh tokens rotate), and
+//!   token exchange (RFC 8693) for confidential clients: a live access token it issued for one
+//!   whose `aud` is the requested `audience` (else `resource`), refused with the error
+//!   [`FakeIdp::refuse_exchanges`] names; clients authenticate with `client_secret_basic`,
+//!   `client_secret_post`, or (public clients) `none`.
 //! * `POST /register` — dynamic client registration (RFC 7591).
 //! * `POST /introspect` — token introspection (RFC 7662) for confidential clients.
 //! * `GET /userinfo` (bearer) and `GET /logout` (RP-initiated logout: the user is signed out).
@@ -61,6 +63,8 @@ pub struct FakeIdpOptions {
     pub access_token_lifetime: Duration,
     /// The access token's `aud` when the client sent no `resource`; without it, the client's id.
     pub default_audience: Option<String>,
+    /// Lifetime of access tokens issued by token exchange.
+    pub exchanged_token_lifetime: Duration,
 }
 
 impl Default for FakeIdpOptions {
@@ -72,6 +76,7 @@ impl Default for FakeIdpOptions {
             opaque_access_tokens: false,
             access_token_lifetime: Duration::from_secs(3600),
             default_audience: None,
+            exchanged_token_lifetime: Duration::from_secs(3600),
         }
     }
 }
@@ -119,6 +124,8 @@ pub struct IdpStats {
     pub authorizations: usize,
     pub userinfo_requests: usize,
     pub logouts: usize,
+    /// `/token` requests with the token-exchange grant.
+    pub token_exchanges: usize,
 }
 
 /// Handle to a running fake identity provider. Clones share the same server and state.
@@ -152,6 +159,7 @@ impl FakeIdp {
             refresh_tokens: HashMap::new(),
             stats: IdpStats::default(),
             last_token_request: None,
+            exchange_refusal: None,
         });
         let app = endpoints::router(&options, shared.clone());
         FakeIdp {
@@ -239,6 +247,12 @@ impl FakeIdp {
         self.shared.lock().stats.clone()
     }
 
+    /// From now on token exchanges are refused with the RFC 6749 5.2 `error` given, or (`None`)
+    /// granted again.
+    pub fn refuse_exchanges(&self, error: Option<&'static str>) {
+        self.shared.lock().exchange_refusal = error;
+    }
+
     /// The decoded form fields of the latest `/token` request, valid or not.
     pub fn last_token_request(&self) -> Option<Vec<(String, String)>> {
         self.shared.lock().last_token_request.clone()
@@ -261,6 +275,8 @@ struct Inner {
     refresh_tokens: HashMap<String, RefreshRecord>,
     stats: IdpStats,
     last_token_request: Option<Vec<(String, String)>>,
+    /// The `error` token exchanges are refused with, while set.
+    exchange_refusal: Option<&'static str>,
 }
 
 /// What the user consented to at `/authorize`; every token of the grant descends from it.

@@ -21,7 +21,7 @@ GET /seen (no auth) answers a JSON list of what the server saw, in order:
   {"kind": "interrupted", "name": "slow", "login"} when a cancellation stopped `slow` mid-sleep.
 
 Tools: whoami, count, slow, ask_color, open_link, needs_url, shout, delete_repository, grow (which
-adds the tool `grown`). See each tool's docstring.
+adds the tool `grown`). See each tool's docstring. One prompt: greet.
 
 Usage:
   bearer_server.py --provider http://127.0.0.1:PORT [--scope-for TOOL=SCOPE]... [--cache-seconds S]
@@ -375,6 +375,11 @@ def build_server(recorder: Recorder) -> MCPServer:
         related = ctx.request_id if stream == "request" else None
         await ctx.session.send_notification(ToolListChangedNotification(), related_request_id=related)
         return "grew"
+
+    @server.prompt()
+    def greet(name: str) -> str:
+        """A greeting for `name`."""
+        return f"Hello, {name}."
 
     return server
 

@@ -2,9 +2,11 @@
 //! identity provider. A request to `/mcp` carries `Authorization: Bearer <token>`; the token is
 //! verified (see `verify`), must carry the configured scopes, and names the caller: the principal
 //! is the issuer and the configured claim (`sub`). Refusals follow RFC 6750 3 and RFC 9728 5.1:
-//! a 401 or 403 whose `WWW-Authenticate` points at the Protected Resource Metadata.
+//! a 401 or 403 whose `WWW-Authenticate` points at the Protected Resource Metadata. The verified
+//! token can be exchanged for one meant for an upstream of the same provider (see `exchange`).
 
 mod discovery;
+mod exchange;
 mod keys;
 mod verify;
 
@@ -16,6 +18,7 @@ use serde_json::{Map, Value, json};
 use url::Url;
 
 pub use discovery::{AuthServerMetadata, Discovery};
+pub use exchange::{ExchangeError, Exchanged};
 use keys::KeySet;
 use verify::{TokenKey, VerifiedToken, now, token_key};
 
@@ -108,7 +111,10 @@ impl ResourceServer {
         if !self.scopes.iter().all(|needed| has_scope(&verified.scopes, needed)) {
             return Err(BearerError::InsufficientScope);
         }
-        Ok(verified.caller.clone())
+        Ok(Caller {
+            access_token: Some(Secret::new(token.to_owned())),
+            ..verified.caller.clone()
+        })
     }
 
     /// RFC 9728 2: what a client needs to find the authorization server and ask for a token. The

@@ -161,6 +161,7 @@ impl ResourceServer {
                 principal,
                 claims: Arc::new(Claims::from_token(claims)),
                 address: None,
+                access_token: None,
             },
             scopes: scopes_of(claims),
             expires_at,

@@ -31,6 +31,9 @@ const INTROSPECT: &str = "/introspect";
 const USERINFO: &str = "/userinfo";
 const LOGOUT: &str = "/logout";
 
+const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+
 /// The client authentication methods `/token` and `/register` know.
 const AUTH_METHODS: [&str; 3] = ["client_secret_basic", "client_secret_post", "none"];
 
@@ -72,7 +75,7 @@ async fn metadata(State(shared): State<Shared>) -> Response {
         "userinfo_endpoint": format!("{issuer}{USERINFO}"),
         "end_session_endpoint": format!("{issuer}{LOGOUT}"),
         "response_types_supported": ["code"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": ["authorization_code", "refresh_token", TOKEN_EXCHANGE],
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": AUTH_METHODS,
         "introspection_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
@@ -191,7 +194,11 @@ async fn token(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) ->
         match params.get("grant_type") {
             Some("authorization_code") => exchange_code(&mut inner, &params, &client_id),
             Some("refresh_token") => refresh(&mut inner, &params, &client_id),
-            Some(_) => Err(("unsupported_grant_type", "only authorization_code and refresh_token")),
+            Some(TOKEN_EXCHANGE) => exchange_token(&mut inner, &params, &client_id),
+            Some(_) => Err((
+                "unsupported_grant_type",
+                "only authorization_code, refresh_token and token exchange",
+            )),
             None => Err(("invalid_request", "missing grant_type")),
         }
     });
@@ -260,6 +267,62 @@ fn refresh(inner: &mut Inner, params: &Params, client_id: &str) -> Result<Vec<(&
     record.used = true;
     let grant = record.grant.clone();
     Ok(inner.issue(&grant, &scope, None))
+}
+
+/// `grant_type=urn:ietf:params:oauth:grant-type:token-exchange` (RFC 8693), confidential clients
+/// only: a live access token this provider issued, for one whose `aud` is `audience` (else
+/// `resource`) and whose scope is `scope` (else the subject token's), living
+/// [`FakeIdpOptions::exchanged_token_lifetime`].
+fn exchange_token(inner: &mut Inner, params: &Params, client_id: &str) -> Result<Vec<(&'static str, Value)>, Failure> {
+    inner.stats.token_exchanges += 1;
+    if inner.clients.get(client_id).is_none_or(|c| c.secret.is_none()) {
+        return Err(("unauthorized_client", "public clients may not exchange tokens"));
+    }
+    if let Some(error) = inner.exchange_refusal {
+        return Err((error, "the test says no"));
+    }
+    if params.get("subject_token_type") != Some(ACCESS_TOKEN_TYPE) {
+        return Err(("invalid_request", "subject_token_type must be an access token's"));
+    }
+    if params
+        .get("requested_token_type")
+        .is_some_and(|t| t != ACCESS_TOKEN_TYPE)
+    {
+        return Err(("invalid_request", "only access tokens are issued"));
+    }
+    let subject = params
+        .get("subject_token")
+        .ok_or(("invalid_request", "missing subject_token"))?;
+    let claims = inner
+        .live_access_token(subject)
+        .ok_or(("invalid_grant", "the subject_token is unknown or expired"))?
+        .clone();
+    let audience = params
+        .get("audience")
+        .or_else(|| params.get("resource"))
+        .ok_or(("invalid_target", "missing audience and resource"))?
+        .to_owned();
+    let scope = params
+        .get("scope")
+        .or_else(|| claims["scope"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let user = claims["sub"]
+        .as_str()
+        .and_then(|sub| inner.users.get(sub))
+        .ok_or(("invalid_grant", "the subject_token names nobody known"))?
+        .clone();
+    let lifetime = inner.options.exchanged_token_lifetime.as_secs();
+    let mut exchanged = inner.access_claims(&user, &audience, &scope, client_id);
+    exchanged["exp"] = json!(unix_seconds() + lifetime);
+    let access_token = inner.mint_access_token(exchanged);
+    Ok(vec![
+        ("access_token", json!(access_token)),
+        ("issued_token_type", json!(ACCESS_TOKEN_TYPE)),
+        ("token_type", json!("Bearer")),
+        ("expires_in", json!(lifetime)),
+        ("scope", json!(scope)),
+    ])
 }
 
 /// Authenticates the client of a `/token` or `/introspect` request: `client_secret_basic`,
