@@ -64,6 +64,18 @@ async fn subscribe_and_see_an_update(client: &common::McpClient, stream: &mut co
     assert_eq!(updated["params"]["uri"], uri, "{updated}");
 }
 
+/// gatehouse (SQLite) with the reference server at `everything` over stdio as upstream `se`, and
+/// a client that sees its resources listed.
+async fn behind_gatehouse(everything: &std::path::Path) -> (TestDatabase, TestServer, common::McpClient) {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let config = format!("[[upstreams]]\nid = \"se\"\ncommand = {}\n", stdio_command(everything));
+    let server = TestServer::start(&database, &config).await;
+    let mut client = server.client();
+    client.initialize().await;
+    listed(&client, &["se"]).await;
+    (database, server, client)
+}
+
 fn names(list: &Value, key: &str, field: &str) -> Vec<String> {
     list[key]
         .as_array()
@@ -198,12 +210,7 @@ async fn the_python_sdk_lists_reads_gets_and_completes_through_gatehouse_in_both
     let Some(python) = python_sdk().await else {
         return;
     };
-    let stdio = stdio_command(&everything);
-    let database = TestDatabase::new(Backend::Sqlite).await;
-    let server = TestServer::start(&database, &format!("[[upstreams]]\nid = \"se\"\ncommand = {stdio}\n")).await;
-    let mut client = server.client();
-    client.initialize().await;
-    listed(&client, &["se"]).await;
+    let (_database, server, _client) = behind_gatehouse(&everything).await;
     for mode in ["legacy", "2026-07-28"] {
         // Subscriptions are of the handshake era.
         let subscribe: &[&str] = if mode == "legacy" {
@@ -271,12 +278,7 @@ async fn the_typescript_sdks_list_read_get_complete_and_subscribe_through_gateho
     let (Some(v1), Some(v2)) = (stage_ts_sdk().await, stage_ts_client_v2().await) else {
         return;
     };
-    let stdio = stdio_command(&everything);
-    let database = TestDatabase::new(Backend::Sqlite).await;
-    let server = TestServer::start(&database, &format!("[[upstreams]]\nid = \"se\"\ncommand = {stdio}\n")).await;
-    let mut client = server.client();
-    client.initialize().await;
-    listed(&client, &["se"]).await;
+    let (_database, server, _client) = behind_gatehouse(&everything).await;
     let document = document("se");
     // The v1 package on 2025-11-25, subscribed to the document (the reference server sends updates
     // of subscribed resources once the tool turns them on); the v2 client pinned to 2026-07-28.
@@ -363,12 +365,7 @@ async fn a_subscribed_client_gets_the_upstreams_resource_updates_on_its_stream()
     let Some(everything) = server_everything().await else {
         return;
     };
-    let stdio = stdio_command(&everything);
-    let database = TestDatabase::new(Backend::Sqlite).await;
-    let server = TestServer::start(&database, &format!("[[upstreams]]\nid = \"se\"\ncommand = {stdio}\n")).await;
-    let mut client = server.client();
-    client.initialize().await;
-    listed(&client, &["se"]).await;
+    let (_database, _server, client) = behind_gatehouse(&everything).await;
     let mut stream = client.open_stream(None).await;
     let uri = document("se");
     subscribe_and_see_an_update(&client, &mut stream, &uri).await;
