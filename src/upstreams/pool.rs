@@ -571,4 +571,29 @@ mod tests {
             .subscribe("demo://0", &one)
             .expect("subscribing again takes no more room");
     }
+
+    #[tokio::test]
+    async fn an_upstream_flooding_resource_updates_gets_a_bounded_number_stored() {
+        let fixture = crate::gate::testing::Fixture::new().await;
+        let subscriber = fixture.session("alice").await.id;
+        let (list_changed, _) = mpsc::channel(1);
+        let relay = Relay::new(
+            &silent_upstream(),
+            list_changed,
+            fixture.backing.bus.clone(),
+            Redactor::new([]),
+        );
+        relay.subscribe("demo://a", &subscriber).expect("room");
+        let params = rmcp::model::ResourceUpdatedNotificationParam::new("demo://a");
+        for _ in 0..500 {
+            relay.updated(&params).await;
+        }
+        let stored = fixture
+            .backing
+            .store
+            .events_after(&subscriber, 0, 1000)
+            .await
+            .expect("events");
+        assert_eq!(stored.len(), super::super::relay::UPDATES_PER_MINUTE as usize);
+    }
 }

@@ -51,6 +51,7 @@ use super::upstream::Upstream;
 use crate::domain::SessionId;
 use crate::events::Bus;
 use crate::jsonrpc::{self, ELICITATION_COMPLETE};
+use crate::rate_limit::RateLimit;
 use crate::tools::{CallStream, Redactor};
 
 /// A call running on the session: where its messages go.
@@ -141,10 +142,16 @@ pub struct Relay {
     bus: Arc<Bus>,
     /// The session's own secrets, kept out of resource updates.
     redactor: Redactor,
+    /// Updates passed on, by the upstream's URI: each is stored for every subscriber, so an
+    /// upstream cannot make gatehouse write without bound.
+    updates: RateLimit<String>,
 }
 
 /// Subscriptions held through one upstream session, at most.
 pub const MAX_SUBSCRIPTIONS: usize = 1000;
+/// Updates of one resource passed on per minute, at most (a burst of as many, then one a
+/// second); the rest are dropped: an update only says "read it again".
+pub const UPDATES_PER_MINUTE: u32 = 60;
 
 /// While a call runs; unregisters it when dropped.
 pub struct RunningCall {
@@ -174,6 +181,7 @@ impl Relay {
             tag: upstream.tag.clone(),
             bus,
             redactor,
+            updates: RateLimit::per_minute(UPDATES_PER_MINUTE),
         })
     }
 
@@ -218,11 +226,15 @@ impl Relay {
 
     /// Tells every session subscribed to `uri` that it was updated; a session that has ended is
     /// forgotten.
-    async fn updated(&self, params: &ResourceUpdatedNotificationParam) {
+    pub(super) async fn updated(&self, params: &ResourceUpdatedNotificationParam) {
         let sessions: Vec<SessionId> = match self.subscriptions().get(&params.uri) {
             Some(sessions) => sessions.iter().cloned().collect(),
             None => return,
         };
+        if self.updates.check(&params.uri).is_err() {
+            tracing::debug!(upstream = %self.upstream, "dropped a resource update beyond {UPDATES_PER_MINUTE} a minute");
+            return;
+        }
         let uri = self.redactor.text(&exposed_uri(&self.tag, &params.uri));
         let message = jsonrpc::notification("notifications/resources/updated", json!({ "uri": uri }));
         for session in sessions {
