@@ -31,6 +31,7 @@ pub mod private_file;
 pub mod providers;
 pub mod public_url;
 pub mod rate_limit;
+pub mod refreshed;
 pub mod retention;
 pub mod routes;
 pub mod secret;

@@ -14,6 +14,7 @@ pub struct PublicUrl {
     /// The path gatehouse is served under (`/gatehouse`), without a trailing slash; empty at the root.
     prefix: String,
     https: bool,
+    loopback: bool,
 }
 
 impl PublicUrl {
@@ -29,6 +30,12 @@ impl PublicUrl {
             host,
             prefix: url.path().trim_end_matches('/').to_owned(),
             https: url.scheme() == "https",
+            loopback: match url.host() {
+                Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                None => false,
+            },
         }
     }
 
@@ -48,6 +55,13 @@ impl PublicUrl {
     /// Whether browsers reach gatehouse over HTTPS (and so accept `Secure` cookies).
     pub fn is_https(&self) -> bool {
         self.https
+    }
+
+    /// Whether an authorization server can take a URL here as a client id (a Client ID Metadata
+    /// Document's): https, or http on loopback, where gatehouse and the server are both in
+    /// development.
+    pub fn can_name_a_client(&self) -> bool {
+        self.https || self.loopback
     }
 
     /// One of gatehouse's own paths (`path` starts with `/`) as browsers see it: under the prefix.

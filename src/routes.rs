@@ -22,6 +22,9 @@ pub const INSTANCE: &str = "/healthz/instance";
 pub const CONNECT: &str = "/connect/{id}";
 /// The one OAuth redirect URI of a deployment, where providers send the browser back.
 pub const OAUTH_CALLBACK: &str = "/oauth/callback";
+/// gatehouse's Client ID Metadata Document: its URL is its client id at remote MCP servers'
+/// authorization servers that take such documents.
+pub const CLIENT_METADATA: &str = "/oauth/client-metadata.json";
 /// A form's page for an elicitation, as a route.
 pub const FORM: &str = "/forms/{id}";
 /// A user's saved values of a form, as a route.

@@ -50,8 +50,14 @@ fn metrics(config: &Config) -> Metrics {
     if config.server.metrics_bind.is_none() {
         return Metrics::off();
     }
+    // An `auth = "mcp"` upstream's connections are named by its id.
+    let remote = config
+        .upstreams
+        .iter()
+        .filter(|u| u.auth == Some(crate::config::UpstreamAuth::Mcp))
+        .map(|u| u.id.clone());
     Metrics::new(
-        config.providers.iter().map(|p| p.id.clone()),
+        config.providers.iter().map(|p| p.id.clone()).chain(remote),
         config.upstreams.iter().map(|u| u.id.clone()),
     )
 }

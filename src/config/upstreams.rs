@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::ElicitMode;
 use super::duration::{duration, optional_duration};
+use crate::secret::Secret;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,8 +28,16 @@ pub struct UpstreamConfig {
     /// when absent.
     pub audience: Option<String>,
     /// `auth = "token_exchange"`: the scopes asked for; none (the provider's default) when empty.
+    /// `auth = "mcp"`: the scopes every sign-in asks for; when empty, those the server's
+    /// challenge or metadata names.
     #[serde(default)]
     pub scopes: Vec<String>,
+    /// `auth = "mcp"`: a client registered with the server's authorization server beforehand,
+    /// for servers that offer neither Client ID Metadata Documents nor dynamic registration.
+    pub client_id: Option<String>,
+    /// `auth = "mcp"`: the pre-registered client's secret (`env:NAME` reads it from the
+    /// environment); none for a public client.
+    pub client_secret: Option<Secret<String>>,
     /// Extra HTTP headers (`url` upstreams), templates over `{{form.ID.FIELD}}`.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -66,6 +75,10 @@ pub enum UpstreamAuth {
     /// OAuth 2.0 Token Exchange (RFC 8693) at `[identity]`'s provider, `identity.mode = "oauth"`
     /// only: the caller's own access token is exchanged for one meant for the upstream.
     TokenExchange,
+    /// The MCP authorization specification: gatehouse discovers the server's authorization
+    /// server, registers itself there, and signs each user in; the connection is named after the
+    /// upstream's `id`.
+    Mcp,
 }
 
 /// `requires`, `elicit` and `elicit_timeout` are written again here, as in `ToolConfig`, rather

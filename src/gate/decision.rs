@@ -120,14 +120,14 @@ impl Gate {
         for requirement in call.requires {
             match requirement {
                 Requirement::Provider { provider, scopes } => {
-                    let Some(provider) = self.connections.provider(provider) else {
+                    let Some(provider) = self.connections.provider(provider).await? else {
                         continue;
                     };
-                    match self.connections.grant(principal, provider, scopes, call.from).await? {
+                    match self.connections.grant(principal, &provider, scopes, call.from).await? {
                         Grant::Usable { token, version } => {
                             credentials.tokens.insert(provider.id.clone(), (token, version));
                         }
-                        Grant::SignIn { scopes } => missing.push(sign_in(provider, scopes)),
+                        Grant::SignIn { scopes } => missing.push(sign_in(&provider, scopes)),
                     }
                 }
                 Requirement::Form { form } => {
@@ -190,14 +190,14 @@ impl Gate {
         for requirement in requires {
             match requirement {
                 Requirement::Provider { provider, scopes } => {
-                    let Some(provider) = self.connections.provider(provider) else {
+                    let Some(provider) = self.connections.provider(provider).await? else {
                         continue;
                     };
                     let connected = connections
                         .iter()
                         .any(|c| c.provider == provider.id && c.active && scopes.iter().all(|s| c.scopes.contains(s)));
                     if !connected {
-                        unmet.push(sign_in(provider, scopes.clone()).message);
+                        unmet.push(sign_in(&provider, scopes.clone()).message);
                     }
                 }
                 Requirement::Form { form } => {

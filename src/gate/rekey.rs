@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::connections::{access_context, refresh_context, verifier_context};
+use super::connections::{access_context, refresh_context, registration_context, verifier_context};
 use super::form_values::{answer_context, user_form_context};
 use crate::secret::Secret;
 use crate::store::{SealedRow, SealedRowKey, SealedTable, Store, StoreError};
@@ -163,6 +163,7 @@ fn contexts(key: &SealedRowKey) -> Vec<String> {
         SealedRowKey::Flow { state_hash } => vec![verifier_context(state_hash)],
         SealedRowKey::FormValues { principal, form } => vec![user_form_context(principal, form)],
         SealedRowKey::FormAnswer { elicitation } => vec![answer_context(elicitation)],
+        SealedRowKey::Registration { issuer, redirect_uri } => vec![registration_context(issuer, redirect_uri)],
     }
 }
 

@@ -7,7 +7,6 @@ pub mod access;
 mod claims;
 pub mod oauth;
 pub mod oidc;
-mod refreshed;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

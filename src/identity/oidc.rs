@@ -29,9 +29,9 @@ use super::oauth::principal_from_claims;
 use super::{Claims, Identity};
 use crate::config::{Config, ConfigError, IdentityMode};
 use crate::domain::Principal;
-use crate::identity::refreshed::Refreshed;
 use crate::outbound::read_bounded;
 use crate::public_url::PublicUrl;
+use crate::refreshed::Refreshed;
 use crate::routes;
 use crate::secret::Secret;
 

@@ -71,14 +71,18 @@ impl RevocableToken for HintedToken {
 
 impl Provider {
     pub(super) fn oauth2(&self) -> ProviderClient {
-        oauth2::Client::new(ClientId::new(self.client_id.clone()))
-            .set_client_secret(ClientSecret::new(self.client_secret.expose().clone()))
-            .set_auth_type(match self.client_auth {
+        let client = oauth2::Client::new(ClientId::new(self.client_id.clone()))
+            .set_auth_type(match (self.client_auth, &self.client_secret) {
                 // RFC 6749 2.3.1: oauth2 form-encodes id and secret before joining them.
-                ClientAuth::Basic => AuthType::BasicAuth,
-                ClientAuth::Post => AuthType::RequestBody,
+                (ClientAuth::Basic, Some(_)) => AuthType::BasicAuth,
+                // A public client sends its `client_id` in the body (RFC 6749 3.2.1).
+                (ClientAuth::Post, _) | (_, None) => AuthType::RequestBody,
             })
-            .set_token_uri(TokenUrl::from_url(self.token_url.clone()))
+            .set_token_uri(TokenUrl::from_url(self.token_url.clone()));
+        match &self.client_secret {
+            Some(secret) => client.set_client_secret(ClientSecret::new(secret.expose().clone())),
+            None => client,
+        }
     }
 
     /// Where this provider's answer to a code exchange (`exchange`) or a refresh holds the user's
@@ -119,6 +123,9 @@ impl Provider {
         }
         for (name, value) in &self.authorize_params {
             request = request.add_extra_param(name.as_str(), value.as_str());
+        }
+        if let Some(resource) = &self.resource {
+            request = request.add_extra_param("resource", resource.as_str());
         }
         let (url, state) = request.url();
         Authorization {
@@ -219,10 +226,14 @@ impl OAuthClient {
         let redirect = RedirectUrl::new(redirect_uri.to_owned())
             .map_err(|e| OAuthError::Unavailable(format!("the redirect URI is not a URL: {e}")))?;
         let client = provider.oauth2();
-        let tokens = client
+        let mut request = client
             .exchange_code(AuthorizationCode::new(code.to_owned()))
             .set_pkce_verifier(PkceCodeVerifier::new(verifier.to_owned()))
-            .set_redirect_uri(Cow::Owned(redirect))
+            .set_redirect_uri(Cow::Owned(redirect));
+        if let Some(resource) = &provider.resource {
+            request = request.add_extra_param("resource", resource.as_str());
+        }
+        let tokens = request
             .request_async(&self.hook("oauth.exchange", provider, Endpoint::Token(provider.tokens_at(true))))
             .await?;
         Ok(tokens.into())
@@ -231,8 +242,11 @@ impl OAuthClient {
     pub async fn refresh(&self, provider: &Provider, refresh_token: &str) -> Result<TokenResponse, OAuthError> {
         let client = provider.oauth2();
         let refresh_token = RefreshToken::new(refresh_token.to_owned());
-        let tokens = client
-            .exchange_refresh_token(&refresh_token)
+        let mut request = client.exchange_refresh_token(&refresh_token);
+        if let Some(resource) = &provider.resource {
+            request = request.add_extra_param("resource", resource.as_str());
+        }
+        let tokens = request
             .request_async(&self.hook("oauth.refresh", provider, Endpoint::Token(provider.tokens_at(false))))
             .await?;
         Ok(tokens.into())
@@ -315,7 +329,7 @@ mod tests {
         .expect("provider");
         let basic = Provider {
             client_id: "c d".into(),
-            client_secret: Secret::new("s:é".into()),
+            client_secret: Some(Secret::new("s:é".into())),
             ..basic
         };
         let (request, _) = refresh_answered(&basic, 200, r#"{"access_token":"a"}"#).await;

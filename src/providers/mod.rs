@@ -4,15 +4,21 @@
 
 mod answers;
 mod client;
+pub mod discovery;
 mod presets;
+pub mod reach;
+pub mod registration;
+mod remote;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 use url::Url;
 
 pub use answers::{OAuthError, TokenResponse};
 pub use client::{Authorization, OAuthClient};
+pub use remote::RemoteSpec;
 
 use crate::config::{ClientAuth, Config, ConfigError, ProviderConfig, TokenRefusedWhen};
 use crate::domain::is_identifier;
@@ -25,7 +31,9 @@ pub struct Provider {
     /// Shown to users ("GitHub").
     pub name: String,
     pub client_id: String,
-    client_secret: Secret<String>,
+    /// None for a public client (a Client ID Metadata Document, or a registration without a
+    /// secret): it authenticates with its `client_id` in the body and its PKCE verifier.
+    client_secret: Option<Secret<String>>,
     pub client_auth: ClientAuth,
     pub authorize_url: Url,
     pub token_url: Url,
@@ -52,6 +60,9 @@ pub struct Provider {
     /// How the provider's API refuses a token in a 2xx answer (Slack's `ok: false` answers).
     pub token_refused_when: Option<TokenRefusal>,
     pub authorize_params: BTreeMap<String, String>,
+    /// RFC 8707: the `resource` every authorize, code exchange and refresh request names (a
+    /// remote MCP server's own authorization, `remote`).
+    pub resource: Option<Url>,
 }
 
 /// A 2xx API answer that means the token was refused: its JSON value at `pointer` is one of
@@ -111,7 +122,7 @@ const RESERVED_AUTHORIZE_PARAMS: [&str; 7] = [
 ];
 
 /// Providers must be reached over HTTPS, except on loopback (development and tests).
-fn check_url(url: &Url, key: &str) -> Result<(), ConfigError> {
+pub(crate) fn check_url(url: &Url, key: &str) -> Result<(), ConfigError> {
     let loopback = match url.host() {
         Some(url::Host::Domain(d)) => d == "localhost",
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
@@ -203,7 +214,7 @@ impl Provider {
             name: config.name.unwrap_or_else(|| config.id.clone()),
             id: config.id,
             client_id: config.client_id,
-            client_secret: config.client_secret,
+            client_secret: Some(config.client_secret),
             client_auth: config.client_auth.unwrap_or(ClientAuth::Basic),
             authorize_url,
             token_url,
@@ -219,6 +230,7 @@ impl Provider {
             tokens_at: config.tokens_at,
             token_refused_when,
             authorize_params: config.authorize_params,
+            resource: None,
         })
     }
 
@@ -245,14 +257,15 @@ impl Provider {
     }
 }
 
-/// Every configured provider.
+/// Every configured provider, and the remote MCP servers' to be found at run time.
 pub struct Providers {
-    providers: Vec<Provider>,
+    providers: Vec<Arc<Provider>>,
+    remote: Vec<RemoteSpec>,
 }
 
 impl Providers {
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
-        let mut providers: Vec<Provider> = Vec::new();
+        let mut providers: Vec<Arc<Provider>> = Vec::new();
         for (i, provider) in config.providers.iter().enumerate() {
             let key = format!("providers[{i}]");
             let provider = Provider::from_config(provider, &key)?;
@@ -262,17 +275,44 @@ impl Providers {
                     format!("`{}` is configured twice", provider.id),
                 ));
             }
-            providers.push(provider);
+            providers.push(Arc::new(provider));
         }
-        Ok(Self { providers })
+        let remote = RemoteSpec::from_config(config)?;
+        if let Some(clash) = remote.iter().find(|r| providers.iter().any(|p| p.id == r.id)) {
+            let i = config
+                .upstreams
+                .iter()
+                .position(|u| u.id == clash.id)
+                .unwrap_or_default();
+            return Err(ConfigError::key(
+                format!("upstreams[{i}].id"),
+                format!(
+                    "`{}` names a provider already; an `auth = \"mcp\"` upstream's id names its connections",
+                    clash.id
+                ),
+            ));
+        }
+        Ok(Self { providers, remote })
     }
 
-    pub fn get(&self, id: &str) -> Option<&Provider> {
+    /// A configured provider.
+    pub fn get(&self, id: &str) -> Option<&Arc<Provider>> {
         self.providers.iter().find(|p| p.id == id)
     }
 
+    /// The configured providers.
     pub fn iter(&self) -> impl Iterator<Item = &Provider> {
-        self.providers.iter()
+        self.providers.iter().map(|p| p.as_ref())
+    }
+
+    /// The remote MCP servers whose providers are found at run time.
+    pub fn remote(&self) -> &[RemoteSpec] {
+        &self.remote
+    }
+
+    /// Whether `id` names a provider, configured or remote.
+    pub fn knows(&self, id: &str) -> bool {
+        self.get(id).is_some() || self.remote.iter().any(|r| r.id == id)
     }
 }
 

@@ -15,6 +15,7 @@ mod elicitations;
 mod forms;
 mod notice;
 mod postgres;
+mod registrations;
 mod retention;
 mod rows;
 mod sealed;
@@ -40,6 +41,7 @@ pub use elicitations::{AskKey, ElicitationRecord, ElicitationStatus, Ending, OAu
 pub use forms::{FormAnswerRecord, FormStore, FormValuesRecord};
 pub use notice::{ClientAction, NOTIFY_CHANNEL, Notice};
 pub use postgres::PostgresStore;
+pub use registrations::{RegistrationRecord, RegistrationStore};
 pub use retention::{Lease, RetentionStore};
 pub use sealed::{SealedRow, SealedRowKey, SealedStore, SealedTable, StampCount};
 pub use sessions::{SessionRecord, StoredEvent};
@@ -116,6 +118,7 @@ pub trait Store:
     ConnectionStore
     + FormStore
     + CatalogueStore
+    + RegistrationStore
     + BrowserSessionStore
     + SealedStore
     + AuditStore

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{
     BrowserSessionRecord, CatalogueRecord, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus,
-    FormAnswerRecord, FormValuesRecord, OAuthFlowRecord, SessionRecord, StoreError,
+    FormAnswerRecord, FormValuesRecord, OAuthFlowRecord, RegistrationRecord, SessionRecord, StoreError,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -290,6 +290,34 @@ pub(super) fn parse_session_id(text: &str) -> Result<SessionId, StoreError> {
 fn parse_elicitation_id(text: &str) -> Result<ElicitationId, StoreError> {
     text.parse()
         .map_err(|_| StoreError::Corrupt(format!("elicitation id {text:?} is malformed")))
+}
+
+pub(super) const REGISTRATION_COLUMNS: &str =
+    "issuer, redirect_uri, client_id, client_secret, auth_method, registered_at";
+
+#[derive(sqlx::FromRow)]
+pub(super) struct RegistrationRow<N: Native> {
+    issuer: String,
+    redirect_uri: String,
+    client_id: String,
+    client_secret: Option<Vec<u8>>,
+    auth_method: String,
+    registered_at: N::Time,
+}
+
+impl Stored for RegistrationRecord {
+    type Row<N: Native> = RegistrationRow<N>;
+
+    fn read<N: Native>(row: RegistrationRow<N>) -> Result<Self, StoreError> {
+        Ok(RegistrationRecord {
+            issuer: row.issuer,
+            redirect_uri: row.redirect_uri,
+            client_id: row.client_id,
+            client_secret: row.client_secret,
+            auth_method: row.auth_method,
+            registered_at: N::time(row.registered_at)?,
+        })
+    }
 }
 
 pub(super) fn parse_principal(text: &str) -> Result<Principal, StoreError> {

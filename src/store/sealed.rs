@@ -19,14 +19,17 @@ pub enum SealedTable {
     FormValues,
     /// A call-scoped form answer's secret fields.
     FormAnswers,
+    /// Secrets of clients registered at remote MCP servers' authorization servers.
+    Registrations,
 }
 
 impl SealedTable {
-    pub const ALL: [SealedTable; 4] = [
+    pub const ALL: [SealedTable; 5] = [
         SealedTable::Connections,
         SealedTable::OAuthFlows,
         SealedTable::FormValues,
         SealedTable::FormAnswers,
+        SealedTable::Registrations,
     ];
 
     /// The table's name in both backends.
@@ -36,6 +39,7 @@ impl SealedTable {
             SealedTable::OAuthFlows => "oauth_flows",
             SealedTable::FormValues => "form_values",
             SealedTable::FormAnswers => "form_answers",
+            SealedTable::Registrations => "oauth_registrations",
         }
     }
 
@@ -46,6 +50,7 @@ impl SealedTable {
             SealedTable::OAuthFlows => &["state_hash"],
             SealedTable::FormValues => &["principal", "form"],
             SealedTable::FormAnswers => &["elicitation_id"],
+            SealedTable::Registrations => &["issuer", "redirect_uri"],
         }
     }
 
@@ -55,6 +60,7 @@ impl SealedTable {
             SealedTable::Connections => &["access_token", "refresh_token"],
             SealedTable::OAuthFlows => &["pkce_verifier"],
             SealedTable::FormValues | SealedTable::FormAnswers => &["secrets"],
+            SealedTable::Registrations => &["client_secret"],
         }
     }
 }
@@ -66,6 +72,7 @@ pub enum SealedRowKey {
     Flow { state_hash: String },
     FormValues { principal: Principal, form: String },
     FormAnswer { elicitation: ElicitationId },
+    Registration { issuer: String, redirect_uri: String },
 }
 
 impl SealedRowKey {
@@ -75,6 +82,7 @@ impl SealedRowKey {
             SealedRowKey::Flow { .. } => SealedTable::OAuthFlows,
             SealedRowKey::FormValues { .. } => SealedTable::FormValues,
             SealedRowKey::FormAnswer { .. } => SealedTable::FormAnswers,
+            SealedRowKey::Registration { .. } => SealedTable::Registrations,
         }
     }
 
@@ -85,6 +93,7 @@ impl SealedRowKey {
             SealedRowKey::Flow { state_hash } => vec![state_hash.clone()],
             SealedRowKey::FormValues { principal, form } => vec![principal.to_string(), form.clone()],
             SealedRowKey::FormAnswer { elicitation } => vec![elicitation.to_string()],
+            SealedRowKey::Registration { issuer, redirect_uri } => vec![issuer.clone(), redirect_uri.clone()],
         }
     }
 
@@ -112,6 +121,10 @@ impl SealedRowKey {
                         .map_err(|_| StoreError::Corrupt(format!("elicitation id {text:?} is malformed")))?,
                 }
             }
+            SealedTable::Registrations => SealedRowKey::Registration {
+                issuer: next()?,
+                redirect_uri: next()?,
+            },
         })
     }
 }

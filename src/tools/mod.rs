@@ -251,7 +251,7 @@ pub fn parse_requirements(
             let requirement =
                 Requirement::parse(text).map_err(|e| ConfigError::key(&requirement_key, e.to_string()))?;
             match &requirement {
-                Requirement::Provider { provider, .. } if providers.get(provider).is_none() => Err(ConfigError::key(
+                Requirement::Provider { provider, .. } if !providers.knows(provider) => Err(ConfigError::key(
                     requirement_key,
                     format!("names provider `{provider}`, which is not configured"),
                 )),

@@ -197,11 +197,34 @@ impl Upstream {
                 },
             );
         }
+        let mut requires = requires;
         let bearer = requires.iter().find_map(|r| match r {
             Requirement::Provider { provider, .. } => Some(provider.clone()),
             Requirement::Form { .. } => None,
         });
         let exchange = exchange(upstream, key, config, bearer.as_deref())?;
+        let bearer = match (upstream.auth, bearer) {
+            (Some(UpstreamAuth::Mcp), Some(provider)) => {
+                return Err(ConfigError::key(
+                    format!("{key}.auth"),
+                    format!(
+                        "`mcp` cannot go with `requires` naming the provider `{provider}`: both would be the bearer token"
+                    ),
+                ));
+            }
+            // The server's own sign-in comes first, under the upstream's id (see `providers::remote`).
+            (Some(UpstreamAuth::Mcp), None) => {
+                requires.insert(
+                    0,
+                    Requirement::Provider {
+                        provider: upstream.id.clone(),
+                        scopes: Vec::new(),
+                    },
+                );
+                Some(upstream.id.clone())
+            }
+            (_, bearer) => bearer,
+        };
         Ok(Self {
             id: upstream.id.clone(),
             tag: super::offers::uri_tag(&upstream.id),
@@ -230,10 +253,13 @@ fn exchange(
     bearer: Option<&str>,
 ) -> Result<Option<Exchange>, ConfigError> {
     let Some(UpstreamAuth::TokenExchange) = upstream.auth else {
-        if upstream.audience.is_some() || !upstream.scopes.is_empty() {
+        if upstream.audience.is_some() {
+            return Err(ConfigError::key(key, "`audience` is for `auth = \"token_exchange\"`"));
+        }
+        if upstream.auth.is_none() && !upstream.scopes.is_empty() {
             return Err(ConfigError::key(
                 key,
-                "`audience` and `scopes` are for `auth = \"token_exchange\"`",
+                "`scopes` are for `auth = \"token_exchange\"` and `auth = \"mcp\"`",
             ));
         }
         return Ok(None);
@@ -403,12 +429,60 @@ mod tests {
             env: &BTreeMap::new(),
         })
         .expect("config");
-        let providers = Providers::from_config(&config).expect("providers");
-        let forms = Forms::from_config(&config.forms).expect("forms");
-        Upstream::from_config(&config.upstreams[0], "upstreams[0]", &config, &providers, &forms).map_err(|e| match e {
+        let key = |e: ConfigError| match e {
             ConfigError::Key { key, .. } => key,
             other => other.to_string(),
-        })
+        };
+        let providers = Providers::from_config(&config).map_err(key)?;
+        let forms = Forms::from_config(&config.forms).expect("forms");
+        Upstream::from_config(&config.upstreams[0], "upstreams[0]", &config, &providers, &forms).map_err(key)
+    }
+
+    #[test]
+    fn an_mcp_upstream_needs_its_own_sign_in_named_by_its_id() {
+        let url = "url = \"https://docs.example.com/mcp\"\nauth = \"mcp\"";
+        let upstream = parsed("", url).expect("upstream");
+        assert_eq!(upstream.bearer.as_deref(), Some("docs"));
+        assert_eq!(
+            upstream.requires,
+            [Requirement::Provider {
+                provider: "docs".into(),
+                scopes: vec![]
+            }]
+        );
+        assert!(upstream.needs_credentials() && upstream.exchange.is_none());
+        let with_client = format!("{url}\nclient_id = \"pre\"\nclient_secret = \"s\"\nscopes = [\"read\"]");
+        assert!(parsed("", &with_client).is_ok());
+        let refused = [
+            ("", "command = [\"server\"]\nauth = \"mcp\"", "upstreams[0].auth"),
+            (PROVIDER, &format!("{url}\nrequires = [\"hub\"]"), "upstreams[0].auth"),
+            (
+                "",
+                &format!("{url}\nclient_secret = \"s\""),
+                "upstreams[0].client_secret",
+            ),
+            ("", &format!("{url}\nclient_id = \" \""), "upstreams[0].client_id"),
+            ("", &format!("{url}\nscopes = [\"a b\"]"), "upstreams[0].scopes"),
+            ("", &format!("{url}\naudience = \"x\""), "upstreams[0]"),
+            (
+                "",
+                "url = \"http://docs.example.com/mcp\"\nauth = \"mcp\"",
+                "upstreams[0].url",
+            ),
+            (
+                "",
+                "url = \"https://docs.example.com/mcp\"\nclient_id = \"pre\"",
+                "upstreams[0]",
+            ),
+            (
+                "[[providers]]\nid = \"docs\"\nauthorize_url = \"https://d.example.com/a\"\ntoken_url = \"https://d.example.com/t\"\nclient_id = \"c\"\nclient_secret = \"s\"",
+                url,
+                "upstreams[0].id",
+            ),
+        ];
+        for (rest, upstream, key) in refused {
+            assert_eq!(parsed(rest, upstream).err().as_deref(), Some(key), "{upstream}");
+        }
     }
 
     #[test]

@@ -60,6 +60,7 @@ async fn show(
         .gate
         .connections()
         .provider_of(&elicitation)
+        .await?
         .ok_or(PageError::UnknownRequest)?;
     Ok(PageResponse::new(ConnectPage {
         id: elicitation.id.to_string(),

@@ -51,6 +51,7 @@ pub fn router(state: &PagesState) -> Router<PagesState> {
         .route(routes::HEALTHZ, get(healthz))
         .route(routes::READYZ, get(readyz))
         .route(routes::INSTANCE, get(instance))
+        .route(routes::CLIENT_METADATA, get(client_metadata))
         .merge(pages)
         // On a loopback-bound instance a `Host` that is not this server's name is refused, as
         // `/mcp` refuses it; a post from another site's page is refused by its `Origin`, by the
@@ -81,6 +82,20 @@ async fn index(State(state): State<PagesState>) -> PageResponse {
 /// The process is up.
 async fn healthz() -> &'static str {
     "ok"
+}
+
+/// gatehouse's Client ID Metadata Document, for the authorization servers of remote MCP servers
+/// (`auth = "mcp"`) that fetch it; 404 when none signs users in through gatehouse, or when
+/// `public_url` cannot name a client (http off loopback).
+async fn client_metadata(State(state): State<PagesState>) -> Response {
+    if !state.gate.connections().has_remote() || !state.public_url.can_name_a_client() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let document = crate::providers::registration::client_metadata_document(
+        &state.public_url.at(routes::CLIENT_METADATA),
+        &state.public_url.at(routes::OAUTH_CALLBACK),
+    );
+    ([(CACHE_CONTROL, "public, max-age=3600")], Json(document)).into_response()
 }
 
 /// This process's nonce (`crate::instance`), which `gatehouse doctor` compares.

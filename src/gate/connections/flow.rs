@@ -5,6 +5,7 @@
 //! says what is true afterwards (a reload looks the flow up) and, while the elicitation still
 //! takes a sign-in, where to start again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -168,8 +169,8 @@ impl CallbackParams {
 }
 
 /// Whether a callback matches its flow.
-enum Checked<'p> {
-    Matches(&'p Provider, Box<ElicitationRecord>),
+enum Checked {
+    Matches(Arc<Provider>, Box<ElicitationRecord>),
     Refused(CallbackRefusal),
 }
 
@@ -207,7 +208,7 @@ impl Connections {
     /// Starts an OAuth flow for a pending elicitation: stores the hashed state, the sealed PKCE
     /// verifier and the hashed browser cookie. `None`: the elicitation asks for no provider.
     pub async fn start_flow(&self, elicitation: &ElicitationRecord) -> Result<Option<StartedFlow>, GateError> {
-        let Some((provider, scopes)) = self.provider_of(elicitation) else {
+        let Some((provider, scopes)) = self.provider_of(elicitation).await? else {
             return Ok(None);
         };
         let sign_in = provider.authorize(&scopes, &self.redirect_uri());
@@ -273,7 +274,7 @@ impl Connections {
         }
         // From here on the flow is used up: a failure must not read as "nothing happened".
         match self
-            .finish_flow(provider, &flow, &elicitation, params, started, from)
+            .finish_flow(&provider, &flow, &elicitation, params, started, from)
             .await
         {
             Ok(outcome) => Ok(outcome),
@@ -292,7 +293,7 @@ impl Connections {
     /// exchange, and the connection saved with the elicitation's completion.
     async fn finish_flow(
         &self,
-        provider: &Provider,
+        provider: &Arc<Provider>,
         flow: &OAuthFlowRecord,
         elicitation: &ElicitationRecord,
         params: &CallbackParams,
@@ -345,6 +346,7 @@ impl Connections {
             Err(OAuthError::Rejected { error, .. }) => {
                 let error = ProviderErrorCode::parse(&error);
                 tracing::warn!(elicitation = %elicitation.id, provider = %provider.id, %error, "the provider refused the code exchange");
+                self.client_refused(provider, error.as_str()).await?;
                 return Ok(failed(Some(error)));
             }
             Err(OAuthError::Unavailable(reason)) => {
@@ -416,7 +418,7 @@ impl Connections {
             refusal: CallbackRefusal::AlreadyUsed,
             retry,
         };
-        let (Some(provider), Some(used_at)) = (self.providers.get(&flow.provider), flow.used_at) else {
+        let (Some(provider), Some(used_at)) = (self.provider(&flow.provider).await?, flow.used_at) else {
             return Ok(refused(None));
         };
         if &flow.principal != principal {
@@ -462,7 +464,7 @@ impl Connections {
         params: &CallbackParams,
         cookie: Option<&str>,
         now: DateTime<Utc>,
-    ) -> Result<Checked<'_>, GateError> {
+    ) -> Result<Checked, GateError> {
         if flow.expires_at <= now {
             return Ok(Checked::Refused(CallbackRefusal::Expired));
         }
@@ -474,10 +476,10 @@ impl Connections {
         if &flow.principal != principal {
             return Ok(Checked::Refused(CallbackRefusal::OtherUser));
         }
-        let Some(provider) = self.providers.get(&flow.provider) else {
+        let Some(provider) = self.provider(&flow.provider).await? else {
             return Ok(Checked::Refused(CallbackRefusal::UnknownState));
         };
-        if let Some(refusal) = self.issuer_refusal(provider, params.iss.as_deref()) {
+        if let Some(refusal) = self.issuer_refusal(&provider, params.iss.as_deref()) {
             return Ok(Checked::Refused(refusal));
         }
         let Some(elicitation) = self.elicitations.get(&flow.elicitation_id).await? else {

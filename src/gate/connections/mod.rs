@@ -5,6 +5,7 @@
 //! revocation at the provider.
 
 mod flow;
+mod remote;
 mod tokens;
 
 use std::sync::Arc;
@@ -21,6 +22,8 @@ use crate::store::{AuditAction, ConnectionCache, ConnectionRecord, ConnectionSta
 
 pub(in crate::gate) use flow::verifier_context;
 pub use flow::{CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
+use remote::RemoteProviders;
+pub(in crate::gate) use remote::registration_context;
 
 /// What a connection looks like to the user (never a token).
 pub struct ConnectionSummary {
@@ -61,6 +64,8 @@ pub struct Connections {
     backing: Backing,
     elicitations: Arc<Elicitations>,
     providers: Arc<Providers>,
+    /// The remote MCP servers' providers, found when first needed.
+    remote: RemoteProviders,
     oauth: OAuthClient,
     /// Each principal's connections, invalidated through the bus when they change.
     cache: Arc<ConnectionCache>,
@@ -90,6 +95,7 @@ impl Connections {
         cache: Arc<ConnectionCache>,
     ) -> Self {
         Self {
+            remote: RemoteProviders::new(providers.remote(), backing.clone()),
             backing,
             elicitations,
             providers,
@@ -98,16 +104,39 @@ impl Connections {
         }
     }
 
-    pub fn provider(&self, id: &str) -> Option<&Provider> {
-        self.providers.get(id)
+    /// Provider `id`, configured or (found when first needed) a remote MCP server's; None when
+    /// no provider has that id.
+    pub async fn provider(&self, id: &str) -> Result<Option<Arc<Provider>>, GateError> {
+        if let Some(provider) = self.providers.get(id) {
+            return Ok(Some(provider.clone()));
+        }
+        self.remote.get(id, None).await.transpose()
+    }
+
+    /// Whether any remote MCP server signs users in through gatehouse (`auth = "mcp"`).
+    pub fn has_remote(&self) -> bool {
+        !self.providers.remote().is_empty()
     }
 
     /// The provider an elicitation asks for, with the scopes to request.
-    pub fn provider_of(&self, elicitation: &ElicitationRecord) -> Option<(&Provider, Vec<String>)> {
-        match super::Requirement::parse(&elicitation.requirement).ok()? {
-            super::Requirement::Provider { provider, scopes } => self.providers.get(&provider).map(|p| (p, scopes)),
-            super::Requirement::Form { .. } => None,
+    pub async fn provider_of(
+        &self,
+        elicitation: &ElicitationRecord,
+    ) -> Result<Option<(Arc<Provider>, Vec<String>)>, GateError> {
+        let Ok(super::Requirement::Provider { provider, scopes }) = super::Requirement::parse(&elicitation.requirement)
+        else {
+            return Ok(None);
+        };
+        Ok(self.provider(&provider).await?.map(|p| (p, scopes)))
+    }
+
+    /// The provider's authorization server refused its client (`invalid_client`): a remote MCP
+    /// server's registration is renewed.
+    async fn client_refused(&self, provider: &Arc<Provider>, error: &str) -> Result<(), GateError> {
+        if error == "invalid_client" && self.remote.knows(&provider.id) {
+            self.remote.client_refused(provider).await?;
         }
+        Ok(())
     }
 
     /// Whether the principal's connection to `provider` can serve a call needing `scopes` (beyond
@@ -115,7 +144,7 @@ impl Connections {
     pub async fn grant(
         &self,
         principal: &Principal,
-        provider: &Provider,
+        provider: &Arc<Provider>,
         scopes: &[String],
         from: &Origin,
     ) -> Result<Grant, GateError> {
@@ -241,8 +270,13 @@ impl Connections {
         provider_id: &str,
         connection: &ConnectionRecord,
     ) -> Result<Disconnected, GateError> {
-        let Some(provider) = self.providers.get(provider_id).filter(|p| p.revocation_url.is_some()) else {
-            return Ok(Disconnected::NoRevocation);
+        let provider = match self.provider(provider_id).await {
+            Ok(Some(provider)) if provider.revocation_url.is_some() => provider,
+            Ok(_) => return Ok(Disconnected::NoRevocation),
+            Err(error) => {
+                tracing::warn!(principal = %principal, provider = provider_id, %error, "revocation failed");
+                return Ok(Disconnected::RevocationFailed);
+            }
         };
         // Revoking the refresh token ends the whole grant at most providers (RFC 7009 2.1).
         let (sealed, context, hint) = match &connection.refresh_token {
@@ -254,7 +288,7 @@ impl Connections {
             ),
         };
         let token = self.backing.vault.decrypt_str(sealed, &context)?;
-        Ok(match self.oauth.revoke(provider, token.expose(), hint).await {
+        Ok(match self.oauth.revoke(&provider, token.expose(), hint).await {
             Ok(()) => Disconnected::Revoked,
             Err(error) => {
                 tracing::warn!(principal = %principal, provider = provider_id, %error, "revocation failed");

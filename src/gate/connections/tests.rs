@@ -12,9 +12,9 @@ use crate::store::{ElicitationStatus, RefreshLease, RefreshedTokens};
 /// What the store grants `principal` of `provider` for a call from nowhere in particular.
 async fn grant(gate: &Gate, principal: &Principal, provider: &str, scopes: &[String]) -> Grant {
     let connections = gate.connections();
-    let provider = connections.provider(provider).expect("provider");
+    let provider = connections.provider(provider).await.expect("found").expect("provider");
     connections
-        .grant(principal, provider, scopes, &Origin::unknown())
+        .grant(principal, &provider, scopes, &Origin::unknown())
         .await
         .expect("grant")
 }
@@ -405,8 +405,13 @@ async fn a_call_waits_for_another_replicas_refresh_and_uses_its_token() {
     let waiting = tokio::spawn({
         let (gate, alice) = (gate.clone(), alice.clone());
         async move {
-            let acme = gate.connections().provider("acme").expect("provider");
-            gate.connections().grant(&alice, acme, &[], &Origin::unknown()).await
+            let acme = gate
+                .connections()
+                .provider("acme")
+                .await
+                .expect("found")
+                .expect("provider");
+            gate.connections().grant(&alice, &acme, &[], &Origin::unknown()).await
         }
     });
     // Once the call has read the expiring connection, the other replica's refresh lands and

@@ -3,6 +3,7 @@
 //! for its result. A refused refresh breaks the connection; an unreachable provider fails the call
 //! without breaking anything.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -36,7 +37,7 @@ impl Connections {
     /// `None`: the connection cannot be used and the user must sign in again.
     pub(super) async fn usable_token(
         &self,
-        provider: &Provider,
+        provider: &Arc<Provider>,
         mut connection: ConnectionRecord,
         from: &Origin,
     ) -> Result<Option<Usable>, GateError> {
@@ -83,7 +84,7 @@ impl Connections {
     /// Refreshes under the lease the caller holds.
     async fn refresh(
         &self,
-        provider: &Provider,
+        provider: &Arc<Provider>,
         leased: ConnectionRecord,
         from: &Origin,
     ) -> Result<Option<Usable>, GateError> {
@@ -134,6 +135,7 @@ impl Connections {
             }
             Err(OAuthError::Rejected { error, .. }) => {
                 tracing::info!(principal = %principal, provider = %provider.id, %error, "refresh refused; connection broken");
+                self.client_refused(provider, &error).await?;
                 self.backing
                     .metrics
                     .token_refresh(&provider.id, RefreshOutcome::Refused);

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
-use crate::identity::refreshed::Refreshed;
 use crate::outbound::read_bounded;
+use crate::refreshed::Refreshed;
 
 /// How long fetched metadata is used before it is fetched again.
 const METADATA_TTL: Duration = Duration::from_secs(3600);

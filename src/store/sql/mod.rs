@@ -64,6 +64,7 @@ mod browser_sessions;
 mod catalogues;
 mod connections;
 mod forms;
+mod registrations;
 mod retention;
 mod sealed;
 mod sessions;

@@ -1,7 +1,8 @@
-//! A value fetched from the identity provider when first needed (its metadata, its OpenID client
-//! with keys), used while fresh, fetched again when stale or when a caller found it wanting, but
-//! at most once per retry interval, and kept while the provider cannot be reached: an outage or a
-//! flood of bad tokens is not multiplied by our traffic.
+//! A value fetched from a third party when first needed (the identity provider's metadata, its
+//! OpenID client with keys, a remote MCP server's authorization server and client), used while
+//! fresh, fetched again when stale or when a caller found it wanting, but at most once per retry
+//! interval, and kept while the third party cannot be reached: an outage or a flood of bad tokens
+//! is not multiplied by our traffic.
 
 use std::future::Future;
 use std::sync::{Arc, PoisonError, RwLock};

@@ -1,0 +1,205 @@
+//! The providers of remote MCP servers (`auth = "mcp"` upstreams), found when first needed and
+//! kept like the identity provider's metadata (`Refreshed`): discovery, then the client to sign
+//! in with, in the MCP specification's order: one configured beforehand; else gatehouse's Client
+//! ID Metadata Document, when the authorization server takes them and `public_url` can serve it;
+//! else a registration, stored once per authorization server (its secret sealed), shared by
+//! replicas, and renewed when the server no longer knows it (`invalid_client`).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::gate::{Backing, GateError};
+use crate::providers::discovery::{Discovered, Discovery};
+use crate::providers::registration::{AuthMethod, Registered, register};
+use crate::providers::{Provider, RemoteSpec};
+use crate::refreshed::Refreshed;
+use crate::routes;
+use crate::store::RegistrationRecord;
+
+/// How long what was found is used before it is looked for again, and how soon after a failure.
+const FOUND_TTL: Duration = Duration::from_secs(3600);
+const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
+pub(in crate::gate) fn registration_context(issuer: &str, redirect_uri: &str) -> String {
+    format!("registration:{issuer}:{redirect_uri}:secret")
+}
+
+struct Remote {
+    spec: RemoteSpec,
+    found: Refreshed<Provider>,
+    /// Why the last search failed, for the calls that come before the next may be tried.
+    failure: Mutex<String>,
+}
+
+pub(super) struct RemoteProviders {
+    remotes: Vec<Remote>,
+    backing: Backing,
+}
+
+impl RemoteProviders {
+    pub(super) fn new(specs: &[RemoteSpec], backing: Backing) -> Self {
+        let remotes = specs
+            .iter()
+            .map(|spec| Remote {
+                spec: spec.clone(),
+                found: Refreshed::new(FOUND_TTL, RETRY_INTERVAL),
+                failure: Mutex::new(String::new()),
+            })
+            .collect();
+        Self { remotes, backing }
+    }
+
+    pub(super) fn knows(&self, id: &str) -> bool {
+        self.remotes.iter().any(|r| r.spec.id == id)
+    }
+
+    /// The provider of the remote server `id` (None: no such remote server), found anew when
+    /// `wanting` is the one kept.
+    pub(super) async fn get(
+        &self,
+        id: &str,
+        wanting: Option<&Arc<Provider>>,
+    ) -> Option<Result<Arc<Provider>, GateError>> {
+        let remote = self.remotes.iter().find(|r| r.spec.id == id)?;
+        let unavailable = |reason: String| GateError::ProviderUnavailable {
+            provider: id.to_owned(),
+            reason,
+        };
+        Some(
+            remote
+                .found
+                .get(
+                    wanting,
+                    || async {
+                        self.find(&remote.spec).await.inspect_err(|error| {
+                            let reason = match error {
+                                GateError::ProviderUnavailable { reason, .. } => reason.clone(),
+                                other => other.to_string(),
+                            };
+                            tracing::warn!(upstream = id, %reason, "cannot find the MCP server's authorization server");
+                            *remote.failure.lock().unwrap_or_else(PoisonError::into_inner) = reason;
+                        })
+                    },
+                    || {
+                        let failure = remote.failure.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                        unavailable(format!("{failure} (tried a moment ago; it is tried again shortly)"))
+                    },
+                )
+                .await,
+        )
+    }
+
+    /// The authorization server refused `provider`'s client: a stored registration is forgotten
+    /// and the next sign-in registers anew.
+    pub(super) async fn client_refused(&self, provider: &Arc<Provider>) -> Result<(), GateError> {
+        let Some(issuer) = &provider.issuer else {
+            return Ok(());
+        };
+        let redirect_uri = self.redirect_uri();
+        if self
+            .backing
+            .store
+            .forget_registration(issuer, &redirect_uri, &provider.client_id)
+            .await?
+        {
+            tracing::warn!(upstream = %provider.id, %issuer, "the authorization server no longer knows gatehouse's client; it registers again");
+        }
+        if let Some(Err(error)) = self.get(&provider.id, Some(provider)).await {
+            tracing::warn!(upstream = %provider.id, %error, "registering again failed");
+        }
+        Ok(())
+    }
+
+    fn redirect_uri(&self) -> String {
+        self.backing.public_url.at(routes::OAUTH_CALLBACK)
+    }
+
+    async fn find(&self, spec: &RemoteSpec) -> Result<Provider, GateError> {
+        let unavailable = |reason: String| GateError::ProviderUnavailable {
+            provider: spec.id.clone(),
+            reason,
+        };
+        let discovery = Discovery::new(&spec.url).await.map_err(unavailable)?;
+        let found = discovery.run().await.map_err(unavailable)?;
+        let client = self.client(spec, &found, discovery.client()).await?;
+        tracing::info!(upstream = %spec.id, issuer = %found.server.issuer, client_id = %client.client_id, "found the MCP server's authorization server");
+        Ok(Provider::remote(spec, &found, &client))
+    }
+
+    /// The client to sign in with, in the specification's order.
+    async fn client(
+        &self,
+        spec: &RemoteSpec,
+        found: &Discovered,
+        http: &reqwest::Client,
+    ) -> Result<Registered, GateError> {
+        if let Some(client) = &spec.client {
+            return Ok(client.clone());
+        }
+        let public_url = &self.backing.public_url;
+        if found.server.client_id_metadata_document_supported && public_url.can_name_a_client() {
+            return Ok(Registered {
+                client_id: public_url.at(routes::CLIENT_METADATA),
+                client_secret: None,
+                method: AuthMethod::None,
+            });
+        }
+        let (store, vault) = (&self.backing.store, &self.backing.vault);
+        let issuer = &found.server.issuer;
+        let redirect_uri = self.redirect_uri();
+        let record = match store.registration(issuer, &redirect_uri).await? {
+            Some(stored) => stored,
+            None => {
+                let Some(endpoint) = &found.server.registration_endpoint else {
+                    return Err(GateError::ProviderUnavailable {
+                        provider: spec.id.clone(),
+                        reason: format!(
+                            "its authorization server {issuer} offers no dynamic registration, and no client ID metadata \
+                             documents an https public_url could serve; configure `client_id`"
+                        ),
+                    });
+                };
+                let scopes = if spec.scopes.is_empty() {
+                    &found.scopes
+                } else {
+                    &spec.scopes
+                };
+                let method = AuthMethod::preferred(found.server.token_endpoint_auth_methods_supported.as_deref());
+                let registered = register(http, endpoint, &redirect_uri, scopes, method)
+                    .await
+                    .map_err(|reason| GateError::ProviderUnavailable {
+                        provider: spec.id.clone(),
+                        reason,
+                    })?;
+                let context = registration_context(issuer, &redirect_uri);
+                let record = RegistrationRecord {
+                    issuer: issuer.clone(),
+                    redirect_uri: redirect_uri.clone(),
+                    client_id: registered.client_id,
+                    client_secret: registered
+                        .client_secret
+                        .as_ref()
+                        .map(|secret| vault.encrypt_str(secret.expose(), &context)),
+                    auth_method: registered.method.as_str().to_owned(),
+                    registered_at: Utc::now(),
+                };
+                let stored = store.save_registration(&record).await?;
+                tracing::info!(upstream = %spec.id, %issuer, client_id = %stored.client_id, "registered at the authorization server");
+                stored
+            }
+        };
+        let method = AuthMethod::parse(&record.auth_method)
+            .ok_or_else(|| crate::store::StoreError::Corrupt(format!("auth method {:?}", record.auth_method)))?;
+        let client_secret = match &record.client_secret {
+            Some(sealed) => Some(vault.decrypt_str(sealed, &registration_context(issuer, &redirect_uri))?),
+            None => None,
+        };
+        Ok(Registered {
+            client_id: record.client_id,
+            client_secret,
+            method,
+        })
+    }
+}
