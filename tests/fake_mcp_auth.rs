@@ -533,3 +533,42 @@ async fn the_typescript_example_with_oauth_challenges_and_names_its_resource() {
         "{prm}"
     );
 }
+
+#[tokio::test]
+async fn rmcp_client_talks_to_the_fake_with_a_bearer_token() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    // rmcp's reqwest is built without a TLS provider (gatehouse gives its own); plain HTTP here.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let fake = FakeMcpAuth::start().await;
+    let token = fake.issue_token("dave", "configured", &fake.mcp_url(), &["mcp"]);
+    let config = StreamableHttpClientTransportConfig::with_uri(fake.mcp_url()).auth_header(token.clone());
+    let client =
+        ().serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .expect("rmcp initializes against the fake");
+    let tools = client.list_all_tools().await.expect("tools/list");
+    assert_eq!(
+        tools.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>(),
+        ["whoami", "admin_only"]
+    );
+    let result = client
+        .call_tool(CallToolRequestParams::new("whoami"))
+        .await
+        .expect("tools/call");
+    let text = result.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .expect("text content");
+    assert!(text.contains("\"account\":\"dave\""), "{text}");
+    client.cancel().await.expect("close the client");
+    assert!(fake.stats().mcp_bearer_tokens.iter().all(|seen| *seen == token));
+    assert!(
+        fake.stats()
+            .mcp_methods
+            .starts_with(&["initialize".to_owned(), "notifications/initialized".to_owned()])
+    );
+}
