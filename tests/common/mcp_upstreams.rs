@@ -30,6 +30,8 @@ const STAGE: Duration = Duration::from_secs(300);
 const TS_EXAMPLE: &str = "node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js";
 /// What the example prints on stdout once it listens.
 const TS_LISTENING: &str = "MCP Streamable HTTP Server listening on port";
+/// What the example prints on stdout once its demo authorization server listens (`--oauth`).
+const TS_AUTH_LISTENING: &str = "OAuth Authorization Server listening on port";
 
 /// The tools of the TypeScript SDK's example server (`simpleStreamableHttp.js` of
 /// `@modelcontextprotocol/sdk` 1.32.2), in its order. `collect-user-info` elicits a form;
@@ -161,8 +163,9 @@ pub async fn stdio_server_command() -> Option<Vec<String>> {
 
 /// The official TypeScript SDK's example Streamable HTTP server (`simpleStreamableHttp.js`,
 /// shipped in the pinned `@modelcontextprotocol/sdk`), unchanged, on a free loopback port passed
-/// in its `MCP_PORT`. Stateful sessions, SSE answers, no authentication; it accepts only the
-/// Host names localhost, 127.0.0.1 and [::1]. Its tools: [`TS_EXAMPLE_TOOLS`].
+/// in its `MCP_PORT`. Stateful sessions, SSE answers, no authentication (but see
+/// [`TsExampleServer::start_with_oauth`]); it accepts only the Host names localhost, 127.0.0.1 and
+/// [::1]. Its tools: [`TS_EXAMPLE_TOOLS`].
 pub struct TsExampleServer {
     url: String,
     stdout: Output,
@@ -175,17 +178,40 @@ impl TsExampleServer {
     /// starts the example. None (after a loud skip, a failure under `CI=true`) when node or npm is
     /// missing or staging fails.
     pub async fn start() -> Option<TsExampleServer> {
+        Self::launch(false).await
+    }
+
+    /// As [`TsExampleServer::start`], with `--oauth`: the example's demo authorization server
+    /// (`demoInMemoryOAuthProvider.js`: dynamic registration, PKCE, tokens checked by
+    /// introspection) on a second free port in `MCP_AUTH_PORT`, and `/mcp` wanting its bearer
+    /// tokens. Its metadata names `http://localhost:PORT/...` URLs, so [`TsExampleServer::url`] is
+    /// `http://localhost:PORT/mcp` (the `resource` of its Protected Resource Metadata).
+    pub async fn start_with_oauth() -> Option<TsExampleServer> {
+        Self::launch(true).await
+    }
+
+    /// Starts the example (with `--oauth` when `oauth`) and waits for every "listening" line.
+    async fn launch(oauth: bool) -> Option<TsExampleServer> {
         let stage = stage_ts_sdk().await?;
-        // The port is chosen before the server binds it; another process may take it meanwhile.
+        // The ports are chosen before the server binds them; another process may take one meanwhile.
         let mut failures = Vec::new();
         for _ in 0..3 {
             let port = free_port();
             let mut command = Command::new("node");
             command.arg(stage.join(TS_EXAMPLE)).env("MCP_PORT", port.to_string());
+            let mut awaited = vec![TS_LISTENING];
+            if oauth {
+                let auth_port = std::iter::repeat_with(free_port)
+                    .find(|auth_port| *auth_port != port)
+                    .expect("free ports never run out");
+                command.arg("--oauth").env("MCP_AUTH_PORT", auth_port.to_string());
+                awaited.push(TS_AUTH_LISTENING);
+            }
             let (child, _stdin, mut lines, stdout, stderr) = spawn(command, TS_EXAMPLE);
             let listening = tokio::time::timeout(STARTUP, async {
                 while let Some(line) = lines.recv().await {
-                    if line.contains(TS_LISTENING) {
+                    awaited.retain(|awaited| !line.contains(awaited));
+                    if awaited.is_empty() {
                         return true;
                     }
                 }
@@ -194,9 +220,11 @@ impl TsExampleServer {
             .await
             .unwrap_or_else(|_| panic!("the TypeScript example did not listen within {STARTUP:?}"));
             if listening {
+                // Its OAuth metadata names localhost; without OAuth any loopback name works.
+                let host = if oauth { "localhost" } else { "127.0.0.1" };
                 // The rest of stdout (a line per request) keeps being collected.
                 return Some(TsExampleServer {
-                    url: format!("http://127.0.0.1:{port}/mcp"),
+                    url: format!("http://{host}:{port}/mcp"),
                     stdout,
                     stderr,
                     _child: child,
@@ -210,7 +238,7 @@ impl TsExampleServer {
         );
     }
 
-    /// `http://127.0.0.1:PORT/mcp`.
+    /// `http://127.0.0.1:PORT/mcp` (`http://localhost:PORT/mcp` with OAuth).
     pub fn url(&self) -> &str {
         &self.url
     }

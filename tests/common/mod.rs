@@ -21,6 +21,7 @@ pub mod browser;
 pub mod caddy;
 pub mod cluster;
 pub mod fake_idp;
+pub mod fake_mcp_auth;
 pub mod fake_oauth;
 pub mod line_peer;
 pub mod local;
