@@ -79,6 +79,18 @@ impl<T> Refreshed<T> {
         }
     }
 
+    /// The third party said `wanting` is no longer good (a client it no longer knows): when it is
+    /// the kept value, the next `get` fetches anew at once, whatever the retry interval. Kept
+    /// values are dropped only on the third party's own word, so this cannot be used to flood it.
+    pub fn expire(&self, wanting: &Arc<T>) {
+        let mut kept = self.kept.write().unwrap_or_else(PoisonError::into_inner);
+        if kept.value.as_ref().is_some_and(|value| Arc::ptr_eq(value, wanting)) {
+            kept.value = None;
+            kept.fetched_at = None;
+            kept.attempted_at = None;
+        }
+    }
+
     fn usable(&self, wanting: Option<&Arc<T>>) -> Option<Arc<T>> {
         let kept = self.kept.read().unwrap_or_else(PoisonError::into_inner);
         let value = kept.value.clone()?;

@@ -44,6 +44,21 @@ use serde_json::{Map, Value, json};
 pub use super::fake_oauth::AuthorizeOutcome;
 use super::fake_oauth::{Locked, ServerTask, bind_local, random_token};
 
+/// [`bind_local`] on any address.
+async fn bind_on(host: std::net::IpAddr, fake: &str) -> (tokio::net::TcpListener, u16) {
+    if host.is_loopback() {
+        return bind_local(fake).await;
+    }
+    let listener = tokio::net::TcpListener::bind((host, 0))
+        .await
+        .unwrap_or_else(|error| panic!("{fake}: bind {host}:0: {error}"));
+    let port = listener
+        .local_addr()
+        .unwrap_or_else(|error| panic!("{fake}: local address: {error}"))
+        .port();
+    (listener, port)
+}
+
 /// The `iss` a [`IssMode::Wrong`] redirect carries.
 pub const WRONG_ISSUER: &str = "http://wrong-issuer.example";
 /// The redirect URI a [`RegisterAnswer::AttackerRedirectUris`] registration answer carries.
@@ -61,6 +76,9 @@ pub struct FakeMcpAuthSetup {
     /// with `/` and not ending with one. Its endpoints live under it; the RFC 8414 metadata sits
     /// at `/.well-known/oauth-authorization-server{issuer_path}`.
     pub issuer_path: String,
+    /// The address the MCP endpoint (and a separate authorization server) listens on; 127.0.0.1
+    /// when None.
+    pub host: Option<std::net::IpAddr>,
 }
 
 /// What `iss` the authorization redirect carries (RFC 9207).
@@ -247,16 +265,20 @@ impl FakeMcpAuth {
             path.is_empty() || (path.starts_with('/') && !path.ends_with('/')),
             "issuer_path {path:?}: empty, or starting with / and not ending with one"
         );
-        let (listener, port) = bind_local("fake MCP server").await;
-        let base_url = format!("http://127.0.0.1:{port}");
+        let host = setup
+            .host
+            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        let (listener, port) = bind_on(host, "fake MCP server").await;
+        let base_url = format!("http://{}", std::net::SocketAddr::from((host, port)));
         let second = if setup.separate_authorization_server {
-            Some(bind_local("fake MCP authorization server").await)
+            Some(bind_on(host, "fake MCP authorization server").await)
         } else {
             None
         };
-        let as_origin = second
-            .as_ref()
-            .map_or_else(|| base_url.clone(), |(_, port)| format!("http://127.0.0.1:{port}"));
+        let as_origin = second.as_ref().map_or_else(
+            || base_url.clone(),
+            |(_, port)| format!("http://{}", std::net::SocketAddr::from((host, *port))),
+        );
         let issuer = format!("{as_origin}{path}");
         let shared = Shared::new(Inner {
             base_url: base_url.clone(),

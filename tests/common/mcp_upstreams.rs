@@ -204,7 +204,9 @@ impl TsExampleServer {
                 let auth_port = std::iter::repeat_with(free_port)
                     .find(|auth_port| *auth_port != port)
                     .expect("free ports never run out");
-                command.arg("--oauth").env("MCP_AUTH_PORT", auth_port.to_string());
+                command
+                    .args(["--oauth", "--oauth-strict"])
+                    .env("MCP_AUTH_PORT", auth_port.to_string());
                 awaited.push(TS_AUTH_LISTENING);
             }
             let (child, _stdin, mut lines, stdout, stderr) = spawn(command, TS_EXAMPLE);

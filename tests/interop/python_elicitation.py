@@ -24,7 +24,8 @@ With --stdio GATEHOUSE the script launches `GATEHOUSE stdio` instead (the SDK's 
 client, the environment passed on) and speaks to it over its stdin and stdout: there is no
 GET stream to wait for in step 2, the completion notifications arrive on stdout, and a line
 of stdout that is not a JSON-RPC message is a failure. With --basic-auth USER:PASSWORD every
-HTTP request carries HTTP basic auth (a reverse proxy in front of gatehouse asks for it). With
+HTTP request carries HTTP basic auth (a reverse proxy in front of gatehouse asks for it); with
+--user NAME every HTTP request names NAME in X-Forwarded-User (gatehouse's header identity). With
 --list-tools it prints
   {"event": "tools", "names": [...]}
 after initializing.
@@ -126,6 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     server.add_argument("--url", help="Streamable HTTP endpoint, e.g. http://127.0.0.1:8080/mcp")
     server.add_argument("--stdio", metavar="GATEHOUSE", help="launch `GATEHOUSE stdio` and speak over its stdin/stdout")
     parser.add_argument("--basic-auth", metavar="USER:PASSWORD", help="HTTP basic auth on every request")
+    parser.add_argument("--user", metavar="NAME", help="X-Forwarded-User on every request")
     parser.add_argument("--list-tools", action="store_true", help="print the tools' names after initializing")
     parser.add_argument("--call", required=True, metavar="TOOL", help="tool to call")
     parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
@@ -208,8 +210,8 @@ async def call_in_call(session: ClientSession, tool: str, arguments: dict[str, A
 
 
 @asynccontextmanager
-async def http_transport(url: str, flow: Flow, basic_auth: str | None):  # type: ignore[no-untyped-def]
-    """Streamable HTTP, noting when the GET SSE stream answers; with basic auth when given."""
+async def http_transport(url: str, flow: Flow, basic_auth: str | None, user: str | None):  # type: ignore[no-untyped-def]
+    """Streamable HTTP, noting when the GET SSE stream answers; with basic auth and the user when given."""
 
     async def on_response(response: httpx2.Response) -> None:
         # Fires when the response headers arrive, i.e. before the SSE body is read.
@@ -220,7 +222,8 @@ async def http_transport(url: str, flow: Flow, basic_auth: str | None):  # type:
         flow.get_answered.set()
 
     auth = httpx2.BasicAuth(*basic_auth.split(":", 1)) if basic_auth is not None else None
-    http_client = create_mcp_http_client(auth=auth)
+    headers = {"X-Forwarded-User": user} if user is not None else None
+    http_client = create_mcp_http_client(headers=headers, auth=auth)
     http_client.event_hooks = {"response": [on_response]}
     # The client is ours, so we close it; the transport still sends DELETE with the
     # Mcp-Session-Id on exit (terminate_on_close=True), before the session is left.
@@ -259,7 +262,7 @@ async def run(opts: argparse.Namespace, arguments: dict[str, Any], flow: Flow, i
         # Over HTTP transport-level exceptions also land here; the SDK retries the GET stream
         # itself, and a stream that never delivers shows up as the timeout, so they are ignored.
 
-    transport = stdio_transport(opts.stdio) if opts.stdio else http_transport(opts.url, flow, opts.basic_auth)
+    transport = stdio_transport(opts.stdio) if opts.stdio else http_transport(opts.url, flow, opts.basic_auth, opts.user)
     async with transport as (read_stream, write_stream):
         async with ClientSession(
             read_stream,

@@ -16,14 +16,15 @@
 // including --timeout (seconds) running out.
 //
 // Usage: node ts_elicitation.mjs --sdk STAGE_DIR --url http://127.0.0.1:PORT/mcp --call me
-//            [--args '{}'] [--basic-auth USER:PASSWORD] [--timeout 60]
+//            [--args '{}'] [--basic-auth USER:PASSWORD] [--user NAME] [--timeout 60]
+// (--user NAME: X-Forwarded-User on every request, gatehouse's header identity)
 // where STAGE_DIR holds node_modules/@modelcontextprotocol/sdk (scripts/npm-stage puts it there).
 
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { emit, main, notingGet, options, shown, streamOpened } from './ts_client.mjs';
 
-const opts = options({ 'basic-auth': { type: 'string' } });
+const opts = options({ 'basic-auth': { type: 'string' }, user: { type: 'string' } });
 
 let phase = 'starting';
 
@@ -36,6 +37,9 @@ async function run() {
     const headers = {};
     if (opts['basic-auth'] !== undefined) {
         headers.Authorization = `Basic ${Buffer.from(opts['basic-auth']).toString('base64')}`;
+    }
+    if (opts.user !== undefined) {
+        headers['X-Forwarded-User'] = opts.user;
     }
     // The GET SSE stream carries the completion notifications: note when it answers.
     const { fetchNoting, getStatus } = notingGet();

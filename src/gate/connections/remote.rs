@@ -92,11 +92,13 @@ impl RemoteProviders {
     }
 
     /// The authorization server refused `provider`'s client: a stored registration is forgotten
-    /// and the next sign-in registers anew.
+    /// and the next sign-in finds the server and registers anew.
     pub(super) async fn client_refused(&self, provider: &Arc<Provider>) -> Result<(), GateError> {
-        let Some(issuer) = &provider.issuer else {
+        let (Some(remote), Some(issuer)) = (self.remotes.iter().find(|r| r.spec.id == provider.id), &provider.issuer)
+        else {
             return Ok(());
         };
+        remote.found.expire(provider);
         let redirect_uri = self.redirect_uri();
         if self
             .backing
@@ -105,9 +107,6 @@ impl RemoteProviders {
             .await?
         {
             tracing::warn!(upstream = %provider.id, %issuer, "the authorization server no longer knows gatehouse's client; it registers again");
-        }
-        if let Some(Err(error)) = self.get(&provider.id, Some(provider)).await {
-            tracing::warn!(upstream = %provider.id, %error, "registering again failed");
         }
         Ok(())
     }
