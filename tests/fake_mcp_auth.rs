@@ -115,6 +115,7 @@ async fn a_separate_authorization_server_with_an_issuer_path() {
     let fake = FakeMcpAuth::start_with(FakeMcpAuthSetup {
         separate_authorization_server: true,
         issuer_path: "/tenant".to_owned(),
+        host: None,
     })
     .await;
     let issuer = Url::parse(fake.issuer()).expect("issuer URL");

@@ -165,7 +165,7 @@ backend_test!(
             .collect();
         assert_eq!(exchanges.len(), 2);
         for exchange in &exchanges {
-            assert_eq!(exchange.param("resource").as_deref(), Some(fake.mcp_url().as_str()));
+            assert_eq!(exchange.param("resource"), Some(fake.mcp_url().as_str()));
             assert!(exchange.param("code_verifier").is_some());
         }
         let mut tokens = stats.mcp_bearer_tokens.clone();
@@ -219,7 +219,7 @@ backend_test!(
             .filter(|t| t.grant_type == "refresh_token")
             .collect();
         assert!(!refreshes.is_empty(), "the second call refreshed first");
-        assert_eq!(refreshes[0].param("resource").as_deref(), Some(fake.mcp_url().as_str()));
+        assert_eq!(refreshes[0].param("resource"), Some(fake.mcp_url().as_str()));
 
         // Step-up: admin_only answers 403 insufficient_scope with scope="admin".
         let stepped = signed_in_call(&client, "alice", "notes_admin_only").await;
