@@ -122,7 +122,7 @@ const RESERVED_AUTHORIZE_PARAMS: [&str; 7] = [
 ];
 
 /// Providers must be reached over HTTPS, except on loopback (development and tests).
-pub(crate) fn check_url(url: &Url, key: &str) -> Result<(), ConfigError> {
+fn check_url(url: &Url, key: &str) -> Result<(), ConfigError> {
     let loopback = match url.host() {
         Some(url::Host::Domain(d)) => d == "localhost",
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),

@@ -5,9 +5,9 @@
 
 use url::Url;
 
+use super::Provider;
 use super::discovery::Discovered;
 use super::registration::{AuthMethod, Registered};
-use super::{Provider, check_url};
 use crate::config::{Config, ConfigError, UpstreamAuth, is_scope_token};
 
 /// An `auth = "mcp"` upstream as a provider to be found.
@@ -41,8 +41,12 @@ impl RemoteSpec {
             let Some(text) = &upstream.url else {
                 return Err(ConfigError::key(format!("{key}.auth"), "`mcp` is for `url` upstreams"));
             };
+            // Plain http is the operator's choice, as for any upstream; then the server's
+            // authorization server may be reached over http too (see `discovery`).
             let url = Url::parse(text).map_err(|e| ConfigError::key(format!("{key}.url"), e.to_string()))?;
-            check_url(&url, &format!("{key}.url"))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(ConfigError::key(format!("{key}.url"), "must be an http or https URL"));
+            }
             if let Some(scope) = upstream.scopes.iter().find(|s| !is_scope_token(s)) {
                 return Err(ConfigError::key(
                     format!("{key}.scopes"),

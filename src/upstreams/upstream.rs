@@ -466,7 +466,7 @@ mod tests {
             ("", &format!("{url}\naudience = \"x\""), "upstreams[0]"),
             (
                 "",
-                "url = \"http://docs.example.com/mcp\"\nauth = \"mcp\"",
+                "url = \"ftp://docs.example.com/mcp\"\nauth = \"mcp\"",
                 "upstreams[0].url",
             ),
             (

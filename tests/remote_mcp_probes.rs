@@ -1,0 +1,171 @@
+//! `auth = "mcp"` against a hostile or broken remote server (the fake of `fake_mcp_auth`): metadata
+//! that names another resource, an authorization server whose metadata names another issuer than
+//! the resource metadata, a `resource_metadata` URL more internal than the server, an `iss` that
+//! is not the authorization server's, and a registration that redirects or names other redirect
+//! URIs. Each is refused with an error naming the reason, and nothing is stored: no registration,
+//! no connection, no elicitation, and nothing sent to the authorization server's token endpoint.
+
+mod common;
+
+use std::net::IpAddr;
+
+use common::fake_mcp_auth::{FakeMcpAuth, FakeMcpAuthSetup, IssMode, McpAuthOptions, RegisterAnswer};
+use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, elicitations, url_of};
+use serde_json::json;
+
+fn config(url: &str) -> String {
+    format!(
+        "{HEADER_IDENTITY}\n[[upstreams]]\nid = \"notes\"\nurl = \"{url}\"\nauth = \"mcp\"\ntools = [\"whoami\"]\ntimeout = \"10s\"\n"
+    )
+}
+
+/// What alice's call to the upstream's tool answers, on a gatehouse of its own.
+async fn call(database: &TestDatabase, fake: &FakeMcpAuth) -> (TestServer, common::mcp::Reply) {
+    let server = TestServer::start(database, &config(&fake.mcp_url())).await;
+    let client = server.eliciting_client("alice").await;
+    let reply = client
+        .request("tools/call", json!({"name": "notes_whoami", "arguments": {}}))
+        .await;
+    (server, reply)
+}
+
+/// The tool error of a refused call, which must name `reason`.
+fn refused_with(reply: &common::mcp::Reply, reason: &str) {
+    let result = &reply.body["result"];
+    assert_eq!(result["isError"], json!(true), "{}", reply.body);
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains(reason), "{reason:?} not in {text:?}");
+}
+
+/// Nothing of the sign-in was kept, here or at the authorization server.
+async fn nothing_stored(database: &TestDatabase, fake: &FakeMcpAuth) {
+    for (table, sql) in [
+        ("registrations", "SELECT COUNT(*) FROM oauth_registrations"),
+        ("connections", "SELECT COUNT(*) FROM connections"),
+        ("flows", "SELECT COUNT(*) FROM oauth_flows"),
+    ] {
+        assert_eq!(database.query_count(sql).await, 0, "{table}");
+    }
+    let stats = fake.stats();
+    assert!(stats.token_requests.is_empty(), "{:?}", stats.token_requests);
+    assert!(stats.mcp_methods.is_empty(), "{:?}", stats.mcp_methods);
+}
+
+/// What a probe changes in the fake.
+type Setting = Box<dyn FnOnce(&mut McpAuthOptions)>;
+
+/// A fake on 127.0.0.1 set up by `options`.
+async fn fake_with(options: impl FnOnce(&mut McpAuthOptions)) -> FakeMcpAuth {
+    let fake = FakeMcpAuth::start().await;
+    fake.set_options(options);
+    fake
+}
+
+/// This machine's first address that is not loopback, from `hostname -I`.
+fn outside_address() -> Option<IpAddr> {
+    let output = std::process::Command::new("hostname").arg("-I").output().ok()?;
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .filter_map(|word| word.parse::<IpAddr>().ok())
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+}
+
+backend_test!(
+    async fn hostile_metadata_is_refused_before_anything_is_stored(backend: Backend) {
+        let cases: [(&str, Setting); 4] = [
+            (
+                "is for \"http://127.0.0.1:1/mcp\"",
+                Box::new(|o| {
+                    o.prm_overrides
+                        .insert("resource".into(), json!("http://127.0.0.1:1/mcp"));
+                }),
+            ),
+            (
+                "names the issuer \"http://127.0.0.1:9\"",
+                Box::new(|o| {
+                    o.as_metadata_overrides
+                        .insert("issuer".into(), json!("http://127.0.0.1:9"));
+                }),
+            ),
+            (
+                "answered a redirect",
+                Box::new(|o| o.register_answer = RegisterAnswer::RedirectElsewhere),
+            ),
+            (
+                "redirect URIs other than gatehouse's own",
+                Box::new(|o| o.register_answer = RegisterAnswer::AttackerRedirectUris),
+            ),
+        ];
+        for (reason, options) in cases {
+            let database = TestDatabase::new(backend).await;
+            let fake = fake_with(options).await;
+            let (server, reply) = call(&database, &fake).await;
+            refused_with(&reply, reason);
+            nothing_stored(&database, &fake).await;
+            assert_eq!(
+                database.query_count("SELECT COUNT(*) FROM elicitations").await,
+                0,
+                "{reason}"
+            );
+            server.stop().await;
+        }
+    }
+);
+
+backend_test!(
+    /// A server on an address outside loopback whose 401 points its `resource_metadata` at
+    /// gatehouse's own loopback: refused before it is fetched.
+    async fn resource_metadata_more_internal_than_the_server_is_not_fetched(backend: Backend) {
+        let Some(host) = outside_address() else {
+            common::python::unavailable("an address outside loopback", "`hostname -I` names none");
+            return;
+        };
+        let fake = FakeMcpAuth::start_with(FakeMcpAuthSetup {
+            host: Some(host),
+            ..FakeMcpAuthSetup::default()
+        })
+        .await;
+        // Refused before it is fetched, so no server need listen there.
+        let inside = "http://127.0.0.1:9/.well-known/oauth-protected-resource/mcp".to_owned();
+        fake.set_options(|o| o.resource_metadata_url = Some(inside));
+        let database = TestDatabase::new(backend).await;
+        let (server, reply) = call(&database, &fake).await;
+        refused_with(&reply, "is on a loopback address, but the server is on a");
+        nothing_stored(&database, &fake).await;
+        assert!(
+            fake.stats().discovery_requests.is_empty(),
+            "{:?}",
+            fake.stats().discovery_requests
+        );
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    /// The authorization server's redirect names another issuer (RFC 9207 mix-up): the callback
+    /// is refused, the code is never exchanged, no connection is stored and the request stays
+    /// open for another try.
+    async fn an_iss_that_is_not_the_authorization_servers_is_refused(backend: Backend) {
+        let fake = fake_with(|o| o.iss = IssMode::Wrong).await;
+        let database = TestDatabase::new(backend).await;
+        let (server, reply) = call(&database, &fake).await;
+        let asked = elicitations(&reply);
+        let page = Browser::as_user("x-forwarded-user", "alice")
+            .sign_in(&url_of(&asked[0]))
+            .await;
+        assert!(
+            page.body
+                .contains("The answer did not come from the expected provider."),
+            "{}",
+            page.body
+        );
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM connections").await, 0);
+        let stats = fake.stats();
+        assert!(stats.token_requests.is_empty(), "{:?}", stats.token_requests);
+        let pending = database
+            .query_count("SELECT COUNT(*) FROM elicitations WHERE status = 'pending'")
+            .await;
+        assert_eq!(pending, 1);
+        server.stop().await;
+    }
+);
