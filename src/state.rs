@@ -50,11 +50,11 @@ fn metrics(config: &Config) -> Metrics {
     if config.server.metrics_bind.is_none() {
         return Metrics::off();
     }
-    // An `auth = "mcp"` upstream's connections are named by its id.
+    // An `auth = "mcp"` or `"token_exchange"` upstream's connections are named by its id.
     let remote = config
         .upstreams
         .iter()
-        .filter(|u| u.auth == Some(crate::config::UpstreamAuth::Mcp))
+        .filter(|u| u.auth.is_some())
         .map(|u| u.id.clone());
     Metrics::new(
         config.providers.iter().map(|p| p.id.clone()).chain(remote),

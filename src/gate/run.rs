@@ -127,6 +127,22 @@ impl Gate {
                         ))));
                     }
                 }
+                ToolOutcome::SignInRequired { provider } => {
+                    let required = Requirement::Provider {
+                        provider: provider.clone(),
+                        scopes: Vec::new(),
+                    };
+                    if requires.contains(&required) || !self.connections.knows(&provider) {
+                        return Ok(Called::Answered(ToolResult::error(format!(
+                            "The identity provider wants the user to sign in again before {} may reach {provider} \
+                             for them, and gatehouse cannot ask for that here. Sign in again in the MCP client, \
+                             then retry.",
+                            call.tool
+                        ))));
+                    }
+                    tracing::info!(tool = call.tool, %provider, "the identity provider wants interaction: asking the user to sign in");
+                    requires.push(required);
+                }
                 ToolOutcome::UrlElicitations(elicitations) => return Ok(Called::Upstream(elicitations)),
                 ToolOutcome::InputRequired { requests, state } => return Ok(Called::InputRequired { requests, state }),
             }

@@ -64,6 +64,11 @@ pub enum ToolOutcome {
         provider: String,
         scopes: Vec<String>,
     },
+    /// The user must sign in to `provider` first, though the call did not require it (the identity
+    /// provider wants interaction before it exchanges a token): the call requires it from now on.
+    SignInRequired {
+        provider: String,
+    },
     /// The tool wants the user to open these URLs first (an upstream's own -32042): the
     /// `elicitations` entries of its error data, passed on as they are.
     UrlElicitations(Vec<Value>),

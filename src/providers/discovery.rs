@@ -248,6 +248,12 @@ impl<'a> Discovery<'a> {
         Err("it publishes no protected resource metadata (no `resource_metadata` in its 401, none at the well-known URIs)".into())
     }
 
+    /// The metadata of the authorization server `issuer` named by the operator (the identity
+    /// provider), held to the same checks.
+    pub async fn authorization_server(&self, issuer: &str) -> Result<ServerMetadata, String> {
+        self.server_metadata(issuer, self.reach).await
+    }
+
     /// The Protected Resource Metadata at `url`, or None when it answered 404.
     async fn resource_metadata(&self, url: &Url, reach: Reach) -> Result<Option<ResourceMetadata>, String> {
         let Some(body) = self.document(url, reach).await? else {
@@ -264,10 +270,14 @@ impl<'a> Discovery<'a> {
             Url::parse(issuer).map_err(|e| format!("its authorization server {issuer:?} is not a URL: {e}"))?;
         let mut reasons = Vec::new();
         for url in server_metadata_urls(&issuer_url) {
-            let body = match self.document(&url, reach).await? {
-                Some(body) => body,
-                None => {
+            let body = match self.document(&url, reach).await {
+                Ok(Some(body)) => body,
+                Ok(None) => {
                     reasons.push(format!("{url}: 404"));
+                    continue;
+                }
+                Err(reason) => {
+                    reasons.push(reason);
                     continue;
                 }
             };

@@ -18,7 +18,7 @@ use url::Url;
 
 pub use answers::{OAuthError, TokenResponse};
 pub use client::{Authorization, OAuthClient};
-pub use remote::RemoteSpec;
+pub use remote::{RemoteKind, RemoteSpec};
 
 use crate::config::{ClientAuth, Config, ConfigError, ProviderConfig, TokenRefusedWhen};
 use crate::domain::is_identifier;

@@ -1,7 +1,12 @@
-//! Providers found at run time: each `auth = "mcp"` upstream is a provider named by its id, whose
-//! endpoints come from discovery (`discovery`) and whose client from configuration, a Client ID
-//! Metadata Document or a registration (`registration`). This room reads the configuration and
-//! builds the provider from what was found; finding it and keeping it is the gate's.
+//! Providers found at run time, each named by an upstream's id. An `auth = "mcp"` upstream's
+//! endpoints come from discovery (`discovery`) and its client from configuration, a Client ID
+//! Metadata Document or a registration (`registration`). An `auth = "token_exchange"` upstream
+//! has one too, for when the identity provider wants the user to interact before it exchanges:
+//! the identity provider's own endpoints, with `[identity]`'s client, asking for the upstream as
+//! `resource`. This room reads the configuration and builds the provider from what was found;
+//! finding it and keeping it is the gate's.
+
+use std::collections::BTreeMap;
 
 use url::Url;
 
@@ -21,6 +26,17 @@ pub struct RemoteSpec {
     pub scopes: Vec<String>,
     /// A client registered beforehand.
     pub client: Option<Registered>,
+    pub kind: RemoteKind,
+}
+
+/// Where a remote provider's authorization server is.
+#[derive(Debug, Clone)]
+pub enum RemoteKind {
+    /// Found from the MCP server, as the MCP authorization specification says.
+    Mcp,
+    /// The identity provider at `issuer`, signing the user in for `audience` (sent as `resource`
+    /// when it is a URL, else as `audience`).
+    Identity { issuer: Url, audience: String },
 }
 
 impl RemoteSpec {
@@ -29,6 +45,35 @@ impl RemoteSpec {
         let mut specs = Vec::new();
         for (i, upstream) in config.upstreams.iter().enumerate() {
             let key = format!("upstreams[{i}]");
+            if let (Some(UpstreamAuth::TokenExchange), Some(issuer), Some(client_id), Some(url)) = (
+                upstream.auth,
+                &config.identity.issuer,
+                &config.identity.client_id,
+                &upstream.url,
+            ) {
+                // Checked as a token-exchange upstream (`upstreams::upstream`); a bad URL makes no
+                // provider, and that check names the key.
+                let Ok(url) = Url::parse(url) else { continue };
+                let secret = config.identity.client_secret.clone();
+                specs.push(RemoteSpec {
+                    id: upstream.id.clone(),
+                    scopes: upstream.scopes.clone(),
+                    kind: RemoteKind::Identity {
+                        issuer: issuer.clone(),
+                        audience: upstream.audience.clone().unwrap_or_else(|| url.to_string()),
+                    },
+                    url,
+                    client: Some(Registered {
+                        client_id: client_id.clone(),
+                        method: if secret.is_some() {
+                            AuthMethod::Basic
+                        } else {
+                            AuthMethod::None
+                        },
+                        client_secret: secret,
+                    }),
+                });
+            }
             if upstream.auth != Some(UpstreamAuth::Mcp) {
                 if upstream.client_id.is_some() || upstream.client_secret.is_some() {
                     return Err(ConfigError::key(
@@ -83,6 +128,7 @@ impl RemoteSpec {
                 url,
                 scopes: upstream.scopes.clone(),
                 client,
+                kind: RemoteKind::Mcp,
             });
         }
         Ok(specs)
@@ -98,6 +144,17 @@ impl Provider {
             found.scopes.clone()
         } else {
             spec.scopes.clone()
+        };
+        let mut authorize_params = BTreeMap::new();
+        let resource = match &spec.kind {
+            RemoteKind::Mcp => Some(found.resource.clone()),
+            RemoteKind::Identity { audience, .. } => match Url::parse(audience) {
+                Ok(url) => Some(url),
+                Err(_) => {
+                    authorize_params.insert("audience".to_owned(), audience.clone());
+                    None
+                }
+            },
         };
         // A pre-registered confidential client uses what the server lists.
         let method = match (client.method, &client.client_secret) {
@@ -126,8 +183,8 @@ impl Provider {
             unlisted_scopes: Vec::new(),
             tokens_at: None,
             token_refused_when: None,
-            authorize_params: Default::default(),
-            resource: Some(found.resource.clone()),
+            authorize_params,
+            resource,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Bearer tokens for `auth = "token_exchange"` upstreams: the caller's own access token exchanged
 //! at the identity provider (RFC 8693) for one meant for the upstream, kept per (user, upstream)
 //! in memory only, never stored, until shortly before it expires. A refused exchange becomes the
-//! call's error, naming the provider's `error`.
+//! call's error, naming the provider's `error`; one that wants the user to interact sends the
+//! user through a sign-in at the provider instead, and for an hour that sign-in's token serves
+//! without asking the provider to exchange again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,11 +24,14 @@ const MAX_HELD: usize = 10_000;
 const MARGIN: Duration = Duration::from_secs(30);
 /// How long a token is used whose answer said nothing of its lifetime.
 const UNSAID_LIFETIME: Duration = Duration::from_secs(300);
+/// How long a user the provider wanted to interact uses their sign-in instead of exchanges.
+const SIGNED_IN_INSTEAD: Duration = Duration::from_secs(3600);
 
 type Key = (Principal, String);
 
 struct Held {
-    token: Secret<String>,
+    /// None: the provider wanted interaction; the user's sign-in serves instead.
+    token: Option<Secret<String>>,
     until: Instant,
 }
 
@@ -58,7 +63,9 @@ impl Exchanges {
     ) -> Result<Secret<String>, ToolOutcome> {
         let key = (principal.clone(), upstream.id.clone());
         if let Some(held) = self.held().get(&key).filter(|h| h.until > Instant::now()) {
-            return Ok(held.token.clone());
+            return held.token.clone().ok_or_else(|| ToolOutcome::SignInRequired {
+                provider: upstream.id.clone(),
+            });
         }
         let (Some(subject), Some(server)) = (subject, self.identity.resource_server()) else {
             return Err(failed(format!(
@@ -66,11 +73,21 @@ impl Exchanges {
                 upstream.id
             )));
         };
-        let Exchanged { token, expires_in } = server
-            .exchange(subject, &exchange.audience, &exchange.scopes)
-            .await
-            .map_err(|error| refused(upstream, principal, &error))?;
-        let until = Instant::now() + usable(expires_in);
+        let (token, until) = match server.exchange(subject, &exchange.audience, &exchange.scopes).await {
+            Ok(Exchanged { token, expires_in }) => (token, Instant::now() + usable(expires_in)),
+            Err(error) => {
+                let outcome = refused(upstream, exchange, principal, &error);
+                if exchange.sign_in && error.needs_interaction() {
+                    self.hold(key, None, Instant::now() + SIGNED_IN_INSTEAD);
+                }
+                return Err(outcome);
+            }
+        };
+        self.hold(key, Some(token.clone()), until);
+        Ok(token)
+    }
+
+    fn hold(&self, key: Key, token: Option<Secret<String>>, until: Instant) {
         let mut held = self.held();
         if held.len() >= MAX_HELD {
             let now = Instant::now();
@@ -79,14 +96,7 @@ impl Exchanges {
                 held.clear();
             }
         }
-        held.insert(
-            key,
-            Held {
-                token: token.clone(),
-                until,
-            },
-        );
-        Ok(token)
+        held.insert(key, Held { token, until });
     }
 
     /// Drops the token held for `principal` at `upstream` (the upstream refused it): the next
@@ -104,12 +114,17 @@ fn usable(expires_in: Option<Duration>) -> Duration {
 }
 
 /// A failed exchange as the call's error.
-fn refused(upstream: &Upstream, principal: &Principal, error: &ExchangeError) -> ToolOutcome {
+fn refused(upstream: &Upstream, exchange: &Exchange, principal: &Principal, error: &ExchangeError) -> ToolOutcome {
     tracing::info!(upstream = %upstream.id, %principal, %error, "the token exchange for an upstream failed");
     match error {
+        // The user signs in at the identity provider for the server (a URL elicitation).
+        ExchangeError::Refused { .. } if exchange.sign_in && error.needs_interaction() => ToolOutcome::SignInRequired {
+            provider: upstream.id.clone(),
+        },
         ExchangeError::Refused { error: code, .. } if error.needs_interaction() => failed(format!(
             "The identity provider wants the user to sign in again before gatehouse may reach the {} server \
-             for them ({code}). Sign in again in the MCP client, then retry.",
+             for them ({code}), and gatehouse has no client there to ask with (`identity.client_id`). Sign in \
+             again in the MCP client, then retry.",
             upstream.id
         )),
         ExchangeError::Refused { error, description } => failed(format!(

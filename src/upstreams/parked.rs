@@ -313,6 +313,7 @@ fn encode(outcome: &ToolOutcome) -> Value {
     match outcome {
         ToolOutcome::Done(result) => json!({"result": result.to_json()}),
         ToolOutcome::CredentialRejected { provider } => json!({"credentialRejected": provider}),
+        ToolOutcome::SignInRequired { provider } => json!({"signInRequired": provider}),
         ToolOutcome::ScopesMissing { provider, scopes } => {
             json!({"scopesMissing": {"provider": provider, "scopes": scopes}})
         }
@@ -330,6 +331,11 @@ fn decode(outcome: &Value) -> Option<ToolOutcome> {
     }
     if let Some(provider) = outcome.get("credentialRejected").and_then(Value::as_str) {
         return Some(ToolOutcome::CredentialRejected {
+            provider: provider.to_owned(),
+        });
+    }
+    if let Some(provider) = outcome.get("signInRequired").and_then(Value::as_str) {
+        return Some(ToolOutcome::SignInRequired {
             provider: provider.to_owned(),
         });
     }

@@ -211,13 +211,20 @@ pub(super) async fn user_session(
     credentials: &Credentials,
     access_token: Option<&Secret<String>>,
 ) -> Result<(Arc<Session>, Option<Secret<String>>), ToolOutcome> {
-    let exchanged = match &upstream.exchange {
-        Some(exchange) => Some(
+    // A user whose identity provider wanted interaction signed in for the server: that token
+    // serves instead of an exchange (see `SignInRequired`).
+    let signed_in = upstream
+        .exchange
+        .as_ref()
+        .and_then(|_| credentials.token(&upstream.id).cloned());
+    let exchanged = match (&upstream.exchange, &signed_in) {
+        (_, Some(token)) => Some(token.clone()),
+        (Some(exchange), None) => Some(
             core.exchanges
                 .token(upstream, exchange, principal, access_token)
                 .await?,
         ),
-        None => None,
+        (None, None) => None,
     };
     let opening = opening(upstream, credentials, exchanged.clone())?;
     match core.pool.session(upstream, principal, opening).await {
@@ -230,6 +237,11 @@ pub(super) async fn user_session(
         Err(OpenError::Refused { status, challenge }) => {
             tracing::info!(upstream = %upstream.id, %principal, %challenge, "the upstream refused the user's credentials");
             core.exchanges.forget(principal, &upstream.id);
+            if signed_in.is_some() && status == Refusal::Unauthorized {
+                return Err(ToolOutcome::CredentialRejected {
+                    provider: upstream.id.clone(),
+                });
+            }
             Err(refused(upstream, status))
         }
         Err(OpenError::Full(limit)) => Err(failed(format!(
@@ -333,7 +345,9 @@ impl Tool for UpstreamTool {
             ToolOutcome::Done(result) if result.is_error => UpstreamOutcome::Error,
             ToolOutcome::Done(_) => UpstreamOutcome::Ok,
             ToolOutcome::UrlElicitations(_) | ToolOutcome::InputRequired { .. } => UpstreamOutcome::ElicitationRequired,
-            ToolOutcome::CredentialRejected { .. } | ToolOutcome::ScopesMissing { .. } => UpstreamOutcome::Refused,
+            ToolOutcome::CredentialRejected { .. }
+            | ToolOutcome::ScopesMissing { .. }
+            | ToolOutcome::SignInRequired { .. } => UpstreamOutcome::Refused,
         };
         core.metrics.upstream_request(&self.upstream.id, counted);
         outcome

@@ -81,6 +81,9 @@ pub struct Exchange {
     /// Sent as both `audience` and `resource` (RFC 8693 2.1).
     pub audience: String,
     pub scopes: Vec<String>,
+    /// Whether a user the identity provider wants to interact is sent through a sign-in there,
+    /// with `[identity]`'s client (see `providers::remote`).
+    pub sign_in: bool,
 }
 
 /// HTTP sessions per upstream held at once unless the upstream is a process (`max_processes`).
@@ -295,6 +298,7 @@ fn exchange(
     Ok(Some(Exchange {
         audience,
         scopes: upstream.scopes.clone(),
+        sign_in: config.identity.client_id.is_some(),
     }))
 }
 

@@ -113,9 +113,17 @@ impl Connections {
         self.remote.get(id, None).await.transpose()
     }
 
+    /// Whether `id` names a provider, configured or remote.
+    pub fn knows(&self, id: &str) -> bool {
+        self.providers.knows(id)
+    }
+
     /// Whether any remote MCP server signs users in through gatehouse (`auth = "mcp"`).
     pub fn has_remote(&self) -> bool {
-        !self.providers.remote().is_empty()
+        self.providers
+            .remote()
+            .iter()
+            .any(|r| matches!(r.kind, crate::providers::RemoteKind::Mcp))
     }
 
     /// The provider an elicitation asks for, with the scopes to request.

@@ -13,7 +13,7 @@ use chrono::Utc;
 use crate::gate::{Backing, GateError};
 use crate::providers::discovery::{Discovered, Discovery};
 use crate::providers::registration::{AuthMethod, Registered, register};
-use crate::providers::{Provider, RemoteSpec};
+use crate::providers::{Provider, RemoteKind, RemoteSpec};
 use crate::refreshed::Refreshed;
 use crate::routes;
 use crate::store::RegistrationRecord;
@@ -120,9 +120,31 @@ impl RemoteProviders {
             provider: spec.id.clone(),
             reason,
         };
-        let discovery = Discovery::new(&spec.url).await.map_err(unavailable)?;
-        let found = discovery.run().await.map_err(unavailable)?;
-        let client = self.client(spec, &found, discovery.client()).await?;
+        let (found, client) = match &spec.kind {
+            RemoteKind::Mcp => {
+                let discovery = Discovery::new(&spec.url).await.map_err(unavailable)?;
+                let found = discovery.run().await.map_err(unavailable)?;
+                let client = self.client(spec, &found, discovery.client()).await?;
+                (found, client)
+            }
+            RemoteKind::Identity { issuer, .. } => {
+                let discovery = Discovery::new(issuer).await.map_err(unavailable)?;
+                let server = discovery
+                    .authorization_server(issuer.as_str())
+                    .await
+                    .map_err(unavailable)?;
+                let found = Discovered {
+                    resource: spec.url.clone(),
+                    scopes: Vec::new(),
+                    server,
+                };
+                let client = spec
+                    .client
+                    .clone()
+                    .ok_or_else(|| unavailable("no client is configured".into()))?;
+                (found, client)
+            }
+        };
         tracing::info!(upstream = %spec.id, issuer = %found.server.issuer, client_id = %client.client_id, "found the MCP server's authorization server");
         Ok(Provider::remote(spec, &found, &client))
     }
