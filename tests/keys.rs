@@ -281,7 +281,13 @@ fn assert_everything_under(status: &[Value], index: usize) {
     let users = USERS.len() as u64;
     assert_eq!(
         rows_of(status, index),
-        json!({"connections": users, "oauth_flows": users + 1, "form_values": users, "form_answers": 1}),
+        json!({
+            "connections": users,
+            "oauth_flows": users + 1,
+            "form_values": users,
+            "form_answers": 1,
+            "oauth_registrations": 0
+        }),
         "{status:?}"
     );
 }

@@ -375,7 +375,7 @@ fn covers(resource: &str, upstream: &Url) -> bool {
 /// The MCP specification's order: for an issuer with a path, RFC 8414 with the path after the
 /// well-known segment, OpenID discovery the same way, then OpenID discovery after the path; for
 /// one without, RFC 8414 then OpenID discovery.
-fn server_metadata_urls(issuer: &Url) -> Vec<Url> {
+pub fn server_metadata_urls(issuer: &Url) -> Vec<Url> {
     let path = issuer.path().trim_end_matches('/');
     let at = |path: String| {
         let mut url = issuer.clone();

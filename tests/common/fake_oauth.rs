@@ -37,8 +37,8 @@ pub mod fake_slack;
 mod wire;
 
 pub(crate) use wire::{
-    Failure, Params, decode_pairs, form_params, parse_basic, plain_400, random_token, s256_challenge, token_body,
-    valid_code_challenge,
+    AUTH_METHODS, Failure, Params, decode_pairs, form_params, parse_basic, plain_400, random_token,
+    registration_request, s256_challenge, token_body, valid_code_challenge,
 };
 
 /// How long an authorization code may wait for its exchange.

@@ -122,3 +122,54 @@ async fn a_row_a_replica_rewrote_meanwhile_is_read_again_and_keeps_its_write() {
     assert_eq!(counted.sealers[0].0, Sealer::Key(new_id, Some(0)));
     assert_eq!((form_values(0), form_values(1)), (Some(2), Some(0)));
 }
+
+#[tokio::test]
+async fn a_registrations_secret_is_resealed_and_a_public_client_is_left_alone() {
+    use crate::store::{RegistrationRecord, RegistrationStore};
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}", dir.path().join("gatehouse.db").display());
+    let store = SqliteStore::connect(&url, 1).await.expect("store");
+    store.migrate().await.expect("migrate");
+    let (old, rotated) = (ring(&[OLD]), ring(&[NEW, OLD]));
+    let (issuer, redirect_uri) = ("https://auth.example.com", "https://gh.example.com/oauth/callback");
+    let context = registration_context(issuer, redirect_uri);
+    for (issuer, secret) in [
+        (issuer, Some(old.encrypt(b"client-secret", &context))),
+        ("https://public.example.com", None),
+    ] {
+        let record = RegistrationRecord {
+            issuer: issuer.into(),
+            redirect_uri: redirect_uri.into(),
+            client_id: "client".into(),
+            client_secret: secret,
+            auth_method: "client_secret_basic".into(),
+            registered_at: Utc::now(),
+        };
+        store.save_registration(&record).await.expect("save");
+    }
+    let options = RotateOptions {
+        batch_size: 10,
+        pause: Duration::ZERO,
+    };
+    let total = rotate(&store, &rotated, options, |_, _| {}).await.expect("rotate");
+    assert_eq!(total.resealed, 1, "{total:?}");
+    let stored = store
+        .registration(issuer, redirect_uri)
+        .await
+        .expect("read")
+        .and_then(|r| r.client_secret)
+        .expect("a secret");
+    assert_eq!(KeyId::of(&stored), Some(rotated.key_ids()[0]));
+    assert_eq!(
+        ring(&[NEW])
+            .decrypt(&stored, &context)
+            .expect("the new key alone opens it"),
+        b"client-secret"
+    );
+    let public = store
+        .registration("https://public.example.com", redirect_uri)
+        .await
+        .expect("read")
+        .expect("kept");
+    assert_eq!(public.client_secret, None);
+}

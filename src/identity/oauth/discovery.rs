@@ -1,6 +1,7 @@
 //! The identity provider's authorization server metadata: RFC 8414 first, else OpenID Connect
-//! discovery; fetched when first needed, kept for an hour, and after a failure asked again at most
-//! once per retry interval (see `Refreshed`).
+//! discovery, at the URLs the MCP specification gives (`providers::discovery`); fetched when
+//! first needed, kept for an hour, and after a failure asked again at most once per retry
+//! interval (see `Refreshed`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use serde::Deserialize;
 use url::Url;
 
 use crate::outbound::read_bounded;
+use crate::providers::discovery::server_metadata_urls;
 use crate::refreshed::Refreshed;
 
 /// How long fetched metadata is used before it is fetched again.
@@ -61,7 +63,7 @@ impl Discovery {
 
     async fn fetch(&self) -> Result<AuthServerMetadata, String> {
         let mut reasons = Vec::new();
-        for url in metadata_urls(&self.issuer) {
+        for url in server_metadata_urls(&self.issuer) {
             match self.fetch_one(&url).await {
                 Ok(metadata) => return Ok(metadata),
                 Err(reason) => reasons.push(format!("{url}: {reason}")),
@@ -97,47 +99,4 @@ pub(super) async fn get_json(http: &reqwest::Client, url: &Url) -> Result<Vec<u8
         return Err(format!("answered {}", response.status()));
     }
     read_bounded(response, MAX_ANSWER).await.map_err(|e| e.to_string())
-}
-
-/// RFC 8414 3.1: the well-known segment goes between the host and the issuer's path; OpenID
-/// Discovery appends it to the issuer.
-fn metadata_urls(issuer: &Url) -> Vec<Url> {
-    let path = issuer.path().trim_end_matches('/');
-    let mut urls = Vec::new();
-    let mut rfc8414 = issuer.clone();
-    rfc8414.set_path(&format!("/.well-known/oauth-authorization-server{path}"));
-    urls.push(rfc8414);
-    let mut openid = issuer.clone();
-    openid.set_path(&format!("{path}/.well-known/openid-configuration"));
-    urls.push(openid);
-    urls
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn well_known_urls_follow_rfc8414_then_openid_discovery() {
-        let urls = |issuer: &str| -> Vec<String> {
-            metadata_urls(&Url::parse(issuer).expect("url"))
-                .iter()
-                .map(Url::to_string)
-                .collect()
-        };
-        assert_eq!(
-            urls("https://idp.example.com/realms/acme"),
-            [
-                "https://idp.example.com/.well-known/oauth-authorization-server/realms/acme",
-                "https://idp.example.com/realms/acme/.well-known/openid-configuration"
-            ]
-        );
-        assert_eq!(
-            urls("https://tenant.auth0.com/"),
-            [
-                "https://tenant.auth0.com/.well-known/oauth-authorization-server",
-                "https://tenant.auth0.com/.well-known/openid-configuration"
-            ]
-        );
-    }
 }

@@ -14,8 +14,8 @@ use serde_json::{Map, Value, json};
 use url::Url;
 
 use super::super::fake_oauth::{
-    Failure, Params, TokenFormat, decode_pairs, form_params, parse_basic, plain_400, random_token, s256_challenge,
-    token_body, valid_code_challenge,
+    AUTH_METHODS, Failure, Params, TokenFormat, decode_pairs, form_params, parse_basic, plain_400, random_token,
+    registration_request, s256_challenge, token_body, valid_code_challenge,
 };
 use super::super::unix_seconds;
 use super::{CodeRecord, FakeIdpOptions, Grant, Inner, JwksFault, Shared, TestClient};
@@ -33,9 +33,6 @@ const LOGOUT: &str = "/logout";
 
 const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
-
-/// The client authentication methods `/token` and `/register` know.
-const AUTH_METHODS: [&str; 3] = ["client_secret_basic", "client_secret_post", "none"];
 
 /// The routes, under the issuer's path; the discovery documents only when switched on.
 pub(super) fn router(options: &FakeIdpOptions, shared: Shared) -> Router {
@@ -405,49 +402,18 @@ async fn register(State(shared): State<Shared>, headers: HeaderMap, body: Bytes)
 /// Validates a registration request; the metadata to echo (with the effective
 /// `token_endpoint_auth_method`) and the new client.
 fn registration(headers: &HeaderMap, body: &[u8]) -> Result<(Map<String, Value>, TestClient), Failure> {
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().to_ascii_lowercase().starts_with("application/json"));
-    if !is_json {
-        return Err(("invalid_client_metadata", "body must be application/json"));
-    }
-    let Ok(Value::Object(mut metadata)) = serde_json::from_slice(body) else {
-        return Err(("invalid_client_metadata", "body must be a JSON object"));
-    };
-    let redirect_uris: Option<Vec<String>> = metadata
-        .get("redirect_uris")
-        .and_then(Value::as_array)
-        .and_then(|uris| {
-            uris.iter()
-                .map(|uri| {
-                    uri.as_str()
-                        .filter(|uri| Url::parse(uri).is_ok_and(|url| url.fragment().is_none()))
-                        .map(str::to_owned)
-                })
-                .collect()
-        });
-    let redirect_uris = redirect_uris.filter(|uris| !uris.is_empty()).ok_or((
-        "invalid_redirect_uri",
+    let request = registration_request(
+        headers,
+        body,
+        |uri| Url::parse(uri).is_ok_and(|url| url.fragment().is_none()),
         "redirect_uris must be a non-empty array of absolute URIs without fragment",
-    ))?;
-    let method = match metadata.get("token_endpoint_auth_method") {
-        None => "client_secret_basic",
-        Some(method) => method
-            .as_str()
-            .and_then(|m| AUTH_METHODS.into_iter().find(|known| *known == m))
-            .ok_or((
-                "invalid_client_metadata",
-                "token_endpoint_auth_method must be client_secret_basic, client_secret_post or none",
-            ))?,
-    };
-    metadata.insert("token_endpoint_auth_method".to_owned(), json!(method));
+    )?;
     let client = TestClient {
         id: random_token("client_"),
-        secret: (method != "none").then(|| random_token("secret_")),
-        redirect_uris,
+        secret: (request.method != "none").then(|| random_token("secret_")),
+        redirect_uris: request.redirect_uris,
     };
-    Ok((metadata, client))
+    Ok((request.metadata, client))
 }
 
 /// `POST /introspect` (RFC 7662): for a confidential client, the claims of a live access token

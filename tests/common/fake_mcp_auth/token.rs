@@ -14,7 +14,8 @@ use serde_json::{Map, Value, json};
 use url::Url;
 
 use super::super::fake_oauth::{
-    Failure, Params, TokenFormat, decode_pairs, form_params, parse_basic, random_token, s256_challenge, token_body,
+    Failure, Params, TokenFormat, decode_pairs, form_params, parse_basic, random_token, registration_request,
+    s256_challenge, token_body,
 };
 use super::super::unix_seconds;
 use super::{
@@ -22,7 +23,7 @@ use super::{
 };
 
 /// The client authentication methods `/register` and `/token` know.
-pub(super) const AUTH_METHODS: [&str; 3] = ["client_secret_basic", "client_secret_post", "none"];
+pub(super) use super::super::fake_oauth::AUTH_METHODS;
 /// How long an authorization code may wait for its exchange.
 const CODE_LIFETIME: Duration = Duration::from_secs(60);
 
@@ -92,34 +93,14 @@ fn acceptable_redirect_uri(uri: &str) -> bool {
 /// Validates a registration request: the metadata to echo (with the effective
 /// `token_endpoint_auth_method`) and the new client.
 fn registration(headers: &HeaderMap, body: &[u8]) -> Result<(Map<String, Value>, RegisteredClient), Failure> {
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().to_ascii_lowercase().starts_with("application/json"));
-    if !is_json {
-        return Err(("invalid_client_metadata", "body must be application/json"));
-    }
-    let Ok(Value::Object(mut metadata)) = serde_json::from_slice(body) else {
-        return Err(("invalid_client_metadata", "body must be a JSON object"));
-    };
-    let redirect_uris: Option<Vec<String>> = metadata
-        .get("redirect_uris")
-        .and_then(Value::as_array)
-        .and_then(|uris| {
-            uris.iter()
-                .map(|uri| {
-                    uri.as_str()
-                        .filter(|uri| acceptable_redirect_uri(uri))
-                        .map(str::to_owned)
-                })
-                .collect()
-        });
-    let redirect_uris = redirect_uris.filter(|uris| !uris.is_empty()).ok_or((
-        "invalid_redirect_uri",
+    let request = registration_request(
+        headers,
+        body,
+        acceptable_redirect_uri,
         "redirect_uris must be a non-empty array of https or loopback http URLs without fragment",
-    ))?;
+    )?;
     let only = |field: &str, allowed: &[&str]| {
-        metadata.get(field).is_none_or(|values| {
+        request.metadata.get(field).is_none_or(|values| {
             values
                 .as_array()
                 .is_some_and(|values| values.iter().all(|v| v.as_str().is_some_and(|v| allowed.contains(&v))))
@@ -134,24 +115,13 @@ fn registration(headers: &HeaderMap, body: &[u8]) -> Result<(Map<String, Value>,
     if !only("response_types", &["code"]) {
         return Err(("invalid_client_metadata", "response_types: only code"));
     }
-    let method = match metadata.get("token_endpoint_auth_method") {
-        None => "client_secret_basic",
-        Some(method) => method
-            .as_str()
-            .and_then(|m| AUTH_METHODS.into_iter().find(|known| *known == m))
-            .ok_or((
-                "invalid_client_metadata",
-                "token_endpoint_auth_method must be client_secret_basic, client_secret_post or none",
-            ))?,
-    };
-    metadata.insert("token_endpoint_auth_method".to_owned(), json!(method));
     let client = RegisteredClient {
         client_id: random_token("client_"),
-        client_secret: (method != "none").then(|| random_token("secret_")),
-        redirect_uris,
-        token_endpoint_auth_method: method.to_owned(),
+        client_secret: (request.method != "none").then(|| random_token("secret_")),
+        redirect_uris: request.redirect_uris,
+        token_endpoint_auth_method: request.method.to_owned(),
     };
-    Ok((metadata, client))
+    Ok((request.metadata, client))
 }
 
 /// `POST /token`.

@@ -235,3 +235,61 @@ pub(super) fn authenticated_form(
     let client_id = authenticate_client(options, headers, &params)?;
     Ok((params, client_id))
 }
+
+/// The client authentication methods the fakes take at their token endpoints.
+pub(crate) const AUTH_METHODS: [&str; 3] = ["client_secret_basic", "client_secret_post", "none"];
+
+/// An RFC 7591 registration request, read: its metadata (with the effective
+/// `token_endpoint_auth_method` set), its redirect URIs, and that method.
+pub(crate) struct RegistrationRequest {
+    pub metadata: serde_json::Map<String, Value>,
+    pub redirect_uris: Vec<String>,
+    pub method: &'static str,
+}
+
+/// Reads a registration request whose redirect URIs must each pass `acceptable` (`described` in
+/// the error otherwise).
+pub(crate) fn registration_request(
+    headers: &HeaderMap,
+    body: &[u8],
+    acceptable: impl Fn(&str) -> bool,
+    described: &'static str,
+) -> Result<RegistrationRequest, Failure> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().to_ascii_lowercase().starts_with("application/json"));
+    if !is_json {
+        return Err(("invalid_client_metadata", "body must be application/json"));
+    }
+    let Ok(Value::Object(mut metadata)) = serde_json::from_slice(body) else {
+        return Err(("invalid_client_metadata", "body must be a JSON object"));
+    };
+    let redirect_uris: Option<Vec<String>> = metadata
+        .get("redirect_uris")
+        .and_then(Value::as_array)
+        .and_then(|uris| {
+            uris.iter()
+                .map(|uri| uri.as_str().filter(|uri| acceptable(uri)).map(str::to_owned))
+                .collect()
+        });
+    let redirect_uris = redirect_uris
+        .filter(|uris| !uris.is_empty())
+        .ok_or(("invalid_redirect_uri", described))?;
+    let method = match metadata.get("token_endpoint_auth_method") {
+        None => "client_secret_basic",
+        Some(method) => method
+            .as_str()
+            .and_then(|m| AUTH_METHODS.into_iter().find(|known| *known == m))
+            .ok_or((
+                "invalid_client_metadata",
+                "token_endpoint_auth_method must be client_secret_basic, client_secret_post or none",
+            ))?,
+    };
+    metadata.insert("token_endpoint_auth_method".to_owned(), json!(method));
+    Ok(RegistrationRequest {
+        metadata,
+        redirect_uris,
+        method,
+    })
+}
