@@ -5,6 +5,7 @@
 //! `AllowedPostOrigin`, see `web::router`).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Form;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
@@ -22,13 +23,16 @@ use super::state::PagesState;
 use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal};
 use crate::edge::{self, Peer, client_address};
-use crate::identity::Identity;
+use crate::identity::{Claims, Identity};
 use crate::routes;
 use crate::store::{ElicitationRecord, ElicitationStatus};
 
 /// The browser's principal, by the configured identity mode.
 pub struct Browser {
     pub principal: Principal,
+    /// What `allow` rules read of the browser's user: the proxy's headers in `header` mode, the
+    /// sign-in's claims in `oauth` mode.
+    pub claims: Arc<Claims>,
     /// In `oauth` mode, who the browser signed in as, in words (name and principal).
     pub signed_in_as: Option<String>,
     /// Where the request came from (the client's address after trusted proxies).
@@ -46,8 +50,9 @@ impl Browser {
     ) -> Result<Self, PageError> {
         identify(state, method, uri, headers, peer)
             .await
-            .map(|(principal, signed_in_as)| Browser {
+            .map(|(principal, claims, signed_in_as)| Browser {
                 principal,
+                claims,
                 signed_in_as,
                 from: Origin::at(client_address(state, headers, peer)),
             })
@@ -62,12 +67,12 @@ async fn identify(
     uri: &Uri,
     headers: &HeaderMap,
     peer: SocketAddr,
-) -> Result<(Principal, Option<String>), PageError> {
+) -> Result<(Principal, Arc<Claims>, Option<String>), PageError> {
     if let Identity::OAuth(_) = &*state.identity {
         return match browser_sessions::find(state, headers).await? {
             Some(session) => {
                 let signed_in_as = session.signed_in_as();
-                Ok((session.principal, Some(signed_in_as)))
+                Ok((session.principal, Arc::new(session.claims), Some(signed_in_as)))
             }
             None => {
                 let page = uri.path_and_query().map_or("/", |p| p.as_str());
@@ -81,7 +86,7 @@ async fn identify(
     let caller = edge::caller(state, headers, peer)
         .await
         .map_err(|error| PageError::unidentified(&error, peer))?;
-    Ok((caller.principal, None))
+    Ok((caller.principal, caller.claims, None))
 }
 
 impl FromRequestParts<PagesState> for Browser {
@@ -106,7 +111,7 @@ impl FromRequestParts<PagesState> for OwnedElicitation {
 
     async fn from_request_parts(parts: &mut Parts, state: &PagesState) -> Result<Self, Self::Rejection> {
         let Peer(peer) = Peer::from_request_parts(parts, state).await?;
-        let (principal, signed_in_as) = identify(state, &parts.method, &parts.uri, &parts.headers, peer).await?;
+        let (principal, _, signed_in_as) = identify(state, &parts.method, &parts.uri, &parts.headers, peer).await?;
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|_| PageError::UnknownLink)?;
