@@ -27,6 +27,9 @@ pub const OAUTH_CALLBACK: &str = "/oauth/callback";
 pub const CLIENT_METADATA: &str = "/oauth/client-metadata.json";
 /// A form's page for an elicitation, as a route.
 pub const FORM: &str = "/forms/{id}";
+/// Approval requests an approver may decide, and one request's page, as a route.
+pub const APPROVALS: &str = "/approvals";
+pub const APPROVAL: &str = "/approvals/{id}";
 /// A user's saved values of a form, as a route.
 pub const STORED_FORM: &str = "/connections/forms/{form}";
 /// What the signed-in user has given gatehouse.
@@ -54,6 +57,11 @@ pub fn connect(id: impl std::fmt::Display) -> String {
 /// The form page of elicitation `id`.
 pub fn form(id: impl std::fmt::Display) -> String {
     format!("/forms/{id}")
+}
+
+/// The page of approval request `id` (its caller's and its approvers').
+pub fn approval(id: impl std::fmt::Display) -> String {
+    format!("/approvals/{id}")
 }
 
 /// The page of the saved values of form `form`.

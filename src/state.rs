@@ -12,7 +12,7 @@ use crate::audit::Audit;
 use crate::config::{Config, ConfigError};
 use crate::events::{self, Bus};
 use crate::forms::Forms;
-use crate::gate::{self, Backing, Connections, Elicitations, FormValues, Gate, Limits};
+use crate::gate::{self, Approvals, Backing, Connections, Elicitations, FormValues, Gate, Limits};
 use crate::identity::Identity;
 use crate::instance::InstanceNonce;
 use crate::metrics::Metrics;
@@ -194,12 +194,23 @@ impl Core {
             OAuthClient::new(parsed.outbound.clone()),
             connection_cache,
         ));
-        let form_values = Arc::new(FormValues::new(backing, elicitations.clone(), parsed.forms.clone()));
+        let form_values = Arc::new(FormValues::new(
+            backing.clone(),
+            elicitations.clone(),
+            parsed.forms.clone(),
+        ));
+        let approvals = Arc::new(Approvals::from_config(
+            &config.approvals,
+            backing,
+            elicitations.clone(),
+            parsed.outbound.clone(),
+        ));
         let gate = Arc::new(Gate::new(
             store.clone(),
             elicitations.clone(),
             connections.clone(),
             form_values.clone(),
+            approvals,
         ));
         let core = Self {
             store,

@@ -7,6 +7,7 @@
 //! `validate` the checks across keys. It imports only leaf modules (`secret`), so every other
 //! module may build on it.
 
+mod approvals;
 mod duration;
 mod env;
 mod forms;
@@ -24,6 +25,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
+pub use approvals::{ApprovalConfig, NotifyConfig};
 pub use duration::parse_duration;
 pub use env::ENV_PREFIX;
 pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
@@ -72,6 +74,7 @@ pub struct Config {
     pub forms: Vec<FormConfig>,
     pub tools: Vec<ToolConfig>,
     pub upstreams: Vec<UpstreamConfig>,
+    pub approvals: Vec<ApprovalConfig>,
     /// Whether the demo set was added (`crate::demo`): never read from a file, set at start.
     #[serde(skip)]
     pub demo: bool,

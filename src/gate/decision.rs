@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::connections::Grant;
 use super::form_values::call_key;
-use super::{Ask, Gate, GateError, Requirement};
+use super::{Approvals, Ask, Decided, Gate, GateError, Requirement};
 use crate::audit::Origin;
 use crate::domain::Principal;
 use crate::forms::{Form, FormScope, Submission};
@@ -61,6 +61,8 @@ pub enum Decision {
     Elicit(Vec<ElicitationRecord>),
     /// The user declined this requirement; reported once, then the next call elicits afresh.
     Declined(ElicitationRecord),
+    /// An approver denied this very call, for this reason.
+    Denied(String),
 }
 
 impl std::fmt::Debug for Credentials {
@@ -90,6 +92,7 @@ fn sign_in(provider: &Provider, scopes: Vec<String>) -> Ask {
         message,
         call_key: None,
         detail: None,
+        ttl: None,
     }
 }
 
@@ -103,6 +106,7 @@ fn fill_in(form: &Form, call_key: Option<String>, detail: Option<String>) -> Ask
         message,
         call_key,
         detail,
+        ttl: None,
     }
 }
 
@@ -117,6 +121,7 @@ impl Gate {
         let mut credentials = Credentials::default();
         let mut missing = Vec::new();
         let mut call_forms = Vec::new();
+        let mut approvals = Vec::new();
         for requirement in call.requires {
             match requirement {
                 Requirement::Provider { provider, scopes } => {
@@ -128,6 +133,11 @@ impl Gate {
                             credentials.tokens.insert(provider.id.clone(), (token, version));
                         }
                         Grant::SignIn { scopes } => missing.push(sign_in(&provider, scopes)),
+                    }
+                }
+                Requirement::Approval { approval } => {
+                    if let Some(approval) = self.approvals.get(approval) {
+                        approvals.push(approval.clone());
                     }
                 }
                 Requirement::Form { form } => {
@@ -163,6 +173,28 @@ impl Gate {
                     None => missing.push(fill_in(form, Some(key.clone()), call.details.get(&form.id).cloned())),
                 }
             }
+            // Approvals are asked for last: an approver decides on a call that can run.
+            if missing.is_empty() {
+                for approval in &approvals {
+                    match self
+                        .approvals
+                        .take_decision(principal, &session.id, approval, &key)
+                        .await?
+                    {
+                        Some(Decided::Approved) => {}
+                        Some(Decided::Denied { reason }) => {
+                            return Ok(Decision::Denied(format!(
+                                "{} was not approved ({}): {reason}. Do not call it again unless the user asks to.",
+                                call.tool, approval.title
+                            )));
+                        }
+                        None => {
+                            let detail = json!({"tool": call.tool, "arguments": call.arguments}).to_string();
+                            missing.push(Approvals::ask(approval, key.clone(), detail));
+                        }
+                    }
+                }
+            }
         }
         if missing.is_empty() {
             return Ok(Decision::Run(credentials));
@@ -176,7 +208,14 @@ impl Gate {
             {
                 return Ok(Decision::Declined(declined));
             }
-            elicitations.push(self.elicitations.ask(principal, session, ask, call.from).await?);
+            let (asked, new) = self.elicitations.ask(principal, session, ask, call.from).await?;
+            if let Requirement::Approval { approval } = &ask.requirement
+                && let Some(approval) = self.approvals.get(approval)
+                && new
+            {
+                self.approvals.requested(approval, &asked, call.arguments);
+            }
+            elicitations.push(asked);
         }
         Ok(Decision::Elicit(elicitations))
     }
@@ -198,6 +237,11 @@ impl Gate {
                         .any(|c| c.provider == provider.id && c.active && scopes.iter().all(|s| c.scopes.contains(s)));
                     if !connected {
                         unmet.push(sign_in(&provider, scopes.clone()).message);
+                    }
+                }
+                Requirement::Approval { approval } => {
+                    if let Some(approval) = self.approvals.get(approval) {
+                        unmet.push(format!("Each call needs approval: {}.", approval.title));
                     }
                 }
                 Requirement::Form { form } => {

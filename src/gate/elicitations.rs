@@ -31,8 +31,11 @@ pub struct Ask {
     pub message: String,
     /// Only for call-scoped forms: which call is asked (a hash of tool and arguments).
     pub call_key: Option<String>,
-    /// Only for call-scoped forms: the form's description with the call's arguments.
+    /// Only for call-scoped forms: the form's description with the call's arguments; for
+    /// approvals the tool and its arguments, as JSON.
     pub detail: Option<String>,
+    /// How long the user (or an approver) has; `elicitation.ttl` when None.
+    pub ttl: Option<Duration>,
 }
 
 impl Ask {
@@ -96,7 +99,7 @@ impl Elicitations {
         Ok(self.backing.store.elicitation(id).await?)
     }
 
-    /// The session's pending elicitation for this ask, or a new one; refused when the principal
+    /// The session's pending elicitation for this ask, or a new one (then `true`); refused when the principal
     /// has the most pending elicitations allowed, or created the most allowed within the minute.
     /// Refusing the new one, rather than expiring the oldest, keeps every link the user was
     /// already given working: the model is told to have the user finish those first, or to wait.
@@ -106,7 +109,7 @@ impl Elicitations {
         session: &SessionRecord,
         ask: &Ask,
         from: &Origin,
-    ) -> Result<ElicitationRecord, GateError> {
+    ) -> Result<(ElicitationRecord, bool), GateError> {
         let now = Utc::now();
         let text = ask.requirement.to_string();
         let store = &self.backing.store;
@@ -114,7 +117,7 @@ impl Elicitations {
             .pending_elicitation(ask.key(principal, session, &text), now)
             .await?
         {
-            return Ok(pending);
+            return Ok((pending, false));
         }
         // One that expired unswept is ended here, on the trail, before a new one is asked.
         for expired in store
@@ -143,7 +146,7 @@ impl Elicitations {
             url: self.page_url(&ask.requirement, &id),
             client_name: client_name(session),
             created_at: now,
-            expires_at: after(now, self.limits.ttl),
+            expires_at: after(now, ask.ttl.unwrap_or(self.limits.ttl)),
             completed_at: None,
             call_key: ask.call_key.clone(),
             detail: ask
@@ -157,12 +160,13 @@ impl Elicitations {
             tracing::info!(principal = %principal, max, "elicitation refused: too many pending");
             return Err(GateError::TooManyPending { max });
         };
-        if stored.id == id {
+        let new = stored.id == id;
+        if new {
             tracing::info!(elicitation = %id, principal = %principal, requirement = %stored.requirement, "elicitation created");
             self.count(&stored, ElicitationOutcome::Created);
             self.audit(&stored, AuditAction::ElicitationCreated, from);
         }
-        Ok(stored)
+        Ok((stored, new))
     }
 
     /// The page that satisfies a requirement: a provider's connect page or a form.
@@ -170,6 +174,7 @@ impl Elicitations {
         let path = match requirement {
             Requirement::Provider { .. } => routes::connect(id),
             Requirement::Form { .. } => routes::form(id),
+            Requirement::Approval { .. } => routes::approval(id),
         };
         self.backing.public_url.at(&path)
     }
@@ -223,10 +228,10 @@ impl Elicitations {
 
     /// Counts what happened to an elicitation in the metrics.
     pub(super) fn count(&self, elicitation: &ElicitationRecord, outcome: ElicitationOutcome) {
-        let kind = if elicitation.requirement.starts_with("form:") {
-            ElicitationKind::Form
-        } else {
-            ElicitationKind::Connection
+        let kind = match elicitation.requirement.split_once(':') {
+            Some(("form", _)) => ElicitationKind::Form,
+            Some(("approval", _)) => ElicitationKind::Approval,
+            _ => ElicitationKind::Connection,
         };
         self.backing.metrics.elicitations(kind, outcome, 1);
     }

@@ -74,7 +74,7 @@ impl FormValues {
     pub fn form_of(&self, elicitation: &ElicitationRecord) -> Option<&Form> {
         match Requirement::parse(&elicitation.requirement).ok()? {
             Requirement::Form { form } => self.forms.get(&form),
-            Requirement::Provider { .. } => None,
+            Requirement::Provider { .. } | Requirement::Approval { .. } => None,
         }
     }
 

@@ -1,5 +1,5 @@
 //! The domain core: may this tool run for this principal, or what must the user do first in a
-//! browser? `Gate` is made of three rooms, each owning one job:
+//! browser? `Gate` is made of four rooms, each owning one job:
 //!
 //! - `elicitations`: the elicitation lifecycle: one per unmet requirement (reused while
 //!   pending), declines reported once, and the one place that finishes an elicitation and wakes
@@ -7,7 +7,9 @@
 //! - `connections`: third-party accounts: OAuth flows and their callback, tokens and their refresh
 //!   under a lease, a refused token breaking its connection, disconnect and revocation;
 //! - `form_values`: what users typed into hosted forms: sealed secrets, user-scoped values and
-//!   call-scoped answers.
+//!   call-scoped answers;
+//! - `approvals`: calls that wait for someone else's yes: approvers' votes, the decision stored
+//!   as the call's answer, and the webhook announcing each request.
 //!
 //! `decision` combines them into the answer for one tool call, and `run` runs the call on it:
 //! decide, wait for the user where the call may, run the tool with the credentials lent, decide
@@ -16,6 +18,7 @@
 //! sealed under a new key (`gatehouse keys`). Pages and the protocol call the gate; the gate
 //! calls the store, the vault, the providers and the bus, never back.
 
+mod approvals;
 mod connections;
 mod decision;
 mod elicitations;
@@ -45,6 +48,7 @@ use crate::public_url::PublicUrl;
 use crate::store::{Store, StoreError};
 use crate::vault::{KeyRing, VaultError};
 
+pub use approvals::{Approval, Approvals, Decided, VoteRefusal, Voted, webhook_signature};
 pub use connections::{
     CallbackOutcome, CallbackParams, CallbackRefusal, ConnectionSummary, Connections, Disconnected, ProviderErrorCode,
     StartedFlow,
@@ -101,6 +105,7 @@ pub struct Gate {
     elicitations: Arc<Elicitations>,
     connections: Arc<Connections>,
     form_values: Arc<FormValues>,
+    approvals: Arc<Approvals>,
 }
 
 /// Flows are kept this long after they expire, so a late callback still gets a precise answer;
@@ -114,13 +119,19 @@ impl Gate {
         elicitations: Arc<Elicitations>,
         connections: Arc<Connections>,
         form_values: Arc<FormValues>,
+        approvals: Arc<Approvals>,
     ) -> Self {
         Self {
             store,
             elicitations,
             connections,
             form_values,
+            approvals,
         }
+    }
+
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
     }
 
     pub fn elicitations(&self) -> &Elicitations {

@@ -1,19 +1,23 @@
-//! What a tool needs before it may run: a connection at a provider (with scopes) or a submitted
-//! form, parsed once from configuration.
+//! What a tool needs before it may run: a connection at a provider (with scopes), a submitted
+//! form, or another person's approval of the call, parsed once from configuration.
 
 use std::fmt;
 
 use crate::domain::is_identifier;
 
-/// One thing a tool needs: a connection at a provider (with scopes) or a submitted form.
+/// One thing a tool needs: a connection at a provider (with scopes), a submitted form, or an
+/// approval (`[[approvals]]`) of the very call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requirement {
     Provider { provider: String, scopes: Vec<String> },
     Form { form: String },
+    Approval { approval: String },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("`{text}` is not a requirement: {reason} (expected \"provider\", \"provider:scope1 scope2\" or \"form:id\")")]
+#[error(
+    "`{text}` is not a requirement: {reason} (expected \"provider\", \"provider:scope1 scope2\", \"form:id\" or \"approval:id\")"
+)]
 pub struct InvalidRequirement {
     text: String,
     reason: &'static str,
@@ -29,13 +33,17 @@ impl Requirement {
             Some((head, rest)) => (head.trim(), Some(rest)),
             None => (text.trim(), None),
         };
-        if head == "form" {
-            let form = rest.map(str::trim).unwrap_or("");
-            return if is_identifier(form) {
-                Ok(Requirement::Form { form: form.to_owned() })
+        if head == "form" || head == "approval" {
+            let id = rest.map(str::trim).unwrap_or("");
+            if !is_identifier(id) {
+                return Err(error("a form or approval id is letters, digits, `-` and `_`"));
+            }
+            let id = id.to_owned();
+            return Ok(if head == "form" {
+                Requirement::Form { form: id }
             } else {
-                Err(error("a form id is letters, digits, `-` and `_`"))
-            };
+                Requirement::Approval { approval: id }
+            });
         }
         if !is_identifier(head) {
             return Err(error("a provider id is letters, digits, `-` and `_`"));
@@ -57,6 +65,7 @@ impl fmt::Display for Requirement {
             Requirement::Provider { provider, scopes } if scopes.is_empty() => f.write_str(provider),
             Requirement::Provider { provider, scopes } => write!(f, "{provider}:{}", scopes.join(" ")),
             Requirement::Form { form } => write!(f, "form:{form}"),
+            Requirement::Approval { approval } => write!(f, "approval:{approval}"),
         }
     }
 }
@@ -87,11 +96,28 @@ mod tests {
             Requirement::parse("form:openai").expect("form"),
             Requirement::Form { form: "openai".into() }
         );
+        let approval = Requirement::parse("approval:payments").expect("approval");
+        assert_eq!(
+            approval,
+            Requirement::Approval {
+                approval: "payments".into()
+            }
+        );
+        assert_eq!(approval.to_string(), "approval:payments");
     }
 
     #[test]
     fn refuses_malformed_requirements() {
-        for bad in ["", "git hub", "github:", "form:", "form:a b", "ac/me"] {
+        for bad in [
+            "",
+            "git hub",
+            "github:",
+            "form:",
+            "form:a b",
+            "ac/me",
+            "approval:",
+            "approval:a b",
+        ] {
             assert!(Requirement::parse(bad).is_err(), "{bad:?} should be refused");
         }
     }

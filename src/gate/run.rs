@@ -244,6 +244,7 @@ impl Gate {
         let answer = match self.decide(principal, session, call).await {
             Ok(Decision::Run(credentials)) => return Ok(Gated::Run(credentials)),
             Ok(Decision::Elicit(elicitations)) => return Ok(Gated::Elicit(elicitations)),
+            Ok(Decision::Denied(reason)) => reason,
             Ok(Decision::Declined(elicitation)) => format!(
                 "The user declined the request: {} Do not call this tool again unless the user asks to.",
                 elicitation.message

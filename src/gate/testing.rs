@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use url::Url;
 
 use super::connections::access_context;
-use super::{Ask, Backing, Connections, Elicitations, FormValues, Gate, Limits, Requirement};
+use super::{Approvals, Ask, Backing, Connections, Elicitations, FormValues, Gate, Limits, Requirement};
 use crate::audit::Origin;
 use crate::config::Config;
 use crate::domain::{Principal, SessionId};
@@ -38,6 +38,7 @@ pub fn ask(requirement: &str) -> Ask {
         message: "Please sign in.".into(),
         call_key: None,
         detail: None,
+        ttl: None,
     }
 }
 
@@ -156,11 +157,23 @@ impl Fixture {
             self.backing.clone(),
             elicitations.clone(),
             providers,
-            OAuthClient::new(client),
+            OAuthClient::new(client.clone()),
             self.cache.clone(),
         ));
         let form_values = Arc::new(FormValues::new(self.backing.clone(), elicitations.clone(), forms));
-        Gate::new(self.backing.store.clone(), elicitations, connections, form_values)
+        let approvals = Arc::new(Approvals::from_config(
+            &config.approvals,
+            self.backing.clone(),
+            elicitations.clone(),
+            client,
+        ));
+        Gate::new(
+            self.backing.store.clone(),
+            elicitations,
+            connections,
+            form_values,
+            approvals,
+        )
     }
 
     /// The elicitation of the session's principal for `requirement`.
@@ -174,6 +187,7 @@ impl Fixture {
             .ask(&session.principal, session, &ask(requirement), &Origin::unknown())
             .await
             .expect("elicitation")
+            .0
     }
 
     /// Stores a connection of the session's principal to `acme` with these scopes, as a completed

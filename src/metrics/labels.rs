@@ -77,6 +77,8 @@ pub enum ElicitationKind {
     Connection,
     /// A hosted form.
     Form,
+    /// Another person's approval of a call.
+    Approval,
 }
 
 impl ElicitationKind {
@@ -84,6 +86,7 @@ impl ElicitationKind {
         match self {
             ElicitationKind::Connection => "connection",
             ElicitationKind::Form => "form",
+            ElicitationKind::Approval => "approval",
         }
     }
 }
@@ -211,6 +214,11 @@ pub(super) struct KindOutcome {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ProviderOutcome {
     pub provider: String,
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct Outcome {
     pub outcome: &'static str,
 }
 

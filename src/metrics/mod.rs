@@ -20,7 +20,7 @@ pub use labels::{
     ElicitationKind, ElicitationOutcome, ListingOutcome, McpOutcome, OTHER, RefreshOutcome, UpstreamOutcome,
 };
 
-use labels::{Configured, KindOutcome, Method, MethodOutcome, Provider, ProviderOutcome, UpstreamLabels};
+use labels::{Configured, KindOutcome, Method, MethodOutcome, Outcome, Provider, ProviderOutcome, UpstreamLabels};
 
 /// The content type of [`Metrics::encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -82,6 +82,8 @@ struct Families {
     upstream_requests: Family<UpstreamLabels, Counter>,
     upstream_listings: Family<UpstreamLabels, Counter>,
     bus_reconnects: Counter,
+    approval_votes: Family<Outcome, Counter>,
+    approval_notifications: Family<Outcome, Counter>,
     pool_open: Gauge,
     pool_idle: Gauge,
     pool_max: Gauge,
@@ -158,6 +160,16 @@ impl Metrics {
                 "bus_reconnects",
                 "Times this replica's LISTEN connection was opened again after it was lost",
                 Counter::default(),
+            ),
+            approval_votes: r.add(
+                "approval_votes",
+                "Approvers' votes on approval requests, by outcome (approve, deny)",
+                Family::default(),
+            ),
+            approval_notifications: r.add(
+                "approval_notifications",
+                "Approval requests announced to their webhook, by outcome (delivered, failed after every retry)",
+                Family::default(),
             ),
             pool_open: r.add(
                 "db_pool_connections",
@@ -282,6 +294,21 @@ impl Metrics {
                     outcome: outcome.as_str(),
                 })
                 .inc();
+        }
+    }
+
+    /// An approver voted (`approve` or `deny`).
+    pub fn approval_vote(&self, outcome: &'static str) {
+        if let Some(f) = &self.families {
+            f.approval_votes.get_or_create(&Outcome { outcome }).inc();
+        }
+    }
+
+    /// A request's announcement was delivered, or failed after every retry.
+    pub fn approval_notification(&self, delivered: bool) {
+        if let Some(f) = &self.families {
+            let outcome = if delivered { "delivered" } else { "failed" };
+            f.approval_notifications.get_or_create(&Outcome { outcome }).inc();
         }
     }
 

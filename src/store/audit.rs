@@ -29,10 +29,12 @@ pub enum AuditAction {
     CallRefused,
     /// An operator's command (what it did is in the detail).
     Admin,
+    /// An approver approved or denied a request (the subject is the approval's id).
+    ApprovalDecided,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 15] = [
+    pub const ALL: [AuditAction; 16] = [
         AuditAction::ConnectionCreated,
         AuditAction::ConnectionRefreshed,
         AuditAction::ConnectionBroken,
@@ -48,6 +50,7 @@ impl AuditAction {
         AuditAction::CallAllowed,
         AuditAction::CallRefused,
         AuditAction::Admin,
+        AuditAction::ApprovalDecided,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +70,7 @@ impl AuditAction {
             AuditAction::CallAllowed => "call.allowed",
             AuditAction::CallRefused => "call.refused",
             AuditAction::Admin => "admin",
+            AuditAction::ApprovalDecided => "approval.decided",
         }
     }
 

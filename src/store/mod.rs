@@ -6,6 +6,7 @@
 //! and the retention sweep's bounded deletes in `retention`.
 
 mod admin;
+mod approvals;
 mod audit;
 mod browser_sessions;
 mod cache;
@@ -32,6 +33,7 @@ use serde_json::Value;
 use crate::domain::{ElicitationId, LogLevel, SessionId};
 
 pub use admin::AdminStore;
+pub use approvals::{ApprovalStore, VoteRecord};
 pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditStore};
 pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
@@ -119,6 +121,7 @@ pub trait Store:
     + FormStore
     + CatalogueStore
     + RegistrationStore
+    + ApprovalStore
     + BrowserSessionStore
     + SealedStore
     + AuditStore

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{
     BrowserSessionRecord, CatalogueRecord, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus,
-    FormAnswerRecord, FormValuesRecord, OAuthFlowRecord, RegistrationRecord, SessionRecord, StoreError,
+    FormAnswerRecord, FormValuesRecord, OAuthFlowRecord, RegistrationRecord, SessionRecord, StoreError, VoteRecord,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -316,6 +316,31 @@ impl Stored for RegistrationRecord {
             client_secret: row.client_secret,
             auth_method: row.auth_method,
             registered_at: N::time(row.registered_at)?,
+        })
+    }
+}
+
+pub(super) const VOTE_COLUMNS: &str = "elicitation_id, approver, approve, reason, decided_at";
+
+#[derive(sqlx::FromRow)]
+pub(super) struct VoteRow<N: Native> {
+    elicitation_id: String,
+    approver: String,
+    approve: bool,
+    reason: String,
+    decided_at: N::Time,
+}
+
+impl Stored for VoteRecord {
+    type Row<N: Native> = VoteRow<N>;
+
+    fn read<N: Native>(row: VoteRow<N>) -> Result<Self, StoreError> {
+        Ok(VoteRecord {
+            elicitation_id: parse_elicitation_id(&row.elicitation_id)?,
+            approver: parse_principal(&row.approver)?,
+            approve: row.approve,
+            reason: row.reason,
+            decided_at: N::time(row.decided_at)?,
         })
     }
 }

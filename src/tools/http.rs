@@ -126,7 +126,7 @@ impl HttpTool {
                 provider: provider.clone(),
                 refused_when: providers.get(provider).and_then(|p| p.token_refused_when.clone()),
             }),
-            Requirement::Form { .. } => None,
+            Requirement::Form { .. } | Requirement::Approval { .. } => None,
         });
         if bearer.is_some() && http.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
             return Err(ConfigError::key(

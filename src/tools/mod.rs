@@ -259,7 +259,10 @@ pub fn parse_requirements(
                     requirement_key,
                     format!("names form `{form}`, which is not configured"),
                 )),
-                Requirement::Provider { .. } | Requirement::Form { .. } => Ok(requirement),
+                // An approval's id is checked with the configuration (`config::validate`).
+                Requirement::Provider { .. } | Requirement::Form { .. } | Requirement::Approval { .. } => {
+                    Ok(requirement)
+                }
             }
         })
         .collect()
@@ -311,7 +314,7 @@ impl ToolRegistry {
                 .iter()
                 .filter_map(|r| match r {
                     Requirement::Form { form } => forms.get(form),
-                    Requirement::Provider { .. } => None,
+                    Requirement::Provider { .. } | Requirement::Approval { .. } => None,
                 })
                 .collect();
             let input_schema = InputSchema::from_config(tool.input_schema.as_ref(), &format!("{key}.input_schema"))?;

@@ -283,7 +283,7 @@ fn tool(upstream: &Arc<Upstream>, listed: &Value, context: &Context<'_>) -> Opti
         .iter()
         .filter_map(|r| match r {
             Requirement::Form { form } => context.forms.get(form).filter(|f| f.scope == FormScope::Call),
-            Requirement::Provider { .. } => None,
+            Requirement::Provider { .. } | Requirement::Approval { .. } => None,
         })
         .collect();
     let form_details = match form_details(

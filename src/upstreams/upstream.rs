@@ -203,7 +203,7 @@ impl Upstream {
         let mut requires = requires;
         let bearer = requires.iter().find_map(|r| match r {
             Requirement::Provider { provider, .. } => Some(provider.clone()),
-            Requirement::Form { .. } => None,
+            Requirement::Form { .. } | Requirement::Approval { .. } => None,
         });
         let exchange = exchange(upstream, key, config, bearer.as_deref())?;
         let bearer = match (upstream.auth, bearer) {
@@ -339,7 +339,7 @@ fn form_requirements<'a>(requires: &[Requirement], forms: &'a Forms) -> Vec<&'a 
         .iter()
         .filter_map(|r| match r {
             Requirement::Form { form } => forms.get(form),
-            Requirement::Provider { .. } => None,
+            Requirement::Provider { .. } | Requirement::Approval { .. } => None,
         })
         .collect()
 }

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::page::PageResponse;
 use super::templates::impl_page;
 use crate::edge::RETRY_AFTER_SECONDS;
-use crate::gate::{CallbackRefusal, GateError};
+use crate::gate::{CallbackRefusal, GateError, VoteRefusal};
 use crate::identity::IdentityError;
 use crate::store::{ElicitationStatus, StoreError};
 
@@ -112,6 +112,9 @@ pub enum PageError {
     },
     #[error("the request ended while the form was being filled in")]
     EndedMeanwhile,
+    /// An approval vote not taken (nothing changed).
+    #[error("the vote was refused: {0}")]
+    VoteRefused(VoteRefusal),
     #[error("a provider could not be reached")]
     ProviderUnavailable,
     /// The database cannot be reached right now (logged where it was noticed).
@@ -164,6 +167,8 @@ impl PageError {
             | PageError::SignInElsewhere(_) => StatusCode::NOT_FOUND,
             PageError::NotYours { .. } | PageError::Forged | PageError::ForeignHost => StatusCode::FORBIDDEN,
             PageError::Closed(_) | PageError::EndedMeanwhile => StatusCode::GONE,
+            PageError::VoteRefused(VoteRefusal::OwnRequest | VoteRefusal::NotAnApprover) => StatusCode::FORBIDDEN,
+            PageError::VoteRefused(VoteRefusal::AlreadyVoted | VoteRefusal::NotWaiting) => StatusCode::CONFLICT,
             PageError::UnknownAction(_)
             | PageError::Unreadable
             | PageError::CallbackRefused { .. }
@@ -266,6 +271,9 @@ impl PageError {
                 "This request ended while you were filling in the form.",
                 Some(ASK_AGAIN),
             ),
+            PageError::VoteRefused(refusal) => {
+                NoticePage::new("Not decided", refusal.to_string(), Some("Nothing was changed."))
+            }
             PageError::ProviderUnavailable => NoticePage::new(
                 "Service unavailable",
                 "A service gatehouse needs could not be reached. Nothing was changed.",

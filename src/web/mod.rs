@@ -3,6 +3,7 @@
 //! templates); every response here carries the page security headers. The pages' own parts
 //! (templates, sign-in, request limit) are their router state, `PagesState`.
 
+mod approvals;
 mod browser_sessions;
 mod connect;
 mod connections;
@@ -43,6 +44,7 @@ pub fn router(state: &PagesState) -> Router<PagesState> {
                 .merge(connect::router())
                 .merge(forms::router())
                 .merge(connections::router())
+                .merge(approvals::router())
                 .merge(sign_in::router())
                 .layer(middleware::from_extractor_with_state::<DatabaseUp, _>(state.clone())),
         )

@@ -23,6 +23,8 @@ pub const PAGE_NAMES: &[&str] = &[
     "connect.html",
     "form.html",
     "connections.html",
+    "approvals.html",
+    "approval.html",
     "logout.html",
 ];
 

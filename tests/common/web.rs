@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 pub struct Browser {
     http: reqwest::Client,
     cookies: std::sync::Mutex<Vec<(String, String)>>,
-    identity: Option<(String, String)>,
+    identity: Vec<(String, String)>,
 }
 
 pub struct Page {
@@ -41,16 +41,19 @@ impl Browser {
                 .build()
                 .expect("client"),
             cookies: std::sync::Mutex::new(Vec::new()),
-            identity: None,
+            identity: Vec::new(),
         }
     }
 
     /// A browser whose requests carry `header: value` (header identity mode).
     pub fn as_user(header: &str, value: &str) -> Self {
-        Self {
-            identity: Some((header.to_owned(), value.to_owned())),
-            ..Self::new()
-        }
+        Self::new().with_header(header, value)
+    }
+
+    /// This browser, its requests carrying `header: value` too (a proxy's groups header, say).
+    pub fn with_header(mut self, header: &str, value: &str) -> Self {
+        self.identity.push((header.to_owned(), value.to_owned()));
+        self
     }
 
     pub fn cookie_header(&self) -> String {
@@ -64,7 +67,7 @@ impl Browser {
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Page {
         let mut request = request.header("cookie", self.cookie_header());
-        if let Some((name, value)) = &self.identity {
+        for (name, value) in &self.identity {
             request = request.header(name.as_str(), value.as_str());
         }
         let response = request.send().await.expect("browser request");

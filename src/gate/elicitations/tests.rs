@@ -51,6 +51,7 @@ async fn creations_beyond_the_rate_are_refused_and_reuses_are_not_counted() {
     let refused = elicitations
         .ask(&principal("alice"), &session, &ask("form:other"), &Origin::unknown())
         .await
+        .map(|(asked, _)| asked)
         .expect_err("a third creation within the minute");
     assert!(
         matches!(refused, GateError::TooManyCreated { per_minute: 2, retry_after } if (1..=30).contains(&retry_after)),
@@ -97,7 +98,8 @@ async fn a_decline_is_reported_once() {
     let elicitation = elicitations
         .ask(&principal("alice"), &session, &asked, &Origin::unknown())
         .await
-        .expect("ask");
+        .expect("ask")
+        .0;
     elicitations
         .finish(&elicitation, ElicitationStatus::Declined, &Origin::unknown())
         .await

@@ -74,7 +74,8 @@ async fn a_call_answer_is_taken_once_by_the_call_that_asked() {
         .elicitations()
         .ask(&alice, &session, &ask, &Origin::unknown())
         .await
-        .expect("ask");
+        .expect("ask")
+        .0;
     let answer = submission(json!({"note": "ok"}), &[("pin", "1234")]);
     assert!(
         gate.form_values()

@@ -59,6 +59,7 @@ macro_rules! shared {
 }
 
 mod admin;
+mod approvals;
 mod audit;
 mod browser_sessions;
 mod catalogues;

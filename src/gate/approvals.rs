@@ -1,0 +1,318 @@
+//! Approvals: a call that waits until someone else says yes. A call requiring `approval:ID` asks
+//! (an elicitation bound to the caller, the tool and a digest of the arguments, living the
+//! approval's `ttl`); approvers matching the approval's rule, never the caller, vote on its page;
+//! `quorum` approvals or one denial decide it, and the decision is stored as the answer to that
+//! call, taken once by the caller's retry (or the waiting call) on any replica. Each new request
+//! is announced to the approval's webhook (`notify`), without failing the call when that fails.
+
+mod notify;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{Value, json};
+
+use super::{Ask, Backing, Elicitations, GateError, Requirement};
+use crate::audit::Origin;
+use crate::config::ApprovalConfig;
+use crate::domain::{Principal, SessionId};
+use crate::identity::Claims;
+use crate::identity::access::Allow;
+use crate::store::{AskKey, AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, VoteRecord};
+use crate::text;
+
+pub use notify::{Notifier, webhook_signature};
+
+/// The longest reason an approver may give, in bytes.
+const MAX_REASON_BYTES: usize = 1024;
+
+/// One configured approval.
+pub struct Approval {
+    pub id: String,
+    pub title: String,
+    approvers: Allow,
+    /// Who may approve, in words ("groups: finance").
+    pub approvers_text: String,
+    pub quorum: u32,
+    pub ttl: Duration,
+    notify: Option<notify::Webhook>,
+}
+
+impl Approval {
+    fn from_config(config: &ApprovalConfig) -> Self {
+        let approvers_text = config
+            .approvers
+            .iter()
+            .map(|(claim, values)| format!("{claim}: {}", values.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Self {
+            id: config.id.clone(),
+            title: config.title.clone(),
+            approvers: Allow::from_config(&config.approvers),
+            approvers_text,
+            quorum: config.quorum,
+            ttl: config.ttl,
+            notify: notify::Webhook::from_config(&config.notify),
+        }
+    }
+
+    /// Whether `principal` with `claims` may decide `request` (never their own).
+    pub fn may_decide(&self, principal: &Principal, claims: &Claims, request: &ElicitationRecord) -> bool {
+        &request.principal != principal && self.approvers.permits(claims)
+    }
+}
+
+/// What the caller's call learns of its approval.
+pub enum Decided {
+    Approved,
+    Denied { reason: String },
+}
+
+/// Why a vote was not taken; nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum VoteRefusal {
+    #[error("You cannot decide your own request.")]
+    OwnRequest,
+    #[error("You are not one of this request's approvers.")]
+    NotAnApprover,
+    #[error("You decided this request already.")]
+    AlreadyVoted,
+    #[error("This request is no longer waiting for a decision.")]
+    NotWaiting,
+}
+
+/// How a vote went.
+pub enum Voted {
+    /// Counted; more approvals are needed.
+    Counted { approvals: u32, quorum: u32 },
+    /// The request is decided (approved, or denied) and the caller told.
+    Decided,
+}
+
+pub struct Approvals {
+    backing: Backing,
+    elicitations: Arc<Elicitations>,
+    approvals: Vec<Arc<Approval>>,
+    notifier: Notifier,
+}
+
+impl Approvals {
+    pub fn from_config(
+        approvals: &[ApprovalConfig],
+        backing: Backing,
+        elicitations: Arc<Elicitations>,
+        http: reqwest::Client,
+    ) -> Self {
+        Self {
+            approvals: approvals.iter().map(|a| Arc::new(Approval::from_config(a))).collect(),
+            notifier: Notifier::new(http, backing.metrics.clone()),
+            backing,
+            elicitations,
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Arc<Approval>> {
+        self.approvals.iter().find(|a| a.id == id)
+    }
+
+    /// The approval an elicitation asks for.
+    pub fn of(&self, elicitation: &ElicitationRecord) -> Option<&Arc<Approval>> {
+        match Requirement::parse(&elicitation.requirement).ok()? {
+            Requirement::Approval { approval } => self.get(&approval),
+            Requirement::Provider { .. } | Requirement::Form { .. } => None,
+        }
+    }
+
+    /// What to ask for when a call needs `approval`: the request, bound to this call.
+    pub(super) fn ask(approval: &Approval, key: String, detail: String) -> Ask {
+        Ask {
+            requirement: Requirement::Approval {
+                approval: approval.id.clone(),
+            },
+            message: format!(
+                "This call needs approval: {}. It waits until an approver says yes in the browser.",
+                approval.title
+            ),
+            call_key: Some(key),
+            detail: Some(detail),
+            ttl: Some(approval.ttl),
+        }
+    }
+
+    /// The decision given for exactly this call, taken (it is used once).
+    pub(super) async fn take_decision(
+        &self,
+        principal: &Principal,
+        session: &SessionId,
+        approval: &Approval,
+        key: &str,
+    ) -> Result<Option<Decided>, GateError> {
+        let requirement = Requirement::Approval {
+            approval: approval.id.clone(),
+        }
+        .to_string();
+        let Some(answer) = self
+            .backing
+            .store
+            .take_form_answer(AskKey {
+                principal,
+                session,
+                requirement: &requirement,
+                call_key: Some(key),
+            })
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(match answer.fields.get("decision").and_then(Value::as_str) {
+            Some("approved") => Decided::Approved,
+            _ => Decided::Denied {
+                reason: answer
+                    .fields
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            },
+        }))
+    }
+
+    /// A new request was stored: its approvers are told (in the background).
+    pub(super) fn requested(
+        &self,
+        approval: &Approval,
+        request: &ElicitationRecord,
+        arguments: &serde_json::Map<String, Value>,
+    ) {
+        if let Some(webhook) = &approval.notify {
+            let page = self.backing.public_url.at(&crate::routes::approval(request.id));
+            self.notifier.announce(webhook, approval, request, &page, arguments);
+        }
+    }
+
+    /// The pending requests `principal` (with `claims`) may decide, newest first.
+    pub async fn waiting_for(
+        &self,
+        principal: &Principal,
+        claims: &Claims,
+    ) -> Result<Vec<(ElicitationRecord, Arc<Approval>)>, GateError> {
+        let pending = self.backing.store.list_elicitations(true, MAX_LISTED).await?;
+        let now = Utc::now();
+        Ok(pending
+            .into_iter()
+            .filter(|e| e.expires_at > now)
+            .filter_map(|e| {
+                let approval = self.of(&e)?.clone();
+                approval.may_decide(principal, claims, &e).then_some((e, approval))
+            })
+            .collect())
+    }
+
+    /// The votes on a request so far.
+    pub async fn votes(&self, request: &ElicitationRecord) -> Result<Vec<VoteRecord>, GateError> {
+        Ok(self.backing.store.votes(&request.id).await?)
+    }
+
+    /// `approver` (with `claims`) approves or denies `request`: one vote each, never on their own
+    /// request. `quorum` approvals, or one denial, decide it: the decision is stored as the
+    /// call's answer and its caller told, on whichever replica holds it.
+    pub async fn vote(
+        &self,
+        request: &ElicitationRecord,
+        approver: &Principal,
+        claims: &Claims,
+        approve: bool,
+        reason: &str,
+        from: &Origin,
+    ) -> Result<Result<Voted, VoteRefusal>, GateError> {
+        let Some(approval) = self.of(request) else {
+            return Ok(Err(VoteRefusal::NotWaiting));
+        };
+        if &request.principal == approver {
+            return Ok(Err(VoteRefusal::OwnRequest));
+        }
+        if !approval.may_decide(approver, claims, request) {
+            return Ok(Err(VoteRefusal::NotAnApprover));
+        }
+        let now = Utc::now();
+        if request.status != ElicitationStatus::Pending || request.expires_at <= now {
+            return Ok(Err(VoteRefusal::NotWaiting));
+        }
+        let vote = VoteRecord {
+            elicitation_id: request.id,
+            approver: approver.clone(),
+            approve,
+            reason: text::bounded(reason.trim(), MAX_REASON_BYTES),
+            decided_at: now,
+        };
+        if !self.backing.store.record_vote(&vote).await? {
+            return Ok(Err(VoteRefusal::AlreadyVoted));
+        }
+        let decision = if approve { "approve" } else { "deny" };
+        self.backing.metrics.approval_vote(decision);
+        let detail = json!({
+            "decision": decision,
+            "reason": vote.reason,
+            "elicitation": request.id.to_string(),
+            "caller": request.principal.to_string(),
+        });
+        self.backing
+            .audit
+            .record(approver, AuditAction::ApprovalDecided, &approval.id, from, detail);
+        let votes = self.backing.store.votes(&request.id).await?;
+        let approvers: Vec<String> = votes
+            .iter()
+            .filter(|v| v.approve)
+            .map(|v| v.approver.to_string())
+            .collect();
+        let answer = if !approve {
+            json!({"decision": "denied", "reason": format!("denied by {approver}{}", reason_suffix(&vote.reason))})
+        } else if approvers.len() as u32 >= approval.quorum {
+            json!({"decision": "approved", "approvers": approvers})
+        } else {
+            return Ok(Ok(Voted::Counted {
+                approvals: approvers.len() as u32,
+                quorum: approval.quorum,
+            }));
+        };
+        let record = FormAnswerRecord {
+            elicitation_id: request.id,
+            fields: answer,
+            secrets: None,
+            created_at: now,
+        };
+        let (store, record) = (&self.backing.store, &record);
+        let decided = self
+            .elicitations
+            .finish_with(request, ElicitationStatus::Completed, from, |notification| async move {
+                store.save_form_answer(record, &notification, Utc::now()).await
+            })
+            .await?;
+        Ok(if decided {
+            tracing::info!(elicitation = %request.id, approve, "approval request decided");
+            Ok(Voted::Decided)
+        } else {
+            Err(VoteRefusal::NotWaiting)
+        })
+    }
+
+    /// The caller withdraws their own request: it ends, and the waiting call is told.
+    pub async fn withdraw(&self, request: &ElicitationRecord, from: &Origin) -> Result<bool, GateError> {
+        self.elicitations
+            .finish(request, ElicitationStatus::Declined, from)
+            .await
+    }
+}
+
+/// Pending elicitations looked through for requests an approver may decide.
+const MAX_LISTED: usize = 1000;
+
+fn reason_suffix(reason: &str) -> String {
+    if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {reason}")
+    }
+}

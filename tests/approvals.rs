@@ -1,0 +1,309 @@
+//! Approvals: a call requiring `approval:payments` waits until a member of `finance` other than
+//! the caller approves that very call on its page, and then runs once; across two replicas on
+//! PostgreSQL (the caller on one, the approver's browser on the other). The caller approving their
+//! own request, a member of another group, changed arguments, a replayed decision and a forged
+//! post are each refused with nothing changed; a denial ends the call with its reason; the
+//! caller may withdraw. The webhook announcing each request is signed, carries no argument values,
+//! is retried when its receiver fails, and never fails the call.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use common::{
+    Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, elicitations, eventually, url_of,
+};
+use gatehouse::gate::webhook_signature as signature;
+use serde_json::{Value, json};
+
+const SECRET: &str = "webhook-secret";
+
+/// What the webhook receiver got: each post's signature headers and body.
+#[derive(Clone, Default)]
+struct Receiver {
+    posts: Arc<Mutex<Vec<(HeaderMap, String)>>>,
+    /// Posts answered 500 before the receiver starts answering 200.
+    failures: Arc<Mutex<usize>>,
+}
+
+impl Receiver {
+    async fn start(failures: usize) -> (Receiver, String) {
+        let receiver = Receiver {
+            failures: Arc::new(Mutex::new(failures)),
+            ..Receiver::default()
+        };
+        let state = receiver.clone();
+        let app = Router::new().route(
+            "/hook",
+            post(move |headers: HeaderMap, body: Bytes| {
+                let state = state.clone();
+                async move {
+                    state
+                        .posts
+                        .lock()
+                        .expect("posts")
+                        .push((headers, String::from_utf8_lossy(&body).into_owned()));
+                    let mut failures = state.failures.lock().expect("failures");
+                    if *failures > 0 {
+                        *failures -= 1;
+                        return StatusCode::INTERNAL_SERVER_ERROR;
+                    }
+                    StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (receiver, url)
+    }
+
+    fn posts(&self) -> Vec<(HeaderMap, String)> {
+        self.posts.lock().expect("posts").clone()
+    }
+}
+
+fn config(addr: &str, webhook: &str, arguments: bool) -> String {
+    let identity = HEADER_IDENTITY.replacen(
+        "[identity]\n",
+        "[identity]\ngroups_header = \"X-Forwarded-Groups\"\n",
+        1,
+    );
+    format!(
+        r#"{identity}
+[[approvals]]
+id = "payments"
+title = "Payment approval"
+approvers = {{ groups = ["finance"] }}
+ttl = "1h"
+notify = {{ webhook = "{webhook}", secret = "{SECRET}", arguments = {arguments} }}
+
+[[tools]]
+name = "pay"
+description = "Pays someone, once finance approves"
+requires = ["approval:payments"]
+input_schema = {{ type = "object", properties = {{ amount = {{ type = "string" }}, payee = {{ type = "string" }} }} }}
+http = {{ url = "http://{addr}/healthz" }}
+"#
+    )
+}
+
+/// A browser of `user` in `group`.
+fn browser(user: &str, group: &str) -> Browser {
+    Browser::as_user("x-forwarded-user", user).with_header("x-forwarded-groups", group)
+}
+
+async fn pay(client: &McpClient, amount: &str) -> common::Reply {
+    let arguments = json!({"amount": amount, "payee": "<b>ACME</b>\u{202e}"});
+    client
+        .request("tools/call", json!({"name": "pay", "arguments": arguments}))
+        .await
+}
+
+/// The one request a -32042 answer names: its page.
+fn asked(reply: &common::Reply) -> String {
+    let listed = elicitations(reply);
+    assert_eq!(listed.len(), 1, "{}", reply.body);
+    url_of(&listed[0])
+}
+
+/// `browser` presses `action` on the request's page at `url` (its token read from the page), with
+/// `reason`; the answer.
+async fn decide(browser: &Browser, origin: &str, url: &str, action: &str, reason: &str) -> common::Page {
+    let page = browser.get(url).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    browser
+        .post_form(
+            url,
+            origin,
+            &[("csrf", &page.csrf()), ("action", action), ("reason", reason)],
+        )
+        .await
+}
+
+async fn votes(database: &TestDatabase) -> i64 {
+    database.query_count("SELECT COUNT(*) FROM approval_votes").await
+}
+
+backend_test!(
+    async fn an_approval_by_someone_else_lets_exactly_that_call_run_once(backend: Backend) {
+        let (receiver, webhook) = Receiver::start(0).await;
+        let database = TestDatabase::new(backend).await;
+        let addr = format!("127.0.0.1:{}", common::free_port());
+        let toml = config(&addr, &webhook, false);
+        let toml = toml.replacen("[server]\n", &format!("[server]\npublic_url = \"http://{addr}\"\n"), 1);
+        let a = TestServer::start_on(&database, &toml, &addr).await;
+        // On PostgreSQL the approver's browser reaches a second replica (same public URL).
+        let b = match backend {
+            Backend::Postgres => Some(TestServer::start(&database, &toml).await),
+            Backend::Sqlite => None,
+        };
+        let approver_base = b.as_ref().map_or_else(|| a.base(), TestServer::base);
+        let on_b = |url: &str| url.replacen(&a.base(), &approver_base, 1);
+        let alice = a.eliciting_client("alice").await;
+        let first = pay(&alice, "12.40").await;
+        let url = asked(&first);
+        assert!(url.starts_with(&format!("{}/approvals/", a.base())), "{url}");
+
+        // The caller's page: who must approve, and Withdraw, never Approve.
+        let own = browser("alice", "finance").get(&url).await;
+        assert_eq!(own.status, StatusCode::OK, "{}", own.body);
+        assert!(
+            own.body.contains("groups: finance") && own.body.contains("withdraw"),
+            "{}",
+            own.body
+        );
+        assert!(!own.body.contains("value=\"approve\""), "{}", own.body);
+
+        // Refused, with nothing changed: the caller approving, another group, a forged post.
+        let own_vote = decide(&browser("alice", "finance"), &a.base(), &url, "approve", "").await;
+        assert_eq!(own_vote.status, StatusCode::FORBIDDEN, "{}", own_vote.body);
+        let eng = browser("carol", "eng");
+        assert_eq!(eng.get(&on_b(&url)).await.status, StatusCode::FORBIDDEN);
+        let forged = eng
+            .post_form(
+                &on_b(&url),
+                &approver_base,
+                &[("csrf", "forged"), ("action", "approve")],
+            )
+            .await;
+        assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.body);
+        let bob = browser("bob", "finance");
+        let forged = bob
+            .post_form(
+                &on_b(&url),
+                &approver_base,
+                &[("csrf", "forged"), ("action", "approve")],
+            )
+            .await;
+        assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.body);
+        assert_eq!(votes(&database).await, 0);
+        let still = pay(&alice, "12.40").await;
+        assert_eq!(asked(&still), url, "the same request still waits");
+
+        // bob sees it in his list, the arguments escaped and the invisible character shown.
+        let list = bob.get(&format!("{approver_base}/approvals")).await;
+        assert_eq!(list.status, StatusCode::OK);
+        assert!(
+            list.body.contains("alice") && list.body.contains("<code>pay</code>"),
+            "{}",
+            list.body
+        );
+        assert!(list.body.contains("&#60;b&#62;ACME&#60;/b&#62;U+202E"), "{}", list.body);
+        assert!(
+            !eng.get(&format!("{approver_base}/approvals"))
+                .await
+                .body
+                .contains("alice")
+        );
+
+        let page = bob.get(&on_b(&url)).await;
+        let fields = [
+            ("csrf", page.csrf()),
+            ("action", "approve".into()),
+            ("reason", "fine".into()),
+        ];
+        let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let approved = bob.post_form(&on_b(&url), &approver_base, &fields).await;
+        assert_eq!(approved.status, StatusCode::OK, "{}", approved.body);
+        assert!(approved.body.contains("Approved"), "{}", approved.body);
+        // The same post again: the decision is not taken twice.
+        let replayed = bob.post_form(&on_b(&url), &approver_base, &fields).await;
+        assert_eq!(replayed.status, StatusCode::CONFLICT, "{}", replayed.body);
+        assert_eq!(votes(&database).await, 1);
+
+        // Other arguments are another call: asked anew, the approval unused.
+        let other = pay(&alice, "9999").await;
+        assert_ne!(asked(&other), url);
+        // The approved call runs, once; the next asks again.
+        let ran = eventually("the approval reaches the caller's replica", async || {
+            let reply = pay(&alice, "12.40").await;
+            reply.body.get("result").cloned()
+        })
+        .await;
+        assert_eq!(ran["isError"], json!(false), "{ran}");
+        let again = pay(&alice, "12.40").await;
+        let second = asked(&again);
+        assert_ne!(second, url, "used once");
+
+        // A denial ends the call with its reason.
+        let dave = browser("dave", "finance");
+        let denied = decide(&dave, &approver_base, &on_b(&second), "deny", "over budget").await;
+        assert_eq!(denied.status, StatusCode::OK, "{}", denied.body);
+        let refused = eventually("the denial reaches the caller", async || {
+            let reply = pay(&alice, "12.40").await;
+            reply.body.get("result").cloned()
+        })
+        .await;
+        assert_eq!(refused["isError"], json!(true), "{refused}");
+        let text = refused["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("denied by dave: over budget"), "{text}");
+
+        // The caller withdraws a third request: the next call reports it, once.
+        let third = asked(&pay(&alice, "12.40").await);
+        let withdrawn = decide(&browser("alice", "eng"), &a.base(), &third, "withdraw", "").await;
+        assert_eq!(withdrawn.status, StatusCode::OK, "{}", withdrawn.body);
+        let reported = pay(&alice, "12.40").await;
+        assert_eq!(reported.body["result"]["isError"], json!(true), "{}", reported.body);
+
+        // Each new request was announced, signed, without the arguments' values.
+        let posts = eventually("four announcements", async || {
+            let posts = receiver.posts();
+            (posts.len() >= 4).then_some(posts)
+        })
+        .await;
+        for (headers, body) in &posts {
+            let timestamp = headers["x-gatehouse-timestamp"].to_str().expect("timestamp");
+            let expected = format!("sha256={}", signature(SECRET, timestamp, body));
+            assert_eq!(headers["x-gatehouse-signature"], expected.as_str());
+            let body: Value = serde_json::from_str(body).expect("JSON");
+            assert!(
+                body["text"].as_str().is_some_and(|t| t.contains("/approvals/")),
+                "{body}"
+            );
+            assert_eq!(body["tool"], "pay");
+            assert!(
+                body.get("arguments").is_none() && !body.to_string().contains("12.40"),
+                "{body}"
+            );
+        }
+        let decided = database
+            .query_count("SELECT COUNT(*) FROM audit WHERE action = 'approval.decided'")
+            .await;
+        assert_eq!(decided, 2);
+        if let Some(b) = b {
+            b.stop().await;
+        }
+        a.stop().await;
+    }
+);
+
+backend_test!(
+    /// A receiver that fails is tried again with backoff; the call was answered at once anyway,
+    /// and with `notify.arguments` the arguments go along.
+    async fn a_failing_webhook_is_retried_and_never_fails_the_call(backend: Backend) {
+        let (receiver, webhook) = Receiver::start(2).await;
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start_addressed(&database, |addr| config(addr, &webhook, true)).await;
+        let alice = server.eliciting_client("alice").await;
+        let reply = pay(&alice, "12.40").await;
+        asked(&reply);
+        let posts = eventually("the third attempt succeeds", async || {
+            let posts = receiver.posts();
+            (posts.len() >= 3).then_some(posts)
+        })
+        .await;
+        assert_eq!(posts.len(), 3, "two failures, then one delivery");
+        assert!(
+            posts.iter().all(|(_, body)| body == &posts[0].1),
+            "the same announcement each time"
+        );
+        let body: Value = serde_json::from_str(&posts[0].1).expect("JSON");
+        assert_eq!(body["arguments"]["amount"], "12.40");
+        server.stop().await;
+    }
+);
