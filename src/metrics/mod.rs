@@ -113,7 +113,7 @@ impl Metrics {
             ),
             elicitations: r.add(
                 "elicitations",
-                "Elicitations by kind (connection, form) and outcome (created, completed, declined, expired, failed)",
+                "Elicitations by kind (connection, form, approval) and outcome (created, completed, declined, expired, failed)",
                 Family::default(),
             ),
             completion: r.seconds(
