@@ -15,7 +15,8 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use common::{
-    Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, elicitations, eventually, url_of,
+    Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, answer, call_response, elicitation_request,
+    elicitations, eventually, url_of,
 };
 use gatehouse::gate::webhook_signature as signature;
 use serde_json::{Value, json};
@@ -304,6 +305,47 @@ backend_test!(
         );
         let body: Value = serde_json::from_str(&posts[0].1).expect("JSON");
         assert_eq!(body["arguments"]["amount"], "12.40");
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    /// With `elicit = "request"` the call asks within itself and waits: an approval lets it run,
+    /// a denial ends it with the reason.
+    async fn a_call_waiting_within_itself_runs_once_approved_and_ends_when_denied(backend: Backend) {
+        let (_receiver, webhook) = Receiver::start(0).await;
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start_addressed(&database, |addr| {
+            config(addr, &webhook, false).replacen(
+                "requires = [\"approval:payments\"]\n",
+                "requires = [\"approval:payments\"]\nelicit = \"request\"\nelicit_timeout = \"30s\"\n",
+                1,
+            )
+        })
+        .await;
+        let alice = server.eliciting_client("alice").await;
+        let bob = browser("bob", "finance");
+        for (action, reason) in [("approve", ""), ("deny", "not today")] {
+            let arguments = json!({"amount": "5", "payee": "ACME"});
+            let mut call = alice
+                .request_stream("tools/call", json!({"name": "pay", "arguments": arguments}))
+                .await;
+            let (request, _) = elicitation_request(&mut call).await;
+            let url = request["params"]["url"].as_str().expect("url").to_owned();
+            assert!(url.contains("/approvals/"), "{request}");
+            answer(&alice, &request, "accept").await;
+            let decided = decide(&bob, &server.base(), &url, action, reason).await;
+            assert_eq!(decided.status, StatusCode::OK, "{}", decided.body);
+            let (response, _) = call_response(&mut call).await;
+            let result = &response["result"];
+            match action {
+                "approve" => assert_eq!(result["isError"], json!(false), "{response}"),
+                _ => {
+                    assert_eq!(result["isError"], json!(true), "{response}");
+                    assert!(common::text(result).contains("not today"), "{response}");
+                }
+            }
+        }
         server.stop().await;
     }
 );

@@ -280,7 +280,11 @@ backend_test!(
         let not_permitted = entry(&trail, AuditAction::CallRefused, "eng_only");
         assert_eq!(not_permitted.detail, json!({"reason": "not permitted"}));
         // `admin` is tests/admin.rs's, `approval.decided` tests/approvals.rs's.
-        let elsewhere = [AuditAction::Admin, AuditAction::ElicitationFailed, AuditAction::ApprovalDecided];
+        let elsewhere = [
+            AuditAction::Admin,
+            AuditAction::ElicitationFailed,
+            AuditAction::ApprovalDecided,
+        ];
         for action in AuditAction::ALL {
             if !elsewhere.contains(&action) {
                 assert!(

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Backend, Browser, McpClient, SseStream, TestDatabase, TestServer, WAIT, confirm_payment, pay_arguments, pay_tool,
-    text,
+    Backend, Browser, TestDatabase, TestServer, WAIT, answer, call_response, confirm_payment, elicitation_request,
+    pay_arguments, pay_tool, text,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -50,47 +50,6 @@ fn pay(progress: Option<&str>) -> Value {
         params["_meta"] = json!({"progressToken": token});
     }
     params
-}
-
-/// Reads the call's stream up to its `elicitation/create`, returning it and what came before.
-async fn elicitation_request(stream: &mut SseStream) -> (Value, Vec<Value>) {
-    let mut before = Vec::new();
-    loop {
-        let (_, message) = stream
-            .next_message(WAIT)
-            .await
-            .expect("elicitation/create on the call's stream");
-        if message["method"] == "elicitation/create" {
-            return (message, before);
-        }
-        before.push(message);
-    }
-}
-
-/// Reads the call's stream to its response, returning it and the notifications before it.
-async fn call_response(stream: &mut SseStream) -> (Value, Vec<Value>) {
-    let mut before = Vec::new();
-    loop {
-        let (_, message) = stream.next_message(WAIT).await.expect("the call's response");
-        if message.get("result").is_some() || message.get("error").is_some() {
-            assert!(
-                stream.next_event(Duration::from_millis(500)).await.is_none(),
-                "the stream ends after the response"
-            );
-            return (message, before);
-        }
-        before.push(message);
-    }
-}
-
-async fn answer(client: &McpClient, request: &Value, action: &str) {
-    let reply = client
-        .post_raw(
-            &json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": action}}),
-            &[],
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
 }
 
 /// The elicitation's page, opened on `server`.

@@ -408,3 +408,44 @@ pub fn elicitations(reply: &Reply) -> Vec<Value> {
     }
     elicitations
 }
+
+/// Reads the call's stream up to its `elicitation/create`, returning it and what came before.
+pub async fn elicitation_request(stream: &mut SseStream) -> (Value, Vec<Value>) {
+    let mut before = Vec::new();
+    loop {
+        let (_, message) = stream
+            .next_message(WAIT)
+            .await
+            .expect("elicitation/create on the call's stream");
+        if message["method"] == "elicitation/create" {
+            return (message, before);
+        }
+        before.push(message);
+    }
+}
+
+/// Reads the call's stream to its response, returning it and the notifications before it.
+pub async fn call_response(stream: &mut SseStream) -> (Value, Vec<Value>) {
+    let mut before = Vec::new();
+    loop {
+        let (_, message) = stream.next_message(WAIT).await.expect("the call's response");
+        if message.get("result").is_some() || message.get("error").is_some() {
+            assert!(
+                stream.next_event(Duration::from_millis(500)).await.is_none(),
+                "the stream ends after the response"
+            );
+            return (message, before);
+        }
+        before.push(message);
+    }
+}
+
+pub async fn answer(client: &McpClient, request: &Value, action: &str) {
+    let reply = client
+        .post_raw(
+            &json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": action}}),
+            &[],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+}

@@ -39,7 +39,10 @@ pub mod web;
 pub use local::{free_port, repo, unix_seconds};
 // Every test binary uses some of these, none uses all.
 #[allow(unused_imports)]
-pub use mcp::{McpClient, Reply, SseStream, elicitations, next_notes, note, publish, text, url_of};
+pub use mcp::{
+    McpClient, Reply, SseStream, answer, call_response, elicitation_request, elicitations, next_notes, note, publish,
+    text, url_of,
+};
 #[allow(unused_imports)]
 pub use web::{Browser, Page, confirm_payment, description, unescape};
 
