@@ -219,3 +219,31 @@ fn the_otlp_endpoint_comes_from_the_environment_too() {
     let error = load("", &[("GATEHOUSE_TELEMETRY__OTLP_ENDPOINT", "127.0.0.1:4317")]).unwrap_err();
     assert_eq!(key_of(error), "telemetry.otlp_endpoint");
 }
+
+#[test]
+fn approvals_are_checked_and_every_requirement_names_one() {
+    const APPROVAL: &str =
+        "[[approvals]]\nid = \"payments\"\ntitle = \"Payment approval\"\napprovers = { groups = [\"finance\"] }\n";
+    const TOOL: &str =
+        "[[tools]]\nname = \"pay\"\nrequires = [\"approval:payments\"]\nhttp = { url = \"https://pay.example.com\" }\n";
+    let config = load(&format!("{APPROVAL}{TOOL}"), &[]).expect("config");
+    assert_eq!(config.approvals[0].quorum, 1);
+    assert_eq!(config.approvals[0].ttl, Duration::from_secs(3600));
+    let refused = [
+        (format!("{APPROVAL}quorum = 0\n"), "approvals[0].quorum"),
+        (format!("{APPROVAL}ttl = \"8d\"\n"), "approvals[0].ttl"),
+        (format!("{APPROVAL}notify = {{ webhook = \"ftp://x\" }}\n"), "approvals[0].notify.webhook"),
+        (format!("{APPROVAL}notify = {{ secret = \"s\" }}\n"), "approvals[0].notify"),
+        (APPROVAL.replace("approvers = { groups = [\"finance\"] }", "approvers = {}"), "approvals[0].approvers"),
+        (APPROVAL.replace("Payment approval", " "), "approvals[0].title"),
+        (format!("{APPROVAL}{APPROVAL}"), "approvals[1].id"),
+        (TOOL.to_owned(), "tools[0].requires[0]"),
+        (
+            "[[upstreams]]\nid = \"u\"\nurl = \"https://u.example.com/mcp\"\n[[upstreams.overrides]]\ntool = \"t\"\nrequires = [\"approval:nope\"]\n".to_owned(),
+            "upstreams[0].overrides[0].requires[0]",
+        ),
+    ];
+    for (file, key) in refused {
+        assert_eq!(key_of(load(&file, &[]).expect_err(key)), key, "{file}");
+    }
+}
