@@ -178,7 +178,7 @@ impl<'a> Discovery<'a> {
                 "its resource metadata ({document_url}) names no authorization server"
             ));
         };
-        let server = self.server_metadata(issuer, reach).await?;
+        let server = self.server_metadata(issuer, reach, true).await?;
         let challenged: Vec<String> = challenge
             .scope
             .as_deref()
@@ -249,9 +249,10 @@ impl<'a> Discovery<'a> {
     }
 
     /// The metadata of the authorization server `issuer` named by the operator (the identity
-    /// provider), held to the same checks.
+    /// provider), held to the same checks but one: an identity provider that does not list its
+    /// PKCE methods (Microsoft Entra ID's metadata does not) is taken at its word elsewhere.
     pub async fn authorization_server(&self, issuer: &str) -> Result<ServerMetadata, String> {
-        self.server_metadata(issuer, self.reach).await
+        self.server_metadata(issuer, self.reach, false).await
     }
 
     /// The Protected Resource Metadata at `url`, or None when it answered 404.
@@ -264,8 +265,9 @@ impl<'a> Discovery<'a> {
             .map_err(|e| format!("{url} is not protected resource metadata: {e}"))
     }
 
-    /// The authorization server `issuer`'s metadata, from the first well-known URI that has it.
-    async fn server_metadata(&self, issuer: &str, reach: Reach) -> Result<ServerMetadata, String> {
+    /// The authorization server `issuer`'s metadata, from the first well-known URI that has it;
+    /// with `pkce_listed`, it must list S256 (the MCP specification's rule for its servers).
+    async fn server_metadata(&self, issuer: &str, reach: Reach, pkce_listed: bool) -> Result<ServerMetadata, String> {
         let issuer_url =
             Url::parse(issuer).map_err(|e| format!("its authorization server {issuer:?} is not a URL: {e}"))?;
         let mut reasons = Vec::new();
@@ -283,7 +285,7 @@ impl<'a> Discovery<'a> {
             };
             let metadata: ServerMetadata = serde_json::from_slice(&body)
                 .map_err(|e| format!("{url} is not authorization server metadata: {e}"))?;
-            self.check_server(&metadata, issuer, reach).await?;
+            self.check_server(&metadata, issuer, reach, pkce_listed).await?;
             return Ok(metadata);
         }
         Err(format!(
@@ -294,14 +296,21 @@ impl<'a> Discovery<'a> {
 
     /// RFC 8414 3.3: the document names the issuer it was asked for; the MCP specification: it
     /// offers PKCE S256; and every endpoint is within reach.
-    async fn check_server(&self, metadata: &ServerMetadata, issuer: &str, reach: Reach) -> Result<(), String> {
+    async fn check_server(
+        &self,
+        metadata: &ServerMetadata,
+        issuer: &str,
+        reach: Reach,
+        pkce_listed: bool,
+    ) -> Result<(), String> {
         if metadata.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
             return Err(format!(
                 "the authorization server's metadata names the issuer {:?}, not {issuer:?} as the resource metadata says",
                 metadata.issuer
             ));
         }
-        if !metadata.code_challenge_methods_supported.iter().any(|m| m == "S256") {
+        let listed = &metadata.code_challenge_methods_supported;
+        if !listed.iter().any(|m| m == "S256") && (pkce_listed || !listed.is_empty()) {
             return Err(format!(
                 "the authorization server {issuer} does not offer PKCE with S256 (code_challenge_methods_supported)"
             ));
