@@ -30,7 +30,7 @@ pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
 pub use identity::{AllowConfig, IdentityConfig, IdentityMode, is_scope_token};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
 pub use sections::{
-    DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig, SecretsConfig,
+    AdminConfig, DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig, SecretsConfig,
     ServerConfig, TelemetryConfig, WithoutUrlMode,
 };
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
@@ -72,6 +72,8 @@ pub struct Config {
     pub forms: Vec<FormConfig>,
     pub tools: Vec<ToolConfig>,
     pub upstreams: Vec<UpstreamConfig>,
+    /// Who may open the operator pages (`/admin`).
+    pub admin: AdminConfig,
     /// Whether the demo set was added (`crate::demo`): never read from a file, set at start.
     #[serde(skip)]
     pub demo: bool,

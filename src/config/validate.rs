@@ -83,6 +83,7 @@ impl Config {
         for (i, upstream) in self.upstreams.iter().enumerate() {
             check_allow(&format!("upstreams[{i}].allow"), upstream.allow.as_ref())?;
         }
+        check_allow("admin.allow", self.admin.allow.as_ref())?;
         if self.mcp.page_size == 0 {
             return Err(ConfigError::key("mcp.page_size", "must be at least 1"));
         }

@@ -31,8 +31,8 @@ use serde_json::Value;
 
 use crate::domain::{ElicitationId, LogLevel, SessionId};
 
-pub use admin::AdminStore;
-pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditStore};
+pub use admin::{AdminStore, ConnectionOrder, Window};
+pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditSearch, AuditStore};
 pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use catalogues::{CatalogueRecord, CatalogueStore};

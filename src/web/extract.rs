@@ -5,6 +5,7 @@
 //! `AllowedPostOrigin`, see `web::router`).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Form;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
@@ -22,7 +23,7 @@ use super::state::PagesState;
 use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal};
 use crate::edge::{self, Peer, client_address};
-use crate::identity::Identity;
+use crate::identity::{Claims, Identity};
 use crate::routes;
 use crate::store::{ElicitationRecord, ElicitationStatus};
 
@@ -31,6 +32,8 @@ pub struct Browser {
     pub principal: Principal,
     /// In `oauth` mode, who the browser signed in as, in words (name and principal).
     pub signed_in_as: Option<String>,
+    /// What `allow` rules read: the proxy's headers (`header` mode) or the sign-in's claims.
+    pub claims: Arc<Claims>,
     /// Where the request came from (the client's address after trusted proxies).
     pub from: Origin,
 }
@@ -46,28 +49,29 @@ impl Browser {
     ) -> Result<Self, PageError> {
         identify(state, method, uri, headers, peer)
             .await
-            .map(|(principal, signed_in_as)| Browser {
+            .map(|(principal, signed_in_as, claims)| Browser {
                 principal,
                 signed_in_as,
+                claims,
                 from: Origin::at(client_address(state, headers, peer)),
             })
     }
 }
 
-/// The browser's principal and, in `oauth` mode, who it signed in as in words. There a browser
-/// without a session is sent to sign in and come back (a page), or told to (a post).
+/// The browser's principal, in `oauth` mode who it signed in as in words, and its claims. There a
+/// browser without a session is sent to sign in and come back (a page), or told to (a post).
 async fn identify(
     state: &PagesState,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     peer: SocketAddr,
-) -> Result<(Principal, Option<String>), PageError> {
+) -> Result<(Principal, Option<String>, Arc<Claims>), PageError> {
     if let Identity::OAuth(_) = &*state.identity {
         return match browser_sessions::find(state, headers).await? {
             Some(session) => {
                 let signed_in_as = session.signed_in_as();
-                Ok((session.principal, Some(signed_in_as)))
+                Ok((session.principal, Some(signed_in_as), Arc::new(session.claims)))
             }
             None => {
                 let page = uri.path_and_query().map_or("/", |p| p.as_str());
@@ -81,7 +85,7 @@ async fn identify(
     let caller = edge::caller(state, headers, peer)
         .await
         .map_err(|error| PageError::unidentified(&error, peer))?;
-    Ok((caller.principal, None))
+    Ok((caller.principal, None, caller.claims))
 }
 
 impl FromRequestParts<PagesState> for Browser {
@@ -106,7 +110,7 @@ impl FromRequestParts<PagesState> for OwnedElicitation {
 
     async fn from_request_parts(parts: &mut Parts, state: &PagesState) -> Result<Self, Self::Rejection> {
         let Peer(peer) = Peer::from_request_parts(parts, state).await?;
-        let (principal, signed_in_as) = identify(state, &parts.method, &parts.uri, &parts.headers, peer).await?;
+        let (principal, signed_in_as, _) = identify(state, &parts.method, &parts.uri, &parts.headers, peer).await?;
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|_| PageError::UnknownLink)?;
