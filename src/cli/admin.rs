@@ -22,7 +22,9 @@ use crate::gate::{self, Actor, Connections, Disconnected, Elicitations, Expiry, 
 use crate::metrics::Metrics;
 use crate::public_url::PublicUrl;
 use crate::state::{Core, Parsed};
-use crate::store::{ConnectionOrder, ConnectionRecord, ConnectionStatus, ElicitationRecord, SessionRecord, Store, Window};
+use crate::store::{
+    ConnectionOrder, ConnectionRecord, ConnectionStatus, ElicitationRecord, SessionRecord, Store, Window,
+};
 
 #[derive(Subcommand)]
 pub(super) enum AdminCommand {
@@ -226,8 +228,14 @@ impl Admin {
 
     async fn list_connections(&self, principal: Option<String>, list: &ListOptions) -> anyhow::Result<()> {
         let principal = principal.as_deref().map(principal_arg).transpose()?;
-        let connections = self.store
-            .list_connections(principal.as_ref(), ConnectionOrder::Principal, Window::first(limit(list))).await?;
+        let connections = self
+            .store
+            .list_connections(
+                principal.as_ref(),
+                ConnectionOrder::Principal,
+                Window::first(limit(list)),
+            )
+            .await?;
         if let Some(principal) = &principal
             && connections.is_empty()
         {
@@ -254,7 +262,10 @@ impl Admin {
     }
 
     async fn list_elicitations(&self, pending: bool, list: &ListOptions) -> anyhow::Result<()> {
-        let elicitations = self.store.list_elicitations(pending, Window::first(limit(list))).await?;
+        let elicitations = self
+            .store
+            .list_elicitations(pending, Window::first(limit(list)))
+            .await?;
         print_list(list, &ELICITATION_HEADINGS, elicitations.iter().map(elicitation_json));
         Ok(())
     }

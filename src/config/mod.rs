@@ -30,8 +30,8 @@ pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
 pub use identity::{AllowConfig, IdentityConfig, IdentityMode, is_scope_token};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
 pub use sections::{
-    AdminConfig, DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig, SecretsConfig,
-    ServerConfig, TelemetryConfig, WithoutUrlMode,
+    AdminConfig, DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig,
+    SecretsConfig, ServerConfig, TelemetryConfig, WithoutUrlMode,
 };
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
 pub use upstreams::{UpstreamAuth, UpstreamConfig, UpstreamOverride};

@@ -66,7 +66,12 @@ pub struct Operator<'a> {
 
 impl Operator<'_> {
     /// Removes `principal`'s connection to `provider` and revokes it at the provider.
-    pub async fn revoke(&self, actor: &Actor, principal: &Principal, provider: &str) -> Result<Disconnected, GateError> {
+    pub async fn revoke(
+        &self,
+        actor: &Actor,
+        principal: &Principal,
+        provider: &str,
+    ) -> Result<Disconnected, GateError> {
         let disconnected = self.connections.disconnect(principal, provider, &actor.from).await?;
         let revocation = match disconnected {
             Disconnected::NothingConnected => return Ok(disconnected),
@@ -110,7 +115,12 @@ impl Operator<'_> {
     }
 
     /// Deletes `principal`'s saved values of `form`; the next call needing them asks again.
-    pub async fn delete_form(&self, actor: &Actor, principal: &Principal, form: &str) -> Result<FormDeletion, GateError> {
+    pub async fn delete_form(
+        &self,
+        actor: &Actor,
+        principal: &Principal,
+        form: &str,
+    ) -> Result<FormDeletion, GateError> {
         if self.form_values.forms().get(form).is_none() {
             return Ok(FormDeletion::UnknownForm);
         }

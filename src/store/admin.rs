@@ -67,10 +67,15 @@ pub trait AdminStore: Send + Sync {
     ) -> Result<Vec<ConnectionRecord>, StoreError>;
 
     /// Elicitations, only the pending ones or all, newest first.
-    async fn list_elicitations(&self, pending_only: bool, window: Window) -> Result<Vec<ElicitationRecord>, StoreError>;
+    async fn list_elicitations(&self, pending_only: bool, window: Window)
+    -> Result<Vec<ElicitationRecord>, StoreError>;
 
     /// Live sessions, of one principal or all, newest first.
-    async fn list_sessions(&self, principal: Option<&Principal>, window: Window) -> Result<Vec<SessionRecord>, StoreError>;
+    async fn list_sessions(
+        &self,
+        principal: Option<&Principal>,
+        window: Window,
+    ) -> Result<Vec<SessionRecord>, StoreError>;
 
     /// The ids of the sessions whose id starts with `prefix`; at most `limit`.
     async fn sessions_with_prefix(&self, prefix: &SessionPrefix, limit: usize) -> Result<Vec<SessionId>, StoreError>;

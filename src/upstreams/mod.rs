@@ -505,7 +505,8 @@ impl Core {
             Ok(offers) => shareable_offers(&session, offers),
             Err(error) => {
                 tracing::warn!(upstream = %id, %error, "could not list the upstream's resources and prompts");
-                self.faults.record(id, format_args!("listing its resources and prompts: {error}"));
+                self.faults
+                    .record(id, format_args!("listing its resources and prompts: {error}"));
                 self.metrics.upstream_listing(id, ListingOutcome::Failed);
                 return;
             }
