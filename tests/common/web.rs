@@ -9,6 +9,8 @@ pub struct Browser {
     http: reqwest::Client,
     cookies: std::sync::Mutex<Vec<(String, String)>>,
     identity: Option<(String, String)>,
+    /// More headers a proxy would add (the user's groups).
+    extra: Vec<(String, String)>,
 }
 
 pub struct Page {
@@ -42,6 +44,7 @@ impl Browser {
                 .expect("client"),
             cookies: std::sync::Mutex::new(Vec::new()),
             identity: None,
+            extra: Vec::new(),
         }
     }
 
@@ -51,6 +54,12 @@ impl Browser {
             identity: Some((header.to_owned(), value.to_owned())),
             ..Self::new()
         }
+    }
+
+    /// The browser with one more header on every request (as a proxy adds `X-Forwarded-Groups`).
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.extra.push((name.to_owned(), value.to_owned()));
+        self
     }
 
     pub fn cookie_header(&self) -> String {
@@ -65,6 +74,9 @@ impl Browser {
     async fn send(&self, request: reqwest::RequestBuilder) -> Page {
         let mut request = request.header("cookie", self.cookie_header());
         if let Some((name, value)) = &self.identity {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        for (name, value) in &self.extra {
             request = request.header(name.as_str(), value.as_str());
         }
         let response = request.send().await.expect("browser request");
