@@ -4,10 +4,12 @@
 //! nothing; bob revokes alice's connection (the fake provider records the revocation, the tool
 //! asks again), expires her pending request (her client is told), and filters and pages through
 //! the audit trail, where each change is an `admin` entry naming him. Headless Chromium does the
-//! same through the pages in `tests/admin_browser.rs`.
+//! same by clicking through the pages; with `GATEHOUSE_UPDATE_SCREENSHOTS=1` its screenshots
+//! become the README's (docs/screenshots/admin-*.png).
 
 mod common;
 
+use common::browser::{artifact_dir, browser_available, walk};
 use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::{Backend, Browser, McpClient, TestDatabase, TestServer, elicitations, url_of};
 use gatehouse::store::{AuditAction, AuditSearch};
@@ -338,6 +340,87 @@ backend_test!(
         let second = s.bob.get(&format!("{}{next}", s.server.base())).await;
         assert_eq!(count(&second.body, "<code>call.refused</code>"), total - 50);
         assert!(!second.body.contains("page=3"), "no third page");
+        s.server.stop().await;
+    }
+);
+
+/// The screenshots the README shows, copied from a Chromium run's artifacts with
+/// `GATEHOUSE_UPDATE_SCREENSHOTS=1`.
+const SCREENSHOTS: [&str; 5] = [
+    "admin-users.png",
+    "admin-revoked.png",
+    "admin-elicitations.png",
+    "admin-audit.png",
+    "admin-health.png",
+];
+
+backend_test!(
+    /// bob, in headless Chromium, revokes alice's connection, expires her pending request and
+    /// filters the audit trail, by clicking and typing on the pages.
+    async fn an_operator_works_the_pages_in_chromium(backend: Backend) {
+        if !browser_available() {
+            return;
+        }
+        let s = setup(backend).await;
+        s.connect_alice().await;
+        let reply = s
+            .client
+            .request("tools/call", json!({"name": "me_write", "arguments": {}}))
+            .await;
+        let pending = id_of(&url_of(&elicitations(&reply)[0]));
+        let mut stream = s.client.open_stream(None).await;
+        stream.next_completion().await;
+
+        let base = s.server.base();
+        let screenshots = artifact_dir(&format!("admin-pages-{backend:?}").to_lowercase());
+        let plan = json!({
+            "screenshots": screenshots,
+            "headers": {"X-Forwarded-User": "bob", "X-Forwarded-Groups": "eng, ops"},
+            "steps": [
+                {"goto": format!("{base}/admin/users"), "expect_status": 200, "expect_heading": "Users",
+                 "expect_text": ["alice", "fake", "read", "active", "Operator: bob"], "screenshot": "admin-users.png"},
+                {"click": "button[value=revoke]", "expect_status": 200,
+                 "expect_text": ["Removed alice's connection to fake and revoked it there."],
+                 "screenshot": "admin-revoked.png"},
+                {"goto": format!("{base}/admin/elicitations"), "expect_heading": "Pending requests",
+                 "expect_text": [pending, "fake:read write"], "screenshot": "admin-elicitations.png"},
+                {"click": "button[value=expire]", "expect_status": 200,
+                 "expect_text": ["its client was told", "No request is waiting for a user."]},
+                {"goto": format!("{base}/admin/audit")},
+                {"fill": {"#principal": "alice"}, "select": {"#action": "admin"},
+                 "click": "form[method=get] button[type=submit]",
+                 "expect_url_prefix": format!("{base}/admin/audit?principal=alice&action=admin"),
+                 "expect_text": ["connections revoke", "elicitations expire", "\"operator\":\"bob\""],
+                 "absent_text": ["me_write"],
+                 "screenshot": "admin-audit.png"},
+                {"goto": format!("{base}/admin/health"), "expect_heading": "Keys and checks",
+                 "expect_text": ["secrets.keys[0] (encrypts)", "migrations"], "screenshot": "admin-health.png"},
+            ],
+        });
+        let outcome = tokio::task::spawn_blocking(move || walk(&plan)).await.expect("walk");
+        if let Err(error) = outcome {
+            panic!("{error}");
+        }
+        assert_eq!(s.fake.stats().revocations, 1, "the provider saw the revocation");
+        assert_eq!(stream.next_completion().await, pending, "alice's client was told");
+        let admin = s
+            .trail(AuditSearch {
+                action: Some(AuditAction::Admin),
+                limit: 10,
+                ..AuditSearch::default()
+            })
+            .await;
+        assert_eq!(admin.len(), 2);
+        assert!(admin.iter().all(|r| r.entry.detail["operator"] == "bob"));
+        // The README's pictures change only when asked for, so a test run leaves the tree as it was.
+        if std::env::var("GATEHOUSE_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+            let docs = common::repo().join("docs/screenshots");
+            std::fs::create_dir_all(&docs).expect("docs/screenshots");
+            for name in SCREENSHOTS {
+                std::fs::copy(screenshots.join(name), docs.join(name)).expect("copy a screenshot");
+            }
+        }
+        drop(stream);
         s.server.stop().await;
     }
 );
