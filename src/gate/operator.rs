@@ -43,7 +43,7 @@ pub enum Expiry {
     NotPending(ElicitationStatus),
     /// It ended between the look and the change.
     EndedMeanwhile,
-    Expired(ElicitationRecord),
+    Expired(Box<ElicitationRecord>),
 }
 
 /// What a deletion of saved form values found.
@@ -111,7 +111,7 @@ impl Operator<'_> {
             &id.to_string(),
             json!({ "requirement": elicitation.requirement }),
         );
-        Ok(Expiry::Expired(elicitation))
+        Ok(Expiry::Expired(Box::new(elicitation)))
     }
 
     /// Deletes `principal`'s saved values of `form`; the next call needing them asks again.
