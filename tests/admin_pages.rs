@@ -27,6 +27,26 @@ trusted_proxies = ["127.0.0.1/32"]
 allow = { groups = ["ops"] }
 "#;
 
+/// A user-scoped form with a secret, and a tool that needs it (`http://FAKE` is the fake provider).
+const FORM: &str = r#"
+[[forms]]
+id = "tracker"
+title = "Tracker token"
+[[forms.fields]]
+name = "token"
+label = "Token"
+type = "secret"
+required = true
+
+[[tools]]
+name = "tracker_me"
+description = "Needs the tracker token"
+requires = ["form:tracker"]
+http = { url = "http://FAKE/api/me" }
+"#;
+
+const TRACKER_TOKEN: &str = "tracker-secret-0123456789";
+
 const VIEWS: [&str; 6] = [
     "/admin",
     "/admin/users",
@@ -51,7 +71,7 @@ struct Setup {
 async fn setup(backend: Backend) -> Setup {
     let fake = FakeProvider::start(FakeOptions::default()).await;
     let database = TestDatabase::new(backend).await;
-    let hub = fake.configure(include_str!("fixtures/fake_hub.toml"));
+    let hub = fake.configure(&format!("{}\n{FORM}", include_str!("fixtures/fake_hub.toml")));
     let server = TestServer::start(&database, &format!("{IDENTITY}\n{hub}")).await;
     let mut client = server.client().with_user("x-forwarded-user", "alice");
     client.initialize().await;
@@ -340,6 +360,124 @@ backend_test!(
         let second = s.bob.get(&format!("{}{next}", s.server.base())).await;
         assert_eq!(count(&second.body, "<code>call.refused</code>"), total - 50);
         assert!(!second.body.contains("page=3"), "no third page");
+        s.server.stop().await;
+    }
+);
+
+backend_test!(
+    /// bob sees alice's saved answers by field name only and deletes them (the tool asks again),
+    /// and ends her session (her client gets 404).
+    async fn an_operator_deletes_saved_answers_and_ends_a_session(backend: Backend) {
+        let s = setup(backend).await;
+        s.server
+            .fill_in_token(&s.client, "alice", "tracker_me", TRACKER_TOKEN)
+            .await;
+        let origin = s.server.base();
+        let page = s.bob.get(&s.at("/admin/users?principal=alice")).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(
+            page.body.contains("Tracker token") && page.body.contains("<code>token</code>"),
+            "{}",
+            page.body
+        );
+        assert!(!page.body.contains(TRACKER_TOKEN), "a value is never shown");
+        let session = s.client.session.clone().expect("a session");
+        let shown = &session[..8];
+        assert!(page.body.contains(&format!("<code>{shown}</code>")), "{}", page.body);
+        assert!(!page.body.contains(&session), "never the whole session id");
+
+        let deleted = s
+            .bob
+            .post_form(
+                &s.at("/admin/users"),
+                &origin,
+                &[
+                    ("csrf", page.csrf().as_str()),
+                    ("action", "delete-form"),
+                    ("principal", "alice"),
+                    ("form", "tracker"),
+                ],
+            )
+            .await;
+        assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+        assert!(
+            common::unescape(&deleted.body).contains("Deleted alice's answers to tracker."),
+            "{}",
+            deleted.body
+        );
+        let reply = s
+            .client
+            .request("tools/call", json!({"name": "tracker_me", "arguments": {}}))
+            .await;
+        assert_eq!(elicitations(&reply).len(), 1, "asked again");
+
+        let ended = s
+            .bob
+            .post_form(
+                &s.at("/admin/users"),
+                &origin,
+                &[
+                    ("csrf", deleted.csrf().as_str()),
+                    ("action", "end-session"),
+                    ("principal", "alice"),
+                    ("session", shown),
+                ],
+            )
+            .await;
+        assert_eq!(ended.status, StatusCode::OK, "{}", ended.body);
+        assert!(
+            common::unescape(&ended.body).contains(&format!("Ended alice's session {shown}.")),
+            "{}",
+            ended.body
+        );
+        assert!(ended.body.contains("No live sessions."), "{}", ended.body);
+        common::eventually("the session is gone", async || {
+            (s.client.request("tools/list", json!({})).await.status == StatusCode::NOT_FOUND).then_some(())
+        })
+        .await;
+        // Another principal's session is not ended by naming its start under alice.
+        let mut carol = s.server.client().with_user("x-forwarded-user", "carol");
+        carol.initialize().await;
+        let carols = carol.session.clone().expect("carol's session");
+        let page = s.bob.get(&s.at("/admin/users?principal=carol")).await;
+        let refused = s
+            .bob
+            .post_form(
+                &s.at("/admin/users"),
+                &origin,
+                &[
+                    ("csrf", page.csrf().as_str()),
+                    ("action", "end-session"),
+                    ("principal", "alice"),
+                    ("session", &carols[..8]),
+                ],
+            )
+            .await;
+        assert!(refused.body.contains("alice has no session"), "{}", refused.body);
+        assert_eq!(carol.request("tools/list", json!({})).await.status, StatusCode::OK);
+
+        let admin = s
+            .trail(AuditSearch {
+                action: Some(AuditAction::Admin),
+                limit: 10,
+                ..AuditSearch::default()
+            })
+            .await;
+        let mut commands: Vec<(String, String)> = admin
+            .iter()
+            .map(|r| {
+                let command = r.entry.detail["command"].as_str().expect("command").to_owned();
+                (command, r.entry.subject.clone())
+            })
+            .collect();
+        commands.sort();
+        assert_eq!(
+            commands,
+            [
+                ("forms delete".to_owned(), "tracker".to_owned()),
+                ("sessions end".to_owned(), shown.to_owned()),
+            ]
+        );
         s.server.stop().await;
     }
 );
