@@ -482,6 +482,40 @@ backend_test!(
     }
 );
 
+backend_test!(
+    /// An upstream that cannot be reached: the upstreams view shows its tools (the allow-list's
+    /// stand-ins), that it was never listed, and the last error met calling it.
+    async fn the_upstreams_view_shows_the_last_error(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let down = format!("http://127.0.0.1:{}/mcp", common::free_port());
+        let toml =
+            format!("{IDENTITY}\n[[upstreams]]\nid = \"down\"\nurl = \"{down}\"\ntools = [\"t\"]\ntimeout = \"1s\"\n");
+        let server = TestServer::start(&database, &toml).await;
+        let bob = Browser::as_user("x-forwarded-user", "bob").with_header("x-forwarded-groups", "ops");
+        let url = format!("{}/admin/upstreams", server.base());
+        let page = bob.get(&url).await;
+        assert!(
+            page.body.contains("<td>down</td>") && page.body.contains("not listed yet"),
+            "{}",
+            page.body
+        );
+        let mut client = server.client().with_user("x-forwarded-user", "alice");
+        client.initialize().await;
+        let reply = client
+            .request("tools/call", json!({"name": "down_t", "arguments": {}}))
+            .await;
+        assert_eq!(reply.body["result"]["isError"], true, "{}", reply.body);
+        let page = bob.get(&url).await;
+        assert!(
+            page.body.contains("opening a session") || page.body.contains("listing its tools"),
+            "{}",
+            page.body
+        );
+        assert!(page.body.contains("<td>http</td>"), "{}", page.body);
+        server.stop().await;
+    }
+);
+
 /// The screenshots the README shows, copied from a Chromium run's artifacts with
 /// `GATEHOUSE_UPDATE_SCREENSHOTS=1`.
 const SCREENSHOTS: [&str; 5] = [
