@@ -5,9 +5,12 @@
 //! asks again), expires her pending request (her client is told), and filters and pages through
 //! the audit trail, where each change is an `admin` entry naming him. Headless Chromium does the
 //! same by clicking through the pages; with `GATEHOUSE_UPDATE_SCREENSHOTS=1` its screenshots
-//! become the README's (docs/screenshots/admin-*.png).
+//! become the README's (docs/screenshots/admin-*.png). `oauth` does the same in `oauth` mode,
+//! where the sign-in's claims name the operators.
 
 mod common;
+#[path = "admin_pages/oauth.rs"]
+mod oauth;
 
 use common::browser::{artifact_dir, browser_available, walk};
 use common::fake_oauth::{FakeOptions, FakeProvider};
