@@ -239,7 +239,7 @@ impl PageError {
             ),
             PageError::NotAnOperator => NoticePage::new(
                 "Operators only",
-                "These pages are for the operators `[admin] allow` names. Nothing was changed.",
+                "These pages are for the operators of this server. Nothing was changed.",
                 None,
             ),
             PageError::ForeignHost => {
