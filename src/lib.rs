@@ -15,6 +15,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod demo;
+pub mod diagnosis;
 pub mod domain;
 pub mod edge;
 pub mod events;

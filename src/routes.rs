@@ -35,6 +35,14 @@ pub const STORED_FORM: &str = "/connections/forms/{form}";
 /// What the signed-in user has given gatehouse.
 pub const CONNECTIONS: &str = "/connections";
 
+/// The operator pages (`[admin] allow`): the users view, and each view's own path.
+pub const ADMIN: &str = "/admin";
+pub const ADMIN_USERS: &str = "/admin/users";
+pub const ADMIN_ELICITATIONS: &str = "/admin/elicitations";
+pub const ADMIN_UPSTREAMS: &str = "/admin/upstreams";
+pub const ADMIN_AUDIT: &str = "/admin/audit";
+pub const ADMIN_HEALTH: &str = "/admin/health";
+
 /// The pages' own sign-in (`oauth` mode), where the identity provider sends the browser back,
 /// and the sign-out.
 pub const LOGIN: &str = "/login";

@@ -1,7 +1,7 @@
 //! `gatehouse admin`: the operator lists and ends users' connections, elicitations, sessions and
-//! saved form values. Thin over the gate and the sessions, which do the work as they do for the
-//! user (revoking at the provider, waking the session's streams, telling other replicas); each
-//! change also goes on the audit trail as an `admin` entry. Lists are bounded tables for people
+//! saved form values. Thin over the gate's `Operator` (which the `/admin` pages act through too),
+//! which does the work as it is done for the user (revoking at the provider, waking the session's
+//! streams, telling other replicas) and puts each change on the audit trail as an `admin` entry. Lists are bounded tables for people
 //! or JSON lines for programs, and never show a secret: no tokens, no form values, and of a
 //! session id (a bearer credential for the session) only its first characters.
 
@@ -15,14 +15,16 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Config;
-use crate::audit::{Audit, Origin};
+use crate::audit::Audit;
 use crate::domain::{ElicitationId, Principal, SessionId, SessionPrefix};
-use crate::gate::{self, Connections, Disconnected, Elicitations, FormValues};
-use crate::mcp::sessions::Sessions;
+use crate::events::Bus;
+use crate::gate::{self, Actor, Connections, Disconnected, Elicitations, Expiry, FormDeletion, FormValues, Operator};
 use crate::metrics::Metrics;
 use crate::public_url::PublicUrl;
 use crate::state::{Core, Parsed};
-use crate::store::{ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus, SessionRecord, Store};
+use crate::store::{
+    ConnectionOrder, ConnectionRecord, ConnectionStatus, ElicitationRecord, SessionRecord, Store, Window,
+};
 
 #[derive(Subcommand)]
 pub(super) enum AdminCommand {
@@ -154,7 +156,7 @@ struct Admin {
     elicitations: Arc<Elicitations>,
     connections: Arc<Connections>,
     form_values: Arc<FormValues>,
-    sessions: Sessions,
+    bus: Arc<Bus>,
     audit: Arc<Audit>,
     writer: JoinHandle<()>,
     shutdown: CancellationToken,
@@ -181,18 +183,12 @@ impl Admin {
             CACHE_CAPACITY,
             shutdown.clone(),
         );
-        let sessions = Sessions::new(
-            core.store.clone(),
-            core.session_cache,
-            core.bus,
-            config.sessions_per_principal(),
-        );
         Ok(Self {
             store: core.store,
             elicitations: core.elicitations,
             connections: core.connections,
             form_values: core.form_values,
-            sessions,
+            bus: core.bus,
             audit: core.audit,
             writer,
             shutdown,
@@ -232,7 +228,14 @@ impl Admin {
 
     async fn list_connections(&self, principal: Option<String>, list: &ListOptions) -> anyhow::Result<()> {
         let principal = principal.as_deref().map(principal_arg).transpose()?;
-        let connections = self.store.list_connections(principal.as_ref(), limit(list)).await?;
+        let connections = self
+            .store
+            .list_connections(
+                principal.as_ref(),
+                ConnectionOrder::Principal,
+                Window::first(limit(list)),
+            )
+            .await?;
         if let Some(principal) = &principal
             && connections.is_empty()
         {
@@ -243,40 +246,26 @@ impl Admin {
     }
 
     async fn revoke(&self, principal: &Principal, provider: &str) -> anyhow::Result<()> {
-        let disconnected = self
-            .connections
-            .disconnect(principal, provider, &Origin::unknown())
-            .await?;
-        let revocation = match disconnected {
+        match self.operator().revoke(&Actor::shell(), principal, provider).await? {
             Disconnected::NothingConnected => bail!("{principal} has no connection to {provider}"),
-            Disconnected::NoRevocation => "none",
-            Disconnected::Revoked => "revoked",
-            Disconnected::RevocationFailed => "failed",
-        };
-        self.record(
-            principal,
-            "connections revoke",
-            provider,
-            json!({ "revocation": revocation }),
-        );
-        match disconnected {
             Disconnected::Revoked => println!("Removed {principal}'s connection to {provider} and revoked it there."),
             Disconnected::NoRevocation => println!(
                 "Removed {principal}'s connection to {provider}; {provider} has no revocation endpoint, so the \
                  grant lives on there until the user removes it in {provider}'s settings."
             ),
-            Disconnected::RevocationFailed | Disconnected::NothingConnected => {
-                bail!(
-                    "removed {principal}'s connection to {provider}, but {provider} did not confirm revoking it \
-                     (see the log); the user can remove the grant in {provider}'s settings"
-                );
-            }
+            Disconnected::RevocationFailed => bail!(
+                "removed {principal}'s connection to {provider}, but {provider} did not confirm revoking it \
+                 (see the log); the user can remove the grant in {provider}'s settings"
+            ),
         }
         Ok(())
     }
 
     async fn list_elicitations(&self, pending: bool, list: &ListOptions) -> anyhow::Result<()> {
-        let elicitations = self.store.list_elicitations(pending, limit(list)).await?;
+        let elicitations = self
+            .store
+            .list_elicitations(pending, Window::first(limit(list)))
+            .await?;
         print_list(list, &ELICITATION_HEADINGS, elicitations.iter().map(elicitation_json));
         Ok(())
     }
@@ -285,46 +274,27 @@ impl Admin {
         let Ok(id) = id.parse::<ElicitationId>() else {
             bail!("{id:?} is not an elicitation id (a UUID, as `admin elicitations list` shows)");
         };
-        let Some(elicitation) = self.elicitations.get(&id).await? else {
-            bail!("no elicitation {id}");
-        };
-        if elicitation.status != ElicitationStatus::Pending {
-            bail!("elicitation {id} is {} already", elicitation.status.as_str());
+        match self.operator().expire(&Actor::shell(), &id).await? {
+            Expiry::Unknown => bail!("no elicitation {id}"),
+            Expiry::NotPending(status) => bail!("elicitation {id} is {} already", status.as_str()),
+            Expiry::EndedMeanwhile => bail!("elicitation {id} ended meanwhile"),
+            Expiry::Expired(elicitation) => println!("Expired elicitation {id} of {}.", elicitation.principal),
         }
-        let expired = self
-            .elicitations
-            .finish(&elicitation, ElicitationStatus::Expired, &Origin::unknown())
-            .await?;
-        if !expired {
-            bail!("elicitation {id} ended meanwhile");
-        }
-        self.record(
-            &elicitation.principal,
-            "elicitations expire",
-            &id.to_string(),
-            json!({ "requirement": elicitation.requirement }),
-        );
-        println!("Expired elicitation {id} of {}.", elicitation.principal);
         Ok(())
     }
 
     async fn list_sessions(&self, list: &ListOptions) -> anyhow::Result<()> {
-        let sessions = self.store.list_sessions(limit(list)).await?;
+        let sessions = self.store.list_sessions(None, Window::first(limit(list))).await?;
         print_list(list, &SESSION_HEADINGS, sessions.iter().map(session_json));
         Ok(())
     }
 
     async fn end_session(&self, id: &str) -> anyhow::Result<()> {
         let id = self.session_id(id).await?;
-        let Some(session) = self.store.session(&id).await? else {
+        let Some(session) = self.operator().end_session(&Actor::shell(), &id).await? else {
             bail!("no session {}", id.prefix());
         };
-        if !self.sessions.end(&id).await? {
-            bail!("session {} ended meanwhile", id.prefix());
-        }
-        let prefix = id.prefix().to_string();
-        self.record(&session.principal, "sessions end", &prefix, json!({}));
-        println!("Ended session {prefix} of {}.", session.principal);
+        println!("Ended session {} of {}.", id.prefix(), session.principal);
         Ok(())
     }
 
@@ -345,22 +315,24 @@ impl Admin {
     }
 
     async fn delete_form(&self, principal: &Principal, form: &str) -> anyhow::Result<()> {
-        if self.form_values.forms().get(form).is_none() {
-            bail!("no form {form:?} is configured (forms[].id)");
+        match self.operator().delete_form(&Actor::shell(), principal, form).await? {
+            FormDeletion::UnknownForm => bail!("no form {form:?} is configured (forms[].id)"),
+            FormDeletion::NothingSaved => bail!("{principal} has no saved values for form {form}"),
+            FormDeletion::Deleted => println!("Deleted {principal}'s values for form {form}."),
         }
-        let deleted = self.form_values.delete(principal, form, &Origin::unknown()).await?;
-        if !deleted {
-            bail!("{principal} has no saved values for form {form}");
-        }
-        self.record(principal, "forms delete", form, json!({}));
-        println!("Deleted {principal}'s values for form {form}.");
         Ok(())
     }
 
-    /// The `admin` audit entry of a change, from no client and no address: the operator's shell.
-    fn record(&self, principal: &Principal, command: &str, subject: &str, detail: Value) {
-        self.audit
-            .admin(principal, command, subject, &Origin::unknown(), detail);
+    /// What the changes go through: the gate's rooms, as the pages' `/admin` changes do.
+    fn operator(&self) -> Operator<'_> {
+        Operator {
+            store: &*self.store,
+            bus: &self.bus,
+            elicitations: &self.elicitations,
+            connections: &self.connections,
+            form_values: &self.form_values,
+            audit: &self.audit,
+        }
     }
 }
 

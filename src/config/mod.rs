@@ -32,8 +32,8 @@ pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
 pub use identity::{AllowConfig, IdentityConfig, IdentityMode, is_scope_token};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
 pub use sections::{
-    DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig, SecretsConfig,
-    ServerConfig, TelemetryConfig, WithoutUrlMode,
+    AdminConfig, DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig,
+    SecretsConfig, ServerConfig, TelemetryConfig, WithoutUrlMode,
 };
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
 pub use upstreams::{UpstreamAuth, UpstreamConfig, UpstreamOverride};
@@ -75,6 +75,8 @@ pub struct Config {
     pub tools: Vec<ToolConfig>,
     pub upstreams: Vec<UpstreamConfig>,
     pub approvals: Vec<ApprovalConfig>,
+    /// Who may open the operator pages (`/admin`).
+    pub admin: AdminConfig,
     /// Whether the demo set was added (`crate::demo`): never read from a file, set at start.
     #[serde(skip)]
     pub demo: bool,

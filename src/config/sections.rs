@@ -277,3 +277,13 @@ impl Default for TelemetryConfig {
         }
     }
 }
+
+/// `[admin]`: who may open the operator pages under `/admin`. Without `allow`, nobody may: the
+/// pages are never open by default, in any identity mode.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// The `allow` rule shape of tools (`{ groups = [...], email = [...] }`), plus `principal`:
+    /// the principals themselves.
+    pub allow: Option<super::AllowConfig>,
+}

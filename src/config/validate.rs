@@ -84,6 +84,7 @@ impl Config {
             check_allow(&format!("upstreams[{i}].allow"), upstream.allow.as_ref())?;
         }
         super::approvals::check(self)?;
+        check_allow("admin.allow", self.admin.allow.as_ref())?;
         if self.mcp.page_size == 0 {
             return Err(ConfigError::key("mcp.page_size", "must be at least 1"));
         }

@@ -19,7 +19,7 @@ use crate::config::ApprovalConfig;
 use crate::domain::{Principal, SessionId};
 use crate::identity::Claims;
 use crate::identity::access::Allow;
-use crate::store::{AskKey, AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, VoteRecord};
+use crate::store::{AskKey, AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, VoteRecord, Window};
 use crate::text;
 
 pub use notify::{Notifier, webhook_signature};
@@ -198,7 +198,11 @@ impl Approvals {
         principal: &Principal,
         claims: &Claims,
     ) -> Result<Vec<(ElicitationRecord, Arc<Approval>)>, GateError> {
-        let pending = self.backing.store.list_elicitations(true, MAX_LISTED).await?;
+        let pending = self
+            .backing
+            .store
+            .list_elicitations(true, Window::first(MAX_LISTED))
+            .await?;
         let now = Utc::now();
         Ok(pending
             .into_iter()

@@ -15,7 +15,8 @@
 //! decide, wait for the user where the call may, run the tool with the credentials lent, decide
 //! again when the provider refuses them, and put the answer on the audit trail. `tool` is what it
 //! needs of a tool and of the protocol, which implement it. `rekey` re-seals what the rooms
-//! sealed under a new key (`gatehouse keys`). Pages and the protocol call the gate; the gate
+//! sealed under a new key (`gatehouse keys`); `operator` is what an operator does to users' access
+//! (`gatehouse admin`, the `/admin` pages). Pages and the protocol call the gate; the gate
 //! calls the store, the vault, the providers and the bus, never back.
 
 mod approvals;
@@ -23,6 +24,7 @@ mod connections;
 mod decision;
 mod elicitations;
 mod form_values;
+mod operator;
 pub mod rekey;
 mod requirement;
 mod run;
@@ -56,6 +58,7 @@ pub use connections::{
 pub use decision::{Credentials, Decision, ToolCall};
 pub use elicitations::{Ask, Elicitations, Limits, client_name};
 pub use form_values::{FormValues, StoredValues};
+pub use operator::{Actor, Expiry, FormDeletion, Operator};
 pub use requirement::{InvalidRequirement, Requirement};
 pub use run::{Called, Hold, Waiting};
 pub use tool::{AskWithinCall, NeverAsks, RunTool, ToolOutcome, ToolResult};

@@ -74,6 +74,11 @@ impl AuditAction {
         }
     }
 
+    /// The action named `text`, as [`Self::as_str`] writes it.
+    pub fn named(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|action| action.as_str() == text)
+    }
+
     pub(super) fn parse(text: &str) -> Result<Self, StoreError> {
         Self::ALL
             .into_iter()
@@ -113,6 +118,18 @@ pub struct AuditQuery {
     pub limit: usize,
 }
 
+/// A page of the trail as the operator pages filter it: newest first, `offset` entries skipped,
+/// at most `limit`. `since` is inclusive, `until` exclusive.
+#[derive(Debug, Clone, Default)]
+pub struct AuditSearch {
+    pub principal: Option<Principal>,
+    pub action: Option<AuditAction>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    pub offset: usize,
+    pub limit: usize,
+}
+
 /// The audit trail: appended to, listed, never changed.
 #[async_trait]
 pub trait AuditStore: Send + Sync {
@@ -121,6 +138,9 @@ pub trait AuditStore: Send + Sync {
 
     /// The entries matching `query`, newest first.
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError>;
+
+    /// The entries matching `search`, newest first.
+    async fn search_audit(&self, search: &AuditSearch) -> Result<Vec<AuditRecord>, StoreError>;
 }
 
 /// A stored row as the backend returns it.

@@ -32,9 +32,9 @@ use serde_json::Value;
 
 use crate::domain::{ElicitationId, LogLevel, SessionId};
 
-pub use admin::AdminStore;
+pub use admin::{AdminStore, ConnectionOrder, Window};
 pub use approvals::{ApprovalStore, VoteRecord};
-pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditStore};
+pub use audit::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditSearch, AuditStore};
 pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use catalogues::{CatalogueRecord, CatalogueStore};

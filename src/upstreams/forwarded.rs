@@ -247,6 +247,9 @@ pub fn service_failed(
         return refused(upstream, refusal);
     }
     tracing::warn!(upstream = %upstream.id, principal = ?session.principal, %error, "an upstream call failed");
+    if let Some(core) = core {
+        core.faults.record(&upstream.id, format_args!("a call failed: {error}"));
+    }
     if matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_))
         && let Some(core) = core
     {

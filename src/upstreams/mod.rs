@@ -13,6 +13,7 @@
 //! - `crossing`: what crosses from an upstream to a client or to storage, redacted and marked;
 //! - `exchanged`: the tokens of `auth = "token_exchange"` upstreams, exchanged and held per user;
 //! - `failure`: what an upstream's failure means for the call;
+//! - `status`: what the operator pages show of each upstream, and its last error here;
 //! - `traced`: the HTTP client that carries a call's trace to the upstream (`traceparent`).
 //!
 //! Catalogues are persisted (shared by replicas, kept across restarts) and refreshed when a user's
@@ -37,6 +38,7 @@ mod parked;
 mod pool;
 mod relay;
 mod request;
+mod status;
 mod tool;
 mod traced;
 mod upstream;
@@ -67,6 +69,7 @@ pub use offered::{Forwarded, List, Owner, Request};
 pub use offers::Declared;
 use parked::ParkedCalls;
 use pool::Pool;
+pub use status::{Fault, UpstreamStatus};
 pub use upstream::Upstream;
 
 /// A stored catalogue older than this is listed again when a user's session opens.
@@ -91,6 +94,8 @@ pub struct Core {
     catalogues: RwLock<HashMap<String, Arc<Catalogue>>>,
     /// When this replica last listed each upstream.
     listed_at: Mutex<HashMap<String, Instant>>,
+    /// The last error of each upstream on this replica, for the operator pages.
+    faults: status::Faults,
     refresh: mpsc::Sender<String>,
     forms: Arc<Forms>,
     /// Names of gatehouse's own tools, which upstream tools may not shadow.
@@ -248,6 +253,7 @@ impl Upstreams {
         let upstreams: Vec<Arc<Upstream>> = upstreams.into_iter().map(Arc::new).collect();
         let client = http_client()?;
         let (refresh, receiver) = mpsc::channel(REFRESH_QUEUE);
+        let faults = status::Faults::new(upstreams.iter().map(|u| u.id.clone()));
         let core = Arc::new_cyclic(|weak| {
             let catalogues = catalogue::assign(&upstreams, &own_tools, &forms, weak, |_| None);
             Core {
@@ -257,6 +263,7 @@ impl Upstreams {
                 exchanges: exchanged::Exchanges::new(identity),
                 catalogues: RwLock::new(catalogues),
                 listed_at: Mutex::new(HashMap::new()),
+                faults,
                 refresh,
                 forms,
                 own_tools,
@@ -312,6 +319,30 @@ impl Upstreams {
     /// Upstream sessions open on this replica.
     pub fn open_sessions(&self) -> usize {
         self.core.pool.open_count()
+    }
+
+    /// Each configured upstream as the operator pages show it, in configuration order: the
+    /// stored catalogues' ages, and what this replica holds open and last met.
+    pub async fn status(&self) -> Result<Vec<UpstreamStatus>, StoreError> {
+        let stored = self.core.store.catalogues().await?;
+        Ok(self
+            .core
+            .upstreams
+            .iter()
+            .map(|upstream| {
+                let sessions = self.core.pool.open_of(&upstream.id);
+                let stdio = matches!(upstream.transport, upstream::Transport::Stdio { .. });
+                UpstreamStatus {
+                    id: upstream.id.clone(),
+                    transport: if stdio { "stdio" } else { "http" },
+                    tools: self.core.tool_count(&upstream.id),
+                    listed_at: stored.iter().find(|r| r.upstream == upstream.id).map(|r| r.listed_at),
+                    sessions,
+                    processes: if stdio { sessions } else { 0 },
+                    last_error: self.core.faults.last(&upstream.id),
+                }
+            })
+            .collect())
     }
 
     /// Reads the stored catalogues, which replace the allow-lists' stand-ins; true when one of
@@ -454,6 +485,7 @@ impl Core {
                 Ok(session) => session,
                 Err(error) => {
                     tracing::warn!(upstream = %id, %error, "could not list the upstream's tools");
+                    self.faults.record(id, format_args!("listing its tools: {error}"));
                     self.metrics.upstream_listing(id, ListingOutcome::Failed);
                     return;
                 }
@@ -464,6 +496,7 @@ impl Core {
             Ok(tools) => shareable(&session, tools),
             Err(error) => {
                 tracing::warn!(upstream = %id, %error, "could not list the upstream's tools");
+                self.faults.record(id, format_args!("listing its tools: {error}"));
                 self.metrics.upstream_listing(id, ListingOutcome::Failed);
                 return;
             }
@@ -472,6 +505,8 @@ impl Core {
             Ok(offers) => shareable_offers(&session, offers),
             Err(error) => {
                 tracing::warn!(upstream = %id, %error, "could not list the upstream's resources and prompts");
+                self.faults
+                    .record(id, format_args!("listing its resources and prompts: {error}"));
                 self.metrics.upstream_listing(id, ListingOutcome::Failed);
                 return;
             }

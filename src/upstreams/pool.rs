@@ -173,6 +173,12 @@ impl Pool {
         self.lock().len() + self.listers().len()
     }
 
+    /// Sessions open now with `upstream` (users' and gatehouse's own).
+    pub fn open_of(&self, upstream: &str) -> usize {
+        let users = self.lock().keys().filter(|key| key.1 == upstream).count();
+        users + usize::from(self.listers().contains_key(upstream))
+    }
+
     /// The principal's session with the upstream, opened (or reopened, when the credentials
     /// changed or the old one closed) with `opening`. The bool says whether it is new.
     pub async fn session(

@@ -250,6 +250,8 @@ pub(super) async fn user_session(
         ))),
         Err(OpenError::Failed(why)) => {
             tracing::warn!(upstream = %upstream.id, %principal, %why, "could not open an upstream session");
+            core.faults
+                .record(&upstream.id, format_args!("opening a session: {why}"));
             Err(failed(format!(
                 "The {} server cannot be reached right now. Try again in a moment.",
                 upstream.id

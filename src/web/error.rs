@@ -94,6 +94,9 @@ pub enum PageError {
     UnknownAction(&'static str),
     #[error("the post did not come from our page")]
     Forged,
+    /// The operator pages (`/admin`) for someone `[admin] allow` does not name.
+    #[error("the browser's user is not an operator")]
+    NotAnOperator,
     /// A `Host` that is not this server's name on a loopback-bound instance (DNS rebinding).
     #[error("the Host header names another server")]
     ForeignHost,
@@ -165,7 +168,9 @@ impl PageError {
             | PageError::UnknownRequest
             | PageError::UnknownForm
             | PageError::SignInElsewhere(_) => StatusCode::NOT_FOUND,
-            PageError::NotYours { .. } | PageError::Forged | PageError::ForeignHost => StatusCode::FORBIDDEN,
+            PageError::NotYours { .. } | PageError::Forged | PageError::ForeignHost | PageError::NotAnOperator => {
+                StatusCode::FORBIDDEN
+            }
             PageError::Closed(_) | PageError::EndedMeanwhile => StatusCode::GONE,
             PageError::VoteRefused(VoteRefusal::OwnRequest | VoteRefusal::NotAnApprover) => StatusCode::FORBIDDEN,
             PageError::VoteRefused(VoteRefusal::AlreadyVoted | VoteRefusal::NotWaiting) => StatusCode::CONFLICT,
@@ -236,6 +241,11 @@ impl PageError {
                 "Request refused",
                 "This form was not submitted from this page. Nothing was changed.",
                 Some("Open the link from your assistant again."),
+            ),
+            PageError::NotAnOperator => NoticePage::new(
+                "Operators only",
+                "These pages are for the operators of this server. Nothing was changed.",
+                None,
             ),
             PageError::ForeignHost => {
                 NoticePage::new("Unknown server", "This server does not answer to that name.", None)

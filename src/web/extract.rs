@@ -59,8 +59,8 @@ impl Browser {
     }
 }
 
-/// The browser's principal and, in `oauth` mode, who it signed in as in words. There a browser
-/// without a session is sent to sign in and come back (a page), or told to (a post).
+/// The browser's principal, in `oauth` mode who it signed in as in words, and its claims. There a
+/// browser without a session is sent to sign in and come back (a page), or told to (a post).
 async fn identify(
     state: &PagesState,
     method: &Method,

@@ -1,8 +1,9 @@
-//! Browser- and operator-facing routes: the landing page, health checks, and the pages users
-//! open from elicitations. Pages are responses rendered by one layer (with the operator's
+//! Browser- and operator-facing routes: the landing page, health checks, the pages users open
+//! from elicitations, and the operator pages under `/admin`. Pages are responses rendered by one layer (with the operator's
 //! templates); every response here carries the page security headers. The pages' own parts
 //! (templates, sign-in, request limit) are their router state, `PagesState`.
 
+mod admin;
 mod approvals;
 mod browser_sessions;
 mod connect;
@@ -46,6 +47,7 @@ pub fn router(state: &PagesState) -> Router<PagesState> {
                 .merge(connections::router())
                 .merge(approvals::router())
                 .merge(sign_in::router())
+                .merge(admin::router(state))
                 .layer(middleware::from_extractor_with_state::<DatabaseUp, _>(state.clone())),
         )
         .layer(middleware::from_fn_with_state(state.clone(), layers::limit_requests));

@@ -9,7 +9,10 @@
 //
 // Plan on stdin:
 //   { "screenshots": "/abs/dir",
+//     "headers": { "X-Forwarded-User": "bob" },                   // optional: sent with every request
 //     "steps": [ { "goto": URL } or { "click": CSS selector },      // a click that navigates
+//                "fill": { "#principal": "alice" },              // optional, before the click
+//                "select": { "#action": "admin" },               // optional, before the click
 //                "expect_url_prefix": "http://127.0.0.1:PORT/connect/",  // where it ends up
 //                "expect_status": 200,                           // of the final response
 //                "expect_heading": "text in the <h1>",
@@ -43,6 +46,12 @@ async function readPlan() {
 
 async function step(page, plan, spec, index) {
   let response;
+  for (const [selector, value] of Object.entries(spec.fill || {})) {
+    await page.fill(selector, value, { timeout: STEP_TIMEOUT_MS });
+  }
+  for (const [selector, value] of Object.entries(spec.select || {})) {
+    await page.selectOption(selector, value, { timeout: STEP_TIMEOUT_MS });
+  }
   if (spec.goto) {
     response = await page.goto(spec.goto, { waitUntil: 'load', timeout: STEP_TIMEOUT_MS });
   } else if (spec.click) {
@@ -82,6 +91,7 @@ async function main() {
   let page;
   try {
     page = await newPage(browser);
+    if (plan.headers) await page.context().setExtraHTTPHeaders(plan.headers);
     for (const [index, spec] of plan.steps.entries()) {
       await step(page, plan, spec, index + 1);
     }

@@ -5,13 +5,22 @@ use sqlx::types::Json;
 use super::Sql;
 use crate::domain::Principal;
 use crate::store::audit::{AUDIT_COLUMNS, AuditRow, read_row};
-use crate::store::{AuditEntry, AuditQuery, AuditRecord, AuditStore, StoreError};
+use crate::store::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditSearch, AuditStore, StoreError};
 
 static LIST: Sql = Sql::new(|_| {
     format!(
         "SELECT {AUDIT_COLUMNS} FROM audit
          WHERE ($1 IS NULL OR principal = $1) AND ($2 IS NULL OR at >= $2)
          ORDER BY at DESC, id DESC LIMIT $3"
+    )
+});
+
+static SEARCH: Sql = Sql::new(|_| {
+    format!(
+        "SELECT {AUDIT_COLUMNS} FROM audit
+         WHERE ($1 IS NULL OR principal = $1) AND ($2 IS NULL OR action = $2)
+           AND ($3 IS NULL OR at >= $3) AND ($4 IS NULL OR at < $4)
+         ORDER BY at DESC, id DESC LIMIT $5 OFFSET $6"
     )
 });
 
@@ -43,6 +52,19 @@ shared! {
                 .bind(q.principal.as_ref().map(Principal::as_str))
                 .bind(q.since.map(D::stored))
                 .bind(crate::store::sql_count(q.limit))
+                .fetch_all(&self.pool)
+                .await?;
+            rows.into_iter().map(read_row::<D>).collect()
+        }
+
+        async fn search_audit(&self, s: &AuditSearch) -> Result<Vec<AuditRecord>, StoreError> {
+            let rows: Vec<AuditRow<D>> = sqlx::query_as(SEARCH.of::<D>())
+                .bind(s.principal.as_ref().map(Principal::as_str))
+                .bind(s.action.map(AuditAction::as_str))
+                .bind(s.since.map(D::stored))
+                .bind(s.until.map(D::stored))
+                .bind(crate::store::sql_count(s.limit))
+                .bind(crate::store::sql_count(s.offset))
                 .fetch_all(&self.pool)
                 .await?;
             rows.into_iter().map(read_row::<D>).collect()
