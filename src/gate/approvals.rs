@@ -13,13 +13,14 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{Value, json};
 
+use super::form_values::take_answer;
 use super::{Ask, Backing, Elicitations, GateError, Requirement};
 use crate::audit::Origin;
 use crate::config::ApprovalConfig;
 use crate::domain::{Principal, SessionId};
 use crate::identity::Claims;
 use crate::identity::access::Allow;
-use crate::store::{AskKey, AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, VoteRecord, Window};
+use crate::store::{AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, VoteRecord, Window};
 use crate::text;
 
 pub use notify::{Notifier, webhook_signature};
@@ -151,19 +152,8 @@ impl Approvals {
     ) -> Result<Option<Decided>, GateError> {
         let requirement = Requirement::Approval {
             approval: approval.id.clone(),
-        }
-        .to_string();
-        let Some(answer) = self
-            .backing
-            .store
-            .take_form_answer(AskKey {
-                principal,
-                session,
-                requirement: &requirement,
-                call_key: Some(key),
-            })
-            .await?
-        else {
+        };
+        let Some(answer) = take_answer(&self.backing, principal, session, &requirement, key).await? else {
             return Ok(None);
         };
         Ok(Some(match answer.fields.get("decision").and_then(Value::as_str) {

@@ -57,6 +57,27 @@ pub fn call_key(tool: &str, arguments: &Map<String, Value>) -> String {
     sha256_hex(&json!({ "tool": tool, "arguments": arguments }).to_string())
 }
 
+/// The answer stored for exactly this call of `principal` in `session` to what asked for
+/// `requirement` (a call-scoped form, an approval), taken: an answer is used once.
+pub(super) async fn take_answer(
+    backing: &Backing,
+    principal: &Principal,
+    session: &SessionId,
+    requirement: &Requirement,
+    call_key: &str,
+) -> Result<Option<FormAnswerRecord>, GateError> {
+    let requirement = requirement.to_string();
+    Ok(backing
+        .store
+        .take_form_answer(AskKey {
+            principal,
+            session,
+            requirement: &requirement,
+            call_key: Some(call_key),
+        })
+        .await?)
+}
+
 impl FormValues {
     pub fn new(backing: Backing, elicitations: Arc<Elicitations>, forms: Arc<Forms>) -> Self {
         Self {
@@ -99,18 +120,8 @@ impl FormValues {
         form: &str,
         call_key: &str,
     ) -> Result<Option<Submission>, GateError> {
-        let requirement = Requirement::Form { form: form.to_owned() }.to_string();
-        let Some(answer) = self
-            .backing
-            .store
-            .take_form_answer(AskKey {
-                principal,
-                session,
-                requirement: &requirement,
-                call_key: Some(call_key),
-            })
-            .await?
-        else {
+        let requirement = Requirement::Form { form: form.to_owned() };
+        let Some(answer) = take_answer(&self.backing, principal, session, &requirement, call_key).await? else {
             return Ok(None);
         };
         self.unseal_submission(
