@@ -44,7 +44,9 @@ pub fn router(state: &PagesState) -> Router<PagesState> {
         .route(routes::ADMIN_UPSTREAMS, get(upstreams::show))
         .route(routes::ADMIN_AUDIT, get(audit::show))
         .route(routes::ADMIN_HEALTH, get(health::show))
-        .layer(middleware::from_fn_with_state(state.clone(), admit))
+        // Only the routes above: a `layer` would wrap the merged fallback too, and answer every
+        // unknown path 403.
+        .route_layer(middleware::from_fn_with_state(state.clone(), admit))
 }
 
 /// The operator on an `/admin` page: who, in words, and where from.
