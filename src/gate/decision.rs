@@ -190,7 +190,21 @@ impl Gate {
                         }
                         None => {
                             let detail = json!({"tool": call.tool, "arguments": call.arguments}).to_string();
-                            missing.push(Approvals::ask(approval, key.clone(), detail));
+                            let ask = Approvals::ask(approval, key.clone(), detail);
+                            // A request nobody decided in time is reported once, as a denial is.
+                            if self
+                                .elicitations
+                                .take_unreported_expiry(principal, session, &ask)
+                                .await?
+                                .is_some()
+                            {
+                                return Ok(Decision::Denied(format!(
+                                    "{} was not approved ({}): the request expired before an approver decided. \
+                                     Call it again only if the user asks to; that asks for approval anew.",
+                                    call.tool, approval.title
+                                )));
+                            }
+                            missing.push(ask);
                         }
                     }
                 }

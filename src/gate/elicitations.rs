@@ -119,14 +119,7 @@ impl Elicitations {
         {
             return Ok((pending, false));
         }
-        // One that expired unswept is ended here, on the trail, before a new one is asked.
-        for expired in store
-            .expire_overdue_ask(ask.key(principal, session, &text), now)
-            .await?
-        {
-            self.count(&expired, ElicitationOutcome::Expired);
-            self.audit(&expired, AuditAction::ElicitationExpired, &Origin::unknown());
-        }
+        self.expire_overdue_ask(principal, session, ask, now).await?;
         if let Err(limited) = self.created.check(principal) {
             let retry_after = limited.retry_after_seconds();
             tracing::info!(principal = %principal, retry_after, "elicitation refused: too many created this minute");
@@ -190,6 +183,41 @@ impl Elicitations {
         let text = ask.requirement.to_string();
         let key = ask.key(principal, session, &text);
         Ok(self.backing.store.take_unreported_decline(key).await?)
+    }
+
+    /// An expiry of this ask in this session no call has reported yet (an approval request nobody
+    /// decided in time), taken: the next call asks afresh.
+    pub async fn take_unreported_expiry(
+        &self,
+        principal: &Principal,
+        session: &SessionRecord,
+        ask: &Ask,
+    ) -> Result<Option<ElicitationRecord>, GateError> {
+        self.expire_overdue_ask(principal, session, ask, Utc::now()).await?;
+        let text = ask.requirement.to_string();
+        let key = ask.key(principal, session, &text);
+        Ok(self.backing.store.take_unreported_expiry(key).await?)
+    }
+
+    /// Ends this ask's pending elicitation when it expired unswept, on the trail.
+    async fn expire_overdue_ask(
+        &self,
+        principal: &Principal,
+        session: &SessionRecord,
+        ask: &Ask,
+        now: DateTime<Utc>,
+    ) -> Result<(), GateError> {
+        let text = ask.requirement.to_string();
+        for expired in self
+            .backing
+            .store
+            .expire_overdue_ask(ask.key(principal, session, &text), now)
+            .await?
+        {
+            self.count(&expired, ElicitationOutcome::Expired);
+            self.audit(&expired, AuditAction::ElicitationExpired, &Origin::unknown());
+        }
+        Ok(())
     }
 
     /// Marks the elicitation's decline as reported (a waiting call told the model already).

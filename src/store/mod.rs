@@ -211,6 +211,10 @@ pub trait Store:
     /// reported.
     async fn take_unreported_decline(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError>;
 
+    /// The newest expired elicitation for this ask that no call has reported yet, now marked
+    /// reported (an approval request nobody decided in time).
+    async fn take_unreported_expiry(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError>;
+
     /// Marks pending elicitations past their expiry as expired; returns them.
     async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, StoreError>;
 

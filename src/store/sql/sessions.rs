@@ -46,12 +46,12 @@ static DELETE_IDLE_SESSIONS: Sql = Sql::new(|syntax| {
     )
 });
 
-static TAKE_UNREPORTED_DECLINE: Sql = Sql::new(|syntax| {
+static TAKE_UNREPORTED_ENDING: Sql = Sql::new(|syntax| {
     format!(
         "UPDATE elicitations SET reported = TRUE WHERE id = (
              SELECT id FROM elicitations
              WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
-                 AND status = 'declined' AND NOT reported
+                 AND status = $5 AND NOT reported
              ORDER BY completed_at DESC LIMIT 1 {})
          AND NOT reported RETURNING {ELICITATION_COLUMNS}",
         syntax.skip_locked("elicitations")
@@ -309,12 +309,11 @@ shared! {
         }
 
         async fn take_unreported_decline(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError> {
-            let query = sqlx::query_as(TAKE_UNREPORTED_DECLINE.of::<D>())
-                .bind(ask.principal.as_str())
-                .bind(ask.session.as_str())
-                .bind(ask.requirement)
-                .bind(ask.call_key);
-            self.record(query).await
+            self.take_unreported_ending(ask, ElicitationStatus::Declined).await
+        }
+
+        async fn take_unreported_expiry(&self, ask: AskKey<'_>) -> Result<Option<ElicitationRecord>, StoreError> {
+            self.take_unreported_ending(ask, ElicitationStatus::Expired).await
         }
 
         async fn expire_elicitations(&self, now: DateTime<Utc>) -> Result<Vec<ElicitationRecord>, StoreError> {
@@ -395,6 +394,26 @@ shared! {
                 .execute(&self.pool)
                 .await?;
             Ok(D::rows_affected(&result) == 1)
+        }
+    }
+}
+
+shared! {
+    impl {
+        /// The newest elicitation of this ask that ended `status` and no call reported yet, now
+        /// marked reported.
+        async fn take_unreported_ending(
+            &self,
+            ask: AskKey<'_>,
+            status: ElicitationStatus,
+        ) -> Result<Option<ElicitationRecord>, StoreError> {
+            let query = sqlx::query_as(TAKE_UNREPORTED_ENDING.of::<D>())
+                .bind(ask.principal.as_str())
+                .bind(ask.session.as_str())
+                .bind(ask.requirement)
+                .bind(ask.call_key)
+                .bind(status.as_str());
+            self.record(query).await
         }
     }
 }
