@@ -20,8 +20,10 @@
 //! back to back, and `--scrapes` (default 200) `/metrics` scrapes timed while loaded; then with
 //! metrics and every span exported over OTLP to a collector in this process.
 //! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
-//! of its own.
+//! of its own. `GATEHOUSE_BENCH_BIN=path` measures another gatehouse build with this benchmark.
 
+#[path = "load/caddy.rs"]
+mod caddy;
 #[path = "load/cpu.rs"]
 mod cpu;
 #[path = "../tests/common/echo.rs"]
@@ -511,9 +513,15 @@ fn start_gatehouse(database_url: &str, port: u16, config: Option<(&std::path::Pa
         .map_err(|e| format!("cannot start gatehouse: {e}"))
 }
 
+/// The gatehouse binary under test: this build's, or `GATEHOUSE_BENCH_BIN` (another build, say
+/// the commit before a change, driven by the same benchmark for a back-to-back comparison).
+fn gatehouse_binary() -> std::path::PathBuf {
+    std::env::var_os("GATEHOUSE_BENCH_BIN").map_or_else(|| env!("CARGO_BIN_EXE_gatehouse").into(), Into::into)
+}
+
 /// The command [`start_gatehouse`] runs, for a section that sets more of the environment.
 fn gatehouse_command(database_url: &str, port: u16, config: Option<(&std::path::Path, &str)>) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
+    let mut command = Command::new(gatehouse_binary());
     command.arg("serve");
     if let Some((file, public_url)) = config {
         command

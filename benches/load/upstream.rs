@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::caddy::Caddy;
 use super::cpu::{Cpu, PerCall, row};
 use super::fast_upstream::FastUpstream;
 use super::streams::settled_rss_kib;
@@ -111,7 +112,7 @@ async fn side_by_side(
         options.warmup.as_secs()
     );
     println!(
-        "| path | calls/s | p50 ms | p99 ms | calls | errors | CPU per call: gatehouse | bench (clients + upstream) | rest of the machine (PostgreSQL, others' work) |\n|---|---|---|---|---|---|---|---|---|"
+        "| path | calls/s | p50 ms | p99 ms | calls | errors | CPU per call: the proxy (gatehouse, Caddy) | bench (clients + upstream) | rest of the machine (PostgreSQL, others' work) |\n|---|---|---|---|---|---|---|---|---|"
     );
     let direct = Target {
         name: "direct (echo)",
@@ -127,6 +128,7 @@ async fn side_by_side(
     let direct_cpu = cpu.per_call(&Cpu::read(None), &direct_result);
     row(direct.name, &direct_result, &direct_cpu);
     let direct_held = upstream.open_sessions().await.saturating_sub(sessions_before);
+    let floor = through_caddy(options, &direct).await?;
     let direct_read = Target {
         name: "direct (resources/read echo://note)",
         tool: super::echo::NOTE,
@@ -145,6 +147,13 @@ async fn side_by_side(
     let outcome = through_gatehouse(options, upstream, &gatehouse, url).await;
     let _ = gatehouse.kill().await;
     let (through, through_cpu, held) = outcome?;
+    if let (Some(caddy), Some(gatehouse)) = (floor.and_then(|cpu| cpu.gatehouse), through_cpu.gatehouse) {
+        println!(
+            "\nthe hop's own CPU per call: gatehouse {gatehouse:.0} µs, a plain HTTP reverse proxy (Caddy) {caddy:.0} µs: {:.1} times the floor, {:.0} µs above it",
+            gatehouse / caddy,
+            gatehouse - caddy
+        );
+    }
     let rate = |r: &LoadResult| r.calls as f64 / r.seconds;
     if let Some(cores) = std::thread::available_parallelism().ok().map(|n| n.get() as f64) {
         let ceiling = |cpu: &PerCall| match cpu.machine {
@@ -168,6 +177,28 @@ async fn side_by_side(
         through.p99_ms - direct_result.p99_ms
     );
     Ok(())
+}
+
+/// The direct call through Caddy's `reverse_proxy`: the floor of a hop (Caddy's CPU per call in
+/// the proxy column); `None` without Caddy.
+async fn through_caddy(options: &Options, direct: &Target) -> Result<Option<PerCall>, String> {
+    let Some(caddy) = Caddy::start(&direct.url).await? else {
+        return Ok(None);
+    };
+    let target = Target {
+        name: "direct (echo) through Caddy's reverse_proxy",
+        url: caddy.url.clone(),
+        tool: direct.tool,
+        method: direct.method,
+        arguments: direct.arguments.clone(),
+        who: Who::Nobody,
+        era: direct.era,
+    };
+    let cpu = Cpu::read(caddy.pid());
+    let result = call_load(&target, options.clients, options.warmup, options.duration).await?;
+    let cpu = cpu.per_call(&Cpu::read(caddy.pid()), &result);
+    row(target.name, &result, &cpu);
+    Ok(Some(cpu))
 }
 
 /// The through-gatehouse row; returns its result, its CPU, and how many upstream sessions it opened.

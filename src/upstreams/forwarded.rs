@@ -34,7 +34,7 @@ pub(super) const URL_ELICITATION_REQUIRED: i32 = -32042;
 /// An upstream's error message shown to the model, at most.
 const MAX_ERROR_MESSAGE_BYTES: usize = 512;
 
-type Response = Pin<Box<dyn Future<Output = Result<ServerResult, ServiceError>> + Send>>;
+pub type Response = Pin<Box<dyn Future<Output = Result<ServerResult, ServiceError>> + Send>>;
 
 /// A call sent to the upstream and not answered yet.
 pub struct UpstreamCall {

@@ -29,6 +29,7 @@
 
 mod catalogue;
 mod crossing;
+mod direct;
 mod exchanged;
 mod failure;
 mod forwarded;

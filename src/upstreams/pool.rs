@@ -16,13 +16,12 @@ use std::time::{Duration, Instant};
 use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
-use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
+use super::direct::{self, Direct};
 use super::failure::Refusal;
 use super::relay::{Handler, InOrder, Relay};
-use super::traced::Traced;
 use super::upstream::{Transport, Upstream};
 use crate::domain::{Principal, SessionId};
 use crate::events::Bus;
@@ -75,6 +74,8 @@ pub struct Session {
     /// needs no credentials.
     pub principal: Option<Principal>,
     pub service: RunningService<RoleClient, Handler>,
+    /// Where calls are posted directly (HTTP sessions).
+    pub direct: Option<Arc<Direct>>,
     pub relay: Arc<Relay>,
     /// The secrets of the user it was opened for: a listing through it is redacted of them.
     pub redactor: Redactor,
@@ -407,25 +408,11 @@ impl Pool {
         );
         let redactor = Redactor::new(opening.secrets());
         let handler = Handler(relay.clone());
-        let service = match &upstream.transport {
+        let (service, direct) = match &upstream.transport {
             Transport::Http { url, .. } => {
-                let mut headers = HashMap::new();
-                for (name, value) in &opening.values {
-                    let name = reqwest::header::HeaderName::try_from(name.as_str())
-                        .map_err(|_| OpenError::Failed(format!("header {name} is not a valid name")))?;
-                    let value = reqwest::header::HeaderValue::from_str(value.expose())
-                        .map_err(|_| OpenError::Failed(format!("header {name} would not be a valid value")))?;
-                    headers.insert(name, value);
-                }
-                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                    .custom_headers(headers)
-                    .reinit_on_expired_session(true);
-                if let Some(bearer) = &opening.bearer {
-                    config = config.auth_header(bearer.expose().clone());
-                }
-                let client = Traced::new(self.client.clone(), &upstream.id);
-                let transport = StreamableHttpClientTransport::with_client(client, config);
-                timed(handler.serve(InOrder::new(transport, relay.clone())), upstream.timeout).await?
+                let (service, direct) =
+                    direct::serve(self.client.clone(), upstream, url, &opening, handler, &relay).await?;
+                (service, Some(direct))
             }
             Transport::Stdio { program, args, .. } => {
                 let mut command = tokio::process::Command::new(program);
@@ -446,7 +433,8 @@ impl Pool {
                     let redactor = Redactor::new(opening.secrets());
                     tokio::spawn(stderr::log(stderr, redactor, upstream.id.clone(), principal.cloned()));
                 }
-                timed(handler.serve(InOrder::new(process, relay.clone())), upstream.timeout).await?
+                let service = timed(handler.serve(InOrder::new(process, relay.clone())), upstream.timeout).await?;
+                (service, None)
             }
         };
         tracing::info!(upstream = %upstream.id, ?principal, "opened an upstream session");
@@ -454,6 +442,7 @@ impl Pool {
             upstream: upstream.id.clone(),
             principal: principal.cloned(),
             service,
+            direct,
             relay,
             redactor,
             fingerprint,
@@ -463,7 +452,7 @@ impl Pool {
 }
 
 /// Opening a session (connecting, starting a process, `initialize`) within the upstream's timeout.
-async fn timed<F, E>(opening: F, timeout: Duration) -> Result<RunningService<RoleClient, Handler>, OpenError>
+pub(super) async fn timed<F, E>(opening: F, timeout: Duration) -> Result<RunningService<RoleClient, Handler>, OpenError>
 where
     F: Future<Output = Result<RunningService<RoleClient, Handler>, E>>,
     E: Into<rmcp::service::ClientInitializeError>,

@@ -318,7 +318,7 @@ impl Relay {
     }
 
     /// The upstream said one of its lists changed: it is listed again (coalesced).
-    fn list_again(&self) {
+    pub(super) fn list_again(&self) {
         // A full queue already holds a refresh to do; one more adds nothing.
         let _ = self.list_changed.try_send(self.upstream.clone());
     }
@@ -346,7 +346,7 @@ impl Relay {
 }
 
 impl Relay {
-    async fn progress(&self, params: &ProgressNotificationParam) {
+    pub(super) async fn progress(&self, params: &ProgressNotificationParam) {
         let Some((target, client_token)) = self.stream_for_progress(&params.progress_token) else {
             return;
         };
@@ -363,12 +363,24 @@ impl Relay {
     // Logging is deprecated from protocol 2026-07-28 on (SEP-2577), but the upstreams of
     // 2025-11-25 still send it, and gatehouse's clients of that revision still read it.
     #[allow(deprecated)]
-    async fn log(&self, params: &LoggingMessageNotificationParam) {
+    pub(super) async fn log(&self, params: &LoggingMessageNotificationParam) {
         let Some(target) = self.newest(|_| true) else { return };
         let logger = params.logger.clone().unwrap_or_else(|| self.upstream.clone());
         let message = json!({"level": params.level, "logger": logger, "data": params.data});
         let message = self.crossing(&target.redactor).value(message);
         target.stream.notify("notifications/message", message).await;
+    }
+
+    /// A notification of the upstream's own: one that says it finished one of its URL
+    /// elicitations goes to the client, which retries on it.
+    pub(super) async fn custom(&self, notification: CustomNotification) {
+        if notification.method == ELICITATION_COMPLETE
+            && let Some(target) = self.newest(|call| call.url)
+        {
+            let params = notification.params.unwrap_or_else(|| json!({}));
+            let params = self.crossing(&target.redactor).value(params);
+            target.stream.notify(&notification.method, params).await;
+        }
     }
 }
 
@@ -512,14 +524,7 @@ impl ClientHandler for Handler {
         notification: CustomNotification,
         _context: NotificationContext<RoleClient>,
     ) {
-        // The upstream finished one of its own URL elicitations: the client retries on this.
-        if notification.method == ELICITATION_COMPLETE
-            && let Some(target) = self.0.newest(|call| call.url)
-        {
-            let params = notification.params.unwrap_or_else(|| json!({}));
-            let params = self.0.crossing(&target.redactor).value(params);
-            target.stream.notify(&notification.method, params).await;
-        }
+        self.0.custom(notification).await;
     }
 
     /// gatehouse relays each of these to the client of the call that asks, when that client

@@ -6,14 +6,14 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, GetMeta};
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::Core;
 use super::failure::Refusal;
-use super::forwarded::{Stop, UpstreamCall, service_failed, wait_parked};
+use super::forwarded::{Response, Stop, UpstreamCall, service_failed, wait_parked};
 use super::parked::ParkedRef;
 use super::pool::{OpenError, Opening, Session};
 use super::upstream::{Transport, Upstream};
@@ -39,6 +39,9 @@ pub struct UpstreamTool {
     /// lists the upstream's tools, offered while nobody has listed them yet.
     name: Option<String>,
     definition: ToolDefinition,
+    /// Whether its schema promotes arguments to headers (SEP-2243's `x-mcp-header`), which only
+    /// rmcp's worker sends: its calls go through rmcp, not `direct`.
+    headers_in_schema: bool,
     core: Weak<Core>,
 }
 
@@ -47,6 +50,7 @@ impl UpstreamTool {
         Self {
             upstream,
             name,
+            headers_in_schema: names_key(definition.input_schema.as_json(), "x-mcp-header"),
             definition,
             core,
         }
@@ -63,11 +67,29 @@ impl UpstreamTool {
         arguments: &Map<String, Value>,
     ) -> ToolOutcome {
         let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments.clone());
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        if let Some(meta) = super::traced::request_meta() {
+            request.get_meta_mut().extend(meta);
+        }
         let peer = session.service.peer();
-        let handle = match peer.send_request_with_option(request, traced_options()).await {
-            Ok(handle) => handle,
-            Err(error) => return service_failed(&self.upstream, Some(core), session, &error),
+        let posted = match &session.direct {
+            Some(direct) => direct.call(name, self.headers_in_schema, request, peer, &session.relay),
+            None => Err(request),
+        };
+        let (id, progress_token, response) = match posted {
+            Ok(posted) => (posted.id, posted.progress_token, posted.answer),
+            Err(request) => {
+                match peer
+                    .send_request_with_option(request, PeerRequestOptions::no_options())
+                    .await
+                {
+                    Ok(handle) => {
+                        let (id, token) = (handle.id.clone(), handle.progress_token.clone());
+                        (id, token, Box::pin(handle.await_response()) as Response)
+                    }
+                    Err(error) => return service_failed(&self.upstream, Some(core), session, &error),
+                }
+            }
         };
         // Registered before the upstream can have answered anything but the request itself, so its
         // progress reaches the client; a progress notification racing the registration is dropped.
@@ -75,7 +97,7 @@ impl UpstreamTool {
         let (asks, asked) = mpsc::channel(ASKS_QUEUE);
         let modern = context.session.protocol_version == STATELESS_PROTOCOL_VERSION;
         let running = session.relay.register(
-            handle.progress_token.clone(),
+            progress_token,
             context.progress_token.cloned(),
             context.stream.clone(),
             redactor.clone(),
@@ -87,8 +109,8 @@ impl UpstreamTool {
             core: self.core.clone(),
             session: session.clone(),
             principal: context.principal.clone(),
-            id: handle.id.clone(),
-            response: Box::pin(handle.await_response()),
+            id,
+            response,
             _running: running,
             asks: asked,
             redactor,
@@ -257,6 +279,15 @@ pub(super) async fn user_session(
                 upstream.id
             )))
         }
+    }
+}
+
+/// Whether `key` names a member of any object within `value`.
+fn names_key(value: &Value, key: &str) -> bool {
+    match value {
+        Value::Object(members) => members.iter().any(|(name, value)| name == key || names_key(value, key)),
+        Value::Array(items) => items.iter().any(|item| names_key(item, key)),
+        _ => false,
     }
 }
 

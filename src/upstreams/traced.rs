@@ -16,6 +16,7 @@ use sse_stream::Sse;
 use tracing::Instrument;
 use url::Url;
 
+use super::direct::SeenSession;
 use crate::telemetry::{self, TRACEPARENT, TRACESTATE};
 
 type Result<T> = std::result::Result<T, StreamableHttpError<reqwest13::Error>>;
@@ -38,17 +39,20 @@ pub fn request_meta() -> Option<RequestMetaObject> {
 
 /// The upstream transport's HTTP client: reqwest's, with a span and `traceparent` for every POST
 /// of a request that carries a trace.
+/// It also notes the session id each POST carries, for the calls posted directly (`direct`).
 #[derive(Clone)]
 pub struct Traced {
     client: reqwest13::Client,
     upstream: Arc<str>,
+    session: SeenSession,
 }
 
 impl Traced {
-    pub fn new(client: reqwest13::Client, upstream: &str) -> Self {
+    pub fn new(client: reqwest13::Client, upstream: &str, session: SeenSession) -> Self {
         Self {
             client,
             upstream: upstream.into(),
+            session,
         }
     }
 
@@ -114,6 +118,9 @@ impl StreamableHttpClient for Traced {
         mut custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse> {
+        if let Some(session) = &session_id {
+            self.session.saw(session);
+        }
         let span = self.span(&uri, &message, &mut custom_headers);
         let post = self.client.post_message_with_response_limits(
             uri,

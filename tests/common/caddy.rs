@@ -7,6 +7,7 @@ use std::process::Stdio;
 
 use base64::Engine;
 
+use super::local::on_path;
 use super::python::unavailable;
 use super::{STARTUP, eventually_within, repo};
 
@@ -69,11 +70,7 @@ pub fn basic_auth(user: &str, password: &str) -> String {
 /// The `caddy` on PATH, or None after a loud skip (a failure under `CI=true`: `.ci/run` installs
 /// Debian's package).
 pub fn caddy_binary() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join("caddy"))
-        .find(|candidate| candidate.is_file());
+    let found = on_path("caddy");
     if found.is_none() {
         unavailable("Caddy", "no `caddy` on PATH; apt-get install caddy");
     }

@@ -1,5 +1,6 @@
 //! What the tests and the benchmark need of this machine and nothing of gatehouse: the repository
-//! root, a free loopback port and the clock. The benchmark includes this file with `#[path]`.
+//! root, a free loopback port, the clock and programs on PATH. The benchmark includes this file
+//! with `#[path]`.
 
 use std::path::PathBuf;
 
@@ -22,4 +23,13 @@ pub fn unix_seconds() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// The program `name` on PATH, if there is one.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
 }
