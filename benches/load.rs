@@ -5,7 +5,9 @@
 //!   cargo bench --bench load -- --duration 10 --clients 50 --streams 10000
 //!
 //! Measures `tools/call` throughput and latency at N concurrent clients (each with its own
-//! session), the server's resident memory with many idle GET streams open, and the whole
+//! session), the server's resident memory with many idle GET streams open, then a reconnect storm
+//! beside them (`--storm`, default 10,000 new sessions opening their streams 200 at a time; 0
+//! skips it), and the whole
 //! URL-elicitation loop against a fake OAuth provider on two replicas, connected to PostgreSQL
 //! without TLS and then with it (`--loop-tls off|on|both`; TLS needs a server with `ssl = on`).
 //! Section "upstream" (`--skip-upstream`): `tools/call` to a fast in-process rmcp server directly
@@ -20,7 +22,8 @@
 //! back to back, and `--scrapes` (default 200) `/metrics` scrapes timed while loaded; then with
 //! metrics and every span exported over OTLP to a collector in this process.
 //! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
-//! of its own. `GATEHOUSE_BENCH_BIN=path` measures another gatehouse build with this benchmark.
+//! of its own. `GATEHOUSE_BENCH_BIN=path` measures another gatehouse build with this benchmark
+//! (an older commit's, to measure back to back).
 
 #[path = "load/caddy.rs"]
 mod caddy;
@@ -49,6 +52,8 @@ mod metrics;
 mod otlp;
 #[path = "load/stateless.rs"]
 mod stateless;
+#[path = "load/storm.rs"]
+mod storm;
 #[path = "load/streams.rs"]
 mod streams;
 #[path = "load/upstream.rs"]
@@ -72,6 +77,8 @@ struct Options {
     warmup: Duration,
     clients: usize,
     streams: usize,
+    /// New sessions in the reconnect storm after the idle streams (0: none).
+    storm: usize,
     skip_baseline: bool,
     skip_load: bool,
     skip_streams: bool,
@@ -118,6 +125,7 @@ impl Options {
             warmup: Duration::from_secs(2),
             clients: 50,
             streams: 10_000,
+            storm: 10_000,
             skip_baseline: false,
             skip_load: false,
             skip_streams: false,
@@ -145,6 +153,7 @@ impl Options {
                 }
                 "--clients" => options.clients = value()?.parse().map_err(|e| format!("--clients: {e}"))?,
                 "--streams" => options.streams = value()?.parse().map_err(|e| format!("--streams: {e}"))?,
+                "--storm" => options.storm = value()?.parse().map_err(|e| format!("--storm: {e}"))?,
                 "--skip-baseline" => options.skip_baseline = true,
                 "--skip-load" => options.skip_load = true,
                 "--skip-streams" => options.skip_streams = true,
@@ -299,6 +308,17 @@ const STATELESS: &str = "2026-07-28";
 
 /// A new session, sending `credential` (a header naming the user) when given.
 async fn initialize(http: &reqwest::Client, url: &str, credential: Option<(&str, &str)>) -> Result<String, String> {
+    open_session(http, url, credential)
+        .await?
+        .map_err(|(status, body)| format!("initialize answered {status}: {body}"))
+}
+
+/// A new session, or the status and body of an answer that opened none.
+async fn open_session(
+    http: &reqwest::Client,
+    url: &str,
+    credential: Option<(&str, &str)>,
+) -> Result<Result<String, (reqwest::StatusCode, String)>, String> {
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "gatehouse-bench", "version": "1"}}});
     let as_user = |request: reqwest::RequestBuilder| match credential {
@@ -311,13 +331,16 @@ async fn initialize(http: &reqwest::Client, url: &str, credential: Option<(&str,
         .send()
         .await
         .map_err(|e| e.to_string())?;
+    let status = response.status();
     let session = response
         .headers()
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
-        .ok_or("no Mcp-Session-Id on initialize")?
-        .to_owned();
-    response.text().await.map_err(|e| e.to_string())?;
+        .map(str::to_owned);
+    let body = response.text().await.map_err(|e| e.to_string())?;
+    let Some(session) = session else {
+        return Ok(Err((status, body)));
+    };
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     as_user(http.post(url))
         .header("accept", ACCEPT)
@@ -327,7 +350,7 @@ async fn initialize(http: &reqwest::Client, url: &str, credential: Option<(&str,
         .send()
         .await
         .map_err(|e| e.to_string())?;
-    Ok(session)
+    Ok(Ok(session))
 }
 
 struct LoadResult {
@@ -579,10 +602,10 @@ fn report(name: &str, result: &LoadResult) {
 
 async fn run(options: Options) -> Result<(), String> {
     let files = raise_open_files_limit();
-    if (files as usize) < options.streams + 1024 {
+    if (files as usize) < options.streams + options.storm + 1024 {
         return Err(format!(
             "{} streams need more open files than the limit of {files}",
-            options.streams
+            options.streams + options.storm
         ));
     }
     let database = create_database().await?;
@@ -603,15 +626,22 @@ async fn measure(options: &Options, database: &Database) -> Result<(), String> {
         }
         if !options.skip_streams {
             println!("\n## {} idle GET streams\n", options.streams);
-            let streams = idle_streams(&gatehouse_url, pid, options.streams).await?;
+            let mut streams = idle_streams(&gatehouse_url, pid, options.streams).await?;
             println!(
                 "| server | sessions | streams open | RSS before streams | RSS with streams |\n|---|---|---|---|---|"
             );
             let sessions = options.streams + if options.skip_load { 0 } else { options.clients };
             println!(
                 "| gatehouse (PostgreSQL) | {sessions} | {} | {:.1} MiB | {:.1} MiB |",
-                streams.open, streams.rss_before_mib, streams.rss_with_streams_mib
+                streams.open.len(),
+                streams.rss_before_mib,
+                streams.rss_with_streams_mib
             );
+            if options.storm > 0 {
+                storm::storm(&gatehouse_url, pid, options.storm, &mut streams.open)
+                    .await?
+                    .print(options.storm);
+            }
         }
         let _ = gatehouse.kill().await;
     }

@@ -103,10 +103,24 @@ impl RpcError {
         Self::new(SERVICE_UNAVAILABLE, "service unavailable, retry shortly")
     }
 
+    /// What clients see while every database connection is in use (an overload, not an outage;
+    /// also sent with HTTP 503 and `Retry-After`).
+    pub fn busy() -> Self {
+        Self::new(SERVICE_UNAVAILABLE, BUSY_MESSAGE)
+    }
+
+    /// The service cannot answer now, for an outage or an overload: a retry later may succeed.
     pub fn is_unavailable(&self) -> bool {
         self.code == SERVICE_UNAVAILABLE
     }
+
+    /// The service is overloaded ([`RpcError::busy`]) rather than unable to reach its database.
+    pub fn is_busy(&self) -> bool {
+        self.is_unavailable() && self.message == BUSY_MESSAGE
+    }
 }
+
+const BUSY_MESSAGE: &str = "server busy: too many requests at once, retry shortly";
 
 /// A response body: `id` is null only when the request's id could not be read.
 pub fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {

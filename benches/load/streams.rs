@@ -8,7 +8,8 @@ use super::{initialize, rss_kib};
 pub(super) struct StreamResult {
     pub(super) rss_before_mib: f64,
     pub(super) rss_with_streams_mib: f64,
-    pub(super) open: usize,
+    /// The streams, still open.
+    pub(super) open: Vec<reqwest::Response>,
 }
 
 /// Opens `count` idle GET streams (one session each) and reads the server's resident memory.
@@ -72,13 +73,11 @@ pub(super) async fn idle_streams(url: &str, pid: u32, count: usize) -> Result<St
         open.push(task.await.map_err(|e| e.to_string())??);
     }
     let rss_with = settled_rss_kib(pid).await?;
-    let result = StreamResult {
+    Ok(StreamResult {
         rss_before_mib: rss_before as f64 / 1024.0,
         rss_with_streams_mib: rss_with as f64 / 1024.0,
-        open: open.len(),
-    };
-    drop(open);
-    Ok(result)
+        open,
+    })
 }
 
 /// Resident memory once idle: the allocator returns memory freed while work was done within

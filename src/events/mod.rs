@@ -443,6 +443,14 @@ impl Bus {
     pub fn is_database_reachable(&self) -> bool {
         self.hub.reachable.load(Ordering::Relaxed)
     }
+
+    /// Whether `error` is an overload rather than an outage: no pool connection came free in
+    /// time while this replica's LISTEN connection is up, so the database answers and every
+    /// connection is busy with other work. A database that goes away cuts the LISTEN connection
+    /// first, and its pool timeouts count as the outage they are.
+    pub fn is_overloaded(&self, error: &StoreError) -> bool {
+        error.is_pool_timeout() && self.is_connected() && self.is_database_reachable()
+    }
 }
 
 const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(100);

@@ -163,7 +163,7 @@ pub async fn session(
         .sessions
         .find(&id)
         .await
-        .map_err(|e| Refusal::store("session lookup failed", &e))?;
+        .map_err(|e| Refusal::store(state, "session lookup failed", &e))?;
     let record = record.ok_or_else(not_found)?;
     if &record.principal != principal {
         tracing::warn!(session = ?id, "session used by another principal");

@@ -31,7 +31,9 @@ fn of_result(result: &Value) -> McpOutcome {
 }
 
 fn of_error(error: &RpcError) -> McpOutcome {
-    if error.is_unavailable() {
+    if error.is_busy() {
+        McpOutcome::Busy
+    } else if error.is_unavailable() {
         McpOutcome::Unavailable
     } else if error.code == URL_ELICITATION_REQUIRED {
         McpOutcome::ElicitationRequired

@@ -145,11 +145,13 @@ async fn start_session(
         log_level: None,
         created_at: Utc::now(),
     };
+    let turn = state.admission.turn().await?;
     let (record, evicted) = state
         .sessions
         .create(record)
         .await
-        .map_err(|e| store_failure("could not persist a new session", &e))?;
+        .map_err(|e| store_failure(state, "could not persist a new session", &e))?;
+    drop(turn);
     for ended in &evicted {
         state.upstreams.session_ended(ended);
         tracing::info!(session = ?ended, principal = %record.principal, "ended the least recently used session: the principal holds the most allowed");
@@ -278,7 +280,7 @@ async fn set_level(state: &McpState, session: &SessionRecord, params: Map<String
         .sessions
         .set_log_level(&session.id, level)
         .await
-        .map_err(|e| store_failure("could not store the log level", &e))?;
+        .map_err(|e| store_failure(state, "could not store the log level", &e))?;
     Ok(json!({}))
 }
 

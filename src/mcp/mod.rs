@@ -8,7 +8,9 @@
 //! the upstreams' resources, prompts and completions, gated the same way. With the
 //! `conformance` feature, `resources`, `prompts` and `completion` answer those methods for the
 //! conformance suite's `fixtures`. `measure` records every answered request in the metrics.
+//! `admission` has new sessions and streams take turns before they use the database.
 
+mod admission;
 mod calls;
 mod checks;
 #[cfg(feature = "conformance")]
@@ -42,6 +44,7 @@ use axum::routing::post;
 use crate::config::Config;
 use crate::jsonrpc::RpcError;
 use crate::routes;
+use crate::state::AppState;
 #[cfg(not(feature = "conformance"))]
 use crate::state::ExtraTools;
 use crate::store::StoreError;
@@ -78,10 +81,14 @@ pub fn extra_tools(_: &Config) -> ExtraTools {
     ExtraTools::default()
 }
 
-/// What the client sees of a store failure, which is logged with `context`: during a database
-/// outage "unavailable" (HTTP 503), otherwise an internal error.
-fn store_failure(context: &str, error: &StoreError) -> RpcError {
-    if error.is_unavailable() {
+/// What the client sees of a store failure, which is logged with `context`: while every database
+/// connection is busy "busy", during a database outage "unavailable" (both HTTP 503 with
+/// `Retry-After`), otherwise an internal error.
+fn store_failure(state: &AppState, context: &str, error: &StoreError) -> RpcError {
+    if state.bus.is_overloaded(error) {
+        tracing::info!(%error, "{context}: every database connection is busy");
+        RpcError::busy()
+    } else if error.is_unavailable() {
         tracing::warn!(%error, "{context}: the database is unavailable");
         RpcError::unavailable()
     } else {

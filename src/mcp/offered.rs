@@ -268,7 +268,7 @@ pub async fn run(
         .gate
         .run::<_, NeverAsks>(&caller.principal, session, gated, &forwarding, waiting)
         .await
-        .map_err(tool_call::internal)?;
+        .map_err(|e| tool_call::internal(state, e))?;
     let answer = forwarding.answer.lock().unwrap_or_else(PoisonError::into_inner).take();
     match (called, answer) {
         (Called::Ran(_), Some(answer)) => answer.map(Outcome::Answer),

@@ -12,6 +12,7 @@ use crate::edge::{RETRY_AFTER_SECONDS, Refused};
 use crate::identity::oauth::BearerError;
 use crate::identity::{Identity, IdentityError};
 use crate::jsonrpc::{self, INVALID_REQUEST, RequestId, RpcError};
+use crate::state::AppState;
 use crate::store::StoreError;
 
 /// A refused HTTP request.
@@ -49,9 +50,10 @@ impl Refusal {
         Self::failed(None, RpcError::internal())
     }
 
-    /// A store failure, logged with `context`: 503 during a database outage, else 500.
-    pub fn store(context: &str, error: &StoreError) -> Self {
-        Self::failed(None, store_failure(context, error))
+    /// A store failure, logged with `context`: 503 while every database connection is busy or
+    /// during a database outage, else 500.
+    pub fn store(state: &AppState, context: &str, error: &StoreError) -> Self {
+        Self::failed(None, store_failure(state, context, error))
     }
 
     /// A request that failed on our side with `error` (internal or unavailable).

@@ -1,5 +1,6 @@
 //! The MCP endpoint's router state: the shared state, and what only the endpoint holds: its
-//! sessions, the calls running on this replica and, with the `conformance` feature, the fixtures.
+//! sessions, the calls running on this replica, the turns to open sessions and streams and, with
+//! the `conformance` feature, the fixtures.
 //! `McpState::start` builds them and starts their background tasks. Every request clones it, so
 //! it is one pointer to the parts.
 
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use axum::http::request::Parts;
 use tokio::task::JoinHandle;
 
+use super::admission::Admission;
 use super::calls::{self, RunningCalls};
 use super::refusal::Refusal;
 use super::sessions::{self, Sessions};
@@ -31,6 +33,8 @@ pub struct McpParts {
     pub sessions: Arc<Sessions>,
     /// Calls running on this replica that a client may cancel.
     pub calls: Arc<RunningCalls>,
+    /// Turns for new sessions and streams to use the database.
+    pub admission: Admission,
     /// The conformance suite's resources and prompts, with `[mcp] conformance_fixtures`.
     #[cfg(feature = "conformance")]
     pub fixtures: Option<Arc<super::fixtures::Fixtures>>,
@@ -70,6 +74,7 @@ impl McpState {
         Self(Arc::new(McpParts {
             #[cfg(feature = "conformance")]
             fixtures: super::fixtures::served(&app.config),
+            admission: Admission::new(app.config.database.max_connections),
             app,
             sessions,
             calls,

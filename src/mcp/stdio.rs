@@ -235,7 +235,7 @@ impl Connection {
                 INVALID_REQUEST,
                 "Invalid Request: the session has ended; start gatehouse again",
             )),
-            Err(error) => Err(super::store_failure("session lookup failed", &error)),
+            Err(error) => Err(super::store_failure(&self.state, "session lookup failed", &error)),
         }
     }
 

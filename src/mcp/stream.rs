@@ -7,6 +7,14 @@
 //! are written, so when a session has several streams, on any replicas, each event goes out on one.
 //! A stream that resumes with `Last-Event-ID` replaces the session's older streams: they end
 //! without claiming anything more, since a client that resumes has stopped reading them.
+//!
+//! A read that finds no pool connection in time (every connection busy in a reconnect storm, or
+//! the database away) does not end the stream: it keeps its place and reads again after a pause
+//! that doubles, with jitter, up to a few seconds. Such a read ran no statement after its last
+//! success, so it claimed nothing it did not return. Other database errors end the stream with a
+//! retry hint, as before: a connection cut mid-statement may have claimed events, which the
+//! client's resume replays. So only the session's end, a resumed stream, shutdown or such an
+//! error ends a stream.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -31,6 +39,10 @@ use crate::store::{SessionRecord, Store, StoreError, StoredEvent};
 
 /// Events read from the log per query.
 const BATCH: i64 = 100;
+/// The pause after a read found no pool connection in time; it doubles after each failure in a
+/// row, up to `READ_RETRY_MAX`.
+const READ_RETRY_MIN: Duration = Duration::from_millis(100);
+const READ_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What a session's log gives the stream that follows it, whatever carries it (an SSE stream
 /// here, stdout in `stdio`).
@@ -92,6 +104,7 @@ pub(super) async fn follow(
         shutdown: state.shutdown.clone(),
         retry: state.config.server.sse_retry,
         closing: false,
+        read_retry: READ_RETRY_MIN,
         slot,
         _open: state.metrics.stream_opened(),
         metrics: state.metrics.clone(),
@@ -111,6 +124,8 @@ struct Reader {
     shutdown: CancellationToken,
     retry: Duration,
     closing: bool,
+    /// The pause before the next read if this one finds no pool connection in time.
+    read_retry: Duration,
     slot: StreamSlot,
     /// Counts the stream as open while it lives.
     _open: OpenStream,
@@ -150,6 +165,7 @@ impl Reader {
                 // Replaced while reading: the resumed stream writes from here on.
                 Ok(Ok(_)) if self.slot.is_ended() => return None,
                 Ok(Ok(found)) => {
+                    self.read_retry = READ_RETRY_MIN;
                     for event in found.events {
                         if !found.replayed && event.message["method"] == ELICITATION_COMPLETE {
                             let waited = (Utc::now() - event.created_at).to_std().unwrap_or_default();
@@ -163,6 +179,16 @@ impl Reader {
                         Read::UpToDate => {}
                         Read::SessionGone => return None,
                     }
+                }
+                Ok(Err(error)) if error.is_pool_timeout() => {
+                    let pause = self.next_read_retry();
+                    tracing::debug!(%error, session = ?self.session, retry_in = ?pause, "no database connection to read the event log; reading again");
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = self.shutdown.cancelled() => self.close_with_retry(),
+                        () = self.slot.ended() => return None,
+                    }
+                    continue;
                 }
                 Ok(Err(error)) => {
                     // The client reconnects with Last-Event-ID and misses nothing.
@@ -182,6 +208,14 @@ impl Reader {
                 () = self.slot.ended() => return None,
             }
         }
+    }
+
+    /// A pause between half and all of the current retry delay (so streams that failed together
+    /// do not read again together), and the delay doubled for the next failure in a row.
+    fn next_read_retry(&mut self) -> Duration {
+        let delay = self.read_retry;
+        self.read_retry = (delay * 2).min(READ_RETRY_MAX);
+        delay.mul_f64(rand::random_range(0.5..=1.0))
     }
 
     fn close_with_retry(&mut self) {

@@ -21,6 +21,7 @@ use crate::domain::LogLevel;
 use crate::gate::{AskWithinCall, Called, GateError, Hold, ToolCall, Waiting, client_name};
 use crate::identity::Caller;
 use crate::jsonrpc::{self, RpcError};
+use crate::state::AppState;
 use crate::store::{ElicitationRecord, SessionRecord};
 use crate::tools::{CallContext, CallStream, ReadyCall, Tool, ToolInput, ToolResult};
 
@@ -175,7 +176,7 @@ pub async fn call(
         .gate
         .run(principal, session, gated, &ready, waiting)
         .await
-        .map_err(internal)?;
+        .map_err(|e| internal(state, e))?;
     if let Called::Ran(result) = &called
         && result.is_error
     {
@@ -260,9 +261,9 @@ pub fn origin(caller: &Caller, session: &SessionRecord) -> Origin {
 }
 
 /// A gate failure as the client sees it: generic, the cause logged.
-pub fn internal(error: GateError) -> RpcError {
+pub fn internal(state: &AppState, error: GateError) -> RpcError {
     match error {
-        GateError::Store(error) => store_failure("gate failed", &error),
+        GateError::Store(error) => store_failure(state, "gate failed", &error),
         other => {
             tracing::error!(error = %other, "gate failed");
             RpcError::internal()

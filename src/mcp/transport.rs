@@ -273,13 +273,18 @@ pub async fn get(
                 })?,
         ),
     };
+    let turn = state
+        .admission
+        .turn()
+        .await
+        .map_err(|busy| Refusal::failed(None, busy))?;
     let slot = match resume_after {
         // The client resumes: it has given up its older streams, which end on every replica.
         Some(_) => state
             .bus
             .resume_stream(&session.id, MAX_STREAMS_PER_SESSION)
             .await
-            .map_err(|e| Refusal::store("announcing a resumed stream failed", &e))?,
+            .map_err(|e| Refusal::store(&state, "announcing a resumed stream failed", &e))?,
         None => state.bus.claim_stream(&session.id, MAX_STREAMS_PER_SESSION),
     };
     let slot = slot.ok_or_else(|| {
@@ -291,9 +296,11 @@ pub async fn get(
                 ),
             )
         })?;
-    stream::open(&state, &session, resume_after, slot)
+    let opened = stream::open(&state, &session, resume_after, slot)
         .await
-        .map_err(|e| Refusal::store("opening event stream failed", &e))
+        .map_err(|e| Refusal::store(&state, "opening event stream failed", &e));
+    drop(turn);
+    opened
 }
 
 pub async fn delete(
@@ -307,7 +314,7 @@ pub async fn delete(
         .sessions
         .end(&session.id)
         .await
-        .map_err(|e| Refusal::store("ending session failed", &e))?;
+        .map_err(|e| Refusal::store(&state, "ending session failed", &e))?;
     state.upstreams.session_ended(&session.id);
     tracing::debug!(session = ?session.id, "session ended by client");
     Ok(StatusCode::NO_CONTENT)

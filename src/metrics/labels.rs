@@ -52,6 +52,8 @@ pub enum McpOutcome {
     ClientError,
     /// The database could not be reached (503).
     Unavailable,
+    /// Every database connection was busy (503): an overload, not an outage.
+    Busy,
     /// An internal error.
     ServerError,
 }
@@ -65,6 +67,7 @@ impl McpOutcome {
             McpOutcome::InputRequired => "input_required",
             McpOutcome::ClientError => "client_error",
             McpOutcome::Unavailable => "unavailable",
+            McpOutcome::Busy => "busy",
             McpOutcome::ServerError => "server_error",
         }
     }

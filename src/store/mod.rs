@@ -79,6 +79,12 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
     }
+
+    /// No pool connection was free within the acquire timeout. With the database answering
+    /// (see `Bus::is_overloaded`) that is an overload: every connection is in use.
+    pub fn is_pool_timeout(&self) -> bool {
+        matches!(self, StoreError::Unavailable(sqlx::Error::PoolTimedOut))
+    }
 }
 
 /// PostgreSQL's SQLSTATE class of connection exceptions (`08...`), and the codes of a server

@@ -263,7 +263,7 @@ async fn refuse(
         if !matches!(action, Some(ClientAction::Decline | ClientAction::Cancel)) {
             continue;
         }
-        let Some(elicitation) = elicitations.get(id).await.map_err(tool_call::internal)? else {
+        let Some(elicitation) = elicitations.get(id).await.map_err(|e| tool_call::internal(state, e))? else {
             continue;
         };
         if elicitation.session_id != session.id {
@@ -272,7 +272,7 @@ async fn refuse(
         refused |= elicitations
             .finish(&elicitation, ElicitationStatus::Declined, &from)
             .await
-            .map_err(tool_call::internal)?;
+            .map_err(|e| tool_call::internal(state, e))?;
     }
     Ok(refused)
 }
