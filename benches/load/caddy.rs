@@ -16,7 +16,7 @@ pub(super) struct Caddy {
     child: Child,
     /// `http://127.0.0.1:PORT/mcp`, the upstream's endpoint through Caddy.
     pub(super) url: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Caddy {
@@ -38,9 +38,10 @@ impl Caddy {
         // No admin endpoint, no TLS, no logs; every SSE event passed on at once, as gatehouse's
         // own deployment file does.
         let caddyfile = format!(
-            "{{\n\tauto_https off\n\tadmin off\n\tpersist_config off\n}}\n\n:{port} {{\n\tbind 127.0.0.1\n\treverse_proxy {upstream_host} {{\n\t\tflush_interval -1\n\t}}\n}}\n"
+            "{{\n\tauto_https off\n\tadmin off\n}}\n\n:{port} {{\n\tbind 127.0.0.1\n\treverse_proxy {upstream_host} {{\n\t\tflush_interval -1\n\t}}\n}}\n"
         );
         std::fs::write(&config, caddyfile).map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(dir.path().join("caddy.log")).map_err(|e| e.to_string())?;
         let child = Command::new(binary)
             .env_clear()
             .env("HOME", dir.path())
@@ -50,14 +51,14 @@ impl Caddy {
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start caddy: {e}"))?;
         let caddy = Self {
             child,
             url: format!("http://127.0.0.1:{port}{}", target.path()),
-            _dir: dir,
+            dir,
         };
         caddy.wait_ready(port).await?;
         Ok(Some(caddy))
@@ -75,7 +76,8 @@ impl Caddy {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Err(format!("caddy did not listen on 127.0.0.1:{port} within 10 s"))
+        let log = std::fs::read_to_string(self.dir.path().join("caddy.log")).unwrap_or_default();
+        Err(format!("caddy did not listen on 127.0.0.1:{port} within 10 s:\n{log}"))
     }
 }
 
