@@ -1,6 +1,6 @@
 //! What the binaries run: parses the command line and configuration, sets up logging and traces,
 //! then serves (over HTTP, or over stdin/stdout with `stdio`), migrates, checks the configuration,
-//! makes a key, rotates keys (`keys`), prints the audit trail (`audit`), acts on users' access
+//! makes a key, prints the configuration's schema or reference, rotates keys (`keys`), prints the audit trail (`audit`), acts on users' access
 //! (`admin`) or checks a deployment (`doctor`). `gatehouse` and the test-only `gatehouse-conformance` are both
 //! [`binary!`](crate::binary) around [`main`].
 
@@ -65,6 +65,12 @@ enum Command {
     CheckConfig,
     /// Print a new random key for `[secrets] keys` (base64, 32 bytes).
     GenerateKey,
+    /// Print the configuration file's JSON Schema, for editors (taplo, Even Better TOML); the
+    /// book keeps it as docs/src/reference/gatehouse.schema.json.
+    ConfigSchema,
+    /// Print the configuration reference (Markdown): every key with its type, default,
+    /// environment variable and example; the book keeps it as docs/src/reference/configuration.md.
+    ConfigReference,
     /// Key rotation: re-encrypt stored secrets under the first key, and see what each key protects.
     Keys {
         #[command(subcommand)]
@@ -91,6 +97,15 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(cli.command, Some(Command::GenerateKey)) {
         println!("{}", crate::vault::KeyRing::generate_key());
+        return ExitCode::SUCCESS;
+    }
+    if let Some(command @ (Command::ConfigSchema | Command::ConfigReference)) = &cli.command {
+        let schema = crate::config::schema::schema();
+        if matches!(command, Command::ConfigSchema) {
+            print!("{}", crate::config::reference::schema_text(&schema));
+        } else {
+            print!("{}", crate::config::reference::markdown(&schema));
+        }
         return ExitCode::SUCCESS;
     }
     let env: BTreeMap<String, String> = std::env::vars().collect();
@@ -160,7 +175,11 @@ pub fn main() -> ExitCode {
             Command::Keys { command } => keys::run(config, command).await,
             Command::Audit(args) => audit::run(config, args).await,
             Command::Admin { command } => admin::run(config, command).await,
-            Command::CheckConfig | Command::GenerateKey | Command::Doctor { .. } => Ok(()),
+            Command::CheckConfig
+            | Command::GenerateKey
+            | Command::ConfigSchema
+            | Command::ConfigReference
+            | Command::Doctor { .. } => Ok(()),
         }
     });
     // Before the runtime stops: the exporter's gRPC channel runs on it.

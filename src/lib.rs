@@ -67,7 +67,8 @@ pub use tikv_jemallocator;
 /// A binary's whole source: jemalloc as the allocator, then [`cli::main`].
 ///
 /// jemalloc keeps an idle SSE connection's memory small: the unwritten pages of hyper's
-/// per-connection buffers stay out of resident memory. See the README's benchmark figures.
+/// per-connection buffers stay out of resident memory. See the book's benchmarks
+/// (docs/src/benchmarks.md).
 /// Freed pages go back to the OS at once instead of after jemalloc's default 10 s decay: with
 /// thousands of streams opening in a burst that halves resident memory, at no measured cost in
 /// throughput. `_RJEM_MALLOC_CONF` in the environment still overrides it.
@@ -103,7 +104,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// HTTP/1.1 only: MCP clients and reverse proxies speak it to upstreams, and an HTTP/1-only
 /// connection costs about half the memory of one that could also be HTTP/2, which counts with
-/// thousands of idle SSE streams (see the README's benchmark).
+/// thousands of idle SSE streams (see the book's benchmarks, docs/src/benchmarks.md).
 pub async fn serve(
     listener: TcpListener,
     app: App,

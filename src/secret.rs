@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer};
 
 /// Holds a secret; `Debug` and `Display` print `[redacted]`. Read it only with `expose`.
@@ -15,6 +16,15 @@ impl<T> Secret<T> {
 
     pub fn expose(&self) -> &T {
         &self.0
+    }
+
+    /// Writes a configured default, which is no secret, into the configuration's schema (its
+    /// `default`); nothing else serializes a `Secret`.
+    pub fn serialize_default<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>
+    where
+        T: serde::Serialize,
+    {
+        self.0.serialize(serializer)
     }
 }
 
@@ -33,6 +43,21 @@ impl<T> fmt::Display for Secret<T> {
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Secret<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         T::deserialize(deserializer).map(Secret)
+    }
+}
+
+/// In the configuration's schema a secret is what it holds (its text, often `env:NAME`).
+impl<T: JsonSchema> JsonSchema for Secret<T> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        T::json_schema(generator)
+    }
+
+    fn inline_schema() -> bool {
+        true
     }
 }
 

@@ -6,7 +6,7 @@
 //!
 //! On PostgreSQL the command runs while gatehouse serves (its NOTIFYs reach the replica). A SQLite
 //! database belongs to one process, so there the command runs with gatehouse stopped, as the
-//! README says, and the test starts it again afterwards.
+//! book says (docs/src/operations/admin.md), and the test starts it again afterwards.
 
 mod common;
 

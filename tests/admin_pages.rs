@@ -5,7 +5,7 @@
 //! asks again), expires her pending request (her client is told), and filters and pages through
 //! the audit trail, where each change is an `admin` entry naming him. Headless Chromium does the
 //! same by clicking through the pages; with `GATEHOUSE_UPDATE_SCREENSHOTS=1` its screenshots
-//! become the README's (docs/screenshots/admin-*.png). `oauth` does the same in `oauth` mode,
+//! become the book's (docs/src/screenshots/admin-*.png). `oauth` does the same in `oauth` mode,
 //! where the sign-in's claims name the operators.
 
 mod common;
@@ -519,7 +519,7 @@ backend_test!(
     }
 );
 
-/// The screenshots the README shows, copied from a Chromium run's artifacts with
+/// The screenshots the book shows, copied from a Chromium run's artifacts with
 /// `GATEHOUSE_UPDATE_SCREENSHOTS=1`.
 const SCREENSHOTS: [&str; 5] = [
     "admin-users.png",
@@ -587,10 +587,10 @@ backend_test!(
             .await;
         assert_eq!(admin.len(), 2);
         assert!(admin.iter().all(|r| r.entry.detail["operator"] == "bob"));
-        // The README's pictures change only when asked for, so a test run leaves the tree as it was.
+        // The book's pictures change only when asked for, so a test run leaves the tree as it was.
         if std::env::var("GATEHOUSE_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
-            let docs = common::repo().join("docs/screenshots");
-            std::fs::create_dir_all(&docs).expect("docs/screenshots");
+            let docs = common::repo().join("docs/src/screenshots");
+            std::fs::create_dir_all(&docs).expect("docs/src/screenshots");
             for name in SCREENSHOTS {
                 std::fs::copy(screenshots.join(name), docs.join(name)).expect("copy a screenshot");
             }

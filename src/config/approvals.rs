@@ -5,40 +5,49 @@
 
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::duration::duration;
+use super::duration::{DurationText, duration, duration_text};
 use super::identity::{AllowConfig, check_allow};
 use super::{Config, ConfigError};
 use crate::domain::is_identifier;
 use crate::secret::Secret;
 
-#[derive(Debug, Clone, Deserialize)]
+/// An approval: a call requiring `approval:ID` waits until approvers approve that very call.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalConfig {
-    /// Named by `requires = ["approval:ID"]`.
+    /// Named by `requires = ["approval:ID"]`; letters, digits, `-` and `_`.
+    #[schemars(example = &"payments")]
     pub id: String,
     /// Shown to callers and approvers ("Payment approval").
+    #[schemars(example = &"Payment approval")]
     pub title: String,
     /// Who may approve, by claims (as `allow`); never the caller themself.
+    #[schemars(example = serde_json::json!({"groups": ["finance"]}))]
     pub approvers: AllowConfig,
-    /// How many approvers must approve.
+    /// How many approvers must approve (at least 1).
     #[serde(default = "one")]
     pub quorum: u32,
-    /// How long a request waits for its approvers.
-    #[serde(default = "an_hour", deserialize_with = "duration")]
+    /// How long a request waits for its approvers (at most 7d).
+    #[serde(default = "an_hour", deserialize_with = "duration", serialize_with = "duration_text")]
+    #[schemars(with = "DurationText")]
     pub ttl: Duration,
+    /// Where each new request is announced.
     #[serde(default)]
     pub notify: NotifyConfig,
 }
 
 /// Where each new request is announced.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NotifyConfig {
     /// A URL that gets a JSON POST per new request, with a Slack-compatible `text`.
+    #[schemars(example = &"https://hooks.slack.com/services/T000/B000/XXXX")]
     pub webhook: Option<String>,
     /// Signs each POST: `X-Gatehouse-Signature: sha256=HMAC(secret, timestamp + "." + body)`.
+    #[schemars(example = &"env:FINANCE_WEBHOOK_SECRET")]
     pub secret: Option<Secret<String>>,
     /// Whether the POST carries the call's arguments (by default only the tool's name).
     #[serde(default)]

@@ -12,6 +12,13 @@ const ENV_LEVEL_SEPARATOR: &str = "__";
 /// A string value `env:NAME` is replaced by the variable NAME (secrets stay out of files).
 const ENV_REFERENCE: &str = "env:";
 
+/// The variable that overrides the key at `path` (`["server", "bind"]`): `GATEHOUSE_SERVER__BIND`,
+/// the name [`apply_env_overrides`] reads back.
+pub(super) fn env_name(path: &[String]) -> String {
+    let levels: Vec<String> = path.iter().map(|level| level.to_ascii_uppercase()).collect();
+    format!("{ENV_PREFIX}{}", levels.join(ENV_LEVEL_SEPARATOR))
+}
+
 /// Overlays `GATEHOUSE_<SECTION>__<KEY>=value` onto the file's table. The value is taken as a
 /// string where the key holds a string, and otherwise parsed as a TOML value (`8`, `true`,
 /// `["a", "b"]`); a list key also takes comma-separated text.

@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use url::Url;
 
 use super::ConfigError;
-use super::duration::duration;
+use super::duration::{DurationText, duration, duration_text};
 use crate::secret::Secret;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum IdentityMode {
     /// One user: the person at this machine. Only allowed when bound to loopback.
@@ -36,29 +37,41 @@ impl fmt::Display for IdentityMode {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// Who the caller is.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdentityConfig {
+    /// `local` (one user at this machine, loopback only), `header` (a trusted reverse proxy names
+    /// the user) or `oauth` (MCP authorization).
     pub mode: IdentityMode,
     /// The header carrying the principal in `header` mode.
     pub header: String,
     /// `header` mode: a header with the user's groups, comma-separated (oauth2-proxy's
     /// `X-Forwarded-Groups`), read as the claim `groups` by `allow` rules.
+    #[schemars(example = &"X-Forwarded-Groups")]
     pub groups_header: Option<String>,
     /// `header` mode: a header with the user's email (oauth2-proxy's `X-Forwarded-Email`), read as
     /// the claim `email` by `allow` rules.
+    #[schemars(example = &"X-Forwarded-Email")]
     pub email_header: Option<String>,
     /// The principal's name in `local` mode.
     pub local_principal: String,
-    /// `oauth` mode: the authorization server (RFC 8414 metadata, else OpenID discovery).
+    /// `oauth` mode: the authorization server (RFC 8414 metadata, else OpenID discovery); https
+    /// (http only on loopback), without query or fragment. Required in `oauth` mode.
+    #[schemars(example = &"https://keycloak.example.com/realms/acme")]
     pub issuer: Option<Url>,
     /// `oauth` mode: the `aud` access tokens must carry; `public_url` + `/mcp` when absent.
+    #[schemars(example = &"https://gatehouse.example.com/mcp")]
     pub audience: Option<String>,
     /// `oauth` mode: scopes every MCP request's token must carry; advertised as `scopes_supported`.
+    #[schemars(example = ["mcp"])]
     pub scopes: Vec<String>,
-    /// `oauth` mode: the pages' own OpenID Connect client at `issuer`.
+    /// `oauth` mode: the pages' own OpenID Connect client at `issuer`. Required in `oauth` mode.
+    #[schemars(example = &"gatehouse")]
     pub client_id: Option<String>,
-    /// Its secret; absent for a public client (PKCE alone).
+    /// `oauth` mode: the client's secret; absent for a public client (PKCE alone). Required with
+    /// `introspection`.
+    #[schemars(example = &"env:GATEHOUSE_IDP_SECRET")]
     pub client_secret: Option<Secret<String>>,
     /// The token claim naming the user; the principal is `issuer` + `#` + its value.
     pub principal_claim: String,
@@ -66,10 +79,12 @@ pub struct IdentityConfig {
     pub introspection: bool,
     /// A token signed with a key id the cached key set lacks fetches the set again, at most once
     /// this often (key rotation works; a flood of made-up key ids cannot hammer the provider).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
+    #[schemars(with = "DurationText")]
     pub jwks_refresh_interval: Duration,
-    /// How long a browser stays signed in to the pages.
-    #[serde(deserialize_with = "duration")]
+    /// How long a browser stays signed in to the pages (at least 1m).
+    #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
+    #[schemars(with = "DurationText")]
     pub browser_session_ttl: Duration,
 }
 

@@ -3,8 +3,9 @@
 //!
 //! This module owns loading (file, environment layer, typing, validation) and the error type; the
 //! submodules own one part each: `sections` the server's own sections, `identity` who the caller is, `providers`, `forms`,
-//! `tools` and `upstreams` the configured lists, `env` the environment layer, `duration` durations in the file, and
-//! `validate` the checks across keys. It imports only leaf modules (`secret`), so every other
+//! `tools` and `upstreams` the configured lists, `env` the environment layer, `duration` durations in the file,
+//! `validate` the checks across keys, and `schema` and `reference` the JSON Schema and the
+//! reference page derived from the types. It imports only leaf modules (`secret`), so every other
 //! module may build on it.
 
 mod approvals;
@@ -13,6 +14,8 @@ mod env;
 mod forms;
 mod identity;
 mod providers;
+pub mod reference;
+pub mod schema;
 mod sections;
 mod tools;
 mod upstreams;
@@ -22,6 +25,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use url::Url;
 
@@ -57,23 +61,41 @@ impl ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// gatehouse's configuration file (TOML). Every key is optional unless a list entry needs it;
+/// `GATEHOUSE_<SECTION>__<KEY>` environment variables override the file, and any string `env:NAME`
+/// is read from the environment variable NAME.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// The HTTP listener and the public URL.
     pub server: ServerConfig,
+    /// The database: SQLite for one process, PostgreSQL for replicas.
     pub database: DatabaseConfig,
+    /// Who the caller is: `local`, `header` or `oauth`.
     pub identity: IdentityConfig,
+    /// The MCP endpoint's sessions and lists.
     pub mcp: McpConfig,
+    /// Logs.
     pub log: LogConfig,
+    /// The key ring for secrets at rest.
     pub secrets: SecretsConfig,
+    /// How elicitations behave.
     pub elicitation: ElicitationConfig,
+    /// What one user or client address may make gatehouse do.
     pub limits: LimitsConfig,
+    /// How long what is over is kept.
     pub retention: RetentionConfig,
+    /// Traces over OTLP/gRPC.
     pub telemetry: TelemetryConfig,
+    /// OAuth 2 providers users sign in to.
     pub providers: Vec<ProviderConfig>,
+    /// Hosted web forms.
     pub forms: Vec<FormConfig>,
+    /// HTTP tools.
     pub tools: Vec<ToolConfig>,
+    /// Upstream MCP servers whose tools gatehouse lists and gates.
     pub upstreams: Vec<UpstreamConfig>,
+    /// Calls that wait until someone else approves them.
     pub approvals: Vec<ApprovalConfig>,
     /// Who may open the operator pages (`/admin`).
     pub admin: AdminConfig,

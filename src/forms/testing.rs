@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::{Form, Forms};
 use crate::config::{ConfigError, FormConfig};
 
-/// The forms of the README's example: `openai`, user-scoped with a secret `api_key` and a select
+/// The forms of the book's example (docs/src/gating/forms.md): `openai`, user-scoped with a secret `api_key` and a select
 /// `org`, and `pay`, a call-scoped confirmation without fields that shows tool arguments.
 pub(crate) const EXAMPLE: &str = include_str!("testdata/example.toml");
 /// Form `t` with one field of every kind, with help, defaults and limits.

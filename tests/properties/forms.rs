@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use crate::strategies::hostile_text;
 
-/// The README's bounds on text: 2,048 characters on one line, 20,000 in a textarea.
+/// The documented bounds on text (docs/src/gating/forms.md): 2,048 characters on one line,
+/// 20,000 in a textarea.
 const SINGLE_LINE_CAP: usize = 2048;
 const TEXTAREA_CAP: usize = 20_000;
 /// The longest deliverable email address.

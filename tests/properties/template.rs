@@ -93,7 +93,7 @@ impl Filling {
     }
 
     /// The text placeholder `index` of `PLACEHOLDERS` stands for: strings bare, null as nothing,
-    /// the rest as JSON (the README's rule).
+    /// the rest as JSON (the documented rule, docs/src/gating/http-tools.md).
     fn text(&self, index: usize) -> String {
         let value = match index {
             3 => &self.org,
