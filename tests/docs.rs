@@ -96,7 +96,7 @@ fn the_reference_and_the_schema_in_the_book_are_what_the_code_writes() {
                 .lines()
                 .zip(expected.lines())
                 .position(|(a, b)| a != b)
-                .map_or_else(|| kept.lines().count().min(expected.lines().count()), |i| i);
+                .unwrap_or_else(|| kept.lines().count().min(expected.lines().count()));
             panic!(
                 "{path} differs from what the code writes (first at line {}); {REGENERATE}",
                 line + 1
@@ -116,9 +116,16 @@ fn config_reference_and_config_schema_print_the_files_of_the_book() {
             .env_clear()
             .output()
             .expect("run gatehouse");
-        assert!(output.status.success(), "gatehouse {command}: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "gatehouse {command}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let kept = std::fs::read(repo().join(path)).unwrap_or_default();
-        assert!(output.stdout == kept, "`gatehouse {command}` differs from {path}; {REGENERATE}");
+        assert!(
+            output.stdout == kept,
+            "`gatehouse {command}` differs from {path}; {REGENERATE}"
+        );
     }
 }
 
@@ -130,7 +137,9 @@ fn every_environment_variable_of_the_reference_names_its_key() {
         let (Some(env), Some(value)) = (&key.env, key.schema.get("default").filter(|v| !v.is_null())) else {
             continue;
         };
-        let text = value.as_str().map_or_else(|| reference::toml_text(value), str::to_owned);
+        let text = value
+            .as_str()
+            .map_or_else(|| reference::toml_text(value), str::to_owned);
         let vars = BTreeMap::from([(env.clone(), text.clone())]);
         if let Err(e) = Config::load(ConfigSource { file: None, env: &vars }) {
             panic!("{env}={text} (the default of {}) is refused: {e}", key.path);
@@ -255,7 +264,11 @@ fn every_toml_example_of_the_readme_and_the_book_is_a_configuration_gatehouse_lo
         }
     }
     assert!(count > 20, "the README and the book have their TOML examples: {count}");
-    assert!(failures.is_empty(), "TOML examples the configuration loader refuses:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "TOML examples the configuration loader refuses:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -293,7 +306,11 @@ fn heading_ids(text: &str) -> BTreeSet<String> {
             })
             .collect();
         let repeat = seen.entry(id.clone()).or_default();
-        ids.insert(if *repeat == 0 { id.clone() } else { format!("{id}-{repeat}") });
+        ids.insert(if *repeat == 0 {
+            id.clone()
+        } else {
+            format!("{id}-{repeat}")
+        });
         *repeat += 1;
     }
     ids
@@ -330,7 +347,9 @@ fn links_between_the_readme_and_the_book_reach_their_files_and_headings() {
                 continue;
             }
             count += 1;
-            let (file, anchor) = target.split_once('#').map_or((target.as_str(), None), |(f, a)| (f, Some(a)));
+            let (file, anchor) = target
+                .split_once('#')
+                .map_or((target.as_str(), None), |(f, a)| (f, Some(a)));
             let resolved = if file.is_empty() {
                 path.clone()
             } else {

@@ -44,8 +44,11 @@ fn text(value: Duration) -> String {
     let millis = value.as_millis();
     UNITS
         .iter()
-        .find(|(size, _)| millis > 0 && millis % size == 0)
-        .map_or_else(|| format!("{millis}ms"), |(size, unit)| format!("{}{unit}", millis / size))
+        .find(|(size, _)| millis > 0 && millis.is_multiple_of(*size))
+        .map_or_else(
+            || format!("{millis}ms"),
+            |(size, unit)| format!("{}{unit}", millis / size),
+        )
 }
 
 /// The schema of a duration in the file: text such as `"30s"`, `"10m"`, `"1h 30m"` or `"7d"`.

@@ -59,7 +59,11 @@ The same keys as a JSON Schema: [`gatehouse.schema.json`](gatehouse.schema.json)
 ";
 
 fn facts(page: &mut String, key: &Key, definitions: Option<&Map<String, Value>>) {
-    let _ = writeln!(page, "- Type: {}", type_text(&key.schema, key.type_name.as_deref(), definitions));
+    let _ = writeln!(
+        page,
+        "- Type: {}",
+        type_text(&key.schema, key.type_name.as_deref(), definitions)
+    );
     for (value, description) in variants(&key.schema, definitions) {
         if !description.is_empty() {
             let _ = writeln!(page, "  - `{value}`: {description}");
@@ -110,7 +114,9 @@ fn type_text(schema: &Map<String, Value>, type_name: Option<&str>, definitions: 
     };
     match types.first().copied() {
         Some("array") => {
-            let (items, name) = schema.get("items").map_or_else(|| (Map::new(), None), |i| resolve(i, definitions));
+            let (items, name) = schema
+                .get("items")
+                .map_or_else(|| (Map::new(), None), |i| resolve(i, definitions));
             format!("list of {}", plural(&type_text(&items, name.as_deref(), definitions)))
         }
         Some("object") => {
@@ -146,7 +152,11 @@ fn variants(schema: &Map<String, Value>, definitions: Option<&Map<String, Value>
         .iter()
         .flat_map(|variant| {
             let (variant, _) = resolve(variant, definitions);
-            let description = variant.get("description").and_then(Value::as_str).unwrap_or("").to_owned();
+            let description = variant
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
             let values = match (variant.get("const"), variant.get("enum").and_then(Value::as_array)) {
                 (Some(one), _) => vec![one.clone()],
                 (None, Some(many)) => many.clone(),

@@ -33,7 +33,11 @@ pub struct ToolConfig {
     #[serde(default)]
     pub elicit: ElicitMode,
     /// With `elicit = "request"`: how long to wait for the user (default `elicitation.wait`).
-    #[serde(default, deserialize_with = "optional_duration", serialize_with = "optional_duration_text")]
+    #[serde(
+        default,
+        deserialize_with = "optional_duration",
+        serialize_with = "optional_duration_text"
+    )]
     #[schemars(with = "Option<DurationText>")]
     #[schemars(example = &"5m")]
     pub elicit_timeout: Option<Duration>,
@@ -73,7 +77,11 @@ pub struct HttpToolConfig {
     #[schemars(example = serde_json::json!({"title": "{{args.title}}"}))]
     pub body: Option<serde_json::Value>,
     /// How long the request may take; then the call is an `isError` result.
-    #[serde(default = "default_tool_timeout", deserialize_with = "duration", serialize_with = "duration_text")]
+    #[serde(
+        default = "default_tool_timeout",
+        deserialize_with = "duration",
+        serialize_with = "duration_text"
+    )]
     #[schemars(with = "DurationText")]
     pub timeout: Duration,
     /// The largest answer read; a larger one is an `isError` result.

@@ -72,7 +72,11 @@ pub struct UpstreamConfig {
     #[schemars(example = ["https://github.com"])]
     pub elicitation_origins: Option<Vec<String>>,
     /// How long one call to the upstream may take.
-    #[serde(default = "default_timeout", deserialize_with = "duration", serialize_with = "duration_text")]
+    #[serde(
+        default = "default_timeout",
+        deserialize_with = "duration",
+        serialize_with = "duration_text"
+    )]
     #[schemars(with = "DurationText")]
     pub timeout: Duration,
     /// `command` upstreams: processes running at once, across users; the oldest idle one stops
@@ -80,7 +84,11 @@ pub struct UpstreamConfig {
     #[serde(default = "default_max_processes")]
     pub max_processes: usize,
     /// `command` upstreams: a process that served no call for this long stops.
-    #[serde(default = "default_idle_timeout", deserialize_with = "duration", serialize_with = "duration_text")]
+    #[serde(
+        default = "default_idle_timeout",
+        deserialize_with = "duration",
+        serialize_with = "duration_text"
+    )]
     #[schemars(with = "DurationText")]
     pub idle_timeout: Duration,
     /// Per-tool extra requirements and in-call confirmation.
@@ -120,7 +128,11 @@ pub struct UpstreamOverride {
     #[serde(default)]
     pub elicit: ElicitMode,
     /// With `elicit = "request"`: how long to wait for the user (default `elicitation.wait`).
-    #[serde(default, deserialize_with = "optional_duration", serialize_with = "optional_duration_text")]
+    #[serde(
+        default,
+        deserialize_with = "optional_duration",
+        serialize_with = "optional_duration_text"
+    )]
     #[schemars(with = "Option<DurationText>")]
     #[schemars(example = &"5m")]
     pub elicit_timeout: Option<Duration>,

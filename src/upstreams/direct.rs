@@ -113,48 +113,55 @@ impl Direct {
         }
     }
 
-    /// Posts `request`, a `tools/call` of `name`, unless this call needs what only rmcp's worker
-    /// adds; then `request` comes back.
-    pub fn call(
-        self: &Arc<Self>,
-        name: &str,
-        headers_in_schema: bool,
-        mut request: ClientRequest,
-        peer: &Peer<RoleClient>,
-        relay: &Arc<Relay>,
-    ) -> Result<Posted, ClientRequest> {
-        let Some(session) = self.session.get() else {
-            return Err(request);
-        };
+    /// What a direct post of a `tools/call` of `name` takes, unless this call needs what only
+    /// rmcp's worker adds.
+    pub fn prepare(self: &Arc<Self>, name: &str, headers_in_schema: bool) -> Option<Prepared> {
+        let session = self.session.get()?;
         let mut headers = self.headers.clone();
         if self.standard_headers {
-            let Some(plain) = plain_header_value(name).filter(|_| !headers_in_schema) else {
-                return Err(request);
-            };
+            let plain = plain_header_value(name).filter(|_| !headers_in_schema)?;
             headers.insert(
                 HeaderName::from_static("mcp-method"),
                 HeaderValue::from_static("tools/call"),
             );
             headers.insert(HeaderName::from_static("mcp-name"), plain);
         }
+        Some(Prepared {
+            direct: self.clone(),
+            session,
+            headers,
+        })
+    }
+}
+
+/// A direct post about to be made: the session it goes to and its headers.
+pub struct Prepared {
+    direct: Arc<Direct>,
+    session: Arc<str>,
+    headers: HashMap<HeaderName, HeaderValue>,
+}
+
+impl Prepared {
+    /// Posts `request` (the `tools/call`) with an id and progress token of its own.
+    pub fn post(self, mut request: ClientRequest, peer: &Peer<RoleClient>, relay: &Arc<Relay>) -> Posted {
         // rmcp numbers its own requests; these ids cannot meet them.
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = self.direct.next.fetch_add(1, Ordering::Relaxed);
         let id = RequestId::String(format!("gatehouse-{n}").into());
         let progress_token = ProgressToken(id.clone());
         request.get_meta_mut().set_progress_token(progress_token.clone());
         let message = ClientJsonRpcMessage::request(request, id.clone());
         let call = Call {
-            direct: self.clone(),
+            direct: self.direct,
             id: id.clone(),
-            headers,
+            headers: self.headers,
             peer: peer.clone(),
             relay: relay.clone(),
         };
-        Ok(Posted {
+        Posted {
             id,
             progress_token,
-            answer: Box::pin(call.run(message, session)),
-        })
+            answer: Box::pin(call.run(message, self.session)),
+        }
     }
 }
 

@@ -72,24 +72,25 @@ impl UpstreamTool {
             request.get_meta_mut().extend(meta);
         }
         let peer = session.service.peer();
-        let posted = match &session.direct {
-            Some(direct) => direct.call(name, self.headers_in_schema, request, peer, &session.relay),
-            None => Err(request),
-        };
-        let (id, progress_token, response) = match posted {
-            Ok(posted) => (posted.id, posted.progress_token, posted.answer),
-            Err(request) => {
-                match peer
-                    .send_request_with_option(request, PeerRequestOptions::no_options())
-                    .await
-                {
-                    Ok(handle) => {
-                        let (id, token) = (handle.id.clone(), handle.progress_token.clone());
-                        (id, token, Box::pin(handle.await_response()) as Response)
-                    }
-                    Err(error) => return service_failed(&self.upstream, Some(core), session, &error),
-                }
+        let prepared = session
+            .direct
+            .as_ref()
+            .and_then(|direct| direct.prepare(name, self.headers_in_schema));
+        let (id, progress_token, response) = match prepared {
+            Some(prepared) => {
+                let posted = prepared.post(request, peer, &session.relay);
+                (posted.id, posted.progress_token, posted.answer)
             }
+            None => match peer
+                .send_request_with_option(request, PeerRequestOptions::no_options())
+                .await
+            {
+                Ok(handle) => {
+                    let (id, token) = (handle.id.clone(), handle.progress_token.clone());
+                    (id, token, Box::pin(handle.await_response()) as Response)
+                }
+                Err(error) => return service_failed(&self.upstream, Some(core), session, &error),
+            },
         };
         // Registered before the upstream can have answered anything but the request itself, so its
         // progress reaches the client; a progress notification racing the registration is dropped.
