@@ -254,6 +254,40 @@ backend_test!(
     }
 );
 
+/// An upstream that sends its client a flood of requests (form elicitations the client holds
+/// unanswered) gets eight of them through at a time (`MAX_ASKING`); the rest are refused at once,
+/// and the room comes back when the call ends. Over HTTP and stdio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_flooding_its_client_with_requests_gets_eight_through_and_the_rest_refused() {
+    let (url, _http) = malicious_http(&[]).await;
+    let stdio = toml_list(&malicious(&[]));
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, &malicious_config(&url, &stdio, false)).await;
+    let alice = server.eliciting_client("alice").await;
+    eventually("both catalogues", async || {
+        let names = listed_names(&alice.call("tools/list", json!({})).await);
+        (names.contains(&"evilh_flood".to_owned()) && names.contains(&"evils_flood".to_owned())).then_some(())
+    })
+    .await;
+    for tool in ["evilh_flood", "evils_flood", "evilh_flood", "evils_flood"] {
+        let mut stream = alice
+            .request_stream("tools/call", json!({"name": tool, "arguments": {}}))
+            .await;
+        let mut asked = 0;
+        let answer = loop {
+            let (_, message) = stream.next_message(WAIT).await.expect("a message");
+            if message.get("method").is_none() {
+                break message;
+            }
+            if message["method"] == "elicitation/create" {
+                asked += 1;
+            }
+        };
+        assert_eq!(text(&answer["result"]), "refused=12 answered=0", "{tool}: {answer}");
+        assert_eq!(asked, 8, "{tool}: the client was asked {asked} times");
+    }
+}
+
 /// How many lines of the file `seen` begin with `method`, and the distinct process ids on them.
 fn seen(path: &Path, method: &str) -> (usize, usize) {
     let text = std::fs::read_to_string(path).unwrap_or_default();

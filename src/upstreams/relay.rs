@@ -145,8 +145,14 @@ pub struct Relay {
     /// Updates passed on, by the upstream's URI: each is stored for every subscriber, so an
     /// upstream cannot make gatehouse write without bound.
     updates: RateLimit<String>,
+    /// The upstream's requests waiting for a client's answer; beyond [`MAX_ASKING`] the upstream
+    /// is answered with an error at once, so it cannot make gatehouse hold requests without bound.
+    asking: tokio::sync::Semaphore,
 }
 
+/// An upstream session's requests (elicitations, sampling, roots) relayed and not yet answered,
+/// at most.
+pub const MAX_ASKING: usize = 8;
 /// Subscriptions held through one upstream session, at most.
 pub const MAX_SUBSCRIPTIONS: usize = 1000;
 /// Updates of one resource passed on per minute, at most (a burst of as many, then one a
@@ -182,6 +188,17 @@ impl Relay {
             bus,
             redactor,
             updates: RateLimit::per_minute(UPDATES_PER_MINUTE),
+            asking: tokio::sync::Semaphore::new(MAX_ASKING),
+        })
+    }
+
+    /// Room for one more of the upstream's requests to wait for its client.
+    fn asking(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ErrorData> {
+        self.asking.try_acquire().map_err(|_| {
+            ErrorData::invalid_request(
+                format!("{MAX_ASKING} requests of this session already wait for the client's answer"),
+                None,
+            )
         })
     }
 
@@ -443,6 +460,7 @@ impl ClientHandler for Handler {
         request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
+        let _asking = self.0.asking()?;
         let url_mode = matches!(request, ElicitRequestParams::UrlElicitationParams { .. });
         let Some(target) = self.0.newest_asked(|call| if url_mode { call.url } else { call.form }) else {
             let mode = if url_mode { "url" } else { "form" };
@@ -467,6 +485,7 @@ impl ClientHandler for Handler {
         request: CreateMessageRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
+        let _asking = self.0.asking()?;
         let with_tools = request.tools.as_ref().is_some_and(|tools| !tools.is_empty());
         let Some(target) = self
             .0
@@ -490,6 +509,7 @@ impl ClientHandler for Handler {
 
     #[allow(deprecated)]
     async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
+        let _asking = self.0.asking()?;
         let Some(target) = self.0.newest_asked(|call| call.roots) else {
             return Err(ErrorData::invalid_request(
                 "no client of a running call answers roots/list",
