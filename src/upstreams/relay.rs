@@ -4,7 +4,7 @@
 //! and the upstream's own requests (`elicitation/create`, `sampling/createMessage`, `roots/list`)
 //! name no request, so they go to the newest call still running on the session whose client
 //! declared what the request needs (the usual case is one call at a time); without one, the
-//! upstream gets an error saying so.
+//! upstream gets an error saying so. At most [`MAX_ASKING`] such requests wait at once.
 //!
 //! rmcp handles each notification in a task of its own, so a notification could reach the client
 //! after the call's answer (or, once the call is over, not at all). So progress and log messages
@@ -42,7 +42,7 @@ use rmcp::service::{NotificationContext, RequestContext, RoleClient, RxJsonRpcMe
 use rmcp::transport::Transport;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, SemaphorePermit, mpsc, oneshot};
 use url::Origin;
 
 use super::crossing::{Crossing, Refused};
@@ -145,14 +145,13 @@ pub struct Relay {
     /// Updates passed on, by the upstream's URI: each is stored for every subscriber, so an
     /// upstream cannot make gatehouse write without bound.
     updates: RateLimit<String>,
-    /// The upstream's requests waiting for a client's answer; beyond [`MAX_ASKING`] the upstream
-    /// is answered with an error at once, so it cannot make gatehouse hold requests without bound.
-    asking: tokio::sync::Semaphore,
+    /// Room for the upstream's requests waiting for a client's answer ([`MAX_ASKING`]).
+    asking: Semaphore,
 }
 
-/// An upstream session's requests (elicitations, sampling, roots) relayed and not yet answered,
-/// at most.
-pub const MAX_ASKING: usize = 8;
+/// An upstream session's requests relayed and not yet answered, at most; beyond it the upstream
+/// is answered with an error at once, so it cannot make gatehouse hold requests without bound.
+const MAX_ASKING: usize = 8;
 /// Subscriptions held through one upstream session, at most.
 pub const MAX_SUBSCRIPTIONS: usize = 1000;
 /// Updates of one resource passed on per minute, at most (a burst of as many, then one a
@@ -188,12 +187,12 @@ impl Relay {
             bus,
             redactor,
             updates: RateLimit::per_minute(UPDATES_PER_MINUTE),
-            asking: tokio::sync::Semaphore::new(MAX_ASKING),
+            asking: Semaphore::new(MAX_ASKING),
         })
     }
 
     /// Room for one more of the upstream's requests to wait for its client.
-    fn asking(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ErrorData> {
+    fn asking(&self) -> Result<SemaphorePermit<'_>, ErrorData> {
         self.asking.try_acquire().map_err(|_| {
             ErrorData::invalid_request(
                 format!("{MAX_ASKING} requests of this session already wait for the client's answer"),
