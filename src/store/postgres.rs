@@ -26,6 +26,13 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres")
 /// fails (503, retry) within this time instead of hanging.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// A pooled connection idle at least this long is pinged before it is handed out; one used more
+/// recently is not. sqlx pings before every use by default: a second round trip for each
+/// statement. A database restart takes far longer than this, so a connection that lived through
+/// one is still tested (and replaced) before a request gets it; sqlx drops a connection that
+/// failed mid-use when it is returned.
+const PING_AFTER_IDLE: Duration = Duration::from_millis(100);
+
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
         let options: PgConnectOptions = url.parse()?;
@@ -35,6 +42,15 @@ impl PostgresStore {
         // open, all are opened in the background at start and kept (no idle timeout, no maximum
         // lifetime).
         let pool = PgPoolOptions::new()
+            .test_before_acquire(false)
+            .before_acquire(|connection, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_AFTER_IDLE {
+                        sqlx::Connection::ping(connection).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .min_connections(max_connections)
             .idle_timeout(None)
             .max_lifetime(None)

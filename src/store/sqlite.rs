@@ -37,7 +37,10 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
+        // A file's connection cannot go stale as a server's can: no ping (a round trip to the
+        // connection's worker thread) before each use.
         let pool = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
