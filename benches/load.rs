@@ -9,7 +9,8 @@
 //! beside them (`--storm`, default 10,000 new sessions opening their streams 200 at a time; 0
 //! skips it), and the whole
 //! URL-elicitation loop against a fake OAuth provider on two replicas, connected to PostgreSQL
-//! without TLS and then with it (`--loop-tls off|on|both`; TLS needs a server with `ssl = on`).
+//! without TLS and then with it (`--loop-tls off|on|both`; TLS needs a server with `ssl = on`),
+//! `--loop-workers` (default 8) at once, each as fast as it goes or `--loop-rate` loops/s in all.
 //! Section "upstream" (`--skip-upstream`): `tools/call` to a fast in-process rmcp server directly
 //! and through gatehouse's `[[upstreams]]`, and memory per held upstream session
 //! (`--upstream-users`, default 1,000).
@@ -21,6 +22,9 @@
 //! Section "metrics" (`--skip-metrics`): `whoami` without `server.metrics_bind`, then with it,
 //! back to back, and `--scrapes` (default 200) `/metrics` scrapes timed while loaded; then with
 //! metrics and every span exported over OTLP to a collector in this process.
+//! Section "peers" (`--peers`, off by default; it installs FastMCP and ContextForge on demand):
+//! the fast upstream directly, through gatehouse and through both peers, in `--peer-rounds`
+//! (default 2) interleaved rounds.
 //! PostgreSQL comes from TEST_DATABASE_URL or 127.0.0.1:5432; the benchmark works in a database
 //! of its own. `GATEHOUSE_BENCH_BIN=path` measures another gatehouse build with this benchmark
 //! (an older commit's, to measure back to back).
@@ -50,6 +54,8 @@ mod metrics;
 #[allow(dead_code)]
 #[path = "../tests/common/otlp.rs"]
 mod otlp;
+#[path = "load/peers.rs"]
+mod peers;
 #[path = "load/stateless.rs"]
 mod stateless;
 #[path = "load/storm.rs"]
@@ -87,11 +93,16 @@ struct Options {
     skip_identity: bool,
     skip_stateless: bool,
     skip_metrics: bool,
+    /// The optional side-by-side section with FastMCP and ContextForge.
+    peers: bool,
+    peer_rounds: usize,
     scrapes: usize,
     upstream_users: usize,
     held: usize,
     completions: usize,
     loop_workers: usize,
+    /// Loops started per second across the workers (unset: each worker starts its next at once).
+    loop_rate: Option<f64>,
     loop_tls: Vec<Tls>,
 }
 
@@ -134,11 +145,14 @@ impl Options {
             skip_identity: false,
             skip_stateless: false,
             skip_metrics: false,
+            peers: false,
+            peer_rounds: 2,
             scrapes: 200,
             upstream_users: 1000,
             held: 1000,
             completions: 200,
             loop_workers: 8,
+            loop_rate: None,
             loop_tls: vec![Tls::Off, Tls::On],
         };
         let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
@@ -162,6 +176,8 @@ impl Options {
                 "--skip-identity" => options.skip_identity = true,
                 "--skip-stateless" => options.skip_stateless = true,
                 "--skip-metrics" => options.skip_metrics = true,
+                "--peers" => options.peers = true,
+                "--peer-rounds" => options.peer_rounds = value()?.parse().map_err(|e| format!("--peer-rounds: {e}"))?,
                 "--scrapes" => options.scrapes = value()?.parse().map_err(|e| format!("--scrapes: {e}"))?,
                 "--held" => options.held = value()?.parse().map_err(|e| format!("--held: {e}"))?,
                 "--completions" => options.completions = value()?.parse().map_err(|e| format!("--completions: {e}"))?,
@@ -170,6 +186,13 @@ impl Options {
                 }
                 "--loop-workers" => {
                     options.loop_workers = value()?.parse().map_err(|e| format!("--loop-workers: {e}"))?
+                }
+                "--loop-rate" => {
+                    let rate: f64 = value()?.parse().map_err(|e| format!("--loop-rate: {e}"))?;
+                    if !(rate > 0.0 && rate.is_finite()) {
+                        return Err(format!("--loop-rate: {rate} is not a positive rate"));
+                    }
+                    options.loop_rate = Some(rate);
                 }
                 "--loop-tls" => {
                     options.loop_tls = match value()?.as_str() {
@@ -659,6 +682,9 @@ async fn measure(options: &Options, database: &Database) -> Result<(), String> {
     }
     if !options.skip_metrics {
         metrics::section(options, database).await?;
+    }
+    if options.peers {
+        peers::section(options, database).await?;
     }
     Ok(())
 }

@@ -27,6 +27,20 @@ impl Cpu {
         }
     }
 
+    /// As [`Cpu::read`], with the proxy's CPU summed over `root` and every process below it (a
+    /// peer started by a script, or one that runs several workers).
+    pub(super) fn read_tree(root: u32) -> Self {
+        let tree = process_tree(root);
+        Self {
+            gatehouse: Some(
+                tree.iter()
+                    .filter_map(|pid| process_micros(&format!("/proc/{pid}/stat")))
+                    .sum(),
+            ),
+            ..Self::read(None)
+        }
+    }
+
     pub(super) fn per_call(&self, after: &Cpu, result: &LoadResult) -> PerCall {
         let used = |before: Option<u64>, after: Option<u64>| {
             let used = after?.checked_sub(before?)?;
@@ -55,6 +69,38 @@ fn process_micros(stat: &str) -> Option<u64> {
     let utime: u64 = fields.next()?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
     Some((utime + stime) * 1_000_000 / clock_ticks()?)
+}
+
+/// `root` and its descendants, from every process's parent in `/proc/PID/stat`.
+pub(super) fn process_tree(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the parenthesised command name: state, then the parent's pid.
+            let parent = stat
+                .get(stat.rfind(')')? + 1..)?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, parent))
+        })
+        .collect();
+    let mut tree = vec![root];
+    let mut next = 0;
+    while let Some(&pid) = tree.get(next) {
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, parent)| *parent == pid)
+                .map(|(child, _)| *child),
+        );
+        next += 1;
+    }
+    tree
 }
 
 /// CPU time all cores spent busy (neither idle nor waiting for I/O), from `/proc/stat`.

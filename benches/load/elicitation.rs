@@ -34,8 +34,12 @@ pub(super) async fn section(options: &Options, database: &Database) -> Result<()
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let config = dir.path().join("gatehouse.toml");
     std::fs::write(&config, loop_config(&fake)).map_err(|e| e.to_string())?;
+    let pace = options.loop_rate.map_or_else(
+        || "as fast as they go".to_owned(),
+        |rate| format!("{rate} loops/s at most"),
+    );
     println!(
-        "\n## URL-elicitation loop on two replicas ({} workers, {} s each, fake OAuth provider on loopback)\n",
+        "\n## URL-elicitation loop on two replicas ({} workers, {pace}, {} s each, fake OAuth provider on loopback)\n",
         options.loop_workers,
         options.duration.as_secs()
     );
@@ -85,7 +89,14 @@ async fn loops_on(options: &Options, url: &str, config: &std::path::Path, tls: T
         ("same replica", BrowserOn::SameReplica),
         ("other replica", BrowserOn::OtherReplica),
     ] {
-        let result = run_loops(&replicas, browser_on, options.loop_workers, options.duration).await;
+        let result = run_loops(
+            &replicas,
+            browser_on,
+            options.loop_workers,
+            options.loop_rate,
+            options.duration,
+        )
+        .await;
         let mut latencies = result.latencies;
         latencies.sort_unstable();
         println!(
@@ -117,6 +128,7 @@ async fn run_loops(
     replicas: &(String, String),
     browser_on: BrowserOn,
     workers: usize,
+    rate: Option<f64>,
     duration: Duration,
 ) -> LoopResult {
     static USERS: AtomicU64 = AtomicU64::new(0);
@@ -139,12 +151,22 @@ async fn run_loops(
             };
         }
     };
+    // Paced: loop k starts at k / rate seconds (or as soon as a worker is free, when late).
+    let tickets = Arc::new(AtomicU64::new(0));
+    let begin = tokio::time::Instant::now();
     let tasks: Vec<_> = (0..workers)
         .map(|_| {
-            let (stop, replicas, http) = (stop.clone(), replicas.clone(), http.clone());
+            let (stop, replicas, http, tickets) = (stop.clone(), replicas.clone(), http.clone(), tickets.clone());
             tokio::spawn(async move {
                 let (mut loops, mut errors, mut latencies) = (0u64, 0u64, Vec::new());
                 while !stop.load(Ordering::Relaxed) {
+                    if let Some(rate) = rate {
+                        let ticket = tickets.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep_until(begin + Duration::from_secs_f64(ticket as f64 / rate)).await;
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                    }
                     let user = format!("bench-user-{}", USERS.fetch_add(1, Ordering::Relaxed));
                     match one_loop(&http, &replicas, browser_on, &user).await {
                         Ok(latency) => {

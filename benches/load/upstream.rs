@@ -18,7 +18,7 @@ use super::{
 };
 
 /// The upstream's tool as gatehouse names it: `<id>_<tool>`.
-const GATED_TOOL: &str = "fast_echo";
+pub(super) const GATED_TOOL: &str = "fast_echo";
 /// The upstream's resource as gatehouse names it: `<tag>+<uri>`.
 const GATED_RESOURCE: &str = "fast+echo://note";
 
@@ -36,7 +36,7 @@ pub(super) async fn section(options: &Options, database: &Database) -> Result<()
 }
 
 /// Header identity (each client is a principal of its own) and the fast upstream, no requirements.
-fn gatehouse_config(upstream_url: &str) -> String {
+pub(super) fn gatehouse_config(upstream_url: &str) -> String {
     format!(
         "{}\n[[upstreams]]\nid = \"fast\"\nurl = \"{upstream_url}\"\nrequires = []\n",
         include_str!("../../tests/fixtures/header_identity.toml")
@@ -44,7 +44,7 @@ fn gatehouse_config(upstream_url: &str) -> String {
 }
 
 /// A gatehouse on `config`, its `/mcp` URL once it answers.
-async fn start(database: &Database, config: &Path) -> Result<(tokio::process::Child, String), String> {
+pub(super) async fn start(database: &Database, config: &Path) -> Result<(tokio::process::Child, String), String> {
     let port = local::free_port();
     let public = format!("http://127.0.0.1:{port}");
     let gatehouse = start_gatehouse(&database.url, port, Some((config, &public)))?;
