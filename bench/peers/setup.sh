@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs the peers of the benchmark's peers section (`cargo bench --bench load -- --peers`), pinned
-# in fastmcp.txt and contextforge.txt, each into a virtual environment under target/bench-peers/:
-# FastMCP with python3, ContextForge with Python 3.12 (python3.12 on PATH, or pyenv's). Installs
-# again only when a pin file changed. Never run by CI.
+# in fastmcp.txt and contextforge.txt (the top-level package first, then a full pip freeze), each
+# into a virtual environment under target/bench-peers/: FastMCP with python3, ContextForge with
+# Python 3.12 (python3.12 on PATH, or pyenv's). Installs again only when a pin file changed (each
+# venv keeps a copy as .pins, written last). Needs PyPI; never run by CI.
+#
+#   bench/peers/setup.sh        # idempotent; the launchers are fastmcp_proxy.py and contextforge.sh
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -28,7 +31,7 @@ install() {
   echo "bench/peers/setup.sh: installing $name into $venv" >&2
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$pins" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$pins" >&2
   cp "$pins" "$venv/.pins"
 }
 
