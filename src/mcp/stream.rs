@@ -92,18 +92,21 @@ pub(super) async fn follow(
 ) -> Result<(i64, impl Stream<Item = Delivered> + use<>), StoreError> {
     // Subscribe before the first read, so an event appended in between still wakes the stream.
     let wake = state.bus.subscribe(session);
+    let opened_at = *wake.borrow();
     let delivered = state.store.delivered_seq(session).await?.unwrap_or(0);
     let cursor = resume_after.unwrap_or(delivered);
     let reader = Reader {
         store: state.store.clone(),
         session: session.clone(),
         wake,
+        opened_at: Some(opened_at),
         cursor,
         replay_until: delivered,
         pending: VecDeque::new(),
         shutdown: state.shutdown.clone(),
         retry: state.config.server.sse_retry,
         closing: false,
+        up_to_date: false,
         read_retry: READ_RETRY_MIN,
         slot,
         _open: state.metrics.stream_opened(),
@@ -116,6 +119,9 @@ struct Reader {
     store: Arc<dyn Store>,
     session: SessionId,
     wake: watch::Receiver<u64>,
+    /// The wake-ups' count when the stream opened, until its first read: while it has not moved,
+    /// the session still exists (`follow` read it after subscribing).
+    opened_at: Option<u64>,
     /// The newest event this stream has written (or skipped because another stream took it).
     cursor: i64,
     /// Events up to here were delivered before this stream opened and are replayed unclaimed.
@@ -124,6 +130,9 @@ struct Reader {
     shutdown: CancellationToken,
     retry: Duration,
     closing: bool,
+    /// The last read found the log read to its end: wait for a wake-up (once `pending` is
+    /// written) before reading again.
+    up_to_date: bool,
     /// The pause before the next read if this one finds no pool connection in time.
     read_retry: Duration,
     slot: StreamSlot,
@@ -134,9 +143,11 @@ struct Reader {
 
 /// What one read of the session's log found.
 enum Read {
-    /// The log moved (events queued, or the cursor advanced): read again before waiting.
+    /// The log moved and may hold more (a full batch, or events another stream claimed): read
+    /// again before waiting.
     Progress,
-    /// Nothing new: wait for a wake-up.
+    /// The log is read to its end (nothing new, or a batch that was not full): wait for a
+    /// wake-up once the events found are written.
     UpToDate,
     /// The session ended: close the stream.
     SessionGone,
@@ -152,10 +163,20 @@ impl Reader {
             if self.closing || self.slot.is_ended() {
                 return None;
             }
-            self.wake.borrow_and_update();
+            if self.up_to_date {
+                tokio::select! {
+                    changed = self.wake.changed() => if changed.is_err() { self.close_with_retry() },
+                    () = self.shutdown.cancelled() => self.close_with_retry(),
+                    () = self.slot.ended() => return None,
+                }
+                self.up_to_date = false;
+                continue;
+            }
+            let woken_at = *self.wake.borrow_and_update();
             let read = LogRead {
                 store: self.store.clone(),
                 session: self.session.clone(),
+                exists: self.opened_at.take() == Some(woken_at),
                 cursor: self.cursor,
                 replay_until: self.replay_until,
                 replaced: self.slot.replaced(),
@@ -175,8 +196,8 @@ impl Reader {
                     }
                     self.cursor = found.cursor;
                     match found.read {
-                        Read::Progress => continue,
-                        Read::UpToDate => {}
+                        Read::Progress => {}
+                        Read::UpToDate => self.up_to_date = true,
                         Read::SessionGone => return None,
                     }
                 }
@@ -188,24 +209,16 @@ impl Reader {
                         () = self.shutdown.cancelled() => self.close_with_retry(),
                         () = self.slot.ended() => return None,
                     }
-                    continue;
                 }
                 Ok(Err(error)) => {
                     // The client reconnects with Last-Event-ID and misses nothing.
                     tracing::warn!(%error, session = ?self.session, "event stream closed after a database error");
                     self.close_with_retry();
-                    continue;
                 }
                 Err(error) => {
                     tracing::error!(%error, session = ?self.session, "reading the event log failed");
                     self.close_with_retry();
-                    continue;
                 }
-            }
-            tokio::select! {
-                changed = self.wake.changed() => if changed.is_err() { self.close_with_retry() },
-                () = self.shutdown.cancelled() => self.close_with_retry(),
-                () = self.slot.ended() => return None,
             }
         }
     }
@@ -240,6 +253,9 @@ impl Reader {
 struct LogRead {
     store: Arc<dyn Store>,
     session: SessionId,
+    /// Nothing has woken the stream since `follow` found the session: a read that finds nothing
+    /// new need not look for the session again.
+    exists: bool,
     cursor: i64,
     replay_until: i64,
     /// Once cancelled, the read claims nothing more: the events are the resumed stream's.
@@ -283,16 +299,24 @@ impl LogRead {
         let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
         let Some(last) = events.last().map(|e| e.seq) else {
             // Nothing new: woken because the session changed, perhaps because it ended.
-            let exists = self.store.delivered_seq(&self.session).await?.is_some();
+            let exists = self.exists || self.store.delivered_seq(&self.session).await?.is_some();
             let read = if exists { Read::UpToDate } else { Read::SessionGone };
             return found(read, Vec::new(), self.cursor);
         };
         if self.replaced.is_cancelled() {
             return found(Read::UpToDate, Vec::new(), self.cursor);
         }
+        // A batch that was not full held everything in the log when it was read, and whatever
+        // was appended since has bumped the wake-up this read began by taking: no need to read
+        // again before waiting.
+        let moved = if events.len() as i64 == BATCH {
+            Read::Progress
+        } else {
+            Read::UpToDate
+        };
         // Usually this stream's cursor is the delivered mark, and one claim settles it.
         if self.store.claim_delivery(&self.session, self.cursor, last).await? {
-            return found(Read::Progress, events, last);
+            return found(moved, events, last);
         }
         let Some(delivered) = self.store.delivered_seq(&self.session).await? else {
             return found(Read::SessionGone, Vec::new(), self.cursor);
