@@ -436,3 +436,52 @@ backend_test!(
         s.server.stop().await;
     }
 );
+
+backend_test!(
+    /// A batch of more entries than one statement writes is written whole, every field kept; on
+    /// PostgreSQL, a batch the database refuses part-way (its text type refuses a NUL byte)
+    /// leaves none of its entries.
+    async fn a_batch_of_entries_is_written_whole_or_not_at_all(backend: Backend) {
+        let (_database, store) = common::records::open(backend).await;
+        let principal = Principal::parse("batch").expect("principal");
+        let start = Utc::now() - Duration::minutes(10);
+        let entry = |n: i64| AuditEntry {
+            at: start + Duration::seconds(n),
+            principal: principal.clone(),
+            action: if n % 2 == 0 {
+                AuditAction::CallAllowed
+            } else {
+                AuditAction::CallRefused
+            },
+            subject: format!("tool-{n}"),
+            client_address: (n % 3 == 0).then(|| format!("192.0.2.{n}")),
+            client_name: (n % 5 == 0).then(|| format!("client {n}")),
+            detail: json!({"n": n}),
+        };
+        let batch: Vec<AuditEntry> = (0..70).map(entry).collect();
+        store.append_audit(&batch).await.expect("append");
+        let query = AuditQuery {
+            principal: Some(principal.clone()),
+            since: None,
+            limit: 1000,
+        };
+        let trail = store.audit(&query).await.expect("list");
+        assert_eq!(trail.len(), batch.len());
+        for (record, written) in trail.iter().zip(batch.iter().rev()) {
+            assert_eq!((record.entry.at - written.at).num_milliseconds(), 0, "{record:?}");
+            let read = AuditEntry {
+                at: written.at,
+                ..record.entry.clone()
+            };
+            assert_eq!(&read, written);
+        }
+
+        if matches!(backend, Backend::Postgres) {
+            let mut refused: Vec<AuditEntry> = (100..140).map(entry).collect();
+            refused[39].subject = "nul \0 byte".into();
+            assert!(store.append_audit(&refused).await.is_err());
+            let after = store.audit(&query).await.expect("list");
+            assert_eq!(after.len(), batch.len(), "none of the refused batch is written");
+        }
+    }
+);
