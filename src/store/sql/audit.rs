@@ -7,21 +7,33 @@ use crate::domain::Principal;
 use crate::store::audit::{AUDIT_COLUMNS, AuditRow, read_row};
 use crate::store::{AuditAction, AuditEntry, AuditQuery, AuditRecord, AuditSearch, AuditStore, StoreError};
 
-/// Rows one INSERT writes at most: 7 parameters each, far below either backend's limit, and few
+/// The columns an entry writes, one parameter each.
+const INSERT_COLUMNS: [&str; 7] = [
+    "at",
+    "principal",
+    "action",
+    "subject",
+    "client_address",
+    "client_name",
+    "detail",
+];
+
+/// Rows one INSERT writes at most: far below either backend's limit on parameters, and few
 /// enough statement texts (one per row count) for the statement caches.
 const ROWS_PER_INSERT: usize = 32;
 
-/// `INSERT INTO audit ... VALUES` with `rows` rows of parameters.
+/// `INSERT INTO audit (...) VALUES` with `rows` rows of parameters.
 fn insert_rows(rows: usize) -> String {
+    let width = INSERT_COLUMNS.len();
     let values: Vec<String> = (0..rows)
         .map(|row| {
-            let first = row * 7;
-            let params: Vec<String> = (1..=7).map(|column| format!("${}", first + column)).collect();
+            let params: Vec<String> = (1..=width).map(|column| format!("${}", row * width + column)).collect();
             format!("({})", params.join(", "))
         })
         .collect();
     format!(
-        "INSERT INTO audit (at, principal, action, subject, client_address, client_name, detail) VALUES {}",
+        "INSERT INTO audit ({}) VALUES {}",
+        INSERT_COLUMNS.join(", "),
         values.join(", ")
     )
 }
