@@ -9,6 +9,7 @@ mod connections;
 mod forms;
 mod limits;
 mod notices;
+mod plans;
 mod sessions;
 
 use std::sync::Arc;
