@@ -191,14 +191,7 @@ pub fn random_token() -> String {
 
 /// Hex SHA-256: how a cookie value or a state is stored, so the store never holds it.
 pub fn sha256_hex(text: &str) -> String {
-    use std::fmt::Write;
-    let digest = Sha256::digest(text.as_bytes());
-    let mut hex = String::with_capacity(digest.len() * 2);
-    for byte in digest {
-        // Writing to a String cannot fail.
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex
+    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 #[cfg(test)]

@@ -32,10 +32,7 @@ impl CatalogueRecord {
     /// serde_json's `preserve_order` feature is off in this build (the unit test below fails if
     /// a dependency ever turns it on). Array order counts: a reordered catalogue is a change.
     pub fn digest_of(tools: &Value) -> String {
-        Sha256::digest(tools.to_string().as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        hex::encode(Sha256::digest(tools.to_string().as_bytes()))
     }
 
     /// The digest of a listing: of `tools` alone when it offers nothing else (the digest stored

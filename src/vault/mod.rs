@@ -94,7 +94,7 @@ impl KeyId {
 
 impl fmt::Display for KeyId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex(&self.0))
+        f.write_str(&hex::encode(self.0))
     }
 }
 
@@ -241,7 +241,7 @@ impl KeyRing {
         if !found {
             // The id is public (it is in the ciphertext), so logging it gives nothing away and
             // tells an operator that a key was removed from the ring too early.
-            tracing::debug!(key_id = %hex(key_id), "vault: no key in the ring has this id");
+            tracing::debug!(key_id = %hex::encode(key_id), "vault: no key in the ring has this id");
         }
         Err(VaultError::Decrypt)
     }
@@ -332,7 +332,7 @@ impl KeyRing {
 /// Prints only the number of keys and their public ids, never key bytes.
 impl fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ids: Vec<String> = self.keys().map(|k| hex(&k.id)).collect();
+        let ids: Vec<String> = self.keys().map(|k| hex::encode(k.id)).collect();
         f.debug_struct("KeyRing")
             .field("keys", &self.len())
             .field("ids", &ids)
@@ -347,15 +347,6 @@ fn associated_data(key_id: &[u8; KEY_ID_LEN], context: &str) -> Vec<u8> {
     aad.extend_from_slice(key_id);
     aad.extend_from_slice(context.as_bytes());
     aad
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use fmt::Write as _;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
 }
 
 #[cfg(test)]

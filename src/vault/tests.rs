@@ -362,12 +362,12 @@ fn debug_shows_no_key_material() {
     for key in [&a, &b] {
         assert!(!debug.contains(key.as_str()), "{debug}");
         let raw = STANDARD.decode(key).expect("base64");
-        assert!(!debug.contains(&hex(&raw)), "{debug}");
-        assert!(!debug.contains(&hex(&raw[..KEY_ID_LEN])), "{debug}");
+        assert!(!debug.contains(&hex::encode(&raw)), "{debug}");
+        assert!(!debug.contains(&hex::encode(&raw[..KEY_ID_LEN])), "{debug}");
     }
     for key in ring.keys() {
-        assert!(!debug.contains(&hex(&key.aead.0)) && !debug.contains(&hex(&key.mac.0)));
-        assert!(debug.contains(&hex(&key.id)));
+        assert!(!debug.contains(&hex::encode(key.aead.0)) && !debug.contains(&hex::encode(key.mac.0)));
+        assert!(debug.contains(&hex::encode(key.id)));
     }
 }
 

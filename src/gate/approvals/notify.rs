@@ -122,7 +122,7 @@ pub fn webhook_signature(secret: &str, timestamp: &str, body: &str) -> String {
     mac.update(timestamp.as_bytes());
     mac.update(b".");
     mac.update(body.as_bytes());
-    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(mac.finalize().into_bytes())
 }
 
 async fn post(http: &reqwest::Client, url: &str, secret: Option<&Secret<String>>, body: &str) -> Result<(), String> {
