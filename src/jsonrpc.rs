@@ -132,16 +132,25 @@ pub fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {
 }
 
 pub fn result_response(id: &RequestId, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    message([("id", json!(id)), ("result", result)])
 }
 
 /// A request the server sends to the client.
 pub fn request(id: &str, method: &str, params: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    message([("id", id.into()), ("method", method.into()), ("params", params)])
 }
 
 pub fn notification(method: &str, params: Value) -> Value {
-    json!({"jsonrpc": "2.0", "method": method, "params": params})
+    message([("method", method.into()), ("params", params)])
+}
+
+/// A JSON-RPC 2.0 message of these members. They are moved in: `json!` would serialize a `Value`
+/// into a copy of itself, a whole answer's worth of allocations for each response.
+fn message<const N: usize>(members: [(&str, Value); N]) -> Value {
+    let mut object = Map::new();
+    object.insert("jsonrpc".into(), "2.0".into());
+    object.extend(members.into_iter().map(|(name, value)| (name.to_owned(), value)));
+    Value::Object(object)
 }
 
 /// The method of MCP's notice that a URL-mode elicitation is over.

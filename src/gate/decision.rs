@@ -158,8 +158,9 @@ impl Gate {
             }
         }
         // A call-scoped answer is used up when taken, so it is taken only once nothing else is
-        // missing; until then the other requirements are asked for first.
-        if missing.is_empty() {
+        // missing; until then the other requirements are asked for first. The call's key (a hash
+        // of its arguments) is made only for a call that has such an answer or approval to find.
+        if missing.is_empty() && !(call_forms.is_empty() && approvals.is_empty()) {
             let key = call_key(call.tool, call.arguments);
             for form in call_forms {
                 match self

@@ -36,18 +36,22 @@ impl ToolResult {
 
     /// Structured output with its JSON text, as the spec asks for older clients.
     pub fn structured(value: Value) -> Self {
+        let text = value.to_string();
         Self {
-            structured: Some(value.clone()),
-            ..Self::text(value.to_string())
+            structured: Some(value),
+            ..Self::text(text)
         }
     }
 
-    pub fn to_json(&self) -> Value {
-        let mut result = json!({"content": self.content, "isError": self.is_error});
-        if let Some(structured) = &self.structured {
-            result["structuredContent"] = structured.clone();
+    /// The result as JSON, moved rather than copied: an answer can be large.
+    pub fn into_json(self) -> Value {
+        let mut result = Map::new();
+        result.insert("content".into(), Value::Array(self.content));
+        result.insert("isError".into(), Value::Bool(self.is_error));
+        if let Some(structured) = self.structured {
+            result.insert("structuredContent".into(), structured);
         }
-        result
+        Value::Object(result)
     }
 }
 

@@ -203,20 +203,20 @@ pub async fn call(
 /// open the links.
 pub fn handshake_answer(session: &SessionRecord, called: Called) -> Result<Value, RpcError> {
     let elicitations = match called {
-        Called::Ran(result) | Called::Answered(result) => return Ok(result.to_json()),
+        Called::Ran(result) | Called::Answered(result) => return Ok(result.into_json()),
         Called::Elicit(records) => links::listed(&records),
         Called::Upstream(elicitations) => elicitations,
         Called::InputRequired { .. } => {
             return Ok(ToolResult::error(
                 "This tool asks the client for input during the call, which needs protocol 2026-07-28.",
             )
-            .to_json());
+            .into_json());
         }
     };
     if supports_url_elicitation(session) {
         return Err(links::required(elicitations));
     }
-    Ok(links::result(&elicitations).to_json())
+    Ok(links::result(&elicitations).into_json())
 }
 
 /// How a call waits for the user within itself (`elicit = "request"` on a stream that takes

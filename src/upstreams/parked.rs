@@ -311,7 +311,7 @@ const MAX_OUTCOME_BYTES: usize = 7_800;
 /// An outcome as it crosses the bus.
 fn encode(outcome: &ToolOutcome) -> Value {
     match outcome {
-        ToolOutcome::Done(result) => json!({"result": result.to_json()}),
+        ToolOutcome::Done(result) => json!({"result": result.clone().into_json()}),
         ToolOutcome::CredentialRejected { provider } => json!({"credentialRejected": provider}),
         ToolOutcome::SignInRequired { provider } => json!({"signInRequired": provider}),
         ToolOutcome::ScopesMissing { provider, scopes } => {

@@ -193,14 +193,14 @@ impl Round {
             && let Some(elicitations) = links::of(&called)
         {
             return match answering {
-                Answering::Tool => Ok(links::result(&elicitations).to_json()),
+                Answering::Tool => Ok(links::result(&elicitations).into_json()),
                 Answering::Other => Err(links::named_in_error(MISSING_REQUIRED_CLIENT_CAPABILITY, &elicitations)),
             };
         }
         let (requests, given, kept) = match called {
             Called::Ran(result) | Called::Answered(result) => {
                 return match answering {
-                    Answering::Tool => Ok(result.to_json()),
+                    Answering::Tool => Ok(result.into_json()),
                     Answering::Other => Err(offered::refused(Called::Answered(result))),
                 };
             }
