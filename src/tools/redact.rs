@@ -45,8 +45,8 @@ impl Redactor {
         } else {
             // A contiguous NFA, not the DFA the crate would pick for so few patterns: the automaton
             // is built for each call and searches one answer, and building a DFA cost more than
-            // every search of a typical answer together (10% of a replica's CPU in the benchmark's
-            // elicitation loop). Matches are the same whatever the kind.
+            // every search of a typical answer together (building and dropping it took over 5% of
+            // a replica's CPU in the benchmark's elicitation loop). The matches are the same.
             let built = AhoCorasick::builder()
                 .kind(Some(AhoCorasickKind::ContiguousNFA))
                 .build(&spellings);
