@@ -158,8 +158,14 @@ backend_test!(
         store.create_session(&ended, SESSION_CAP).await.expect("create");
         store.append_event(&ended.id, &json!({"n": 1})).await.expect("append");
         assert!(store.delete_session(&ended.id).await.expect("end"));
-        let ended_events = store.events_after(&ended.id, 0, 10).await.expect("events");
-        assert!(ended_events.is_empty(), "an ended session's events go with it");
+        assert!(store.events_after(&ended.id, 0, 10).await.expect("events").is_none());
+        assert_eq!(
+            database
+                .query_count("SELECT COUNT(*) FROM session_events WHERE session_id NOT IN (SELECT id FROM sessions)")
+                .await,
+            0,
+            "an ended session's events go with it"
+        );
 
         // Expired ten days ago, with its flow.
         let expired = asked_at(&live, "expired", ten_days_ago, Duration::minutes(10));
@@ -228,6 +234,7 @@ backend_test!(
             .events_after(&live.id, 0, 100)
             .await
             .expect("events")
+            .expect("the live session")
             .iter()
             .map(|e| e.seq)
             .collect();

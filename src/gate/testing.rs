@@ -141,6 +141,7 @@ impl Fixture {
             .events_after(&session.id, 0, 100)
             .await
             .expect("events")
+            .expect("the session")
     }
 
     /// The gate for a configuration snippet (`[[providers]]`, `[[forms]]`).

@@ -92,14 +92,12 @@ pub(super) async fn follow(
 ) -> Result<(i64, impl Stream<Item = Delivered> + use<>), StoreError> {
     // Subscribe before the first read, so an event appended in between still wakes the stream.
     let wake = state.bus.subscribe(session);
-    let opened_at = *wake.borrow();
     let delivered = state.store.delivered_seq(session).await?.unwrap_or(0);
     let cursor = resume_after.unwrap_or(delivered);
     let reader = Reader {
         store: state.store.clone(),
         session: session.clone(),
         wake,
-        opened_at: Some(opened_at),
         cursor,
         replay_until: delivered,
         pending: VecDeque::new(),
@@ -119,9 +117,6 @@ struct Reader {
     store: Arc<dyn Store>,
     session: SessionId,
     wake: watch::Receiver<u64>,
-    /// The wake-ups' count when the stream opened, until its first read: while it has not moved,
-    /// the session still exists (`follow` read it after subscribing).
-    opened_at: Option<u64>,
     /// The newest event this stream has written (or skipped because another stream took it).
     cursor: i64,
     /// Events up to here were delivered before this stream opened and are replayed unclaimed.
@@ -172,11 +167,10 @@ impl Reader {
                 self.up_to_date = false;
                 continue;
             }
-            let woken_at = *self.wake.borrow_and_update();
+            self.wake.borrow_and_update();
             let read = LogRead {
                 store: self.store.clone(),
                 session: self.session.clone(),
-                exists: self.opened_at.take() == Some(woken_at),
                 cursor: self.cursor,
                 replay_until: self.replay_until,
                 replaced: self.slot.replaced(),
@@ -253,9 +247,6 @@ impl Reader {
 struct LogRead {
     store: Arc<dyn Store>,
     session: SessionId,
-    /// Nothing has woken the stream since `follow` found the session: a read that finds nothing
-    /// new need not look for the session again.
-    exists: bool,
     cursor: i64,
     replay_until: i64,
     /// Once cancelled, the read claims nothing more: the events are the resumed stream's.
@@ -281,8 +272,10 @@ impl LogRead {
                 cursor,
             })
         };
+        let Some(mut events) = self.store.events_after(&self.session, self.cursor, BATCH).await? else {
+            return found(Read::SessionGone, Vec::new(), self.cursor);
+        };
         if self.cursor < self.replay_until {
-            let mut events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
             let more = events.len() as i64 == BATCH;
             events.retain(|e| e.seq <= self.replay_until);
             let mut cursor = events.last().map_or(self.cursor, |e| e.seq);
@@ -296,12 +289,10 @@ impl LogRead {
                 cursor,
             });
         }
-        let events = self.store.events_after(&self.session, self.cursor, BATCH).await?;
         let Some(last) = events.last().map(|e| e.seq) else {
-            // Nothing new: woken because the session changed, perhaps because it ended.
-            let exists = self.exists || self.store.delivered_seq(&self.session).await?.is_some();
-            let read = if exists { Read::UpToDate } else { Read::SessionGone };
-            return found(read, Vec::new(), self.cursor);
+            // Nothing new: woken because the session changed (it still exists), or by an event
+            // another read already took.
+            return found(Read::UpToDate, Vec::new(), self.cursor);
         };
         if self.replaced.is_cancelled() {
             return found(Read::UpToDate, Vec::new(), self.cursor);

@@ -181,8 +181,15 @@ pub trait Store:
     /// notifies every replica.
     async fn append_event(&self, session: &SessionId, message: &Value) -> Result<Option<i64>, StoreError>;
 
-    /// Events with a sequence number above `after`, oldest first, at most `limit`.
-    async fn events_after(&self, session: &SessionId, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError>;
+    /// Events with a sequence number above `after`, oldest first, at most `limit`; `None` when the
+    /// session no longer exists. One statement, so a stream woken by its session's end learns it
+    /// from the read it makes anyway.
+    async fn events_after(
+        &self,
+        session: &SessionId,
+        after: i64,
+        limit: i64,
+    ) -> Result<Option<Vec<StoredEvent>>, StoreError>;
 
     /// Where a stream opened without `Last-Event-ID` starts: the newest event already written to
     /// a stream. `None` when the session does not exist.

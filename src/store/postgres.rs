@@ -13,7 +13,9 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgQueryResul
 use sqlx::{PgPool, Postgres};
 
 use super::rows::{CONNECTION_COLUMNS, FORM_VALUES_COLUMNS, Native};
-use super::sql::{CONNECTION_UPSERT, Dialect, FORM_VALUES_UPSERT, OneStatement, SqlStore, Syntax};
+use super::sql::{
+    CONNECTION_UPSERT, Dialect, FORM_VALUES_UPSERT, INSERT_SESSION, NEWEST_FIRST, OneStatement, SqlStore, Syntax,
+};
 use super::{Backend, NOTIFY_CHANNEL, Notice, StoreError};
 use crate::domain::{Principal, SessionId};
 
@@ -111,6 +113,17 @@ static ONE_STATEMENT: LazyLock<OneStatement> = LazyLock::new(|| OneStatement {
              (SELECT pg_notify($13, $14) FROM saved) IS NULL",
         append_to_completed(12),
         announce_completed(13),
+    ),
+    // Under the principal's lock: the new session, and the end of its others past the cap. The
+    // sweep cannot see the new row (one snapshot), which it leaves alone anyway.
+    create_session: format!(
+        "WITH inserted AS ({}),
+         ended AS (DELETE FROM sessions WHERE id IN (
+             SELECT id FROM sessions WHERE principal = $2 AND id <> $1 {NEWEST_FIRST} OFFSET $8)
+             RETURNING id)
+         SELECT id, pg_notify($9, {}) FROM ended",
+        *INSERT_SESSION,
+        Notice::changed_sql("id"),
     ),
     // Save the values, complete the elicitation if given and still pending, append the
     // notification and announce it.

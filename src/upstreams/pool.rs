@@ -588,7 +588,8 @@ mod tests {
             .store
             .events_after(&subscriber, 0, 1000)
             .await
-            .expect("events");
+            .expect("events")
+            .expect("the session");
         assert_eq!(stored.len(), super::super::relay::UPDATES_PER_MINUTE as usize);
     }
 }

@@ -98,7 +98,11 @@ fn values(owner: &str, form: &str, fields: Value, secrets: Option<Vec<u8>>, at: 
 }
 
 async fn events_of(store: &Arc<dyn Store>, session: &SessionId) -> Vec<Value> {
-    let events = store.events_after(session, 0, 100).await.expect("events");
+    let events = store
+        .events_after(session, 0, 100)
+        .await
+        .expect("events")
+        .expect("the session");
     events.into_iter().map(|e| e.message).collect()
 }
 

@@ -71,14 +71,14 @@ mod sealed;
 mod sessions;
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{FromRow, Pool};
 
-use super::rows::{ELICITATION_COLUMNS, Native, Stored, parse_session_id};
+use super::rows::{ELICITATION_COLUMNS, Native, SESSION_COLUMNS, Stored, parse_session_id};
 use super::{AskKey, Backend, ElicitationStatus, NOTIFY_CHANNEL, StoreError};
 use crate::domain::{ElicitationId, Principal, SessionId};
 
@@ -202,6 +202,11 @@ pub struct OneStatement {
     /// connection's columns (1 to 10), the elicitation, the notification, the channel, the
     /// connections' notice and when the callback started (11 to 15).
     pub save_connection: String,
+    /// [`Store::create_session`](super::Store::create_session), once the principal's lock is
+    /// held: the insertion (the session's columns and its creation, 1 to 7) and the end of the
+    /// principal's other sessions past the newest `$8`, announced on the channel `$9`; returns
+    /// the ended sessions' ids.
+    pub create_session: String,
     /// [`FormStore::save_form_values`](super::FormStore::save_form_values): the values' columns
     /// (1 to 6), the elicitation, now, the notification and the channel (7 to 10).
     pub save_form_values: String,
@@ -221,6 +226,15 @@ pub(super) const CONNECTION_UPSERT: &str = "ON CONFLICT (principal, provider) DO
 /// Saved form values replace the earlier ones; the first save's `created_at` is kept.
 pub(super) const FORM_VALUES_UPSERT: &str = "ON CONFLICT (principal, form) DO UPDATE SET
      fields = EXCLUDED.fields, secrets = EXCLUDED.secrets, updated_at = EXCLUDED.updated_at";
+
+/// A new session, its columns bound at `$1` to `$7` (the last, its creation, is also when it was
+/// last seen).
+pub(super) static INSERT_SESSION: LazyLock<String> = LazyLock::new(|| {
+    format!("INSERT INTO sessions ({SESSION_COLUMNS}, last_seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)")
+});
+
+/// A principal's sessions, the most recently used first: those past the cap are the ones ended.
+pub(super) const NEWEST_FIRST: &str = "ORDER BY last_seen_at DESC, created_at DESC, id DESC";
 
 /// "No limit", written so that SQLite, which takes no `OFFSET` without a `LIMIT`, takes it too.
 const NO_LIMIT: &str = "LIMIT 9223372036854775807";
@@ -273,6 +287,20 @@ shared! {
                 .bind(ask.requirement)
                 .bind(ask.call_key)
                 .bind(D::stored(now))
+        }
+
+        /// `sql` (the insertion of a session, alone or with the sweep of its principal's
+        /// sessions over the cap) with the new session's columns bound at `$1` to `$7`; its rows
+        /// are the ids of sessions it ended.
+        pub(super) fn new_session_query<'q>(sql: &'static str, session: &'q super::SessionRecord) -> QueryAs<'q, D, (String,)> {
+            sqlx::query_as(sql)
+                .bind(session.id.as_str())
+                .bind(session.principal.as_str())
+                .bind(session.protocol_version.as_str())
+                .bind(Json(&session.client_info))
+                .bind(Json(&session.client_capabilities))
+                .bind(session.log_level.map(crate::domain::LogLevel::as_str))
+                .bind(D::stored(session.created_at))
         }
 
         /// Appends to a session's log in the transaction on `conn`, announced at commit.

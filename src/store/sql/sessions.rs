@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
 
-use super::{NO_LIMIT, Sql};
+use super::{NEWEST_FIRST, NO_LIMIT, Sql};
 use crate::domain::{ElicitationId, LogLevel, SessionId};
 use crate::store::rows::{ELICITATION_COLUMNS, FLOW_COLUMNS, SESSION_COLUMNS, Stored, parse_session_id};
 use crate::store::{
@@ -18,7 +18,7 @@ static END_OLDEST_SESSIONS: Sql = Sql::new(|syntax| {
         &format!(
             "DELETE FROM sessions WHERE id IN (
                  SELECT id FROM sessions WHERE principal = $1 AND id <> $2
-                 ORDER BY last_seen_at DESC, created_at DESC, id DESC {NO_LIMIT} OFFSET $3)
+                 {NEWEST_FIRST} {NO_LIMIT} OFFSET $3)
              RETURNING id"
         ),
         &Notice::changed_sql("id"),
@@ -60,16 +60,16 @@ static TAKE_UNREPORTED_ENDING: Sql = Sql::new(|syntax| {
 
 static SESSION: Sql = Sql::new(|_| format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"));
 
-static INSERT_SESSION: Sql = Sql::new(|_| {
-    format!("INSERT INTO sessions ({SESSION_COLUMNS}, last_seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)")
-});
-
 static ELICITATION: Sql = Sql::new(|_| format!("SELECT {ELICITATION_COLUMNS} FROM elicitations WHERE id = $1"));
 
+/// Inserts the elicitation unless its principal already has `$14` pending and unexpired (at `$9`,
+/// its creation): the count and the insertion in one statement.
 static INSERT_ELICITATION: Sql = Sql::new(|_| {
     format!(
         "INSERT INTO elicitations ({ELICITATION_COLUMNS})
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING {ELICITATION_COLUMNS}"
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
+         WHERE (SELECT count(*) FROM elicitations WHERE principal = $2 AND status = 'pending' AND expires_at > $9) < $14
+         RETURNING {ELICITATION_COLUMNS}"
     )
 });
 
@@ -121,22 +121,24 @@ shared! {
         ) -> Result<Vec<SessionId>, StoreError> {
             let mut tx = self.pool.begin().await?;
             D::lock_principal(&mut *tx, "sessions", &session.principal).await?;
-            sqlx::query(INSERT_SESSION.of::<D>())
-                .bind(session.id.as_str())
-                .bind(session.principal.as_str())
-                .bind(session.protocol_version.as_str())
-                .bind(Json(&session.client_info))
-                .bind(Json(&session.client_capabilities))
-                .bind(session.log_level.map(LogLevel::as_str))
-                .bind(D::stored(session.created_at))
-                .execute(&mut *tx)
-                .await?;
-            let ended: Vec<(String,)> = sqlx::query_as(END_OLDEST_SESSIONS.of::<D>())
-                .bind(session.principal.as_str())
-                .bind(session.id.as_str())
-                .bind(crate::store::sql_count(max_per_principal.saturating_sub(1)))
-                .fetch_all(&mut *tx)
-                .await?;
+            let over_cap = crate::store::sql_count(max_per_principal.saturating_sub(1));
+            let ended = if let Some(one) = D::one_statement() {
+                Self::new_session_query(one.create_session.as_str(), session)
+                    .bind(over_cap)
+                    .bind(NOTIFY_CHANNEL)
+                    .fetch_all(&mut *tx)
+                    .await?
+            } else {
+                Self::new_session_query(super::INSERT_SESSION.as_str(), session)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                sqlx::query_as(END_OLDEST_SESSIONS.of::<D>())
+                    .bind(session.principal.as_str())
+                    .bind(session.id.as_str())
+                    .bind(over_cap)
+                    .fetch_all(&mut *tx)
+                    .await?
+            };
             tx.commit().await?;
             ended.iter().map(|(id,)| parse_session_id(id)).collect()
         }
@@ -199,16 +201,30 @@ shared! {
             Ok(seq)
         }
 
-        async fn events_after(&self, session: &SessionId, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
-            let rows: Vec<(i64, D::Json, D::Time)> = sqlx::query_as(
-                "SELECT seq, message, created_at FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        async fn events_after(
+            &self,
+            session: &SessionId,
+            after: i64,
+            limit: i64,
+        ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+            // The events (read in the log's index order, up to the limit), and a row of nulls if
+            // the session exists: no rows at all when it is gone.
+            let rows: Vec<(Option<i64>, Option<D::Json>, Option<D::Time>)> = sqlx::query_as(
+                "SELECT seq, message, created_at FROM (SELECT seq, message, created_at FROM session_events \
+                     WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) events \
+                 UNION ALL SELECT NULL, NULL, NULL FROM sessions WHERE id = $1 \
+                 ORDER BY seq",
             )
             .bind(session.as_str())
             .bind(after)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
             rows.into_iter()
+                .filter_map(|(seq, message, created_at)| Some((seq?, message?, created_at?)))
                 .map(|(seq, message, created_at)| {
                     Ok(StoredEvent {
                         seq,
@@ -216,7 +232,8 @@ shared! {
                         created_at: D::time(created_at)?,
                     })
                 })
-                .collect()
+                .collect::<Result<_, _>>()
+                .map(Some)
         }
 
         async fn delivered_seq(&self, session: &SessionId) -> Result<Option<i64>, StoreError> {
@@ -256,17 +273,6 @@ shared! {
                 tx.commit().await?;
                 return Ok(pending);
             }
-            let (count,): (i64,) = sqlx::query_as(
-                "SELECT count(*) FROM elicitations WHERE principal = $1 AND status = 'pending' AND expires_at > $2",
-            )
-            .bind(e.principal.as_str())
-            .bind(D::stored(e.created_at))
-            .fetch_one(&mut *tx)
-            .await?;
-            if count >= crate::store::sql_count(max_pending) {
-                tx.commit().await?;
-                return Ok(None);
-            }
             let inserted = sqlx::query_as(INSERT_ELICITATION.of::<D>())
                 .bind(e.id.to_string())
                 .bind(e.principal.as_str())
@@ -281,10 +287,12 @@ shared! {
                 .bind(e.completed_at.map(D::stored))
                 .bind(e.call_key.as_deref())
                 .bind(e.detail.as_deref())
-                .fetch_one(&mut *tx)
+                .bind(crate::store::sql_count(max_pending))
+                .fetch_optional(&mut *tx)
                 .await?;
             tx.commit().await?;
-            ElicitationRecord::read::<D>(inserted).map(Some)
+            // No row: the principal has as many pending as allowed.
+            inserted.map(ElicitationRecord::read::<D>).transpose()
         }
 
         async fn pending_elicitation(
