@@ -35,7 +35,7 @@ use crate::events::StreamSlot;
 use crate::jsonrpc::ELICITATION_COMPLETE;
 use crate::metrics::{Metrics, OpenStream};
 use crate::state::AppState;
-use crate::store::{SessionRecord, Store, StoreError, StoredEvent};
+use crate::store::{SessionRecord, Store, StoreError, StoredEvent, TakenEvents};
 
 /// Events read from the log per query.
 const BATCH: i64 = 100;
@@ -272,10 +272,10 @@ impl LogRead {
                 cursor,
             })
         };
-        let Some(mut events) = self.store.events_after(&self.session, self.cursor, BATCH).await? else {
-            return found(Read::SessionGone, Vec::new(), self.cursor);
-        };
         if self.cursor < self.replay_until {
+            let Some(mut events) = self.store.events_after(&self.session, self.cursor, BATCH).await? else {
+                return found(Read::SessionGone, Vec::new(), self.cursor);
+            };
             let more = events.len() as i64 == BATCH;
             events.retain(|e| e.seq <= self.replay_until);
             let mut cursor = events.last().map_or(self.cursor, |e| e.seq);
@@ -289,14 +289,25 @@ impl LogRead {
                 cursor,
             });
         }
+        if self.replaced.is_cancelled() {
+            // Claim nothing: the read only tells whether the session still exists.
+            let read = match self.store.events_after(&self.session, self.cursor, 1).await? {
+                Some(_) => Read::UpToDate,
+                None => Read::SessionGone,
+            };
+            return found(read, Vec::new(), self.cursor);
+        }
+        // Usually this stream's cursor is the delivered mark, and the read's own claim settles it.
+        let Some(TakenEvents { events, claimed }) =
+            self.store.take_events_after(&self.session, self.cursor, BATCH).await?
+        else {
+            return found(Read::SessionGone, Vec::new(), self.cursor);
+        };
         let Some(last) = events.last().map(|e| e.seq) else {
             // Nothing new: woken because the session changed (it still exists), or by an event
             // another read already took.
             return found(Read::UpToDate, Vec::new(), self.cursor);
         };
-        if self.replaced.is_cancelled() {
-            return found(Read::UpToDate, Vec::new(), self.cursor);
-        }
         // A batch that was not full held everything in the log when it was read, and whatever
         // was appended since has bumped the wake-up this read began by taking: no need to read
         // again before waiting.
@@ -305,8 +316,7 @@ impl LogRead {
         } else {
             Read::UpToDate
         };
-        // Usually this stream's cursor is the delivered mark, and one claim settles it.
-        if self.store.claim_delivery(&self.session, self.cursor, last).await? {
+        if claimed {
             return found(moved, events, last);
         }
         let Some(delivered) = self.store.delivered_seq(&self.session).await? else {

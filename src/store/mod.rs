@@ -46,7 +46,7 @@ pub use postgres::PostgresStore;
 pub use registrations::{RegistrationRecord, RegistrationStore};
 pub use retention::{Lease, RetentionStore};
 pub use sealed::{SealedRow, SealedRowKey, SealedStore, SealedTable, StampCount};
-pub use sessions::{SessionRecord, StoredEvent};
+pub use sessions::{SessionRecord, StoredEvent, TakenEvents};
 pub use sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -190,6 +190,17 @@ pub trait Store:
         after: i64,
         limit: i64,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError>;
+
+    /// The events [`events_after`](Store::events_after) reads, claimed as
+    /// [`claim_delivery`](Store::claim_delivery) claims them (from `after` to the last one) when
+    /// there are some: what a stream does with each wake-up, in one statement where the dialect
+    /// allows it. `None` when the session no longer exists.
+    async fn take_events_after(
+        &self,
+        session: &SessionId,
+        after: i64,
+        limit: i64,
+    ) -> Result<Option<TakenEvents>, StoreError>;
 
     /// Where a stream opened without `Last-Event-ID` starts: the newest event already written to
     /// a stream. `None` when the session does not exist.

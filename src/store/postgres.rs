@@ -125,6 +125,16 @@ static ONE_STATEMENT: LazyLock<OneStatement> = LazyLock::new(|| OneStatement {
         *INSERT_SESSION,
         Notice::changed_sql("id"),
     ),
+    // A stream's wake-up: the log's next events, claimed for it if the delivered mark is still
+    // where its cursor is (the UPDATE's row lock orders rival claims, as in `claim_delivery`).
+    take_events_after: "WITH events AS (SELECT seq, message, created_at FROM session_events
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3),
+         claimed AS (UPDATE sessions SET delivered_seq = (SELECT max(seq) FROM events)
+             WHERE id = $1 AND delivered_seq = $2 AND EXISTS (SELECT 1 FROM events) RETURNING id)
+         SELECT seq, message, created_at, NULL::boolean FROM events
+         UNION ALL SELECT NULL, NULL, NULL, EXISTS (SELECT 1 FROM claimed) FROM sessions WHERE id = $1
+         ORDER BY seq NULLS LAST"
+        .to_owned(),
     // Save the values, complete the elicitation if given and still pending, append the
     // notification and announce it.
     save_form_values: format!(

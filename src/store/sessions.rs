@@ -26,3 +26,12 @@ pub struct StoredEvent {
     /// When it was appended (for an elicitation's completion: when it completed).
     pub created_at: DateTime<Utc>,
 }
+
+/// What a stream's read of its session's log took: the events after its cursor, oldest first, and
+/// whether they are now this stream's to write (the delivered mark was at the cursor and moved to
+/// the last of them). Nothing is claimed when there are no events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TakenEvents {
+    pub events: Vec<StoredEvent>,
+    pub claimed: bool,
+}

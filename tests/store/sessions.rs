@@ -1,5 +1,6 @@
 //! Sessions, their event logs and the database itself: round trips, numbering, the idle sweep,
-//! readiness, delivery claims, the PostgreSQL pool and the SQLite file's mode.
+//! readiness, delivery claims (and a stream's read that claims), the PostgreSQL pool and the
+//! SQLite file's mode.
 
 use super::*;
 
@@ -105,6 +106,57 @@ backend_test!(
             None,
             "the log says the session is gone"
         );
+    }
+);
+
+backend_test!(
+    async fn a_streams_read_takes_new_events_once(backend: Backend) {
+        let (_database, store) = open(backend).await;
+        let record = session("alice");
+        store.create_session(&record, SESSION_CAP).await.expect("create");
+        for n in 1..=3 {
+            store
+                .append_event(&record.id, &serde_json::json!({ "n": n }))
+                .await
+                .expect("append");
+        }
+        // The seqs taken and whether they were claimed, by a stream at `after`.
+        let take = |after: i64, limit: i64| {
+            let (store, id) = (store.clone(), record.id.clone());
+            async move {
+                let taken = store.take_events_after(&id, after, limit).await.expect("take");
+                taken.map(|t| (t.events.iter().map(|e| e.seq).collect::<Vec<_>>(), t.claimed))
+            }
+        };
+
+        assert_eq!(take(0, 2).await, Some((vec![1, 2], true)));
+        assert_eq!(store.delivered_seq(&record.id).await.expect("mark"), Some(2));
+        // A rival stream still at 0: it reads the events but the mark has moved, so it claims none.
+        assert_eq!(take(0, 100).await, Some((vec![1, 2, 3], false)));
+        assert_eq!(store.delivered_seq(&record.id).await.expect("mark"), Some(2));
+        let rest = store
+            .take_events_after(&record.id, 2, 100)
+            .await
+            .expect("take")
+            .expect("session");
+        assert_eq!(rest.events[0].message, serde_json::json!({"n": 3}));
+        assert!(rest.claimed);
+        assert_eq!(
+            take(3, 100).await,
+            Some((Vec::new(), false)),
+            "nothing new, nothing claimed"
+        );
+        assert_eq!(store.delivered_seq(&record.id).await.expect("mark"), Some(3));
+
+        assert_eq!(
+            store
+                .take_events_after(&SessionId::generate(), 0, 100)
+                .await
+                .expect("take"),
+            None
+        );
+        store.delete_session(&record.id).await.expect("delete");
+        assert_eq!(take(3, 100).await, None, "the read says the session is gone");
     }
 );
 

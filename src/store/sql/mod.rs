@@ -207,6 +207,10 @@ pub struct OneStatement {
     /// principal's other sessions past the newest `$8`, announced on the channel `$9`; returns
     /// the ended sessions' ids.
     pub create_session: String,
+    /// [`Store::take_events_after`](super::Store::take_events_after): the session, the cursor and
+    /// the limit; rows of `seq`, `message`, `created_at` and a null, then (when the session
+    /// exists) a row of nulls but for whether the claim took.
+    pub take_events_after: String,
     /// [`FormStore::save_form_values`](super::FormStore::save_form_values): the values' columns
     /// (1 to 6), the elicitation, now, the notification and the channel (7 to 10).
     pub save_form_values: String,

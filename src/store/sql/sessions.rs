@@ -6,10 +6,10 @@ use sqlx::types::Json;
 
 use super::{NEWEST_FIRST, NO_LIMIT, Sql};
 use crate::domain::{ElicitationId, LogLevel, SessionId};
-use crate::store::rows::{ELICITATION_COLUMNS, FLOW_COLUMNS, SESSION_COLUMNS, Stored, parse_session_id};
+use crate::store::rows::{ELICITATION_COLUMNS, FLOW_COLUMNS, Native, SESSION_COLUMNS, Stored, parse_session_id};
 use crate::store::{
     AskKey, Backend, ElicitationRecord, ElicitationStatus, Ending, NOTIFY_CHANNEL, Notice, OAuthFlowRecord, PoolStats,
-    SessionRecord, Store, StoreError, StoredEvent,
+    SessionRecord, Store, StoreError, StoredEvent, TakenEvents,
 };
 
 /// The principal's sessions beyond the newest ones (the count is bound at `$3`), but the new one.
@@ -209,7 +209,7 @@ shared! {
         ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
             // The events (read in the log's index order, up to the limit), and a row of nulls if
             // the session exists: no rows at all when it is gone.
-            let rows: Vec<(Option<i64>, Option<D::Json>, Option<D::Time>)> = sqlx::query_as(
+            let rows: Vec<EventRow<D>> = sqlx::query_as(
                 "SELECT seq, message, created_at FROM (SELECT seq, message, created_at FROM session_events \
                      WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) events \
                  UNION ALL SELECT NULL, NULL, NULL FROM sessions WHERE id = $1 \
@@ -223,17 +223,42 @@ shared! {
             if rows.is_empty() {
                 return Ok(None);
             }
-            rows.into_iter()
-                .filter_map(|(seq, message, created_at)| Some((seq?, message?, created_at?)))
-                .map(|(seq, message, created_at)| {
-                    Ok(StoredEvent {
-                        seq,
-                        message: D::json(message, "event message")?,
-                        created_at: D::time(created_at)?,
-                    })
-                })
-                .collect::<Result<_, _>>()
-                .map(Some)
+            stored_events::<D>(rows).map(Some)
+        }
+
+        async fn take_events_after(
+            &self,
+            session: &SessionId,
+            after: i64,
+            limit: i64,
+        ) -> Result<Option<TakenEvents>, StoreError> {
+            let Some(one) = D::one_statement() else {
+                let Some(events) = self.events_after(session, after, limit).await? else {
+                    return Ok(None);
+                };
+                let claimed = match events.last() {
+                    Some(last) => self.claim_delivery(session, after, last.seq).await?,
+                    None => false,
+                };
+                return Ok(Some(TakenEvents { events, claimed }));
+            };
+            // The events, then the session's row (last: its `seq` is null) saying whether the
+            // claim took; no rows at all when the session is gone.
+            let mut rows: Vec<(Option<i64>, Option<D::Json>, Option<D::Time>, Option<bool>)> =
+                sqlx::query_as(one.take_events_after.as_str())
+                    .bind(session.as_str())
+                    .bind(after)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+            let Some((None, _, _, claimed)) = rows.pop() else {
+                return Ok(None);
+            };
+            let events = stored_events::<D>(rows.into_iter().map(|(seq, message, at, _)| (seq, message, at)))?;
+            Ok(Some(TakenEvents {
+                events,
+                claimed: claimed.unwrap_or(false),
+            }))
         }
 
         async fn delivered_seq(&self, session: &SessionId) -> Result<Option<i64>, StoreError> {
@@ -424,4 +449,21 @@ shared! {
             self.record(query).await
         }
     }
+}
+
+/// A row of a read of a session's log: an event, or (all null) the row saying the session exists.
+type EventRow<D> = (Option<i64>, Option<<D as Native>::Json>, Option<<D as Native>::Time>);
+
+/// The events among a log read's rows, in their order.
+fn stored_events<D: Native>(rows: impl IntoIterator<Item = EventRow<D>>) -> Result<Vec<StoredEvent>, StoreError> {
+    rows.into_iter()
+        .filter_map(|(seq, message, created_at)| Some((seq?, message?, created_at?)))
+        .map(|(seq, message, created_at)| {
+            Ok(StoredEvent {
+                seq,
+                message: D::json(message, "event message")?,
+                created_at: D::time(created_at)?,
+            })
+        })
+        .collect()
 }
