@@ -14,7 +14,8 @@ use sqlx::{PgPool, Postgres};
 
 use super::rows::{CONNECTION_COLUMNS, FORM_VALUES_COLUMNS, Native};
 use super::sql::{
-    CONNECTION_UPSERT, Dialect, FORM_VALUES_UPSERT, INSERT_SESSION, NEWEST_FIRST, OneStatement, SqlStore, Syntax,
+    CONNECTION_UPSERT, Dialect, FORM_VALUES_UPSERT, INSERT_SESSION, NEXT_EVENTS, OneStatement, SqlStore, Syntax,
+    sessions_past_cap,
 };
 use super::{Backend, NOTIFY_CHANNEL, Notice, StoreError};
 use crate::domain::{Principal, SessionId};
@@ -118,23 +119,22 @@ static ONE_STATEMENT: LazyLock<OneStatement> = LazyLock::new(|| OneStatement {
     // sweep cannot see the new row (one snapshot), which it leaves alone anyway.
     create_session: format!(
         "WITH inserted AS ({}),
-         ended AS (DELETE FROM sessions WHERE id IN (
-             SELECT id FROM sessions WHERE principal = $2 AND id <> $1 {NEWEST_FIRST} OFFSET $8)
-             RETURNING id)
+         ended AS (DELETE FROM sessions WHERE id IN ({}) RETURNING id)
          SELECT id, pg_notify($9, {}) FROM ended",
         *INSERT_SESSION,
+        sessions_past_cap("$2", "$1", "$8"),
         Notice::changed_sql("id"),
     ),
     // A stream's wake-up: the log's next events, claimed for it if the delivered mark is still
     // where its cursor is (the UPDATE's row lock orders rival claims, as in `claim_delivery`).
-    take_events_after: "WITH events AS (SELECT seq, message, created_at FROM session_events
-             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3),
+    take_events_after: format!(
+        "WITH events AS ({NEXT_EVENTS}),
          claimed AS (UPDATE sessions SET delivered_seq = (SELECT max(seq) FROM events)
              WHERE id = $1 AND delivered_seq = $2 AND EXISTS (SELECT 1 FROM events) RETURNING id)
          SELECT seq, message, created_at, NULL::boolean FROM events
          UNION ALL SELECT NULL, NULL, NULL, EXISTS (SELECT 1 FROM claimed) FROM sessions WHERE id = $1
          ORDER BY seq NULLS LAST"
-        .to_owned(),
+    ),
     // Save the values, complete the elicitation if given and still pending, append the
     // notification and announce it.
     save_form_values: format!(

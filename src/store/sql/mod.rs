@@ -237,8 +237,18 @@ pub(super) static INSERT_SESSION: LazyLock<String> = LazyLock::new(|| {
     format!("INSERT INTO sessions ({SESSION_COLUMNS}, last_seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)")
 });
 
-/// A principal's sessions, the most recently used first: those past the cap are the ones ended.
-pub(super) const NEWEST_FIRST: &str = "ORDER BY last_seen_at DESC, created_at DESC, id DESC";
+/// The ids of the principal's (bound at `principal`) sessions but `new` past the newest `offset`,
+/// the most recently used first: the ones a new session over the cap ends.
+pub(super) fn sessions_past_cap(principal: &str, new: &str, offset: &str) -> String {
+    format!(
+        "SELECT id FROM sessions WHERE principal = {principal} AND id <> {new}
+         ORDER BY last_seen_at DESC, created_at DESC, id DESC {NO_LIMIT} OFFSET {offset}"
+    )
+}
+
+/// A session's (`$1`) next events after `$2`, in the log's index order, at most `$3`.
+pub(super) const NEXT_EVENTS: &str =
+    "SELECT seq, message, created_at FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 
 /// "No limit", written so that SQLite, which takes no `OFFSET` without a `LIMIT`, takes it too.
 const NO_LIMIT: &str = "LIMIT 9223372036854775807";

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
 
-use super::{NEWEST_FIRST, NO_LIMIT, Sql};
+use super::{NEXT_EVENTS, Sql};
 use crate::domain::{ElicitationId, LogLevel, SessionId};
 use crate::store::rows::{ELICITATION_COLUMNS, FLOW_COLUMNS, Native, SESSION_COLUMNS, Stored, parse_session_id};
 use crate::store::{
@@ -16,10 +16,8 @@ use crate::store::{
 static END_OLDEST_SESSIONS: Sql = Sql::new(|syntax| {
     syntax.notifying(
         &format!(
-            "DELETE FROM sessions WHERE id IN (
-                 SELECT id FROM sessions WHERE principal = $1 AND id <> $2
-                 {NEWEST_FIRST} {NO_LIMIT} OFFSET $3)
-             RETURNING id"
+            "DELETE FROM sessions WHERE id IN ({}) RETURNING id",
+            super::sessions_past_cap("$1", "$2", "$3")
         ),
         &Notice::changed_sql("id"),
     )
@@ -59,6 +57,14 @@ static TAKE_UNREPORTED_ENDING: Sql = Sql::new(|syntax| {
 });
 
 static SESSION: Sql = Sql::new(|_| format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"));
+
+/// The events after a cursor, and a row of nulls if the session exists.
+static EVENTS_AFTER: Sql = Sql::new(|_| {
+    format!(
+        "SELECT seq, message, created_at FROM ({NEXT_EVENTS}) events
+         UNION ALL SELECT NULL, NULL, NULL FROM sessions WHERE id = $1 ORDER BY seq"
+    )
+});
 
 static ELICITATION: Sql = Sql::new(|_| format!("SELECT {ELICITATION_COLUMNS} FROM elicitations WHERE id = $1"));
 
@@ -209,17 +215,12 @@ shared! {
         ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
             // The events (read in the log's index order, up to the limit), and a row of nulls if
             // the session exists: no rows at all when it is gone.
-            let rows: Vec<EventRow<D>> = sqlx::query_as(
-                "SELECT seq, message, created_at FROM (SELECT seq, message, created_at FROM session_events \
-                     WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) events \
-                 UNION ALL SELECT NULL, NULL, NULL FROM sessions WHERE id = $1 \
-                 ORDER BY seq",
-            )
-            .bind(session.as_str())
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
+            let rows: Vec<EventRow<D>> = sqlx::query_as(EVENTS_AFTER.of::<D>())
+                .bind(session.as_str())
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
             if rows.is_empty() {
                 return Ok(None);
             }
