@@ -4,10 +4,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use base64::Engine;
+use caseless::Caseless;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use unicode_normalization::UnicodeNormalization;
 
 /// Ids in configuration (providers, forms): 1 to 64 letters, digits, `-` and `_`.
 pub fn is_identifier(text: &str) -> bool {
@@ -220,6 +222,55 @@ impl Principal {
     }
 }
 
+/// How an identity mode writes a principal, so that one user is one string: the form is applied
+/// where a principal enters (the identity extractor, an operator's typed filter) and to every
+/// `principal` in rules as the configuration loads, and stored rows are kept in it, so ownership,
+/// self-approval and votes compare plain strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrincipalForm {
+    /// `oauth`: the issuer and the `sub` exactly as the token has them (an OpenID Connect `sub`
+    /// is case-sensitive).
+    Exact,
+    /// `header` and `local`: NFKC, Unicode's full case folding, and trimmed, so `Carol`, `carol`
+    /// and `ｃａｒｏｌ` are one user.
+    Folded,
+}
+
+impl PrincipalForm {
+    /// `text` in this form (not yet checked as a principal).
+    pub fn normal(self, text: &str) -> String {
+        match self {
+            PrincipalForm::Exact => text.trim().to_owned(),
+            // Unicode's compatibility caseless match (D145: NFKD(fold(NFKD(fold(NFD(X)))))),
+            // recomposed: the second fold catches what the first decomposition exposes.
+            PrincipalForm::Folded => text
+                .nfd()
+                .default_case_fold()
+                .nfkd()
+                .default_case_fold()
+                .nfkc()
+                .collect::<String>()
+                .trim()
+                .to_owned(),
+        }
+    }
+
+    /// The principal `text` names in this form.
+    pub fn principal(self, text: &str) -> Result<Principal, InvalidPrincipal> {
+        Principal::parse(&self.normal(text))
+    }
+}
+
+impl fmt::Display for PrincipalForm {
+    /// What the form does, in words.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PrincipalForm::Exact => "compared exactly",
+            PrincipalForm::Folded => "after NFKC, case folding and trimming",
+        })
+    }
+}
+
 impl fmt::Display for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -320,6 +371,34 @@ mod tests {
             Principal::parse(&"é".repeat(129)),
             Err(InvalidPrincipal::TooLong)
         ));
+    }
+
+    #[test]
+    fn header_and_local_principals_fold_case_and_compatibility_forms() {
+        let folded = |text: &str| PrincipalForm::Folded.normal(text);
+        assert_eq!(folded("Carol"), "carol");
+        assert_eq!(folded(" ＣＡＲＯＬ\u{3000}"), "carol", "fullwidth letters and space");
+        assert_eq!(folded("Straße"), folded("STRASSE"));
+        assert_eq!(folded("ǅemal"), "džemal");
+        assert_eq!(folded("ﬁona"), "fiona");
+        assert_eq!(folded("ΣΊΣΥΦΟΣ"), folded("σίσυφος"));
+        assert_eq!(folded("ᾼ"), folded("αι"), "the ypogegrammeni folds after decomposition");
+        assert_ne!(folded("bob"), folded("bób"));
+        for text in ["Carol", "ＣＡＲＯＬ", "Straße", "ǅemal", "ᾼ", "ΐ", "Ꭰꭰ", "ﷺ", "İstanbul", "Å Å"] {
+            assert_eq!(folded(&folded(text)), folded(text), "{text}: the form is stable");
+        }
+        assert_eq!(
+            PrincipalForm::Folded.principal("Ｄａｖｅ").expect("valid").as_str(),
+            "dave"
+        );
+    }
+
+    #[test]
+    fn oauth_principals_keep_their_case() {
+        let exact = PrincipalForm::Exact;
+        assert_eq!(exact.normal("https://idp#AbC"), "https://idp#AbC");
+        assert_ne!(exact.normal("https://idp#abc"), exact.normal("https://idp#ABC"));
+        assert_eq!(exact.normal("https://idp#ＡＢ"), "https://idp#ＡＢ");
     }
 
     #[test]

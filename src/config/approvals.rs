@@ -84,7 +84,7 @@ pub(super) fn check(config: &Config) -> Result<(), ConfigError> {
         if approval.title.trim().is_empty() {
             return Err(ConfigError::key(format!("{key}.title"), "must not be empty"));
         }
-        check_allow(&format!("{key}.approvers"), Some(&approval.approvers))?;
+        check_allow(&format!("{key}.approvers"), Some(&approval.approvers), &config.identity)?;
         if approval.quorum == 0 {
             return Err(ConfigError::key(format!("{key}.quorum"), "must be at least 1"));
         }

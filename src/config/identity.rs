@@ -13,6 +13,7 @@ use url::Url;
 
 use super::ConfigError;
 use super::duration::{DurationText, duration, duration_text};
+use crate::domain::PrincipalForm;
 use crate::secret::Secret;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -210,7 +211,8 @@ pub fn is_scope_token(scope: &str) -> bool {
             .all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
 }
 
-pub(super) fn check_allow(key: &str, allow: Option<&AllowConfig>) -> Result<(), ConfigError> {
+/// A rule is well formed, and names only claims the identity mode's callers can carry.
+pub(super) fn check_allow(key: &str, allow: Option<&AllowConfig>, identity: &IdentityConfig) -> Result<(), ConfigError> {
     let Some(allow) = allow else { return Ok(()) };
     if allow.is_empty() {
         return Err(ConfigError::key(
@@ -225,6 +227,85 @@ pub(super) fn check_allow(key: &str, allow: Option<&AllowConfig>) -> Result<(), 
                 "must be a non-empty list of non-empty values",
             ));
         }
+        if let Some(carried) = identity.carried_claims()
+            && !carried.contains(&claim.as_str())
+        {
+            return Err(ConfigError::key(
+                format!("{key}.{claim}"),
+                format!(
+                    "can never match: a caller in `{}` identity mode carries only the claims {}{}",
+                    identity.mode,
+                    carried.join(", "),
+                    match (identity.mode, claim.as_str()) {
+                        (IdentityMode::Header, "groups") => " (set identity.groups_header to read `groups`)",
+                        (IdentityMode::Header, "email") => " (set identity.email_header to read `email`)",
+                        _ => "",
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl IdentityMode {
+    /// How this mode writes a principal; rules and stored rows use the same form.
+    pub fn principal_form(self) -> PrincipalForm {
+        match self {
+            IdentityMode::OAuth => PrincipalForm::Exact,
+            IdentityMode::Local | IdentityMode::Header => PrincipalForm::Folded,
+        }
+    }
+}
+
+impl IdentityConfig {
+    /// The claims a caller can carry in this mode, for rules to name; `None` when any may be (a
+    /// token's claims, in `oauth` mode). Every mode carries `principal`.
+    fn carried_claims(&self) -> Option<Vec<&'static str>> {
+        match self.mode {
+            IdentityMode::OAuth => None,
+            IdentityMode::Local => Some(vec!["principal"]),
+            IdentityMode::Header => Some(
+                std::iter::once("principal")
+                    .chain(self.groups_header.as_ref().map(|_| "groups"))
+                    .chain(self.email_header.as_ref().map(|_| "email"))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// Writes every `principal` a rule lists (`allow`, `approvers`, `[admin] allow`) in the identity
+/// mode's normal form, as the caller's own is; two that become one are refused, never merged.
+pub(super) fn normalise_rules(config: &mut super::Config) -> Result<(), ConfigError> {
+    let form = config.identity.mode.principal_form();
+    let tools = config.tools.iter_mut().enumerate();
+    let tools = tools.filter_map(|(i, t)| t.allow.as_mut().map(|a| (format!("tools[{i}].allow"), a)));
+    let upstreams = config.upstreams.iter_mut().enumerate();
+    let upstreams = upstreams.filter_map(|(i, u)| u.allow.as_mut().map(|a| (format!("upstreams[{i}].allow"), a)));
+    let approvals = config.approvals.iter_mut().enumerate();
+    let approvals = approvals.map(|(i, a)| (format!("approvals[{i}].approvers"), &mut a.approvers));
+    let admin = config.admin.allow.as_mut().map(|a| ("admin.allow".to_owned(), a));
+    for (key, rule) in tools.chain(upstreams).chain(approvals).chain(admin) {
+        let Some(principals) = rule.get_mut("principal") else {
+            continue;
+        };
+        let normal: Vec<String> = principals.iter().map(|p| form.normal(p)).collect();
+        for (j, principal) in normal.iter().enumerate() {
+            if let Some(i) = normal[..j].iter().position(|n| n == principal)
+                && principals[i] != principals[j]
+            {
+                return Err(ConfigError::key(
+                    format!("{key}.principal"),
+                    format!(
+                        "`{}` and `{}` are one principal in `{}` identity mode (both `{principal}`, {form}); \
+                         list it once",
+                        principals[i], principals[j], config.identity.mode,
+                    ),
+                ));
+            }
+        }
+        *principals = normal;
     }
     Ok(())
 }

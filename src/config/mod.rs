@@ -135,13 +135,14 @@ impl Config {
         env::apply_env_overrides(&mut tree, source.env)?;
         let mut value = toml::Value::Table(tree);
         env::resolve_env_references(&mut value, "", source.env)?;
-        let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
             let key = e.path().to_string();
             ConfigError::Key {
                 key,
                 message: e.into_inner().to_string(),
             }
         })?;
+        identity::normalise_rules(&mut config)?;
         config.validate()?;
         Ok(config)
     }

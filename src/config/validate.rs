@@ -78,13 +78,13 @@ impl Config {
         self.identity
             .validate(loopback, !self.server.trusted_proxies.is_empty())?;
         for (i, tool) in self.tools.iter().enumerate() {
-            check_allow(&format!("tools[{i}].allow"), tool.allow.as_ref())?;
+            check_allow(&format!("tools[{i}].allow"), tool.allow.as_ref(), &self.identity)?;
         }
         for (i, upstream) in self.upstreams.iter().enumerate() {
-            check_allow(&format!("upstreams[{i}].allow"), upstream.allow.as_ref())?;
+            check_allow(&format!("upstreams[{i}].allow"), upstream.allow.as_ref(), &self.identity)?;
         }
         super::approvals::check(self)?;
-        check_allow("admin.allow", self.admin.allow.as_ref())?;
+        check_allow("admin.allow", self.admin.allow.as_ref(), &self.identity)?;
         if self.mcp.page_size == 0 {
             return Err(ConfigError::key("mcp.page_size", "must be at least 1"));
         }

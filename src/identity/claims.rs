@@ -1,14 +1,18 @@
-//! What a caller's identity says about them besides the principal: string claims and lists of
-//! strings (groups, email, name), bounded so a token or header cannot make us hold much.
+//! What a caller's identity says about them: string claims and lists of strings (groups, email,
+//! name, and `principal`, the caller's own), bounded so a token or header cannot make us hold much.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use crate::domain::Principal;
+
 /// Claims kept per caller, values per claim, and bytes per value; the rest is dropped.
 const MAX_CLAIMS: usize = 64;
 const MAX_VALUES: usize = 256;
 const MAX_VALUE_BYTES: usize = 512;
+/// The claim naming the caller's principal, in every identity mode.
+const PRINCIPAL: &str = "principal";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Claims {
@@ -48,6 +52,14 @@ impl Claims {
         if !values.is_empty() {
             self.values.insert(name.to_owned(), values);
         }
+    }
+
+    /// These claims with `principal` set to the caller's principal: whatever a token or a header
+    /// said under that name is replaced, and it is kept even past the bound on claims.
+    pub fn with_principal(mut self, principal: &Principal) -> Self {
+        self.values
+            .insert(PRINCIPAL.to_owned(), vec![principal.as_str().to_owned()]);
+        self
     }
 
     /// The values of one claim; none when absent.

@@ -1,7 +1,8 @@
 //! Who is calling. The principal comes only from the configured identity mode, never from what a
 //! client says about itself: `local` (the one user at this machine), `header` (a trusted reverse
-//! proxy's header) or `oauth` (a bearer token from the identity provider, see `oauth`). Besides
-//! the principal, a caller carries claims (groups, email, name) that `access` rules read.
+//! proxy's header) or `oauth` (a bearer token from the identity provider, see `oauth`), written in
+//! the mode's normal form (`PrincipalForm`) as it enters. Besides the principal, a caller carries
+//! claims (groups, email, name, and the principal itself) that `access` rules read.
 
 pub mod access;
 mod claims;
@@ -49,14 +50,20 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// A caller known by name only (local mode, tests).
-    pub fn named(principal: Principal) -> Self {
+    /// A caller with its identity's claims, and `principal` among them: rules name the
+    /// principal as they name any claim.
+    pub fn new(principal: Principal, claims: Claims) -> Self {
         Self {
+            claims: Arc::new(claims.with_principal(&principal)),
             principal,
-            claims: Arc::new(Claims::default()),
             address: None,
             access_token: None,
         }
+    }
+
+    /// A caller known by name only (local mode, tests).
+    pub fn named(principal: Principal) -> Self {
+        Self::new(principal, Claims::default())
     }
 }
 
@@ -84,7 +91,9 @@ impl Identity {
     pub fn from_config(config: &Config, http: reqwest::Client) -> Result<Self, ConfigError> {
         let identity = &config.identity;
         match identity.mode {
-            IdentityMode::Local => Principal::parse(&identity.local_principal)
+            IdentityMode::Local => IdentityMode::Local
+                .principal_form()
+                .principal(&identity.local_principal)
                 .map(Identity::Local)
                 .map_err(|e| ConfigError::key("identity.local_principal", e.to_string())),
             IdentityMode::Header => Ok(Identity::Header(HeaderIdentity {
@@ -130,10 +139,13 @@ impl HeaderIdentity {
         if !is_trusted(&self.trusted_proxies, peer.ip()) {
             return Err(IdentityError::UntrustedPeer);
         }
-        let principal = Principal::parse(
-            single_header(headers, &self.header)?.ok_or_else(|| IdentityError::MissingHeader(self.header.clone()))?,
-        )
-        .map_err(IdentityError::InvalidHeader)?;
+        let principal = IdentityMode::Header
+            .principal_form()
+            .principal(
+                single_header(headers, &self.header)?
+                    .ok_or_else(|| IdentityError::MissingHeader(self.header.clone()))?,
+            )
+            .map_err(IdentityError::InvalidHeader)?;
         let mut claims = Claims::default();
         if let Some(name) = &self.groups_header
             && let Some(groups) = single_header(headers, name)?
@@ -145,12 +157,7 @@ impl HeaderIdentity {
         {
             claims.insert("email", std::iter::once(email.trim()));
         }
-        Ok(Caller {
-            principal,
-            claims: Arc::new(claims),
-            address: None,
-            access_token: None,
-        })
+        Ok(Caller::new(principal, claims))
     }
 }
 

@@ -72,7 +72,8 @@ async fn identify(
         return match browser_sessions::find(state, headers).await? {
             Some(session) => {
                 let signed_in_as = session.signed_in_as();
-                Ok((session.principal, Arc::new(session.claims), Some(signed_in_as)))
+                let claims = Arc::new(session.claims.with_principal(&session.principal));
+                Ok((session.principal, claims, Some(signed_in_as)))
             }
             None => {
                 let page = uri.path_and_query().map_or("/", |p| p.as_str());

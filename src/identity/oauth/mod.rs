@@ -23,7 +23,7 @@ use keys::KeySet;
 use verify::{TokenKey, VerifiedToken, now, token_key};
 
 use super::Caller;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, IdentityMode};
 use crate::domain::Principal;
 use crate::public_url::PublicUrl;
 use crate::routes;
@@ -166,14 +166,17 @@ impl ResourceServer {
 }
 
 /// The principal a token (or an id_token, for the pages) names: `issuer#claim`, unique across
-/// providers and stable for the user. `issuer` is the configured one.
+/// providers and stable for the user, compared exactly (a `sub` is case-sensitive). `issuer` is
+/// the configured one.
 pub fn principal_from_claims(issuer: &Url, claim: &str, claims: &Map<String, Value>) -> Result<Principal, String> {
     let value = match claims.get(claim) {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Number(number)) => number.to_string(),
         _ => return Err(format!("the token has no `{claim}` claim")),
     };
-    Principal::parse(&format!("{}#{value}", issuer.as_str().trim_end_matches('/')))
+    IdentityMode::OAuth
+        .principal_form()
+        .principal(&format!("{}#{value}", issuer.as_str().trim_end_matches('/')))
         .map_err(|e| format!("the `{claim}` claim: {e}"))
 }
 

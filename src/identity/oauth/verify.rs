@@ -157,12 +157,7 @@ impl ResourceServer {
         let principal =
             principal_from_claims(&self.issuer, &self.principal_claim, claims).map_err(BearerError::Invalid)?;
         Ok(Arc::new(VerifiedToken {
-            caller: Caller {
-                principal,
-                claims: Arc::new(Claims::from_token(claims)),
-                address: None,
-                access_token: None,
-            },
+            caller: Caller::new(principal, Claims::from_token(claims)),
             scopes: scopes_of(claims),
             expires_at,
         }))
