@@ -344,7 +344,7 @@ fn serve_metrics_apart(
 
 async fn migrate(config: Config) -> anyhow::Result<()> {
     let database = crate::store::connect(config.database.url.expose(), 1).await?;
-    database.store.migrate().await?;
+    crate::store::principals::migrate(&*database.store, config.identity.mode.principal_form()).await?;
     database.store.check_ready().await?;
     println!("migrations applied ({:?})", database.store.backend());
     Ok(())

@@ -255,6 +255,19 @@ impl PrincipalForm {
         }
     }
 
+    /// How the store records that its rows are in this form, with the Unicode versions of the
+    /// tables (a new version rewrites them again); none for a form that changes nothing stored.
+    pub fn stored_as(self) -> Option<String> {
+        match self {
+            PrincipalForm::Exact => None,
+            PrincipalForm::Folded => {
+                let (a, b, c) = unicode_normalization::UNICODE_VERSION;
+                let (d, e, f) = caseless::UNICODE_VERSION;
+                Some(format!("folded: NFKC {a}.{b}.{c}, case folding {d}.{e}.{f}"))
+            }
+        }
+    }
+
     /// The principal `text` names in this form.
     pub fn principal(self, text: &str) -> Result<Principal, InvalidPrincipal> {
         Principal::parse(&self.normal(text))

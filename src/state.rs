@@ -252,7 +252,7 @@ impl AppState {
         let metrics = Arc::new(metrics(&config));
         let database = store::connect(config.database.url.expose(), config.database.max_connections).await?;
         if config.database.migrate_on_start {
-            database.store.migrate().await?;
+            store::principals::migrate(&*database.store, config.identity.mode.principal_form()).await?;
         }
         database.store.check_ready().await?;
 

@@ -35,12 +35,12 @@ struct Setup {
     browser: Browser,
 }
 
-/// A tool only the group `eng` may use; the proxy names no groups, so nobody may.
+/// A tool only carol may use, so alice may not.
 const ENG_ONLY: &str = r#"
 [[tools]]
 name = "eng_only"
 description = "For engineers"
-allow = { groups = ["eng"] }
+allow = { principal = ["carol"] }
 http = { url = "http://127.0.0.1:9/" }
 "#;
 

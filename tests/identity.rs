@@ -97,17 +97,18 @@ backend_test!(
 );
 
 backend_test!(
-    /// A user named in UTF-8 (`José`, `李雷`) is who the proxy says, on /mcp and on the pages.
+    /// A user named in UTF-8 (`José`, `李雷`) is who the proxy says, on /mcp and on the pages, in
+    /// the mode's normal form: NFKC, case folded (`ＪＯＳÉ` is `josé`).
     async fn a_utf8_user_name_is_accepted(backend: Backend) {
         let database = TestDatabase::new(backend).await;
         let server = TestServer::start(&database, HEADER_IDENTITY).await;
-        for user in ["José", "李雷"] {
+        for (user, principal) in [("José", "josé"), ("ＪＯＳÉ", "josé"), ("李雷", "李雷")] {
             let (status, session) = initialize(&server, &[user]).await;
             assert_eq!(status, StatusCode::OK, "initialize as {user}");
-            assert_eq!(whoami(&server, &session.expect("session"), user).await, user);
+            assert_eq!(whoami(&server, &session.expect("session"), user).await, principal);
             let (status, page) = connections(&server, &[user]).await;
             assert_eq!(status, StatusCode::OK, "/connections as {user}");
-            assert!(page.contains(&format!("Signed in here as {user}")), "{page}");
+            assert!(page.contains(&format!("Signed in here as {principal}")), "{page}");
         }
         let (status, _) = initialize(&server, &["eve\u{202e}ecila"]).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "a bidi control is refused");

@@ -124,7 +124,45 @@ async fn database(config: &Config) -> Vec<Finding> {
         format!("{:?} answers", database.store.backend()),
     )];
     findings.push(diagnosis::migrations(&*database.store, config.database.migrate_on_start).await);
+    findings.push(principals(&*database.store, config.identity.mode).await);
     findings
+}
+
+/// Stored principals that the identity mode's normal form makes one user: their rows are kept
+/// apart (never merged), and the operator decides whose they are.
+async fn principals(store: &dyn crate::store::Store, mode: crate::config::IdentityMode) -> Finding {
+    let form = mode.principal_form();
+    let stored = match bounded(store.stored_principals()).await {
+        Ok(Ok(stored)) => stored,
+        Ok(Err(error)) => return Finding::warning("principals", "database.url", error.to_string(), "migrate first"),
+        Err(elapsed) => return Finding::warning("principals", "database.url", elapsed, "the database is slow"),
+    };
+    let (renames, collisions) = crate::store::principals::plan(stored, form);
+    if !collisions.is_empty() {
+        let listed: Vec<String> = collisions
+            .iter()
+            .map(|c| format!("{} (all `{}`)", c.stored.join(", "), c.normal))
+            .collect();
+        return Finding::problem(
+            "principals",
+            "identity.mode",
+            format!(
+                "stored principals collide in `{mode}` mode, {form}: {}; their rows are kept apart, never merged",
+                listed.join("; ")
+            ),
+            "decide which user each is; remove the other's connections, form values and sessions \
+             (`gatehouse admin`, naming the principal as stored); the next start renames the rest",
+        );
+    }
+    if !renames.is_empty() {
+        return Finding::warning(
+            "principals",
+            "database.migrate_on_start",
+            format!("{} stored principal(s) are not yet in `{mode}` mode's normal form", renames.len()),
+            "`gatehouse migrate` (or a start with database.migrate_on_start) rewrites them",
+        );
+    }
+    Finding::ok("principals", format!("every stored principal is in `{mode}` mode's normal form"))
 }
 
 /// `server.public_url` reaches the instance on `server.bind`: the server running there, or,

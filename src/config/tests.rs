@@ -223,7 +223,7 @@ fn the_otlp_endpoint_comes_from_the_environment_too() {
 #[test]
 fn approvals_are_checked_and_every_requirement_names_one() {
     const APPROVAL: &str =
-        "[[approvals]]\nid = \"payments\"\ntitle = \"Payment approval\"\napprovers = { groups = [\"finance\"] }\n";
+        "[[approvals]]\nid = \"payments\"\ntitle = \"Payment approval\"\napprovers = { principal = [\"bob\"] }\n";
     const TOOL: &str =
         "[[tools]]\nname = \"pay\"\nrequires = [\"approval:payments\"]\nhttp = { url = \"https://pay.example.com\" }\n";
     let config = load(&format!("{APPROVAL}{TOOL}"), &[]).expect("config");
@@ -234,7 +234,7 @@ fn approvals_are_checked_and_every_requirement_names_one() {
         (format!("{APPROVAL}ttl = \"8d\"\n"), "approvals[0].ttl"),
         (format!("{APPROVAL}notify = {{ webhook = \"ftp://x\" }}\n"), "approvals[0].notify.webhook"),
         (format!("{APPROVAL}notify = {{ secret = \"s\" }}\n"), "approvals[0].notify"),
-        (APPROVAL.replace("approvers = { groups = [\"finance\"] }", "approvers = {}"), "approvals[0].approvers"),
+        (APPROVAL.replace("approvers = { principal = [\"bob\"] }", "approvers = {}"), "approvals[0].approvers"),
         (APPROVAL.replace("Payment approval", " "), "approvals[0].title"),
         (format!("{APPROVAL}{APPROVAL}"), "approvals[1].id"),
         (TOOL.to_owned(), "tools[0].requires[0]"),
@@ -247,3 +247,42 @@ fn approvals_are_checked_and_every_requirement_names_one() {
         assert_eq!(key_of(load(&file, &[]).expect_err(key)), key, "{file}");
     }
 }
+
+#[test]
+fn a_rule_naming_a_claim_the_identity_mode_never_carries_is_refused() {
+    const TOOL: &str = "[[tools]]\nname = \"t\"\nhttp = { url = \"https://t.example.com\" }\n";
+    const HEADER: &str = "[identity]\nmode = \"header\"\n[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n";
+    let local = format!("{TOOL}{TOOL}{TOOL}allow = {{ groups = [\"eng\"] }}\n");
+    let error = load(&local, &[]).expect_err("local mode carries no groups");
+    assert!(error.to_string().contains("carries only the claims principal"), "{error}");
+    assert_eq!(key_of(error), "tools[2].allow.groups");
+    let header = format!("{HEADER}{TOOL}allow = {{ email = [\"*@acme.com\"] }}\n");
+    let error = load(&header, &[]).expect_err("no email header");
+    assert!(error.to_string().contains("identity.email_header"), "{error}");
+    assert_eq!(key_of(error), "tools[0].allow.email");
+    let admin = format!("{HEADER}[admin]\nallow = {{ department = [\"ops\"] }}\n");
+    assert_eq!(key_of(load(&admin, &[]).expect_err("no such claim")), "admin.allow.department");
+    let with_groups = header.replace("mode = \"header\"\n", "mode = \"header\"\nemail_header = \"X-Email\"\n");
+    load(&with_groups, &[]).expect("the email header carries email");
+    load(&format!("{TOOL}allow = {{ principal = [\"local\"] }}\n"), &[]).expect("every mode carries principal");
+}
+
+#[test]
+fn rule_principals_are_normalised_and_collisions_refused() {
+    const HEADER: &str = "[identity]\nmode = \"header\"\n[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n";
+    const APPROVAL: &str = "[[approvals]]\nid = \"p\"\ntitle = \"P\"\n";
+    let config = load(&format!("{HEADER}{APPROVAL}approvers = {{ principal = [\" Bob \", \"ＣＡＲＯＬ\"] }}\n"), &[])
+        .expect("config");
+    assert_eq!(config.approvals[0].approvers["principal"], ["bob", "carol"]);
+    let colliding = format!("{HEADER}{APPROVAL}approvers = {{ principal = [\"dave\", \"erin\", \"Dave\"] }}\n");
+    let error = load(&colliding, &[]).expect_err("Dave and dave are one");
+    assert!(error.to_string().contains("`dave` and `Dave` are one principal"), "{error}");
+    assert_eq!(key_of(error), "approvals[0].approvers.principal");
+    let oauth = "[identity]\nmode = \"oauth\"\nissuer = \"https://idp.example.com\"\nclient_id = \"g\"\n";
+    let config = load(
+        &format!("{oauth}{APPROVAL}approvers = {{ principal = [\"https://idp.example.com#Dave\", \"https://idp.example.com#dave\"] }}\n"),
+        &[],
+    )
+    .expect("oauth subs are case-sensitive");
+    assert_eq!(
+        config.approvals[0].approvers["princip

@@ -16,6 +16,7 @@ mod elicitations;
 mod forms;
 mod notice;
 mod postgres;
+pub mod principals;
 mod registrations;
 mod retention;
 mod rows;
@@ -43,6 +44,7 @@ pub use elicitations::{AskKey, ElicitationRecord, ElicitationStatus, Ending, OAu
 pub use forms::{FormAnswerRecord, FormStore, FormValuesRecord};
 pub use notice::{ClientAction, NOTIFY_CHANNEL, Notice};
 pub use postgres::PostgresStore;
+pub use principals::PrincipalStore;
 pub use registrations::{RegistrationRecord, RegistrationStore};
 pub use retention::{Lease, RetentionStore};
 pub use sealed::{SealedRow, SealedRowKey, SealedStore, SealedTable, StampCount};
@@ -133,6 +135,7 @@ pub trait Store:
     + AuditStore
     + RetentionStore
     + AdminStore
+    + PrincipalStore
     + Send
     + Sync
     + 'static

@@ -65,6 +65,7 @@ mod browser_sessions;
 mod catalogues;
 mod connections;
 mod forms;
+mod principals;
 mod registrations;
 mod retention;
 mod sealed;
