@@ -339,3 +339,32 @@ async fn a_configuration_that_does_not_load_is_the_finding() {
     assert_eq!(diagnosis.problem_keys(), ["server.bind"], "{}", diagnosis.report);
     assert_eq!(diagnosis.checks().len(), 1, "{}", diagnosis.report);
 }
+
+/// Stored principals that header mode's normal form makes one user (`Dave`, `dave`) are a
+/// problem naming identity.mode; nothing is merged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_principals_that_collide_are_reported() {
+    let (database, bind) = migrated_database_and_free_bind().await;
+    database
+        .execute(
+            "INSERT INTO audit (at, principal, action, subject, detail)
+             VALUES (0, 'Dave', 'x', 's', '{}'), (0, 'dave', 'x', 's', '{}'), (0, 'erin', 'x', 's', '{}')",
+        )
+        .await;
+    let header = "trusted_proxies = [\"127.0.0.1/32\"]\n[identity]\nmode = \"header\"\n";
+
+    let diagnosis = doctor(&server_toml(&bind, None, header), &database_env(&database)).await;
+
+    let finding = diagnosis.finding("principals");
+    assert_eq!(finding["status"], "problem", "{}", diagnosis.report);
+    assert_eq!(finding["key"], "identity.mode");
+    let message = finding["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Dave, dave (all `dave`)") && !message.contains("erin"), "{message}");
+    assert_eq!(
+        database.query_count("SELECT COUNT(*) FROM audit WHERE principal = 'Dave'").await,
+        1,
+        "nothing merged"
+    );
+    let local = doctor(&server_toml(&bind, None, ""), &database_env(&database)).await;
+    assert_eq!(local.finding("principals")["status"], "problem", "local mode folds too");
+}
