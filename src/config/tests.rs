@@ -285,4 +285,7 @@ fn rule_principals_are_normalised_and_collisions_refused() {
     )
     .expect("oauth subs are case-sensitive");
     assert_eq!(
-        config.approvals[0].approvers["princip
+        config.approvals[0].approvers["principal"],
+        ["https://idp.example.com#Dave", "https://idp.example.com#dave"]
+    );
+}
