@@ -4,8 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use base64::Engine;
-use caseless::Caseless;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use caseless::Caseless;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -397,7 +397,18 @@ mod tests {
         assert_eq!(folded("ΣΊΣΥΦΟΣ"), folded("σίσυφος"));
         assert_eq!(folded("ᾼ"), folded("αι"), "the ypogegrammeni folds after decomposition");
         assert_ne!(folded("bob"), folded("bób"));
-        for text in ["Carol", "ＣＡＲＯＬ", "Straße", "ǅemal", "ᾼ", "ΐ", "Ꭰꭰ", "ﷺ", "İstanbul", "Å Å"] {
+        for text in [
+            "Carol",
+            "ＣＡＲＯＬ",
+            "Straße",
+            "ǅemal",
+            "ᾼ",
+            "ΐ",
+            "Ꭰꭰ",
+            "ﷺ",
+            "İstanbul",
+            "Å Å",
+        ] {
             assert_eq!(folded(&folded(text)), folded(text), "{text}: the form is stable");
         }
         assert_eq!(

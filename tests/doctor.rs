@@ -359,9 +359,14 @@ async fn stored_principals_that_collide_are_reported() {
     assert_eq!(finding["status"], "problem", "{}", diagnosis.report);
     assert_eq!(finding["key"], "identity.mode");
     let message = finding["message"].as_str().unwrap_or_default();
-    assert!(message.contains("Dave, dave (all `dave`)") && !message.contains("erin"), "{message}");
+    assert!(
+        message.contains("Dave, dave (all `dave`)") && !message.contains("erin"),
+        "{message}"
+    );
     assert_eq!(
-        database.query_count("SELECT COUNT(*) FROM audit WHERE principal = 'Dave'").await,
+        database
+            .query_count("SELECT COUNT(*) FROM audit WHERE principal = 'Dave'")
+            .await,
         1,
         "nothing merged"
     );

@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, elicitations, eventually, url_of};
+use common::{
+    Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, elicitations, eventually, url_of,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -75,10 +77,8 @@ backend_test!(
     /// request in /approvals and approves it, and the call runs.
     async fn an_approver_named_by_principal_sees_and_decides(backend: Backend) {
         let database = TestDatabase::new(backend).await;
-        let server = TestServer::start_addressed(&database, |addr| {
-            approval_config(addr, r#"{ principal = ["Bob"] }"#, 1)
-        })
-        .await;
+        let server =
+            TestServer::start_addressed(&database, |addr| approval_config(addr, r#"{ principal = ["Bob"] }"#, 1)).await;
         let alice = server.eliciting_client("alice").await;
         let url = asked(&alice).await;
         let own = Browser::as_user("x-forwarded-user", "alice").get(&url).await;
@@ -87,7 +87,11 @@ backend_test!(
         let bob = Browser::as_user("x-forwarded-user", "bob");
         let list = bob.get(&format!("{}/approvals", server.base())).await;
         assert_eq!(list.status, StatusCode::OK, "{}", list.body);
-        assert!(list.body.contains("alice") && list.body.contains("pay"), "{}", list.body);
+        assert!(
+            list.body.contains("alice") && list.body.contains("pay"),
+            "{}",
+            list.body
+        );
         let csrf = token(&bob, &url).await;
         let approved = approve(&bob, &server.base(), &url, &csrf).await;
         assert_eq!(approved.status, StatusCode::OK, "{}", approved.body);
@@ -106,7 +110,8 @@ backend_test!(
         })
         .await;
         let origin = server.base();
-        let finance = |user: &str| Browser::as_user("x-forwarded-user", user).with_header("x-forwarded-groups", "finance");
+        let finance =
+            |user: &str| Browser::as_user("x-forwarded-user", user).with_header("x-forwarded-groups", "finance");
         let carol = server.eliciting_client("carol").await;
         let url = asked(&carol).await;
 
@@ -116,7 +121,11 @@ backend_test!(
         assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
 
         let dave = finance("dave");
-        let (first, second, third) = (token(&dave, &url).await, token(&dave, &url).await, token(&dave, &url).await);
+        let (first, second, third) = (
+            token(&dave, &url).await,
+            token(&dave, &url).await,
+            token(&dave, &url).await,
+        );
         assert_eq!(approve(&dave, &origin, &url, &first).await.status, StatusCode::OK);
         for (name, csrf) in [("Dave", &second), ("ＤＡＶＥ", &third)] {
             let again = approve(&finance(name), &origin, &url, csrf).await;
@@ -198,16 +207,31 @@ backend_test!(
 
         let server = TestServer::start_addressed(&database, toml).await;
         let count = async |sql: &'static str| database.query_count(sql).await;
-        assert_eq!(count("SELECT COUNT(*) FROM sessions WHERE principal = 'Carol'").await, 0);
-        assert_eq!(count("SELECT COUNT(*) FROM elicitations WHERE principal = 'carol'").await, 1);
+        assert_eq!(
+            count("SELECT COUNT(*) FROM sessions WHERE principal = 'Carol'").await,
+            0
+        );
+        assert_eq!(
+            count("SELECT COUNT(*) FROM elicitations WHERE principal = 'carol'").await,
+            1
+        );
         assert!(count("SELECT COUNT(*) FROM audit WHERE principal = 'carol'").await > 0);
-        assert_eq!(count("SELECT COUNT(*) FROM elicitations WHERE principal = 'Dave'").await, 1);
+        assert_eq!(
+            count("SELECT COUNT(*) FROM elicitations WHERE principal = 'Dave'").await,
+            1
+        );
         assert_eq!(count("SELECT COUNT(*) FROM sessions WHERE principal = 'dave'").await, 1);
-        assert_eq!(count("SELECT COUNT(*) FROM principal_forms").await, 0, "collisions remain");
+        assert_eq!(
+            count("SELECT COUNT(*) FROM principal_forms").await,
+            0,
+            "collisions remain"
+        );
         server.stop().await;
 
         // Once the operator removed one of them, the next start renames the rest and records it.
-        database.execute("DELETE FROM elicitations WHERE principal = 'Dave'").await;
+        database
+            .execute("DELETE FROM elicitations WHERE principal = 'Dave'")
+            .await;
         let server = TestServer::start_addressed(&database, toml).await;
         assert_eq!(count("SELECT COUNT(*) FROM principal_forms").await, 1);
         let erin = count("SELECT COUNT(*) FROM elicitations WHERE principal = 'erin'").await;

@@ -158,11 +158,17 @@ async fn principals(store: &dyn crate::store::Store, mode: crate::config::Identi
         return Finding::warning(
             "principals",
             "database.migrate_on_start",
-            format!("{} stored principal(s) are not yet in `{mode}` mode's normal form", renames.len()),
+            format!(
+                "{} stored principal(s) are not yet in `{mode}` mode's normal form",
+                renames.len()
+            ),
             "`gatehouse migrate` (or a start with database.migrate_on_start) rewrites them",
         );
     }
-    Finding::ok("principals", format!("every stored principal is in `{mode}` mode's normal form"))
+    Finding::ok(
+        "principals",
+        format!("every stored principal is in `{mode}` mode's normal form"),
+    )
 }
 
 /// `server.public_url` reaches the instance on `server.bind`: the server running there, or,

@@ -212,7 +212,11 @@ pub fn is_scope_token(scope: &str) -> bool {
 }
 
 /// A rule is well formed, and names only claims the identity mode's callers can carry.
-pub(super) fn check_allow(key: &str, allow: Option<&AllowConfig>, identity: &IdentityConfig) -> Result<(), ConfigError> {
+pub(super) fn check_allow(
+    key: &str,
+    allow: Option<&AllowConfig>,
+    identity: &IdentityConfig,
+) -> Result<(), ConfigError> {
     let Some(allow) = allow else { return Ok(()) };
     if allow.is_empty() {
         return Err(ConfigError::key(

@@ -254,14 +254,20 @@ fn a_rule_naming_a_claim_the_identity_mode_never_carries_is_refused() {
     const HEADER: &str = "[identity]\nmode = \"header\"\n[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n";
     let local = format!("{TOOL}{TOOL}{TOOL}allow = {{ groups = [\"eng\"] }}\n");
     let error = load(&local, &[]).expect_err("local mode carries no groups");
-    assert!(error.to_string().contains("carries only the claims principal"), "{error}");
+    assert!(
+        error.to_string().contains("carries only the claims principal"),
+        "{error}"
+    );
     assert_eq!(key_of(error), "tools[2].allow.groups");
     let header = format!("{HEADER}{TOOL}allow = {{ email = [\"*@acme.com\"] }}\n");
     let error = load(&header, &[]).expect_err("no email header");
     assert!(error.to_string().contains("identity.email_header"), "{error}");
     assert_eq!(key_of(error), "tools[0].allow.email");
     let admin = format!("{HEADER}[admin]\nallow = {{ department = [\"ops\"] }}\n");
-    assert_eq!(key_of(load(&admin, &[]).expect_err("no such claim")), "admin.allow.department");
+    assert_eq!(
+        key_of(load(&admin, &[]).expect_err("no such claim")),
+        "admin.allow.department"
+    );
     let with_groups = header.replace("mode = \"header\"\n", "mode = \"header\"\nemail_header = \"X-Email\"\n");
     load(&with_groups, &[]).expect("the email header carries email");
     load(&format!("{TOOL}allow = {{ principal = [\"local\"] }}\n"), &[]).expect("every mode carries principal");
@@ -271,12 +277,18 @@ fn a_rule_naming_a_claim_the_identity_mode_never_carries_is_refused() {
 fn rule_principals_are_normalised_and_collisions_refused() {
     const HEADER: &str = "[identity]\nmode = \"header\"\n[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n";
     const APPROVAL: &str = "[[approvals]]\nid = \"p\"\ntitle = \"P\"\n";
-    let config = load(&format!("{HEADER}{APPROVAL}approvers = {{ principal = [\" Bob \", \"ＣＡＲＯＬ\"] }}\n"), &[])
-        .expect("config");
+    let config = load(
+        &format!("{HEADER}{APPROVAL}approvers = {{ principal = [\" Bob \", \"ＣＡＲＯＬ\"] }}\n"),
+        &[],
+    )
+    .expect("config");
     assert_eq!(config.approvals[0].approvers["principal"], ["bob", "carol"]);
     let colliding = format!("{HEADER}{APPROVAL}approvers = {{ principal = [\"dave\", \"erin\", \"Dave\"] }}\n");
     let error = load(&colliding, &[]).expect_err("Dave and dave are one");
-    assert!(error.to_string().contains("`dave` and `Dave` are one principal"), "{error}");
+    assert!(
+        error.to_string().contains("`dave` and `Dave` are one principal"),
+        "{error}"
+    );
     assert_eq!(key_of(error), "approvals[0].approvers.principal");
     let oauth = "[identity]\nmode = \"oauth\"\nissuer = \"https://idp.example.com\"\nclient_id = \"g\"\n";
     let config = load(

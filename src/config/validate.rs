@@ -81,7 +81,11 @@ impl Config {
             check_allow(&format!("tools[{i}].allow"), tool.allow.as_ref(), &self.identity)?;
         }
         for (i, upstream) in self.upstreams.iter().enumerate() {
-            check_allow(&format!("upstreams[{i}].allow"), upstream.allow.as_ref(), &self.identity)?;
+            check_allow(
+                &format!("upstreams[{i}].allow"),
+                upstream.allow.as_ref(),
+                &self.identity,
+            )?;
         }
         super::approvals::check(self)?;
         check_allow("admin.allow", self.admin.allow.as_ref(), &self.identity)?;

@@ -90,7 +90,11 @@ fn header_mode_refuses_a_repeated_header_and_reads_utf8() {
         "in the normal form"
     );
     let caller = identity.caller(&headers, proxy).expect("UTF-8");
-    assert_eq!(caller.claims.get("principal"), ["josé müller"], "rules read the principal");
+    assert_eq!(
+        caller.claims.get("principal"),
+        ["josé müller"],
+        "rules read the principal"
+    );
     let latin1 = axum::http::HeaderValue::from_bytes(b"Jos\xe9").expect("header value");
     headers.insert("x-forwarded-user", latin1);
     assert!(matches!(

@@ -5,8 +5,8 @@
 use std::sync::LazyLock;
 
 use crate::domain::PrincipalForm;
-use crate::store::principals::{Normalised, PRINCIPAL_COLUMNS, PrincipalStore, plan};
 use crate::store::StoreError;
+use crate::store::principals::{Normalised, PRINCIPAL_COLUMNS, PrincipalStore, plan};
 
 static STORED: LazyLock<String> = LazyLock::new(|| {
     PRINCIPAL_COLUMNS
