@@ -15,8 +15,8 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use common::{
-    Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, answer, call_response, elicitation_request,
-    elicitations, eventually, url_of,
+    Backend, Browser, McpClient, TestDatabase, TestServer, answer, call_response, elicitation_request, elicitations,
+    eventually, url_of,
 };
 use gatehouse::gate::webhook_signature as signature;
 use serde_json::{Value, json};
@@ -69,11 +69,7 @@ impl Receiver {
 }
 
 fn config(addr: &str, webhook: &str, arguments: bool) -> String {
-    let identity = HEADER_IDENTITY.replacen(
-        "[identity]\n",
-        "[identity]\ngroups_header = \"X-Forwarded-Groups\"\n",
-        1,
-    );
+    let identity = common::header_identity_with_groups();
     format!(
         r#"{identity}
 [[approvals]]

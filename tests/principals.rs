@@ -6,33 +6,27 @@
 
 mod common;
 
-use common::{
-    Backend, Browser, HEADER_IDENTITY, McpClient, TestDatabase, TestServer, elicitations, eventually, url_of,
-};
+use common::{Backend, Browser, McpClient, TestDatabase, TestServer, elicitations, eventually, url_of};
 use reqwest::StatusCode;
 use serde_json::json;
 
 /// Header identity with a groups header; `pay` needs approval by `approvers`, `quorum` of them.
 fn approval_config(addr: &str, approvers: &str, quorum: u32) -> String {
-    let identity = HEADER_IDENTITY.replacen(
-        "[identity]\n",
-        "[identity]\ngroups_header = \"X-Forwarded-Groups\"\n",
-        1,
-    );
     format!(
-        r#"{identity}
+        r#"{}
 [[approvals]]
-id = "payments"
-title = "Payment approval"
-approvers = {approvers}
 quorum = {quorum}
+approvers = {approvers}
+id = "spend"
+title = "Spending approval"
 
 [[tools]]
 name = "pay"
 description = "Pays, once approved"
-requires = ["approval:payments"]
+requires = ["approval:spend"]
 http = {{ url = "http://{addr}/healthz" }}
-"#
+"#,
+        common::header_identity_with_groups()
     )
 }
 

@@ -647,6 +647,15 @@ pub const TEST_KEY: &str = "dGVzdC1rZXktZm9yLWdhdGVob3VzZS10ZXN0cy0zMmI=";
 /// `X-Forwarded-User`.
 pub const HEADER_IDENTITY: &str = include_str!("../fixtures/header_identity.toml");
 
+/// [`HEADER_IDENTITY`] with the user's groups in `X-Forwarded-Groups`, for rules by `groups`.
+pub fn header_identity_with_groups() -> String {
+    HEADER_IDENTITY.replacen(
+        "[identity]\n",
+        "[identity]\ngroups_header = \"X-Forwarded-Groups\"\n",
+        1,
+    )
+}
+
 /// A payment tool that asks for a confirmation within the call (`elicit = "request"`, waiting up
 /// to `timeout`), through a call-scoped form showing the arguments. It calls the server's own
 /// /healthz, so `addr` must be the server's (see [`TestServer::start_addressed`]).
