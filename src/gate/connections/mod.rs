@@ -2,7 +2,7 @@
 //! ring, granted scopes, account label). This room owns the OAuth flow and its callback
 //! (`flow`), usable tokens and their refresh under a lease (`tokens`), a refused token breaking
 //! its connection, the per-replica cache of each principal's connections, and disconnecting with
-//! revocation at the provider.
+//! revocation at the provider (only at the issuer the tokens came from).
 
 mod flow;
 mod remote;
@@ -24,6 +24,7 @@ pub(in crate::gate) use flow::verifier_context;
 pub use flow::{CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
 use remote::RemoteProviders;
 pub(in crate::gate) use remote::registration_context;
+use tokens::Issuer;
 
 /// What a connection looks like to the user (never a token).
 pub struct ConnectionSummary {
@@ -118,12 +119,10 @@ impl Connections {
         self.providers.knows(id)
     }
 
-    /// Whether any remote MCP server signs users in through gatehouse (`auth = "mcp"`).
-    pub fn has_remote(&self) -> bool {
-        self.providers
-            .remote()
-            .iter()
-            .any(|r| matches!(r.kind, crate::providers::RemoteKind::Mcp))
+    /// gatehouse's Client ID Metadata Document at upstream `id`'s authorization server (its URL,
+    /// and the one redirect URI it lists), while gatehouse signs in there with it.
+    pub async fn metadata_document(&self, id: &str) -> Option<(String, String)> {
+        self.remote.metadata_document(id).await
     }
 
     /// The provider an elicitation asks for, with the scopes to request.
@@ -278,8 +277,13 @@ impl Connections {
         provider_id: &str,
         connection: &ConnectionRecord,
     ) -> Result<Disconnected, GateError> {
+        // Another issuer's tokens, or tokens of an unknown one, are revoked nowhere.
         let provider = match self.provider(provider_id).await {
-            Ok(Some(provider)) if provider.revocation_url.is_some() => provider,
+            Ok(Some(provider))
+                if provider.revocation_url.is_some() && Issuer::of(&provider, connection) == Issuer::Same =>
+            {
+                provider
+            }
             Ok(_) => return Ok(Disconnected::NoRevocation),
             Err(error) => {
                 tracing::warn!(principal = %principal, provider = provider_id, %error, "revocation failed");
