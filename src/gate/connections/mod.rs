@@ -277,13 +277,13 @@ impl Connections {
         provider_id: &str,
         connection: &ConnectionRecord,
     ) -> Result<Disconnected, GateError> {
-        // Another issuer's tokens, or tokens of an unknown one, are revoked nowhere.
         let provider = match self.provider(provider_id).await {
-            Ok(Some(provider))
-                if provider.revocation_url.is_some() && Issuer::of(&provider, connection) == Issuer::Same =>
-            {
-                provider
+            // Another issuer's tokens, or an unknown one's, are revoked nowhere: not revoked there.
+            Ok(Some(provider)) if Issuer::of(&provider, connection) != Issuer::Same => {
+                tracing::warn!(principal = %principal, provider = provider_id, "not revoked: the tokens came from another authorization server than the provider's now");
+                return Ok(Disconnected::RevocationFailed);
             }
+            Ok(Some(provider)) if provider.revocation_url.is_some() => provider,
             Ok(_) => return Ok(Disconnected::NoRevocation),
             Err(error) => {
                 tracing::warn!(principal = %principal, provider = provider_id, %error, "revocation failed");
