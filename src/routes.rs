@@ -20,11 +20,14 @@ pub const INSTANCE: &str = "/healthz/instance";
 
 /// A provider's connect page for an elicitation, as a route.
 pub const CONNECT: &str = "/connect/{id}";
-/// The one OAuth redirect URI of a deployment, where providers send the browser back.
+/// The OAuth redirect URI of the configured providers, where they send the browser back.
 pub const OAUTH_CALLBACK: &str = "/oauth/callback";
-/// gatehouse's Client ID Metadata Document: its URL is its client id at remote MCP servers'
-/// authorization servers that take such documents.
-pub const CLIENT_METADATA: &str = "/oauth/client-metadata.json";
+/// The redirect URI of one remote MCP server's authorization server (`auth = "mcp"`), named by
+/// its upstream's id, as a route: one per authorization server (RFC 9700 4.4.2.2, against mix-up).
+pub const REMOTE_CALLBACK: &str = "/oauth/callback/{upstream}";
+/// gatehouse's Client ID Metadata Document for one remote MCP server's authorization server, as a
+/// route: its URL is gatehouse's client id there, and it lists that server's redirect URI alone.
+pub const CLIENT_METADATA: &str = "/oauth/client-metadata/{upstream}";
 /// A form's page for an elicitation, as a route.
 pub const FORM: &str = "/forms/{id}";
 /// Approval requests an approver may decide, and one request's page, as a route.
@@ -60,6 +63,16 @@ pub const DEMO_PROFILE: &str = "/demo/api/profile";
 /// The connect page of elicitation `id`.
 pub fn connect(id: impl std::fmt::Display) -> String {
     format!("/connect/{id}")
+}
+
+/// The redirect URI of the `auth = "mcp"` upstream `upstream`'s authorization server.
+pub fn remote_callback(upstream: &str) -> String {
+    format!("/oauth/callback/{upstream}")
+}
+
+/// The Client ID Metadata Document gatehouse is known by at `upstream`'s authorization server.
+pub fn client_metadata(upstream: &str) -> String {
+    format!("/oauth/client-metadata/{upstream}")
 }
 
 /// The form page of elicitation `id`.
@@ -100,5 +113,7 @@ mod tests {
         assert_eq!(connect("abc"), CONNECT.replace("{id}", "abc"));
         assert_eq!(form("abc"), FORM.replace("{id}", "abc"));
         assert_eq!(stored_form("f"), STORED_FORM.replace("{form}", "f"));
+        assert_eq!(remote_callback("u"), REMOTE_CALLBACK.replace("{upstream}", "u"));
+        assert_eq!(client_metadata("u"), CLIENT_METADATA.replace("{upstream}", "u"));
     }
 }

@@ -150,7 +150,8 @@ backend_test!(
         let registered = &stats.registrations[0];
         assert_eq!(
             registered["redirect_uris"],
-            json!([format!("{}/oauth/callback", server.base())])
+            json!([format!("{}/oauth/callback/notes", server.base())]),
+            "the upstream's own redirect URI"
         );
         for asked in &stats.authorize_requests {
             let param = |name: &str| asked.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
@@ -303,7 +304,7 @@ backend_test!(
         let server = TestServer::start(&database, &config(&fake.mcp_url(), &["whoami"], "")).await;
         let client = client_of(&server, "alice").await;
         let me = whoami(&signed_in_call(&client, "alice", "notes_whoami").await);
-        let document_url = format!("{}/oauth/client-metadata.json", server.base());
+        let document_url = format!("{}/oauth/client-metadata/notes", server.base());
         assert_eq!(me["client_id"], document_url);
         let stats = fake.stats();
         assert!(stats.registrations.is_empty(), "{:?}", stats.registrations);
@@ -318,8 +319,13 @@ backend_test!(
         assert_eq!(document["client_id"], document_url);
         assert_eq!(
             document["redirect_uris"],
-            json!([format!("{}/oauth/callback", server.base())])
+            json!([format!("{}/oauth/callback/notes", server.base())])
         );
+        // No document is shared by every server, nor served for a server not signed in with one.
+        for other in ["/oauth/client-metadata.json", "/oauth/client-metadata/elsewhere"] {
+            let answer = reqwest::get(format!("{}{other}", server.base())).await.expect("fetch");
+            assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND, "{other}");
+        }
         // whoami shows the connection like any other.
         let listed = call(&client, "whoami").await;
         assert!(listed.to_string().contains("notes"), "{listed}");

@@ -110,6 +110,7 @@ fn flow(of: &ElicitationId, state_hash: &str, expires_at: DateTime<Utc>) -> OAut
         elicitation_id: *of,
         principal: Principal::parse("alice").expect("principal"),
         provider: "github".into(),
+        issuer: None,
         scopes: vec![],
         pkce_verifier: vec![1],
         browser_hash: "browser".into(),

@@ -205,6 +205,7 @@ impl Fixture {
         let connection = ConnectionRecord {
             principal: principal.clone(),
             provider: "acme".into(),
+            issuer: None,
             access_token: self
                 .backing
                 .vault

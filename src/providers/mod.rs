@@ -63,6 +63,12 @@ pub struct Provider {
     /// RFC 8707: the `resource` every authorize, code exchange and refresh request names (a
     /// remote MCP server's own authorization, `remote`).
     pub resource: Option<Url>,
+    /// The key of this provider's own redirect URI (`/oauth/callback/{key}`): an `auth = "mcp"`
+    /// upstream's id. None: the configured providers' shared `/oauth/callback`.
+    pub callback: Option<String>,
+    /// Its endpoints were found at run time (from its metadata), not configured: each connection
+    /// is bound to the issuer it came from, and its tokens go to no other.
+    pub discovered: bool,
 }
 
 /// A 2xx API answer that means the token was refused: its JSON value at `pointer` is one of
@@ -231,6 +237,8 @@ impl Provider {
             token_refused_when,
             authorize_params: config.authorize_params,
             resource: None,
+            callback: None,
+            discovered: false,
         })
     }
 

@@ -1,7 +1,8 @@
 //! gatehouse as a client of a remote MCP server's authorization server: its Client ID Metadata
-//! Document (the JSON served at a stable URL under `public_url`, whose URL is the client id), and
-//! Dynamic Client Registration (RFC 7591) where the server offers it. A registration's answer is
-//! refused unless it names gatehouse's own redirect URI only, and a redirect is never followed.
+//! Document (the JSON served at a stable URL under `public_url`, one per authorization server,
+//! whose URL is the client id there), and Dynamic Client Registration (RFC 7591) where the server
+//! offers it. Each lists that server's own redirect URI alone; a registration's answer is refused
+//! unless it names that redirect URI only, and a redirect is never followed.
 
 use std::time::Duration;
 
@@ -75,7 +76,8 @@ pub struct Registered {
     pub method: AuthMethod,
 }
 
-/// gatehouse's Client ID Metadata Document, served at `document_url`, which is its client id.
+/// gatehouse's Client ID Metadata Document for one authorization server, served at
+/// `document_url`, which is its client id there, listing that server's `redirect_uri` alone.
 pub fn client_metadata_document(document_url: &str, redirect_uri: &str) -> Value {
     json!({
         "client_id": document_url,
@@ -201,16 +203,16 @@ mod tests {
     #[test]
     fn the_document_names_itself_and_the_one_redirect_uri() {
         let document = client_metadata_document(
-            "https://gh.example.com/oauth/client-metadata.json",
-            "https://gh.example.com/oauth/callback",
+            "https://gh.example.com/oauth/client-metadata/linear",
+            "https://gh.example.com/oauth/callback/linear",
         );
         assert_eq!(
             document["client_id"],
-            "https://gh.example.com/oauth/client-metadata.json"
+            "https://gh.example.com/oauth/client-metadata/linear"
         );
         assert_eq!(
             document["redirect_uris"],
-            json!(["https://gh.example.com/oauth/callback"])
+            json!(["https://gh.example.com/oauth/callback/linear"])
         );
         assert_eq!(document["token_endpoint_auth_method"], "none");
     }

@@ -146,13 +146,15 @@ impl Provider {
             spec.scopes.clone()
         };
         let mut authorize_params = BTreeMap::new();
-        let resource = match &spec.kind {
-            RemoteKind::Mcp => Some(found.resource.clone()),
+        let (resource, callback) = match &spec.kind {
+            RemoteKind::Mcp => (Some(found.resource.clone()), Some(spec.id.clone())),
+            // The identity provider's client is the pages' own, registered with the configured
+            // providers' redirect URI.
             RemoteKind::Identity { audience, .. } => match Url::parse(audience) {
-                Ok(url) => Some(url),
+                Ok(url) => (Some(url), None),
                 Err(_) => {
                     authorize_params.insert("audience".to_owned(), audience.clone());
-                    None
+                    (None, None)
                 }
             },
         };
@@ -185,6 +187,8 @@ impl Provider {
             token_refused_when: None,
             authorize_params,
             resource,
+            callback,
+            discovered: true,
         }
     }
 }

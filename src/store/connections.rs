@@ -21,6 +21,9 @@ pub enum ConnectionStatus {
 pub struct ConnectionRecord {
     pub principal: Principal,
     pub provider: String,
+    /// The issuer of the authorization server that issued the tokens; None when unknown (made
+    /// before issuers were recorded, or at a configured provider without one).
+    pub issuer: Option<String>,
     pub access_token: Vec<u8>,
     pub refresh_token: Option<Vec<u8>>,
     pub expires_at: Option<DateTime<Utc>>,

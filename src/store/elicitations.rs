@@ -99,6 +99,8 @@ pub struct OAuthFlowRecord {
     pub elicitation_id: ElicitationId,
     pub principal: Principal,
     pub provider: String,
+    /// The provider's issuer when the flow started: its code goes to that issuer only.
+    pub issuer: Option<String>,
     pub scopes: Vec<String>,
     /// Encrypted PKCE verifier.
     pub pkce_verifier: Vec<u8>,

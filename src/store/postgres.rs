@@ -103,17 +103,17 @@ static ONE_STATEMENT: LazyLock<OneStatement> = LazyLock::new(|| OneStatement {
     // connection, append the notification to its session and announce both changes.
     save_connection: format!(
         "WITH completed AS (UPDATE elicitations SET status = 'completed', completed_at = $10
-             WHERE id = $11 AND status IN ('pending', 'expired') AND expires_at > $15 RETURNING session_id),
+             WHERE id = $12 AND status IN ('pending', 'expired') AND expires_at > $16 RETURNING session_id),
          saved AS (
              INSERT INTO connections ({CONNECTION_COLUMNS})
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM completed
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM completed
              {CONNECTION_UPSERT}
              RETURNING principal),
          {}
          SELECT EXISTS (SELECT 1 FROM completed), {},
-             (SELECT pg_notify($13, $14) FROM saved) IS NULL",
-        append_to_completed(12),
-        announce_completed(13),
+             (SELECT pg_notify($14, $15) FROM saved) IS NULL",
+        append_to_completed(13),
+        announce_completed(14),
     ),
     // Under the principal's lock: the new session, and the end of its others past the cap. The
     // sweep cannot see the new row (one snapshot), which it leaves alone anyway.

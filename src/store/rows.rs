@@ -110,7 +110,7 @@ impl Stored for ElicitationRecord {
     }
 }
 
-pub(super) const FLOW_COLUMNS: &str = "state_hash, elicitation_id, principal, provider, scopes, pkce_verifier, browser_hash, created_at, expires_at, used_at";
+pub(super) const FLOW_COLUMNS: &str = "state_hash, elicitation_id, principal, provider, scopes, pkce_verifier, browser_hash, created_at, expires_at, used_at, issuer";
 
 #[derive(sqlx::FromRow)]
 pub(super) struct FlowRow<N: Native> {
@@ -124,6 +124,7 @@ pub(super) struct FlowRow<N: Native> {
     created_at: N::Time,
     expires_at: N::Time,
     used_at: Option<N::Time>,
+    issuer: Option<String>,
 }
 
 impl Stored for OAuthFlowRecord {
@@ -135,6 +136,7 @@ impl Stored for OAuthFlowRecord {
             elicitation_id: parse_elicitation_id(&row.elicitation_id)?,
             principal: parse_principal(&row.principal)?,
             provider: row.provider,
+            issuer: row.issuer,
             scopes: split_scopes(&row.scopes),
             pkce_verifier: row.pkce_verifier,
             browser_hash: row.browser_hash,
@@ -145,7 +147,7 @@ impl Stored for OAuthFlowRecord {
     }
 }
 
-pub(super) const CONNECTION_COLUMNS: &str = "principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at";
+pub(super) const CONNECTION_COLUMNS: &str = "principal, provider, access_token, refresh_token, expires_at, scopes, account_label, status, created_at, updated_at, issuer";
 
 #[derive(sqlx::FromRow)]
 pub(super) struct ConnectionRow<N: Native> {
@@ -159,6 +161,7 @@ pub(super) struct ConnectionRow<N: Native> {
     status: String,
     created_at: N::Time,
     updated_at: N::Time,
+    issuer: Option<String>,
 }
 
 impl Stored for ConnectionRecord {
@@ -168,6 +171,7 @@ impl Stored for ConnectionRecord {
         Ok(ConnectionRecord {
             principal: parse_principal(&row.principal)?,
             provider: row.provider,
+            issuer: row.issuer,
             access_token: row.access_token,
             refresh_token: row.refresh_token,
             expires_at: optional_time::<N>(row.expires_at)?,

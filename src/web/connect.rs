@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use askama::Template;
 use axum::Router;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -33,6 +33,7 @@ pub fn router() -> Router<PagesState> {
     Router::new()
         .route(routes::CONNECT, get(show).post(act))
         .route(routes::OAUTH_CALLBACK, get(callback))
+        .route(routes::REMOTE_CALLBACK, get(remote_callback))
 }
 
 #[derive(Template, Serialize)]
@@ -137,6 +138,8 @@ pub async fn declined(
     )))
 }
 
+/// The configured providers' callback: a remote MCP server's sign-in arriving here ends (the
+/// gate refuses it as another sign-in's).
 async fn callback(
     State(state): State<PagesState>,
     Peer(peer): Peer,
@@ -144,17 +147,44 @@ async fn callback(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
+    answer(&state, peer, &uri, query.as_deref(), &headers, None).await
+}
+
+/// A remote MCP server's authorization server's own callback.
+async fn remote_callback(
+    State(state): State<PagesState>,
+    Peer(peer): Peer,
+    Path(upstream): Path<String>,
+    uri: Uri,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    answer(&state, peer, &uri, query.as_deref(), &headers, Some(&upstream)).await
+}
+
+/// A provider's answer at the callback of key `at` (None: the configured providers').
+async fn answer(
+    state: &PagesState,
+    peer: std::net::SocketAddr,
+    uri: &Uri,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    at: Option<&str>,
+) -> Result<Response, PageError> {
     let refused = |refusal, retry| {
         tracing::info!(%peer, reason = %refusal, "OAuth callback refused");
         PageError::CallbackRefused { refusal, retry }
     };
-    let params =
-        CallbackParams::from_query(query.as_deref().unwrap_or_default()).map_err(|refusal| refused(refusal, None))?;
-    let Browser { principal, from, .. } = Browser::from_parts(&state, &Method::GET, &uri, &headers, peer).await?;
+    let params = CallbackParams::from_query(query.unwrap_or_default()).map_err(|refusal| refused(refusal, None))?;
+    let params = match at {
+        Some(key) => params.arrived_at(key),
+        None => params,
+    };
+    let Browser { principal, from, .. } = Browser::from_parts(state, &Method::GET, uri, headers, peer).await?;
     let connections = state.gate.connections();
     let cookie_name = connections.flow_cookie_name(&params);
     let page = match connections
-        .callback(&principal, &params, cookies::read(&headers, &cookie_name), &from)
+        .callback(&principal, &params, cookies::read(headers, &cookie_name), &from)
         .await?
     {
         CallbackOutcome::Refused { refusal, retry } => return Err(refused(refusal, retry)),
@@ -216,7 +246,7 @@ async fn callback(
         }),
     };
     // The flow is used up: drop its cookie.
-    Ok(([(SET_COOKIE, cookies::expire(&state, &cookie_name)?)], page).into_response())
+    Ok(([(SET_COOKIE, cookies::expire(state, &cookie_name)?)], page).into_response())
 }
 
 /// A provider's OAuth error code in plain words, the code itself kept for whoever reports it.

@@ -19,7 +19,7 @@ mod state;
 pub mod templates;
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::http::header::{CACHE_CONTROL, RETRY_AFTER};
 use axum::response::{IntoResponse, Response};
@@ -88,17 +88,14 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-/// gatehouse's Client ID Metadata Document, for the authorization servers of remote MCP servers
-/// (`auth = "mcp"`) that fetch it; 404 when none signs users in through gatehouse, or when
-/// `public_url` cannot name a client (http off loopback).
-async fn client_metadata(State(state): State<PagesState>) -> Response {
-    if !state.gate.connections().has_remote() || !state.public_url.can_name_a_client() {
+/// gatehouse's Client ID Metadata Document at the authorization server of the `auth = "mcp"`
+/// upstream `upstream`, listing its redirect URI alone; 404 unless gatehouse signs in there with
+/// it (see `gate::connections::remote`).
+async fn client_metadata(State(state): State<PagesState>, Path(upstream): Path<String>) -> Response {
+    let Some((document_url, redirect_uri)) = state.gate.connections().metadata_document(&upstream).await else {
         return StatusCode::NOT_FOUND.into_response();
-    }
-    let document = crate::providers::registration::client_metadata_document(
-        &state.public_url.at(routes::CLIENT_METADATA),
-        &state.public_url.at(routes::OAUTH_CALLBACK),
-    );
+    };
+    let document = crate::providers::registration::client_metadata_document(&document_url, &redirect_uri);
     ([(CACHE_CONTROL, "public, max-age=3600")], Json(document)).into_response()
 }
 

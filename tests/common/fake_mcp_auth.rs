@@ -106,6 +106,21 @@ pub enum RegisterAnswer {
     RedirectElsewhere,
 }
 
+/// A malicious authorization server's move (mix-up, RFC 9700 4.4.1): `/authorize` records the
+/// request and sends the browser on to another server's authorization endpoint, with the
+/// request's `state`, PKCE challenge and scope, asking for that server's own `resource`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MixUp {
+    /// The honest server's authorization endpoint.
+    pub authorize_url: String,
+    /// The `resource` to ask it for: its own MCP server.
+    pub resource: String,
+    /// The `client_id` to name there; None: the one the request carried.
+    pub client_id: Option<String>,
+    /// The `redirect_uri` to name there; None: the one the request carried.
+    pub redirect_uri: Option<String>,
+}
+
 /// Behaviour of the fake; change it mid-test with [`FakeMcpAuth::set_options`].
 #[derive(Debug, Clone)]
 pub struct McpAuthOptions {
@@ -151,6 +166,8 @@ pub struct McpAuthOptions {
     /// The next `/token` request answers 401 `invalid_client` whatever it carries (one-shot: reset
     /// once used).
     pub next_token_invalid_client: bool,
+    /// When set, `/authorize` forwards the browser elsewhere instead of answering.
+    pub mix_up: Option<MixUp>,
 }
 
 impl Default for McpAuthOptions {
@@ -176,6 +193,7 @@ impl Default for McpAuthOptions {
             access_token_ttl: Some(3600),
             refresh_tokens: true,
             next_token_invalid_client: false,
+            mix_up: None,
         }
     }
 }
@@ -229,6 +247,8 @@ pub struct McpAuthStats {
     pub issued_access_tokens: Vec<String>,
     /// Every refresh token issued, in order.
     pub issued_refresh_tokens: Vec<String>,
+    /// Every authorization code issued, in order.
+    pub issued_codes: Vec<String>,
 }
 
 /// A client the authorization server knows (registered, or pre-registered by the test).

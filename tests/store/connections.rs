@@ -18,6 +18,16 @@ backend_test!(
         }
         assert_eq!(events_of(&store, &pending.session_id).await, vec![notification(1)]);
         assert_eq!(status_of(&store, &pending.id).await, ElicitationStatus::Completed);
+        let stored = store
+            .connection(&pending.principal, "github")
+            .await
+            .expect("load")
+            .expect("saved");
+        assert_eq!(
+            stored.issuer.as_deref(),
+            Some("https://github.com"),
+            "the issuer it came from"
+        );
     }
 );
 

@@ -244,6 +244,7 @@ backend_test!(
                 elicitation_id: expired.id,
                 principal: principal("alice"),
                 provider: "github".into(),
+                issuer: None,
                 scopes: vec![],
                 pkce_verifier: vec![1],
                 browser_hash: "browser".into(),

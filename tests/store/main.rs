@@ -57,6 +57,7 @@ fn connection(principal: &Principal, at: DateTime<Utc>) -> ConnectionRecord {
     ConnectionRecord {
         principal: principal.clone(),
         provider: "github".into(),
+        issuer: Some("https://github.com".into()),
         access_token: vec![1, 2, 3],
         refresh_token: None,
         expires_at: None,

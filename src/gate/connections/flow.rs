@@ -1,7 +1,10 @@
 //! The OAuth authorization code flow for a pending elicitation: starting it (256-bit `state`
 //! stored as a hash, PKCE verifier sealed, a cookie binding the browser) and its callback, which
 //! refuses anything that does not match the flow (nothing is stored then) and otherwise exchanges
-//! the code, saves the connection and completes the elicitation in one transaction. Every outcome
+//! the code, saves the connection and completes the elicitation in one transaction. A flow is
+//! bound to the issuer it started with and the redirect URI it sent: an answer at another
+//! provider's callback, or after the provider's issuer changed, ends it (RFC 9700 4.4), and its
+//! code goes nowhere. Every outcome
 //! says what is true afterwards (a reload looks the flow up) and, while the elicitation still
 //! takes a sign-in, where to start again.
 
@@ -55,6 +58,10 @@ pub enum CallbackRefusal {
     MissingIssuer,
     #[error("The provider sent no authorization code.")]
     NoCode,
+    #[error("The answer came back to another sign-in's address. Nothing was stored; start again.")]
+    WrongCallback,
+    #[error("The service moved to another sign-in server while you were signing in. Nothing was stored; start again.")]
+    IssuerChanged,
     #[error("The request ended while you were signing in. Ask your assistant to try again.")]
     EndedMeanwhile,
 }
@@ -135,6 +142,8 @@ pub struct CallbackParams {
     code: Option<Secret<String>>,
     error: Option<ProviderErrorCode>,
     iss: Option<String>,
+    /// The key of the redirect URI it arrived at (`/oauth/callback/{key}`); None: `/oauth/callback`.
+    callback: Option<String>,
 }
 
 impl CallbackParams {
@@ -160,7 +169,16 @@ impl CallbackParams {
             code: code.map(Secret::new),
             error: error.as_deref().map(ProviderErrorCode::parse),
             iss,
+            callback: None,
         })
+    }
+
+    /// The answer arrived at the redirect URI of key `key` (`/oauth/callback/{key}`).
+    pub fn arrived_at(self, key: &str) -> Self {
+        Self {
+            callback: Some(key.to_owned()),
+            ..self
+        }
     }
 
     fn state_hash(&self) -> String {
@@ -172,6 +190,8 @@ impl CallbackParams {
 enum Checked {
     Matches(Arc<Provider>, Box<ElicitationRecord>),
     Refused(CallbackRefusal),
+    /// A mix-up's mark: the flow is used up and its code goes nowhere.
+    Aborted(CallbackRefusal),
 }
 
 pub(in crate::gate) fn verifier_context(state_hash: &str) -> String {
@@ -188,8 +208,13 @@ fn still_open(elicitation: &ElicitationRecord, now: DateTime<Utc>) -> Option<Str
 }
 
 impl Connections {
-    fn redirect_uri(&self) -> String {
-        self.backing.public_url.at(routes::OAUTH_CALLBACK)
+    /// `provider`'s redirect URI: its own, or the configured providers' shared one.
+    fn redirect_uri(&self, provider: &Provider) -> String {
+        let path = match &provider.callback {
+            Some(key) => routes::remote_callback(key),
+            None => routes::OAUTH_CALLBACK.to_owned(),
+        };
+        self.backing.public_url.at(&path)
     }
 
     /// `__Host-` cookies over HTTPS (`__Secure-` under a path prefix); a plain name on
@@ -211,7 +236,7 @@ impl Connections {
         let Some((provider, scopes)) = self.provider_of(elicitation).await? else {
             return Ok(None);
         };
-        let sign_in = provider.authorize(&scopes, &self.redirect_uri());
+        let sign_in = provider.authorize(&scopes, &self.redirect_uri(&provider));
         let cookie_value = random_token();
         let state_hash = sha256_hex(sign_in.state.expose());
         let now = Utc::now();
@@ -220,6 +245,7 @@ impl Connections {
             elicitation_id: elicitation.id,
             principal: elicitation.principal.clone(),
             provider: provider.id.clone(),
+            issuer: provider.issuer.clone(),
             scopes: scopes.clone(),
             pkce_verifier: self
                 .backing
@@ -260,6 +286,12 @@ impl Connections {
         let (provider, elicitation) = match self.check(&flow, principal, params, cookie, started).await? {
             Checked::Matches(provider, elicitation) => (provider, *elicitation),
             Checked::Refused(refusal) => {
+                let retry = self.way_back(&flow, principal, started).await?;
+                return Ok(CallbackOutcome::Refused { refusal, retry });
+            }
+            Checked::Aborted(refusal) => {
+                tracing::warn!(provider = %flow.provider, %refusal, "a sign-in's answer does not belong to its flow; the flow is ended");
+                self.backing.store.consume_flow(&state_hash, started).await?;
                 let retry = self.way_back(&flow, principal, started).await?;
                 return Ok(CallbackOutcome::Refused { refusal, retry });
             }
@@ -339,7 +371,7 @@ impl Connections {
             .decrypt_str(&flow.pkce_verifier, &verifier_context(&flow.state_hash))?;
         let tokens = match self
             .oauth
-            .exchange_code(provider, code, verifier.expose(), &self.redirect_uri())
+            .exchange_code(provider, code, verifier.expose(), &self.redirect_uri(provider))
             .await
         {
             Ok(tokens) => tokens,
@@ -361,6 +393,7 @@ impl Connections {
         let connection = ConnectionRecord {
             principal: principal.clone(),
             provider: provider.id.clone(),
+            issuer: provider.issuer.clone(),
             access_token: vault.encrypt_str(tokens.access_token.expose(), &access_context(principal, &provider.id)),
             refresh_token: tokens
                 .refresh_token
@@ -479,6 +512,13 @@ impl Connections {
         let Some(provider) = self.provider(&flow.provider).await? else {
             return Ok(Checked::Refused(CallbackRefusal::UnknownState));
         };
+        // Its own provider's redirect URI, and the issuer it was sent to, or the code goes nowhere.
+        if params.callback != provider.callback {
+            return Ok(Checked::Aborted(CallbackRefusal::WrongCallback));
+        }
+        if provider.discovered && flow.issuer != provider.issuer {
+            return Ok(Checked::Aborted(CallbackRefusal::IssuerChanged));
+        }
         if let Some(refusal) = self.issuer_refusal(&provider, params.iss.as_deref()) {
             return Ok(Checked::Refused(refusal));
         }
@@ -491,9 +531,9 @@ impl Connections {
         Ok(Checked::Matches(provider, Box::new(elicitation)))
     }
 
-    /// RFC 9207 against mix-up (every provider shares one redirect URI): a provider with an
-    /// issuer must send it (unless it is known to send it only sometimes), and an `iss` of another
-    /// configured provider is refused in any flow.
+    /// RFC 9207 against mix-up (the configured providers share one redirect URI): a provider with
+    /// an issuer must send it (unless it is known to send it only sometimes), and an `iss` of
+    /// another configured provider is refused in any flow.
     fn issuer_refusal(&self, provider: &Provider, iss: Option<&str>) -> Option<CallbackRefusal> {
         match (provider.issuer.as_deref(), iss) {
             (Some(expected), Some(iss)) if expected == iss => None,

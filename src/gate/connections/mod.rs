@@ -2,7 +2,7 @@
 //! ring, granted scopes, account label). This room owns the OAuth flow and its callback
 //! (`flow`), usable tokens and their refresh under a lease (`tokens`), a refused token breaking
 //! its connection, the per-replica cache of each principal's connections, and disconnecting with
-//! revocation at the provider.
+//! revocation at the provider (only at the issuer the tokens came from).
 
 mod flow;
 mod remote;
@@ -24,6 +24,7 @@ pub(in crate::gate) use flow::verifier_context;
 pub use flow::{CallbackOutcome, CallbackParams, CallbackRefusal, ProviderErrorCode, StartedFlow};
 use remote::RemoteProviders;
 pub(in crate::gate) use remote::registration_context;
+use tokens::Issuer;
 
 /// What a connection looks like to the user (never a token).
 pub struct ConnectionSummary {
@@ -118,12 +119,10 @@ impl Connections {
         self.providers.knows(id)
     }
 
-    /// Whether any remote MCP server signs users in through gatehouse (`auth = "mcp"`).
-    pub fn has_remote(&self) -> bool {
-        self.providers
-            .remote()
-            .iter()
-            .any(|r| matches!(r.kind, crate::providers::RemoteKind::Mcp))
+    /// gatehouse's Client ID Metadata Document at upstream `id`'s authorization server (its URL,
+    /// and the one redirect URI it lists), while gatehouse signs in there with it.
+    pub async fn metadata_document(&self, id: &str) -> Option<(String, String)> {
+        self.remote.metadata_document(id).await
     }
 
     /// The provider an elicitation asks for, with the scopes to request.
@@ -279,6 +278,11 @@ impl Connections {
         connection: &ConnectionRecord,
     ) -> Result<Disconnected, GateError> {
         let provider = match self.provider(provider_id).await {
+            // Another issuer's tokens, or an unknown one's, are revoked nowhere: not revoked there.
+            Ok(Some(provider)) if Issuer::of(&provider, connection) != Issuer::Same => {
+                tracing::warn!(principal = %principal, provider = provider_id, "not revoked: the tokens came from another authorization server than the provider's now");
+                return Ok(Disconnected::RevocationFailed);
+            }
             Ok(Some(provider)) if provider.revocation_url.is_some() => provider,
             Ok(_) => return Ok(Disconnected::NoRevocation),
             Err(error) => {

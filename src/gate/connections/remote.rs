@@ -1,9 +1,15 @@
 //! The providers of remote MCP servers (`auth = "mcp"` upstreams), found when first needed and
 //! kept like the identity provider's metadata (`Refreshed`): discovery, then the client to sign
 //! in with, in the MCP specification's order: one configured beforehand; else gatehouse's Client
-//! ID Metadata Document, when the authorization server takes them and `public_url` can serve it;
-//! else a registration, stored once per authorization server (its secret sealed), shared by
-//! replicas, and renewed when the server no longer knows it (`invalid_client`).
+//! ID Metadata Document for that server, when it takes them, says it sends `iss` (RFC 9207) and
+//! `public_url` can serve it; else a registration, stored once per authorization server and
+//! redirect URI (its secret sealed), shared by replicas, and renewed when the server no longer
+//! knows it (`invalid_client`). Each upstream has its own redirect URI, and its own metadata
+//! document listing that URI alone (RFC 9700 4.4.2.2).
+//!
+//! A metadata document's URL is a client id anyone may name at any authorization server, so
+//! only `iss` can tell which server answered: gatehouse signs in with one only where the server
+//! says it sends `iss` (then required), and serves it only while it signs in with it.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -99,7 +105,7 @@ impl RemoteProviders {
             return Ok(());
         };
         remote.found.expire(provider);
-        let redirect_uri = self.redirect_uri();
+        let redirect_uri = self.redirect_uri(&remote.spec);
         if self
             .backing
             .store
@@ -111,8 +117,23 @@ impl RemoteProviders {
         Ok(())
     }
 
-    fn redirect_uri(&self) -> String {
-        self.backing.public_url.at(routes::OAUTH_CALLBACK)
+    /// The redirect URI of `spec`'s authorization server, its own.
+    fn redirect_uri(&self, spec: &RemoteSpec) -> String {
+        self.backing.public_url.at(&routes::remote_callback(&spec.id))
+    }
+
+    /// The redirect URI gatehouse's metadata document for upstream `id` lists, while gatehouse
+    /// signs in at its authorization server with that document and requires `iss` there; None
+    /// otherwise (then nobody may sign in with it).
+    pub(super) async fn metadata_document(&self, id: &str) -> Option<(String, String)> {
+        let remote = self.remotes.iter().find(|r| r.spec.id == id)?;
+        if !matches!(remote.spec.kind, RemoteKind::Mcp) || !self.backing.public_url.can_name_a_client() {
+            return None;
+        }
+        let provider = self.get(id, None).await?.ok()?;
+        let document_url = self.backing.public_url.at(&routes::client_metadata(id));
+        (provider.client_id == document_url && provider.require_iss)
+            .then(|| (document_url, self.redirect_uri(&remote.spec)))
     }
 
     async fn find(&self, spec: &RemoteSpec) -> Result<Provider, GateError> {
@@ -160,16 +181,20 @@ impl RemoteProviders {
             return Ok(client.clone());
         }
         let public_url = &self.backing.public_url;
-        if found.server.client_id_metadata_document_supported && public_url.can_name_a_client() {
+        let server = &found.server;
+        if server.client_id_metadata_document_supported
+            && server.authorization_response_iss_parameter_supported
+            && public_url.can_name_a_client()
+        {
             return Ok(Registered {
-                client_id: public_url.at(routes::CLIENT_METADATA),
+                client_id: public_url.at(&routes::client_metadata(&spec.id)),
                 client_secret: None,
                 method: AuthMethod::None,
             });
         }
         let (store, vault) = (&self.backing.store, &self.backing.vault);
         let issuer = &found.server.issuer;
-        let redirect_uri = self.redirect_uri();
+        let redirect_uri = self.redirect_uri(spec);
         let record = match store.registration(issuer, &redirect_uri).await? {
             Some(stored) => stored,
             None => {
@@ -178,7 +203,8 @@ impl RemoteProviders {
                         provider: spec.id.clone(),
                         reason: format!(
                             "its authorization server {issuer} offers no dynamic registration, and no client ID metadata \
-                             documents an https public_url could serve; configure `client_id`"
+                             documents an https public_url could serve (with `iss` in its answers, RFC 9207); \
+                             configure `client_id`"
                         ),
                     });
                 };

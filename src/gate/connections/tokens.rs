@@ -1,7 +1,8 @@
 //! Usable access tokens: a token about to expire is refreshed first, under a lease in the
 //! database so only one call per connection refreshes at a time across replicas; the others wait
 //! for its result. A refused refresh breaks the connection; an unreachable provider fails the call
-//! without breaking anything.
+//! without breaking anything. A discovered provider's connection is used only while its issuer is
+//! the provider's: after a switch the user signs in again, and no token goes to the new server.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,29 @@ const REFRESH_POLL: Duration = Duration::from_millis(50);
 /// A token and the connection version it came from.
 type Usable = (Secret<String>, DateTime<Utc>);
 
+/// Whether a connection came from its provider's authorization server as it is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Issuer {
+    /// The same issuer, or a configured provider (its endpoints are the operator's).
+    Same,
+    /// Not recorded (made before issuers were): its access token still goes to the server it
+    /// was got for, but its refresh token goes nowhere, as no one knows whose it is.
+    Unknown,
+    /// Another issuer's: the server moved to another authorization server.
+    Other,
+}
+
+impl Issuer {
+    pub(super) fn of(provider: &Provider, connection: &ConnectionRecord) -> Self {
+        match (&connection.issuer, &provider.issuer) {
+            _ if !provider.discovered => Issuer::Same,
+            (Some(had), Some(has)) if had == has => Issuer::Same,
+            (None, _) => Issuer::Unknown,
+            _ => Issuer::Other,
+        }
+    }
+}
+
 fn fresh(connection: &ConnectionRecord, now: DateTime<Utc>) -> bool {
     connection.expires_at.is_none_or(|at| at > after(now, REFRESH_MARGIN))
 }
@@ -44,7 +68,8 @@ impl Connections {
         let deadline = tokio::time::Instant::now() + REFRESH_LEASE;
         loop {
             let now = Utc::now();
-            if connection.status != ConnectionStatus::Active {
+            let issuer = Issuer::of(provider, &connection);
+            if connection.status != ConnectionStatus::Active || issuer == Issuer::Other {
                 return Ok(None);
             }
             if fresh(&connection, now) {
@@ -54,7 +79,7 @@ impl Connections {
                 )?;
                 return Ok(Some((token, connection.updated_at)));
             }
-            if connection.refresh_token.is_none() {
+            if connection.refresh_token.is_none() || issuer != Issuer::Same {
                 return Ok(None);
             }
             let store = &self.backing.store;

@@ -17,7 +17,7 @@ use crate::store::{
 
 static INSERT_CONNECTION: Sql = Sql::new(|_| {
     format!(
-        "INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) {CONNECTION_UPSERT}"
+        "INSERT INTO connections ({CONNECTION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) {CONNECTION_UPSERT}"
     )
 });
 
@@ -187,6 +187,7 @@ shared! {
                 .bind(c.status.as_str())
                 .bind(D::stored(c.created_at))
                 .bind(D::stored(c.updated_at))
+                .bind(c.issuer.as_deref())
         }
     }
 }

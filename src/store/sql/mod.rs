@@ -200,8 +200,8 @@ pub struct OneStatement {
     /// channel and the notice.
     pub append_event: String,
     /// [`ConnectionStore::save_connection`](super::ConnectionStore::save_connection): the
-    /// connection's columns (1 to 10), the elicitation, the notification, the channel, the
-    /// connections' notice and when the callback started (11 to 15).
+    /// connection's columns (1 to 11), the elicitation, the notification, the channel, the
+    /// connections' notice and when the callback started (12 to 16).
     pub save_connection: String,
     /// [`Store::create_session`](super::Store::create_session), once the principal's lock is
     /// held: the insertion (the session's columns and its creation, 1 to 7) and the end of the
@@ -226,7 +226,7 @@ pub struct SqlStore<D: Dialect> {
 pub(super) const CONNECTION_UPSERT: &str = "ON CONFLICT (principal, provider) DO UPDATE SET
      access_token = EXCLUDED.access_token, refresh_token = EXCLUDED.refresh_token, expires_at = EXCLUDED.expires_at,
      scopes = EXCLUDED.scopes, account_label = EXCLUDED.account_label, status = EXCLUDED.status,
-     refresh_lease = NULL, updated_at = EXCLUDED.updated_at";
+     refresh_lease = NULL, updated_at = EXCLUDED.updated_at, issuer = EXCLUDED.issuer";
 
 /// Saved form values replace the earlier ones; the first save's `created_at` is kept.
 pub(super) const FORM_VALUES_UPSERT: &str = "ON CONFLICT (principal, form) DO UPDATE SET

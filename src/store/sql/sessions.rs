@@ -93,8 +93,9 @@ const OVERDUE_ASK: &str = "UPDATE elicitations SET status = 'expired'
 
 static EXPIRE_OVERDUE_ASK: Sql = Sql::new(|_| format!("{OVERDUE_ASK} RETURNING {ELICITATION_COLUMNS}"));
 
-static INSERT_FLOW: Sql =
-    Sql::new(|_| format!("INSERT INTO oauth_flows ({FLOW_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"));
+static INSERT_FLOW: Sql = Sql::new(|_| {
+    format!("INSERT INTO oauth_flows ({FLOW_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
+});
 
 static FLOW: Sql = Sql::new(|_| format!("SELECT {FLOW_COLUMNS} FROM oauth_flows WHERE state_hash = $1"));
 
@@ -380,6 +381,7 @@ shared! {
                 .bind(D::stored(flow.created_at))
                 .bind(D::stored(flow.expires_at))
                 .bind(flow.used_at.map(D::stored))
+                .bind(flow.issuer.as_deref())
                 .execute(&self.pool)
                 .await?;
             Ok(())

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use url::Url;
 
 use super::super::fake_oauth::{Params, decode_pairs, plain_400, random_token, valid_code_challenge};
-use super::{AuthorizeOutcome, CodeRecord, Grant, IssMode, Shared, WRONG_ISSUER, overridden};
+use super::{AuthorizeOutcome, CodeRecord, Grant, IssMode, MixUp, Shared, WRONG_ISSUER, overridden};
 
 /// How long fetching a Client ID Metadata Document may take.
 const CIMD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,11 +83,14 @@ fn metadata(shared: &Shared, uri: &Uri, openid: bool) -> Response {
 /// `GET /authorize`.
 async fn authorize(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
     let pairs = decode_pairs(query.unwrap_or_default().as_bytes());
-    let cimd_supported = {
+    let (cimd_supported, mix_up) = {
         let mut inner = shared.lock();
         inner.stats.authorize_requests.push(pairs.clone());
-        inner.options.cimd_supported
+        (inner.options.cimd_supported, inner.options.mix_up.clone())
     };
+    if let Some(mix_up) = mix_up {
+        return forward(&pairs, &mix_up);
+    }
     let params = match Params::parse(&pairs) {
         Ok(params) => params,
         Err(key) => return plain_400(format!("parameter {key} given more than once")),
@@ -175,6 +178,7 @@ async fn authorize(State(shared): State<Shared>, RawQuery(query): RawQuery) -> R
                     used: false,
                 };
                 inner.codes.insert(code.clone(), record);
+                inner.stats.issued_codes.push(code.clone());
                 out.append_pair("code", &code);
             }
             AuthorizeOutcome::Deny => {
@@ -198,6 +202,27 @@ async fn authorize(State(shared): State<Shared>, RawQuery(query): RawQuery) -> R
         }
     }
     (StatusCode::FOUND, [(header::LOCATION, redirect.to_string())]).into_response()
+}
+
+/// [`MixUp`]: a 302 to the other server's authorization endpoint with this request's parameters,
+/// its `resource` (and the client id and redirect URI when set) replaced.
+fn forward(pairs: &[(String, String)], mix_up: &MixUp) -> Response {
+    let Ok(mut target) = Url::parse(&mix_up.authorize_url) else {
+        return plain_400("the mix-up's authorize_url is not a URL");
+    };
+    {
+        let mut out = target.query_pairs_mut();
+        for (name, value) in pairs {
+            let value = match name.as_str() {
+                "resource" => &mix_up.resource,
+                "client_id" => mix_up.client_id.as_ref().unwrap_or(value),
+                "redirect_uri" => mix_up.redirect_uri.as_ref().unwrap_or(value),
+                _ => value,
+            };
+            out.append_pair(name, value);
+        }
+    }
+    (StatusCode::FOUND, [(header::LOCATION, target.to_string())]).into_response()
 }
 
 /// Fetches the Client ID Metadata Document at `client_id` (https, or http on loopback; no
