@@ -6,7 +6,6 @@ mod answers;
 mod client;
 pub mod discovery;
 mod presets;
-pub mod reach;
 pub mod registration;
 mod remote;
 
@@ -63,6 +62,10 @@ pub struct Provider {
     /// RFC 8707: the `resource` every authorize, code exchange and refresh request names (a
     /// remote MCP server's own authorization, `remote`).
     pub resource: Option<Url>,
+    /// For a provider a remote server named (`remote`): how internal that server is. Its
+    /// requests then go through `outbound::Guarded`, held to that reach; None: the ordinary
+    /// client, for what the operator configured.
+    pub reach: Option<crate::outbound::reach::Reach>,
 }
 
 /// A 2xx API answer that means the token was refused: its JSON value at `pointer` is one of
@@ -231,6 +234,7 @@ impl Provider {
             token_refused_when,
             authorize_params: config.authorize_params,
             resource: None,
+            reach: None,
         })
     }
 

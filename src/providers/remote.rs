@@ -185,6 +185,7 @@ impl Provider {
             token_refused_when: None,
             authorize_params,
             resource,
+            reach: None,
         }
     }
 }
