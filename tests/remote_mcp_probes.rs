@@ -73,6 +73,20 @@ fn outside_address() -> Option<IpAddr> {
         .find(|ip| ip.is_ipv4() && !ip.is_loopback())
 }
 
+/// A fake on this machine's address outside loopback (skipped loudly when there is none).
+async fn fake_outside() -> Option<(IpAddr, FakeMcpAuth)> {
+    let Some(host) = outside_address() else {
+        common::python::unavailable("an address outside loopback", "`hostname -I` names none");
+        return None;
+    };
+    let fake = FakeMcpAuth::start_with(FakeMcpAuthSetup {
+        host: Some(host),
+        ..FakeMcpAuthSetup::default()
+    })
+    .await;
+    Some((host, fake))
+}
+
 backend_test!(
     async fn hostile_metadata_is_refused_before_anything_is_stored(backend: Backend) {
         let cases: [(&str, Setting); 4] = [
@@ -119,15 +133,9 @@ backend_test!(
     /// A server on an address outside loopback whose 401 points its `resource_metadata` at
     /// gatehouse's own loopback: refused before it is fetched.
     async fn resource_metadata_more_internal_than_the_server_is_not_fetched(backend: Backend) {
-        let Some(host) = outside_address() else {
-            common::python::unavailable("an address outside loopback", "`hostname -I` names none");
+        let Some((_, fake)) = fake_outside().await else {
             return;
         };
-        let fake = FakeMcpAuth::start_with(FakeMcpAuthSetup {
-            host: Some(host),
-            ..FakeMcpAuthSetup::default()
-        })
-        .await;
         // Refused before it is fetched, so no server need listen there.
         let inside = "http://127.0.0.1:9/.well-known/oauth-protected-resource/mcp".to_owned();
         fake.set_options(|o| o.resource_metadata_url = Some(inside));
@@ -203,15 +211,9 @@ backend_test!(
     /// server's own (outside) address at discovery and to loopback at the code exchange: the
     /// exchange is refused, and nothing listening on loopback at that port is ever connected to.
     async fn a_token_endpoint_rebound_to_loopback_never_gets_the_code(backend: Backend) {
-        let Some(host) = outside_address() else {
-            common::python::unavailable("an address outside loopback", "`hostname -I` names none");
+        let Some((host, fake)) = fake_outside().await else {
             return;
         };
-        let fake = FakeMcpAuth::start_with(FakeMcpAuthSetup {
-            host: Some(host),
-            ..FakeMcpAuthSetup::default()
-        })
-        .await;
         let port = url::Url::parse(fake.base_url()).expect("url").port().expect("a port");
         let inside = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
             .await
