@@ -3,6 +3,7 @@
 //! routers put the endpoint and the pages behind the common layers (request spans and logs, the
 //! unread-body guard, the public URL's path prefix). `metrics_router` is the metrics listener's.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -36,10 +37,20 @@ impl App {
     /// Checks the configuration, opens the database (migrating it when configured to) and starts
     /// the background tasks, which stop when `shutdown` is cancelled.
     pub async fn build(config: Config, shutdown: CancellationToken) -> Result<(Self, Vec<JoinHandle<()>>), StartError> {
+        Self::build_resolving(config, crate::outbound::system_resolver(), shutdown).await
+    }
+
+    /// [`App::build`], every outbound request resolving names with `resolver` (tests use their
+    /// own to change what a name resolves to).
+    pub async fn build_resolving(
+        config: Config,
+        resolver: Arc<dyn reqwest::dns::Resolve>,
+        shutdown: CancellationToken,
+    ) -> Result<(Self, Vec<JoinHandle<()>>), StartError> {
         // The templates first: a broken template directory stops the start before anything opens.
         let templates = Templates::load(config.server.template_dir.as_deref())?;
         let extra = mcp::extra_tools(&config);
-        let (state, mut tasks) = AppState::build(config, extra, shutdown).await?;
+        let (state, mut tasks) = AppState::build(config, extra, resolver, shutdown).await?;
         let pages = PagesState::new(state.clone(), templates)?;
         let mcp = McpState::start(state.clone(), &mut tasks);
         Ok((Self { state, mcp, pages }, tasks))

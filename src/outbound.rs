@@ -1,20 +1,36 @@
-//! Requests gatehouse makes to third parties (providers, the identity provider, HTTP tools): the
-//! one outbound client, and reading an answer's body within a size bound.
+//! Requests gatehouse makes to third parties: the ordinary client (configured providers, the
+//! identity provider, HTTP tools), [`Guarded`] for every URL a remote server or a user supplies
+//! (an `auth = "mcp"` upstream's endpoints; later webhooks, push channels and enterprise
+//! sign-in: reach for `Guarded`), and reading an answer's body within a size bound.
 
+mod guarded;
+pub mod reach;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+pub use guarded::{Guarded, system_resolver};
+use reqwest::dns::Resolve;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The client for calls to third parties: no redirects (a redirect could carry a user's
-/// credentials elsewhere), bounded connection time.
+/// The client for calls to third parties the operator configured: no redirects (a redirect could
+/// carry a user's credentials elsewhere), bounded connection time.
 pub fn client() -> Result<reqwest::Client, reqwest::Error> {
+    builder().build()
+}
+
+/// [`client`], resolving names with `resolver` (tests supply their own).
+pub fn client_resolving(resolver: Arc<dyn Resolve>) -> Result<reqwest::Client, reqwest::Error> {
+    builder().dns_resolver2(resolver).build()
+}
+
+fn builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(CONNECT_TIMEOUT)
         .user_agent(concat!("gatehouse/", env!("CARGO_PKG_VERSION")))
-        .build()
 }
 
 #[derive(Debug, thiserror::Error)]

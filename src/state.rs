@@ -16,6 +16,7 @@ use crate::gate::{self, Approvals, Backing, Connections, Elicitations, FormValue
 use crate::identity::Identity;
 use crate::instance::InstanceNonce;
 use crate::metrics::Metrics;
+use crate::outbound::Guarded;
 use crate::providers::{OAuthClient, Providers};
 use crate::public_url::PublicUrl;
 use crate::retention::{self, Periods, Retention};
@@ -124,6 +125,8 @@ pub struct Parsed {
     pub forms: Arc<Forms>,
     pub vault: Arc<KeyRing>,
     pub outbound: reqwest::Client,
+    /// The client of requests to URLs remote servers name.
+    pub guarded: Arc<Guarded>,
 }
 
 impl Parsed {
@@ -136,6 +139,10 @@ impl Parsed {
             forms,
             vault,
             outbound: crate::outbound::client()?,
+            guarded: Arc::new(Guarded::new(
+                crate::outbound::system_resolver(),
+                config.outbound.proxy.as_ref(),
+            )?),
         })
     }
 }
@@ -191,7 +198,7 @@ impl Core {
             backing.clone(),
             elicitations.clone(),
             parsed.providers.clone(),
-            OAuthClient::new(parsed.outbound.clone()),
+            OAuthClient::new(parsed.outbound.clone(), parsed.guarded.clone()),
             connection_cache,
         ));
         let form_values = Arc::new(FormValues::new(
@@ -233,9 +240,11 @@ impl AppState {
     pub async fn build(
         config: Config,
         extra: ExtraTools,
+        resolver: Arc<dyn reqwest::dns::Resolve>,
         shutdown: CancellationToken,
     ) -> Result<(Self, Vec<JoinHandle<()>>), StartError> {
-        let outbound = crate::outbound::client()?;
+        let outbound = crate::outbound::client_resolving(resolver.clone())?;
+        let guarded = Arc::new(Guarded::new(resolver, config.outbound.proxy.as_ref())?);
         let identity = Arc::new(Identity::from_config(&config, outbound.clone())?);
         let providers = Arc::new(Providers::from_config(&config)?);
         let forms = Arc::new(Forms::from_config(&config.forms)?);
@@ -247,6 +256,7 @@ impl AppState {
             forms,
             vault: Arc::new(key_ring(&config)?),
             outbound,
+            guarded,
         };
         let public_url = Arc::new(PublicUrl::new(&config.public_url()));
         let metrics = Arc::new(metrics(&config));

@@ -373,3 +373,33 @@ async fn stored_principals_that_collide_are_reported() {
     let local = doctor(&server_toml(&bind, None, ""), &database_env(&database)).await;
     assert_eq!(local.finding("principals")["status"], "problem", "local mode folds too");
 }
+
+backend_test!(
+    /// `HTTPS_PROXY` in the environment: doctor says it is ignored for what remote servers name,
+    /// and where those requests go instead.
+    async fn an_environment_proxy_is_said_to_be_ignored_for_remote_servers(backend: Backend) {
+        let database = TestDatabase::new(backend).await;
+        let mut env = database_env(&database).to_vec();
+        env.push(("HTTPS_PROXY", "http://127.0.0.1:9"));
+        let toml = server_toml(&format!("127.0.0.1:{}", free_port()), None, "");
+        let diagnosis = doctor(&toml, &env).await;
+        let message = diagnosis.finding("outbound proxy")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.contains("HTTPS_PROXY is set: ignored"), "{}", diagnosis.report);
+        assert!(message.contains("no proxy"), "{message}");
+
+        let toml = server_toml(
+            &format!("127.0.0.1:{}", free_port()),
+            None,
+            "[outbound]\nproxy = \"http://proxy.internal:3128\"\n",
+        );
+        let diagnosis = doctor(&toml, &env).await;
+        let message = diagnosis.finding("outbound proxy")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.contains("http://proxy.internal:3128"), "{message}");
+    }
+);

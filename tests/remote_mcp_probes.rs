@@ -4,10 +4,13 @@
 //! is not the authorization server's, and a registration that redirects or names other redirect
 //! URIs. Each is refused with an error naming the reason, and nothing is stored: no registration,
 //! no connection, no elicitation, and nothing sent to the authorization server's token endpoint.
+//! A token endpoint whose name resolves to loopback after discovery gets nothing either.
 
 mod common;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use common::fake_mcp_auth::{FakeMcpAuth, FakeMcpAuthSetup, IssMode, McpAuthOptions, RegisterAnswer};
 use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, elicitations, url_of};
@@ -70,6 +73,20 @@ fn outside_address() -> Option<IpAddr> {
         .find(|ip| ip.is_ipv4() && !ip.is_loopback())
 }
 
+/// A fake on this machine's address outside loopback (skipped loudly when there is none).
+async fn fake_outside() -> Option<(IpAddr, FakeMcpAuth)> {
+    let Some(host) = outside_address() else {
+        common::python::unavailable("an address outside loopback", "`hostname -I` names none");
+        return None;
+    };
+    let fake = FakeMcpAuth::start_with(FakeMcpAuthSetup {
+        host: Some(host),
+        ..FakeMcpAuthSetup::default()
+    })
+    .await;
+    Some((host, fake))
+}
+
 backend_test!(
     async fn hostile_metadata_is_refused_before_anything_is_stored(backend: Backend) {
         let cases: [(&str, Setting); 4] = [
@@ -116,15 +133,9 @@ backend_test!(
     /// A server on an address outside loopback whose 401 points its `resource_metadata` at
     /// gatehouse's own loopback: refused before it is fetched.
     async fn resource_metadata_more_internal_than_the_server_is_not_fetched(backend: Backend) {
-        let Some(host) = outside_address() else {
-            common::python::unavailable("an address outside loopback", "`hostname -I` names none");
+        let Some((_, fake)) = fake_outside().await else {
             return;
         };
-        let fake = FakeMcpAuth::start_with(FakeMcpAuthSetup {
-            host: Some(host),
-            ..FakeMcpAuthSetup::default()
-        })
-        .await;
         // Refused before it is fetched, so no server need listen there.
         let inside = "http://127.0.0.1:9/.well-known/oauth-protected-resource/mcp".to_owned();
         fake.set_options(|o| o.resource_metadata_url = Some(inside));
@@ -166,6 +177,78 @@ backend_test!(
             .query_count("SELECT COUNT(*) FROM elicitations WHERE status = 'pending'")
             .await;
         assert_eq!(pending, 1);
+        server.stop().await;
+    }
+);
+
+/// Answers `rebind.test` with `first` until flipped, then with 127.0.0.1: a name that passes the
+/// check at discovery and points at loopback later.
+struct Rebinding {
+    first: IpAddr,
+    flipped: AtomicBool,
+}
+
+impl reqwest::dns::Resolve for Rebinding {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let answer = if self.flipped.load(Ordering::SeqCst) {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            self.first
+        };
+        let known = name.as_str() == "rebind.test";
+        Box::pin(async move {
+            if !known {
+                return Err("only rebind.test is known here".into());
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(std::iter::once(SocketAddr::new(answer, 0)));
+            Ok(addrs)
+        })
+    }
+}
+
+backend_test!(
+    /// The authorization server's token endpoint is named by a name that resolves to the
+    /// server's own (outside) address at discovery and to loopback at the code exchange: the
+    /// exchange is refused, and nothing listening on loopback at that port is ever connected to.
+    async fn a_token_endpoint_rebound_to_loopback_never_gets_the_code(backend: Backend) {
+        let Some((host, fake)) = fake_outside().await else {
+            return;
+        };
+        let port = url::Url::parse(fake.base_url()).expect("url").port().expect("a port");
+        let inside = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .await
+            .expect("the fake's port is free on loopback too");
+        let reached = Arc::new(AtomicUsize::new(0));
+        let counted = reached.clone();
+        let listening = tokio::spawn(async move {
+            while let Ok((_stream, _)) = inside.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let token_endpoint = format!("http://rebind.test:{port}/token");
+        fake.set_options(|o| {
+            o.as_metadata_overrides
+                .insert("token_endpoint".into(), json!(token_endpoint));
+        });
+        let resolver = Arc::new(Rebinding {
+            first: host,
+            flipped: AtomicBool::new(false),
+        });
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start_resolving(&database, &config(&fake.mcp_url()), resolver.clone()).await;
+        let client = server.eliciting_client("alice").await;
+        let reply = client
+            .request("tools/call", json!({"name": "notes_whoami", "arguments": {}}))
+            .await;
+        let asked = elicitations(&reply);
+        resolver.flipped.store(true, Ordering::SeqCst);
+        Browser::as_user("x-forwarded-user", "alice")
+            .sign_in(&url_of(&asked[0]))
+            .await;
+        assert_eq!(reached.load(Ordering::SeqCst), 0, "loopback got a connection");
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM connections").await, 0);
+        assert!(fake.stats().token_requests.is_empty());
+        listening.abort();
         server.stop().await;
     }
 );

@@ -2,14 +2,15 @@
 //! `identity.mode = "oauth"` exchanges the caller's own access token for one whose `aud` is the
 //! upstream, reuses it while it lasts, exchanges again once it expires (reopening the upstream
 //! session with the new token), and turns a refused exchange into a tool error naming the
-//! provider's `error`. The upstream is the bearer-checking MCP server, which asks the provider
+//! provider's `error`; an exchange answer the upstream could replay at gatehouse (the caller's
+//! own token echoed, one for gatehouse's audience, of another kind) is refused. The upstream is the bearer-checking MCP server, which asks the provider
 //! about every token it gets and records what it saw.
 
 mod common;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::fake_idp::{FakeIdp, FakeIdpOptions, TestClient, TestUser};
+use common::fake_idp::{ExchangeMisbehaviour, FakeIdp, FakeIdpOptions, TestClient, TestUser};
 use common::mcp_upstreams::BearerServer;
 use common::{Backend, Browser, McpClient, TestDatabase, TestServer, elicitations, eventually, url_of};
 use serde_json::{Value, json};
@@ -204,6 +205,66 @@ backend_test!(
         let result = whoami(&client).await;
         assert_ne!(result["isError"], json!(true), "{result}");
         assert_eq!(s.idp.stats().token_exchanges, 2);
+    }
+);
+
+backend_test!(
+    /// The identity provider answers an exchange with a token that must not go upstream: each is
+    /// refused with a tool error telling what the operator must change, and the upstream sees
+    /// nothing; once the provider answers rightly the call goes through.
+    async fn an_exchange_answer_the_upstream_could_replay_is_refused(backend: Backend) {
+        common::captured_logs();
+        let Some(s) = setup(backend, std::time::Duration::from_secs(3600)).await else {
+            return;
+        };
+        let (client, own) = alice(&s).await;
+        let upstream = s.upstream.url().to_owned();
+        let cases = [
+            (ExchangeMisbehaviour::EchoSubject, "the caller's own token"),
+            (
+                ExchangeMisbehaviour::Audience(json!(s.server.url)),
+                "names gatehouse itself",
+            ),
+            (
+                ExchangeMisbehaviour::Audience(json!([upstream, s.server.url])),
+                "names gatehouse itself",
+            ),
+            (
+                ExchangeMisbehaviour::Audience(json!("https://elsewhere.example/mcp")),
+                "does not name the upstream",
+            ),
+            (
+                ExchangeMisbehaviour::IssuedTokenType("urn:ietf:params:oauth:token-type:refresh_token"),
+                "neither an access token nor a JWT",
+            ),
+            (ExchangeMisbehaviour::TokenType("mac"), "is `mac`, not `Bearer`"),
+        ];
+        for (misbehaviour, reason) in cases {
+            s.idp.misbehave_in_exchanges(Some(misbehaviour.clone()));
+            let text = error_text(&whoami(&client).await);
+            assert!(
+                text.contains("issued a token gatehouse cannot use for the docs server")
+                    && text.contains(reason)
+                    && text.contains("The operator must"),
+                "{misbehaviour:?}: {text}"
+            );
+            assert!(!text.contains(&own), "{text}");
+        }
+        assert!(
+            upstream_call_tokens(&s.upstream).await.is_empty(),
+            "no call reached the upstream"
+        );
+        for event in s.upstream.seen().await {
+            assert!(!event.to_string().contains(&own), "{event}");
+        }
+        assert!(common::logged_text().contains("token exchange answer is refused"));
+
+        s.idp.misbehave_in_exchanges(None);
+        let result = whoami(&client).await;
+        assert_ne!(result["isError"], json!(true), "{result}");
+        let tokens = upstream_call_tokens(&s.upstream).await;
+        assert_eq!(tokens.len(), 1);
+        assert_ne!(tokens[0], own);
     }
 );
 

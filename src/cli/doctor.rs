@@ -86,7 +86,38 @@ async fn check(config: &Config) -> Vec<Finding> {
     findings.extend(identity_provider(config, &http).await);
     findings.extend(upstreams(config, &http).await);
     findings.push(public_url(config, &http).await);
+    findings.extend(environment_proxies(config, |name| std::env::var_os(name).is_some()));
     findings
+}
+
+/// The environment's proxies, when set, serve only the ordinary client: requests to what remote
+/// servers name go through `[outbound] proxy` or none (`outbound::Guarded`).
+fn environment_proxies(config: &Config, is_set: impl Fn(&str) -> bool) -> Option<Finding> {
+    let set: Vec<&str> = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ]
+    .into_iter()
+    .filter(|name| is_set(name))
+    .collect();
+    if set.is_empty() {
+        return None;
+    }
+    let through = match &config.outbound.proxy {
+        Some(proxy) => format!("they go through outbound.proxy ({proxy})"),
+        None => "they go through no proxy (set outbound.proxy for one)".to_owned(),
+    };
+    Some(Finding::ok(
+        "outbound proxy",
+        format!(
+            "{} is set: ignored for requests to what remote servers name (discovery, registration, tokens); {through}",
+            set.join(", ")
+        ),
+    ))
 }
 
 fn configuration(config: &Config) -> Finding {

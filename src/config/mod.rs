@@ -36,8 +36,8 @@ pub use forms::{FieldConfig, FormConfig, FormScope, OptionConfig};
 pub use identity::{AllowConfig, IdentityConfig, IdentityMode, is_scope_token};
 pub use providers::{ClientAuth, ProviderConfig, TokenRefusedWhen};
 pub use sections::{
-    AdminConfig, DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, RetentionConfig,
-    SecretsConfig, ServerConfig, TelemetryConfig, WithoutUrlMode,
+    AdminConfig, DatabaseConfig, ElicitationConfig, LimitsConfig, LogConfig, LogFormat, McpConfig, OutboundConfig,
+    RetentionConfig, SecretsConfig, ServerConfig, TelemetryConfig, WithoutUrlMode,
 };
 pub use tools::{ElicitMode, HttpToolConfig, ToolConfig};
 pub use upstreams::{UpstreamAuth, UpstreamConfig, UpstreamOverride};
@@ -87,6 +87,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// Traces over OTLP/gRPC.
     pub telemetry: TelemetryConfig,
+    /// Requests to URLs remote servers name.
+    pub outbound: OutboundConfig,
     /// OAuth 2 providers users sign in to.
     pub providers: Vec<ProviderConfig>,
     /// Hosted web forms.

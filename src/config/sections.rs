@@ -324,6 +324,18 @@ impl Default for TelemetryConfig {
     }
 }
 
+/// Requests to URLs that remote servers name (an `auth = "mcp"` upstream's discovery,
+/// registration, token, refresh and revocation endpoints): see `crate::outbound::Guarded`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboundConfig {
+    /// The proxy these requests go through, e.g. `http://proxy.internal:3128`. Unset (the
+    /// default): none, and `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored for them. Through
+    /// a proxy, the proxy resolves names, so gatehouse checks only the addresses URLs spell out.
+    #[schemars(example = &"http://proxy.internal:3128")]
+    pub proxy: Option<Url>,
+}
+
 /// Who may open the operator pages under `/admin`. Without `allow`, nobody may: the pages are
 /// never open by default, in any identity mode.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

@@ -51,6 +51,14 @@ impl Config {
                 "must differ from server.bind: metrics are served on a listener of their own",
             ));
         }
+        if let Some(proxy) = &self.outbound.proxy
+            && (!matches!(proxy.scheme(), "http" | "https") || proxy.host_str().is_none())
+        {
+            return Err(ConfigError::key(
+                "outbound.proxy",
+                "must be an http or https URL with a host, like \"http://proxy.internal:3128\"",
+            ));
+        }
         if let Some(endpoint) = &self.telemetry.otlp_endpoint
             && (!matches!(endpoint.scheme(), "http" | "https") || endpoint.host_str().is_none())
         {

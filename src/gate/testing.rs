@@ -158,7 +158,10 @@ impl Fixture {
             self.backing.clone(),
             elicitations.clone(),
             providers,
-            OAuthClient::new(client.clone()),
+            OAuthClient::new(
+                client.clone(),
+                Arc::new(crate::outbound::Guarded::new(crate::outbound::system_resolver(), None).expect("HTTP client")),
+            ),
             self.cache.clone(),
         ));
         let form_values = Arc::new(FormValues::new(self.backing.clone(), elicitations.clone(), forms));

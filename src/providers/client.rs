@@ -10,6 +10,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use oauth2::basic::{
@@ -29,6 +30,8 @@ use super::answers::{
     OAuthError, TokenResponse, TokensAt, Unusable, read_limited, reason, revocation_answer, token_answer,
 };
 use crate::config::ClientAuth;
+use crate::outbound::Guarded;
+use crate::outbound::reach::Reach;
 use crate::secret::Secret;
 use crate::telemetry;
 
@@ -159,6 +162,8 @@ struct Hook<'a> {
     /// What the request is (its span's `gatehouse.call`) and to which provider.
     call: &'static str,
     provider: &'a str,
+    /// How internal the remote server that named the provider is (see [`Provider::reach`]).
+    reach: Option<Reach>,
     endpoint: Endpoint<'a>,
 }
 
@@ -171,15 +176,22 @@ impl<'c> AsyncHttpClient<'c> for Hook<'_> {
     }
 }
 
-/// Talks to providers with gatehouse's outbound client (no redirects followed).
+/// Talks to providers with gatehouse's outbound client (no redirects followed), or, for those a
+/// remote server named, with the guarded one held to that server's reach.
 #[derive(Clone)]
 pub struct OAuthClient {
     http: reqwest::Client,
+    guarded: Arc<Guarded>,
 }
 
 impl OAuthClient {
-    pub fn new(http: reqwest::Client) -> Self {
-        Self { http }
+    pub fn new(http: reqwest::Client, guarded: Arc<Guarded>) -> Self {
+        Self { http, guarded }
+    }
+
+    /// The client for URLs remote servers name.
+    pub fn guarded(&self) -> &Arc<Guarded> {
+        &self.guarded
     }
 
     /// oauth2's HTTP client for `call`s to `provider`'s `endpoint`.
@@ -188,6 +200,7 @@ impl OAuthClient {
             client: self,
             call,
             provider: &provider.id,
+            reach: provider.reach,
             endpoint,
         }
     }
@@ -197,17 +210,26 @@ impl OAuthClient {
     async fn send(&self, request: HttpRequest, hook: &Hook<'_>) -> Result<HttpResponse, Unusable> {
         let mut request = reqwest::Request::try_from(request).map_err(|e| Unusable(e.to_string()))?;
         *request.timeout_mut() = Some(PROVIDER_TIMEOUT);
+        if let Endpoint::Revocation(url) = hook.endpoint {
+            *request.url_mut() = url.clone();
+        }
+        let http = match hook.reach {
+            Some(reach) => {
+                self.guarded.within(request.url(), reach).await.map_err(Unusable)?;
+                self.guarded.client(reach)
+            }
+            None => &self.http,
+        };
         match hook.endpoint {
             Endpoint::Token(tokens_at) => {
-                let response = telemetry::execute(&self.http, request, hook.call, hook.provider)
+                let response = telemetry::execute(http, request, hook.call, hook.provider)
                     .await
                     .map_err(|e| Unusable(e.to_string()))?;
                 let status = response.status();
                 token_answer(status, &read_limited(response).await.map_err(Unusable)?, tokens_at)
             }
-            Endpoint::Revocation(url) => {
-                *request.url_mut() = url.clone();
-                let response = telemetry::execute(&self.http, request, hook.call, hook.provider)
+            Endpoint::Revocation(_) => {
+                let response = telemetry::execute(http, request, hook.call, hook.provider)
                     .await
                     .map_err(|e| Unusable(e.to_string()))?;
                 revocation_answer(response.status())

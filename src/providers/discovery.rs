@@ -16,8 +16,8 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE};
 use serde::Deserialize;
 use url::Url;
 
-use super::reach::{Reach, reach_of};
-use crate::outbound::read_bounded;
+use crate::outbound::reach::Reach;
+use crate::outbound::{Guarded, read_bounded};
 
 /// Time allowed for one request, and the largest document read.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -132,14 +132,25 @@ pub struct Discovery<'a> {
     /// The MCP server as configured.
     upstream: &'a Url,
     reach: Reach,
+    guarded: &'a Guarded,
     http: reqwest::Client,
 }
 
 impl<'a> Discovery<'a> {
-    pub async fn new(upstream: &'a Url) -> Result<Self, String> {
-        let reach = reach_of(upstream).await?;
-        let http = super::reach::client(reach).map_err(|e| format!("no HTTP client: {e}"))?;
-        Ok(Self { upstream, reach, http })
+    pub async fn new(upstream: &'a Url, guarded: &'a Guarded) -> Result<Self, String> {
+        let reach = guarded.reach_of(upstream).await?;
+        let http = guarded.client(reach).clone();
+        Ok(Self {
+            upstream,
+            reach,
+            guarded,
+            http,
+        })
+    }
+
+    /// How internal the server is: every later request on its say is held to it.
+    pub fn reach(&self) -> Reach {
+        self.reach
     }
 
     /// The client for further requests on the server's say (registration): it reaches nothing
@@ -334,15 +345,7 @@ impl<'a> Discovery<'a> {
         if !(url.scheme() == "https" || (url.scheme() == "http" && plain_allowed)) {
             return Err(format!("{url} is not an https URL"));
         }
-        let target = reach_of(url).await?;
-        if target < reach {
-            return Err(format!(
-                "{url} is on a {} address, but the server is on a {} one",
-                target.describe(),
-                reach.describe()
-            ));
-        }
-        Ok(())
+        self.guarded.within(url, reach).await
     }
 
     /// A JSON document, or None on 404; redirects are not followed.

@@ -6,7 +6,6 @@ mod answers;
 mod client;
 pub mod discovery;
 mod presets;
-pub mod reach;
 pub mod registration;
 mod remote;
 
@@ -69,6 +68,10 @@ pub struct Provider {
     /// Its endpoints were found at run time (from its metadata), not configured: each connection
     /// is bound to the issuer it came from, and its tokens go to no other.
     pub discovered: bool,
+    /// For a provider a remote server named (`remote`): how internal that server is. Its
+    /// requests then go through `outbound::Guarded`, held to that reach; None: the ordinary
+    /// client, for what the operator configured.
+    pub reach: Option<crate::outbound::reach::Reach>,
 }
 
 /// A 2xx API answer that means the token was refused: its JSON value at `pointer` is one of
@@ -239,6 +242,7 @@ impl Provider {
             resource: None,
             callback: None,
             discovered: false,
+            reach: None,
         })
     }
 

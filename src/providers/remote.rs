@@ -189,6 +189,7 @@ impl Provider {
             resource,
             callback,
             discovered: true,
+            reach: None,
         }
     }
 }

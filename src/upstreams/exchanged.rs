@@ -1,9 +1,10 @@
 //! Bearer tokens for `auth = "token_exchange"` upstreams: the caller's own access token exchanged
 //! at the identity provider (RFC 8693) for one meant for the upstream, kept per (user, upstream)
 //! in memory only, never stored, until shortly before it expires. A refused exchange becomes the
-//! call's error, naming the provider's `error`; one that wants the user to interact sends the
-//! user through a sign-in at the provider instead, and for an hour that sign-in's token serves
-//! without asking the provider to exchange again.
+//! call's error, naming the provider's `error`, and a token that must not go to the upstream
+//! (see `identity::oauth::exchange`) one saying what the operator must change; one that wants
+//! the user to interact sends the user through a sign-in at the provider instead, and for an
+//! hour that sign-in's token serves without asking the provider to exchange again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -115,7 +116,12 @@ fn usable(expires_in: Option<Duration>) -> Duration {
 
 /// A failed exchange as the call's error.
 fn refused(upstream: &Upstream, exchange: &Exchange, principal: &Principal, error: &ExchangeError) -> ToolOutcome {
-    tracing::info!(upstream = %upstream.id, %principal, %error, "the token exchange for an upstream failed");
+    match error {
+        ExchangeError::Unusable(_) => {
+            tracing::warn!(upstream = %upstream.id, %principal, %error, "the identity provider's token exchange answer is refused")
+        }
+        _ => tracing::info!(upstream = %upstream.id, %principal, %error, "the token exchange for an upstream failed"),
+    }
     match error {
         // The user signs in at the identity provider for the server (a URL elicitation).
         ExchangeError::Refused { .. } if exchange.sign_in && error.needs_interaction() => ToolOutcome::SignInRequired {
@@ -131,6 +137,12 @@ fn refused(upstream: &Upstream, exchange: &Exchange, principal: &Principal, erro
             "The identity provider refused a token for the {} server: {error}{}.",
             upstream.id,
             description.as_ref().map(|d| format!(" ({d})")).unwrap_or_default()
+        )),
+        ExchangeError::Unusable(reason) => failed(format!(
+            "The identity provider issued a token gatehouse cannot use for the {} server: {reason}. The operator must \
+             configure the identity provider to answer token exchanges for this server with a Bearer access token \
+             whose audience is {} alone.",
+            upstream.id, exchange.audience
         )),
         ExchangeError::Failed(_) => failed(format!(
             "Cannot reach the {} server: the identity provider did not exchange the user's token. Try again in a moment.",

@@ -15,7 +15,8 @@
 //! * `POST /token` — `authorization_code` and `refresh_token` grants (refresh tokens rotate), and
 //!   token exchange (RFC 8693) for confidential clients: a live access token it issued for one
 //!   whose `aud` is the requested `audience` (else `resource`), refused with the error
-//!   [`FakeIdp::refuse_exchanges`] names; clients authenticate with `client_secret_basic`,
+//!   [`FakeIdp::refuse_exchanges`] names, or answered wrongly as
+//!   [`FakeIdp::misbehave_in_exchanges`] says; clients authenticate with `client_secret_basic`,
 //!   `client_secret_post`, or (public clients) `none`.
 //! * `POST /register` — dynamic client registration (RFC 7591).
 //! * `POST /introspect` — token introspection (RFC 7662) for confidential clients.
@@ -160,6 +161,7 @@ impl FakeIdp {
             stats: IdpStats::default(),
             last_token_request: None,
             exchange_refusal: None,
+            exchange_misbehaviour: None,
         });
         let app = endpoints::router(&options, shared.clone());
         FakeIdp {
@@ -253,6 +255,12 @@ impl FakeIdp {
         self.shared.lock().exchange_refusal = error;
     }
 
+    /// From now on granted token exchanges answer wrongly as `misbehaviour` says, or (`None`)
+    /// rightly again.
+    pub fn misbehave_in_exchanges(&self, misbehaviour: Option<ExchangeMisbehaviour>) {
+        self.shared.lock().exchange_misbehaviour = misbehaviour;
+    }
+
     /// The decoded form fields of the latest `/token` request, valid or not.
     pub fn last_token_request(&self) -> Option<Vec<(String, String)>> {
         self.shared.lock().last_token_request.clone()
@@ -277,6 +285,20 @@ struct Inner {
     last_token_request: Option<Vec<(String, String)>>,
     /// The `error` token exchanges are refused with, while set.
     exchange_refusal: Option<&'static str>,
+    exchange_misbehaviour: Option<ExchangeMisbehaviour>,
+}
+
+/// How a granted token exchange answers wrongly ([`FakeIdp::misbehave_in_exchanges`]).
+#[derive(Debug, Clone)]
+pub enum ExchangeMisbehaviour {
+    /// The subject token comes back as the issued one.
+    EchoSubject,
+    /// The issued token's `aud` is this, not the audience asked for.
+    Audience(Value),
+    /// The answer's `issued_token_type` is this.
+    IssuedTokenType(&'static str),
+    /// The answer's `token_type` is this.
+    TokenType(&'static str),
 }
 
 /// What the user consented to at `/authorize`; every token of the grant descends from it.

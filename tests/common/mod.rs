@@ -497,6 +497,24 @@ impl TestServer {
 
     /// Starts on `bind` (port 0 picks a free one); the database URL goes in as an override.
     pub async fn start_on(database: &TestDatabase, extra_toml: &str, bind: &str) -> Self {
+        Self::start_resolving_on(database, extra_toml, bind, gatehouse::outbound::system_resolver()).await
+    }
+
+    /// Starts with every outbound request resolving names with `resolver`.
+    pub async fn start_resolving(
+        database: &TestDatabase,
+        extra_toml: &str,
+        resolver: Arc<dyn reqwest::dns::Resolve>,
+    ) -> Self {
+        Self::start_resolving_on(database, extra_toml, "127.0.0.1:0", resolver).await
+    }
+
+    async fn start_resolving_on(
+        database: &TestDatabase,
+        extra_toml: &str,
+        bind: &str,
+        resolver: Arc<dyn reqwest::dns::Resolve>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind(bind).await.expect("bind test server");
         let addr = listener.local_addr().expect("local addr");
         let mut config = config(
@@ -510,7 +528,9 @@ impl TestServer {
         config.server.sse_keep_alive = Duration::from_secs(1);
         config.server.sse_retry = Duration::from_millis(250);
         let shutdown = CancellationToken::new();
-        let (app, tasks) = App::build(config, shutdown.clone()).await.expect("build the app");
+        let (app, tasks) = App::build_resolving(config, resolver, shutdown.clone())
+            .await
+            .expect("build the app");
         let state = app.state.clone();
         let (metrics_addr, metrics) = match state.config.server.metrics_bind {
             Some(_) => {

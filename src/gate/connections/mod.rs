@@ -96,7 +96,7 @@ impl Connections {
         cache: Arc<ConnectionCache>,
     ) -> Self {
         Self {
-            remote: RemoteProviders::new(providers.remote(), backing.clone()),
+            remote: RemoteProviders::new(providers.remote(), backing.clone(), oauth.guarded().clone()),
             backing,
             elicitations,
             providers,

@@ -17,6 +17,7 @@ use std::time::Duration;
 use chrono::Utc;
 
 use crate::gate::{Backing, GateError};
+use crate::outbound::Guarded;
 use crate::providers::discovery::{Discovered, Discovery};
 use crate::providers::registration::{AuthMethod, Registered, register};
 use crate::providers::{Provider, RemoteKind, RemoteSpec};
@@ -42,10 +43,12 @@ struct Remote {
 pub(super) struct RemoteProviders {
     remotes: Vec<Remote>,
     backing: Backing,
+    /// Every request to what a remote server names goes through it.
+    guarded: Arc<Guarded>,
 }
 
 impl RemoteProviders {
-    pub(super) fn new(specs: &[RemoteSpec], backing: Backing) -> Self {
+    pub(super) fn new(specs: &[RemoteSpec], backing: Backing, guarded: Arc<Guarded>) -> Self {
         let remotes = specs
             .iter()
             .map(|spec| Remote {
@@ -54,7 +57,11 @@ impl RemoteProviders {
                 failure: Mutex::new(String::new()),
             })
             .collect();
-        Self { remotes, backing }
+        Self {
+            remotes,
+            backing,
+            guarded,
+        }
     }
 
     pub(super) fn knows(&self, id: &str) -> bool {
@@ -141,15 +148,15 @@ impl RemoteProviders {
             provider: spec.id.clone(),
             reason,
         };
-        let (found, client) = match &spec.kind {
+        let (found, client, reach) = match &spec.kind {
             RemoteKind::Mcp => {
-                let discovery = Discovery::new(&spec.url).await.map_err(unavailable)?;
+                let discovery = Discovery::new(&spec.url, &self.guarded).await.map_err(unavailable)?;
                 let found = discovery.run().await.map_err(unavailable)?;
                 let client = self.client(spec, &found, discovery.client()).await?;
-                (found, client)
+                (found, client, discovery.reach())
             }
             RemoteKind::Identity { issuer, .. } => {
-                let discovery = Discovery::new(issuer).await.map_err(unavailable)?;
+                let discovery = Discovery::new(issuer, &self.guarded).await.map_err(unavailable)?;
                 let server = discovery
                     .authorization_server(issuer.as_str())
                     .await
@@ -163,11 +170,14 @@ impl RemoteProviders {
                     .client
                     .clone()
                     .ok_or_else(|| unavailable("no client is configured".into()))?;
-                (found, client)
+                (found, client, discovery.reach())
             }
         };
         tracing::info!(upstream = %spec.id, issuer = %found.server.issuer, client_id = %client.client_id, "found the MCP server's authorization server");
-        Ok(Provider::remote(spec, &found, &client))
+        // Its code exchanges, refreshes and revocations are held to the server's reach.
+        let mut provider = Provider::remote(spec, &found, &client);
+        provider.reach = Some(reach);
+        Ok(provider)
     }
 
     /// The client to sign in with, in the specification's order.

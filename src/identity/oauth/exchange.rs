@@ -2,19 +2,28 @@
 //! access token (the `subject_token`) for one meant for another resource of the same provider,
 //! gatehouse authenticating as its own client (`identity.client_id`, `identity.client_secret`).
 //! Written by hand: the `oauth2` crate (5.0) has no token-exchange grant.
+//!
+//! What comes back goes to the upstream, so it is refused unless it is plainly a bearer access
+//! token for the upstream alone: not the subject token echoed, of an access token's or a JWT's
+//! `issued_token_type`, and, when it is a JWT, with the upstream in its `aud` and gatehouse not
+//! (an opaque token cannot be inspected). Otherwise the upstream could replay it at gatehouse as
+//! the user.
 
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde_json::{Map, Value};
 use url::Url;
 
 use super::ResourceServer;
 use super::discovery::{FETCH_TIMEOUT, MAX_ANSWER};
+use super::verify::{audiences, looks_like_jwt};
 use crate::outbound::read_bounded;
 use crate::secret::Secret;
 
 const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
 /// The longest `error_description` passed on.
 const MAX_DESCRIPTION_CHARS: usize = 200;
 
@@ -33,6 +42,10 @@ pub enum ExchangeError {
     /// The provider could not be asked, or answered something unreadable.
     #[error("the token exchange failed: {0}")]
     Failed(String),
+    /// The provider issued a token that must not go to the upstream (its configuration is
+    /// wrong): why, without the token.
+    #[error("the identity provider issued a token gatehouse cannot use: {0}")]
+    Unusable(String),
 }
 
 impl ExchangeError {
@@ -48,6 +61,7 @@ impl ExchangeError {
 struct Answer {
     access_token: String,
     token_type: String,
+    issued_token_type: Option<String>,
     expires_in: Option<u64>,
 }
 
@@ -121,16 +135,51 @@ impl ResourceServer {
         }
         let answer: Answer = serde_json::from_slice(&body)
             .map_err(|e| ExchangeError::Failed(format!("the token endpoint answered no token: {e}")))?;
-        if !answer.token_type.eq_ignore_ascii_case("bearer") || answer.access_token.is_empty() {
-            return Err(ExchangeError::Failed(format!(
-                "the token endpoint issued a token of type `{}`, not a bearer token",
-                printable(&answer.token_type, 32).unwrap_or_default()
-            )));
+        if answer.access_token.is_empty() {
+            return Err(ExchangeError::Failed(
+                "the token endpoint answered an empty token".into(),
+            ));
         }
+        self.usable(&answer, subject_token, audience)
+            .map_err(ExchangeError::Unusable)?;
         Ok(Exchanged {
             token: Secret::new(answer.access_token),
             expires_in: answer.expires_in.map(Duration::from_secs),
         })
+    }
+}
+
+impl ResourceServer {
+    /// Why the token `answer` carries must not go to the upstream `audience`, if it must not.
+    fn usable(&self, answer: &Answer, subject_token: &Secret<String>, audience: &str) -> Result<(), String> {
+        if !answer.token_type.eq_ignore_ascii_case("bearer") {
+            return Err(format!(
+                "its `token_type` is `{}`, not `Bearer`",
+                printable(&answer.token_type, 32).unwrap_or_default()
+            ));
+        }
+        let issued = answer.issued_token_type.as_deref().unwrap_or_default();
+        if issued != ACCESS_TOKEN_TYPE && issued != JWT_TOKEN_TYPE {
+            return Err(format!(
+                "its `issued_token_type` is `{}`, neither an access token nor a JWT",
+                printable(issued, 100).unwrap_or_default()
+            ));
+        }
+        if answer.access_token == *subject_token.expose() {
+            return Err("it is the caller's own token, sent back".into());
+        }
+        if !looks_like_jwt(&answer.access_token) {
+            return Ok(());
+        }
+        let claims: Map<String, Value> = jsonwebtoken::dangerous::insecure_decode_claims(&answer.access_token)
+            .map_err(|_| "it looks like a JWT whose claims do not read".to_owned())?;
+        if audiences(&claims).any(|aud| aud == self.audience || aud == self.resource) {
+            return Err("its `aud` names gatehouse itself".into());
+        }
+        if !audiences(&claims).any(|aud| aud == audience) {
+            return Err(format!("its `aud` does not name the upstream ({audience})"));
+        }
+        Ok(())
     }
 }
 

@@ -191,11 +191,11 @@ fn seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u
 }
 
 /// Three base64url parts: a JWS in compact form. Anything else is an opaque token.
-fn looks_like_jwt(token: &str) -> bool {
+pub(super) fn looks_like_jwt(token: &str) -> bool {
     token.split('.').count() == 3
 }
 
-fn audiences(claims: &Map<String, Value>) -> Box<dyn Iterator<Item = &str> + '_> {
+pub(super) fn audiences(claims: &Map<String, Value>) -> Box<dyn Iterator<Item = &str> + '_> {
     match claims.get("aud") {
         Some(Value::String(aud)) => Box::new(std::iter::once(aud.as_str())),
         Some(Value::Array(list)) => Box::new(list.iter().filter_map(Value::as_str)),

@@ -18,7 +18,7 @@ use super::super::fake_oauth::{
     registration_request, s256_challenge, token_body, valid_code_challenge,
 };
 use super::super::unix_seconds;
-use super::{CodeRecord, FakeIdpOptions, Grant, Inner, JwksFault, Shared, TestClient};
+use super::{CodeRecord, ExchangeMisbehaviour, FakeIdpOptions, Grant, Inner, JwksFault, Shared, TestClient};
 
 /// How long an authorization code may wait for its exchange.
 const CODE_LIFETIME: Duration = Duration::from_secs(60);
@@ -312,11 +312,24 @@ fn exchange_token(inner: &mut Inner, params: &Params, client_id: &str) -> Result
     let lifetime = inner.options.exchanged_token_lifetime.as_secs();
     let mut exchanged = inner.access_claims(&user, &audience, &scope, client_id);
     exchanged["exp"] = json!(unix_seconds() + lifetime);
-    let access_token = inner.mint_access_token(exchanged);
+    let misbehaviour = inner.exchange_misbehaviour.clone();
+    if let Some(ExchangeMisbehaviour::Audience(aud)) = &misbehaviour {
+        exchanged["aud"] = aud.clone();
+    }
+    let access_token = match misbehaviour {
+        Some(ExchangeMisbehaviour::EchoSubject) => subject.to_owned(),
+        _ => inner.mint_access_token(exchanged),
+    };
+    let (mut issued_token_type, mut token_type) = (ACCESS_TOKEN_TYPE, "Bearer");
+    match misbehaviour {
+        Some(ExchangeMisbehaviour::IssuedTokenType(kind)) => issued_token_type = kind,
+        Some(ExchangeMisbehaviour::TokenType(kind)) => token_type = kind,
+        _ => {}
+    }
     Ok(vec![
         ("access_token", json!(access_token)),
-        ("issued_token_type", json!(ACCESS_TOKEN_TYPE)),
-        ("token_type", json!("Bearer")),
+        ("issued_token_type", json!(issued_token_type)),
+        ("token_type", json!(token_type)),
         ("expires_in", json!(lifetime)),
         ("scope", json!(scope)),
     ])
