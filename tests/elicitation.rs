@@ -266,3 +266,52 @@ postgres_test!(
         b.stop().await;
     }
 );
+
+backend_test!(
+    /// A session that declared no URL-mode elicitation gets the link as a result and, once the
+    /// user is done, no `notifications/elicitation/complete` on its stream (the TypeScript v1
+    /// client and others fail on it): a marker published after the completion is the next event.
+    async fn no_completion_notice_for_a_session_without_url_mode(backend: Backend) {
+        let s = setup(backend).await;
+        let mut plain = s.server.client();
+        plain
+            .initialize_with("2025-11-25", json!({"elicitation": {"form": {}}}))
+            .await;
+        let mut stream = plain.open_stream(None).await;
+        let result = plain.call("tools/call", json!({"name": "me"})).await;
+        assert_eq!(result["isError"], true, "{result}");
+        let shown = text(&result);
+        let start = shown.find("http").expect("a link in the result");
+        let link = shown[start..].split_whitespace().next().expect("the link");
+        let page = Browser::new().sign_in(link).await;
+        assert_eq!(page.status, StatusCode::OK, "callback page: {}", page.body);
+        let completed = "SELECT COUNT(*) FROM elicitations WHERE status = 'completed'";
+        assert_eq!(s.database.query_count(completed).await, 1);
+        let session = plain.session.clone().expect("session");
+        common::publish(&s.server, &session, &common::note(1)).await;
+        let (_, message) = stream.next_message(WAIT).await.expect("the marker");
+        assert_eq!(message, common::note(1), "the marker comes first, no completion notice");
+        s.server.stop().await;
+    }
+);
+
+backend_test!(
+    /// -32042 and URL mode begin with 2025-11-25: a 2025-06-18 session declaring `{form, url}`
+    /// (Codex 0.171 does) gets the result with the link.
+    async fn a_session_before_2025_11_25_gets_the_link_not_32042(backend: Backend) {
+        let s = setup(backend).await;
+        let mut older = s.server.client();
+        older
+            .initialize_with("2025-06-18", json!({"elicitation": {"form": {}, "url": {}}}))
+            .await;
+        let reply = call(&older, "me").await;
+        assert!(reply.body.get("error").is_none(), "no -32042: {}", reply.body);
+        let result = &reply.body["result"];
+        assert_eq!(result["isError"], true, "{result}");
+        assert!(
+            text(result).contains(&format!("{}/connect/", s.server.base())),
+            "{result}"
+        );
+        s.server.stop().await;
+    }
+);

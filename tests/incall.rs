@@ -111,7 +111,9 @@ backend_test!(
         answer(&client, &second, "cancel").await;
         let (cancelled, notifications) = call_response(&mut again).await;
         assert_eq!(cancelled["result"]["isError"], true);
-        assert!(text(&cancelled["result"]).contains("dismissed"), "{cancelled}");
+        let said = text(&cancelled["result"]);
+        let link = second["params"]["url"].as_str().expect("url");
+        assert!(said.contains(link) && said.contains("call this tool again"), "{cancelled}");
         assert!(
             notifications.iter().all(|m| m["method"] != "notifications/progress"),
             "no progressToken, no progress: {notifications:?}"
@@ -147,6 +149,37 @@ backend_test!(
         let mut next = client.request_stream("tools/call", pay(None)).await;
         let (fresh, _) = elicitation_request(&mut next).await;
         assert_ne!(fresh["params"]["elicitationId"], request["params"]["elicitationId"]);
+        replicas.stop().await;
+    }
+);
+
+backend_test!(
+    /// `cancel` from the client is "not now" (Claude Code in `-p` mode answers every link so):
+    /// the call ends with the link and the instruction to call again, the request stays open,
+    /// and once the user confirmed there the same call runs.
+    async fn a_dismissal_from_the_client_gives_the_link_and_the_next_call_runs(backend: Backend) {
+        let (database, replicas) = servers(backend, "30s").await;
+        let (a, b) = (&replicas.a, replicas.b());
+        let mut client = a.client();
+        client.initialize().await;
+        let mut call = client.request_stream("tools/call", pay(None)).await;
+        let (request, _) = elicitation_request(&mut call).await;
+        answer(&client.on(b), &request, "cancel").await;
+        let (response, _) = call_response(&mut call).await;
+        let result = &response["result"];
+        assert_eq!(result["isError"], true, "{response}");
+        let said = text(result);
+        let link = request["params"]["url"].as_str().expect("url");
+        assert!(said.contains(link), "the link: {said}");
+        assert!(said.contains("call this tool again") && !said.contains("declined"), "{said}");
+        let pending = "SELECT count(*) FROM elicitations WHERE status = 'pending'";
+        assert_eq!(database.query_count(pending).await, 1, "the request stays open");
+
+        confirm_payment(&page_on(b, &request), &b.base()).await;
+        let mut again = client.request_stream("tools/call", pay(None)).await;
+        let (ran, _) = call_response(&mut again).await;
+        assert_eq!(ran["result"]["isError"], false, "{ran}");
+        assert_eq!(text(&ran["result"]), "ok", "the tool ran after the confirmation");
         replicas.stop().await;
     }
 );

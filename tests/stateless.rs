@@ -445,36 +445,62 @@ fn input_key(result: &Value) -> String {
 }
 
 backend_test!(
-    /// The client's answer to a link comes in its retry: `decline` and `cancel` end the call at
-    /// once (never held for `elicitation.hold`) with an error result saying the user declined,
-    /// and the next call asks afresh with a new link.
-    async fn a_link_the_client_declines_or_cancels_ends_the_call_at_once(backend: Backend) {
+    /// The client's answer to a link comes in its retry: `decline` ends the call at once (never
+    /// held for `elicitation.hold`) with an error result saying the user declined, and the next
+    /// call asks afresh with a new link.
+    async fn a_link_the_client_declines_ends_the_call_at_once(backend: Backend) {
         let (_fake, database, server) = start(backend, "300s", "").await;
         let client = StatelessClient::new(&server.url);
         let call = json!({"name": "me", "arguments": {}});
-        let mut asked = client.result("tools/call", call.clone()).await;
-        let mut links = Vec::new();
-        for action in ["decline", "cancel"] {
-            let (url, state) = input_required(&asked);
-            assert!(!links.contains(&url), "{action}: a new link, not {links:?}");
-            links.push(url);
-            let retried = json!({"name": "me", "arguments": {},
-                "inputResponses": {input_key(&asked): {"action": action}}, "requestState": state});
-            let answered = tokio::time::timeout(WAIT, client.result("tools/call", retried))
-                .await
-                .unwrap_or_else(|_| panic!("{action}: answered at once, not held"));
-            assert_eq!(answered["resultType"], "complete", "{action}: {answered}");
-            assert_eq!(answered["isError"], true, "{action}: {answered}");
-            assert!(text(&answered).contains("declined"), "{action}: {answered}");
-            assert_eq!(server.mcp.calls.held_now(), 0, "{action}");
-            asked = client.result("tools/call", call.clone()).await;
-        }
-        let (url, _) = input_required(&asked);
-        assert!(!links.contains(&url), "a new link, not {links:?}");
+        let asked = client.result("tools/call", call.clone()).await;
+        let (url, state) = input_required(&asked);
+        let retried = json!({"name": "me", "arguments": {},
+            "inputResponses": {input_key(&asked): {"action": "decline"}}, "requestState": state});
+        let answered = tokio::time::timeout(WAIT, client.result("tools/call", retried))
+            .await
+            .expect("answered at once, not held");
+        assert_eq!(answered["resultType"], "complete", "{answered}");
+        assert_eq!(answered["isError"], true, "{answered}");
+        assert!(text(&answered).contains("declined"), "{answered}");
+        assert_eq!(server.mcp.calls.held_now(), 0);
+        let (next, _) = input_required(&client.result("tools/call", call).await);
+        assert_ne!(next, url, "a new link");
         let declined = "SELECT COUNT(*) FROM elicitations WHERE status = 'declined'";
-        assert_eq!(database.query_count(declined).await, 2);
+        assert_eq!(database.query_count(declined).await, 1);
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    /// `cancel` is "not now" (Claude Code in `-p` mode dismisses every link): the retry is
+    /// answered at once, not held, with an error result giving the link and the instruction to
+    /// call again; the elicitation stays pending, and once the user signed in there a plain new
+    /// call runs the tool.
+    async fn a_link_the_client_dismisses_is_given_as_a_result(backend: Backend) {
+        let (_fake, database, server) = start(backend, "300s", "").await;
+        let client = StatelessClient::new(&server.url);
+        let call = json!({"name": "me", "arguments": {}});
+        let asked = client.result("tools/call", call.clone()).await;
+        let (url, state) = input_required(&asked);
+        let retried = json!({"name": "me", "arguments": {},
+            "inputResponses": {input_key(&asked): {"action": "cancel"}}, "requestState": state});
+        let answered = tokio::time::timeout(WAIT, client.result("tools/call", retried))
+            .await
+            .expect("answered at once, not held");
+        assert_eq!(answered["resultType"], "complete", "{answered}");
+        assert_eq!(answered["isError"], true, "{answered}");
+        let said = text(&answered);
+        assert!(said.contains(&url) && said.contains("call this tool again"), "{said}");
+        assert!(!said.contains("declined"), "{said}");
+        assert_eq!(server.mcp.calls.held_now(), 0);
         let pending = "SELECT COUNT(*) FROM elicitations WHERE status = 'pending'";
-        assert_eq!(database.query_count(pending).await, 1);
+        assert_eq!(database.query_count(pending).await, 1, "the link stays open");
+
+        let page = Browser::new().sign_in(&url).await;
+        assert_eq!(page.status, StatusCode::OK, "callback page: {}", page.body);
+        let ran = client.result("tools/call", call).await;
+        assert_eq!(ran["resultType"], "complete", "{ran}");
+        assert_eq!(ran["isError"], false, "{ran}");
         server.stop().await;
     }
 );

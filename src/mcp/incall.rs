@@ -6,6 +6,10 @@
 //! to the one where the call waits (`Bus::answer`). Completion is seen through the session's
 //! wake-ups (a completed elicitation appends its notification to the session's log), with a slow
 //! poll as a safety net for a wake-up lost while the bus reconnects.
+//!
+//! The client's `decline` is the user's no: the call ends saying so. Its `cancel` (or an error
+//! answer) is "not now": the call ends with the links as a client without URL mode gets them, and
+//! the elicitations stay open, so the call made again once the user finished runs.
 
 use std::time::Duration;
 
@@ -13,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::links;
 use crate::audit::Origin;
 use crate::events::AnswerReceiver;
 use crate::jsonrpc;
@@ -58,7 +63,7 @@ impl Outbox {
 pub enum Waited {
     /// Every elicitation completed: decide again, the requirements should now be met.
     Done,
-    /// The call cannot go on: a result for the model (declined, cancelled, timed out, failed).
+    /// The call cannot go on: a result for the model (declined, dismissed, timed out, failed).
     Stopped(ToolResult),
     /// The client closed the stream: nobody is left to answer.
     Gone,
@@ -147,12 +152,11 @@ pub async fn wait(
                         finish_declined(state, &elicitation).await;
                         return Waited::Stopped(declined(&elicitation));
                     }
+                    // Dismissed is "not now" (Claude Code in `-p` mode dismisses every link): the
+                    // links go to the model as to a client without URL mode, and stay open.
                     ClientAction::Cancel => {
-                        return Waited::Stopped(ToolResult::error(format!(
-                            "The user dismissed the request without answering ({}). Call this tool again only if \
-                             the user wants to continue.",
-                            elicitation.message
-                        )));
+                        let waiting: Vec<ElicitationRecord> = answers.iter().map(|(e, _)| e.clone()).collect();
+                        return Waited::Stopped(links::result(&links::listed(&waiting)));
                     }
                 }
             }

@@ -96,7 +96,7 @@ pub async fn initialize(
     state: &McpState,
     principal: Principal,
     params: Option<Value>,
-) -> Result<(SessionId, Value), RpcError> {
+) -> Result<(Arc<SessionRecord>, Value), RpcError> {
     let started = Instant::now();
     let span = telemetry::mcp_span("initialize", &Map::new());
     let answer = start_session(state, principal, params).instrument(span.clone()).await;
@@ -110,7 +110,7 @@ async fn start_session(
     state: &McpState,
     principal: Principal,
     params: Option<Value>,
-) -> Result<(SessionId, Value), RpcError> {
+) -> Result<(Arc<SessionRecord>, Value), RpcError> {
     let mut params = jsonrpc::params_object(params);
     let requested = params
         .get("protocolVersion")
@@ -171,7 +171,7 @@ async fn start_session(
         "serverInfo": SERVER_INFO,
         "instructions": INSTRUCTIONS,
     });
-    Ok((record.id.clone(), result))
+    Ok((record, result))
 }
 
 /// The capabilities `initialize` announces: tools and logging, and what the upstreams offer

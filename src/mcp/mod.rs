@@ -62,6 +62,9 @@ pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-03-26";
 const NO_BATCHES_SINCE: &str = "2025-06-18";
 /// The first version whose clients expect a priming event on SSE streams.
 const PRIMING_SINCE: &str = "2025-11-25";
+/// The first version with URL-mode elicitation, -32042 and `notifications/elicitation/complete`:
+/// a session on an older one gets none of them, whatever it declares.
+const URL_MODE_SINCE: &str = "2025-11-25";
 
 pub fn router() -> Router<McpState> {
     Router::new()

@@ -220,8 +220,8 @@ impl Connection {
             Ok((session, result)) => {
                 self.send(jsonrpc::result_response(&id, result)).await;
                 let (state, out) = (self.state.clone(), self.out.clone());
-                self.running.spawn(deliver_events(state, session.clone(), out));
-                self.session = Some(session);
+                self.session = Some(session.id.clone());
+                self.running.spawn(deliver_events(state, session, out));
             }
             Err(error) => self.refuse(Some(&id), error).await,
         }
@@ -291,11 +291,11 @@ impl Connection {
 
 /// Writes the session's events to the output as they are appended, following the log again
 /// (from the last event written) when a database failure interrupts it, until the session ends.
-async fn deliver_events(state: McpState, session: SessionId, out: mpsc::Sender<Value>) {
+async fn deliver_events(state: McpState, session: Arc<SessionRecord>, out: mpsc::Sender<Value>) {
     let mut resume_after = None;
     loop {
-        let Some(slot) = state.bus.claim_stream(&session, 1) else {
-            tracing::error!(?session, "the session's events are already followed");
+        let Some(slot) = state.bus.claim_stream(&session.id, 1) else {
+            tracing::error!(session = ?session.id, "the session's events are already followed");
             return;
         };
         let retry = match stream::follow(&state, &session, resume_after, slot).await {
@@ -320,7 +320,7 @@ async fn deliver_events(state: McpState, session: SessionId, out: mpsc::Sender<V
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, ?session, "cannot follow the session's events");
+                tracing::warn!(%error, session = ?session.id, "cannot follow the session's events");
                 state.config.server.sse_retry
             }
         };

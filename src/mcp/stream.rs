@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::PRIMING_SINCE;
+use super::tool_call::supports_url_elicitation;
 use crate::domain::SessionId;
 use crate::events::StreamSlot;
 use crate::jsonrpc::ELICITATION_COMPLETE;
@@ -62,7 +63,7 @@ pub async fn open(
     resume_after: Option<i64>,
     slot: StreamSlot,
 ) -> Result<Response, StoreError> {
-    let (cursor, delivered) = follow(state, &session.id, resume_after, slot).await?;
+    let (cursor, delivered) = follow(state, session, resume_after, slot).await?;
     // A priming event (an id, empty data) tells the client where to resume if this stream drops.
     let priming =
         (session.protocol_version.as_str() >= PRIMING_SINCE).then(|| Event::default().id(cursor.to_string()).data(""));
@@ -83,13 +84,17 @@ pub async fn open(
 
 /// Follows the session's log from `resume_after` (else from its delivered mark) while `slot`
 /// holds: returns where it starts and what it delivers, which ends when the session does, at
-/// shutdown (with a retry hint) or when a resumed stream replaces this one.
+/// shutdown (with a retry hint) or when a resumed stream replaces this one. A session that did
+/// not declare URL-mode elicitation is sent no `notifications/elicitation/complete`: the event
+/// stays in its log (it wakes the calls waiting in the session) and is passed over.
 pub(super) async fn follow(
     state: &AppState,
-    session: &SessionId,
+    session: &SessionRecord,
     resume_after: Option<i64>,
     slot: StreamSlot,
 ) -> Result<(i64, impl Stream<Item = Delivered> + use<>), StoreError> {
+    let completions = supports_url_elicitation(session);
+    let session = &session.id;
     // Subscribe before the first read, so an event appended in between still wakes the stream.
     let wake = state.bus.subscribe(session);
     let delivered = state.store.delivered_seq(session).await?.unwrap_or(0);
@@ -97,6 +102,7 @@ pub(super) async fn follow(
     let reader = Reader {
         store: state.store.clone(),
         session: session.clone(),
+        completions,
         wake,
         cursor,
         replay_until: delivered,
@@ -116,6 +122,8 @@ pub(super) async fn follow(
 struct Reader {
     store: Arc<dyn Store>,
     session: SessionId,
+    /// Whether the session's client takes `notifications/elicitation/complete`.
+    completions: bool,
     wake: watch::Receiver<u64>,
     /// The newest event this stream has written (or skipped because another stream took it).
     cursor: i64,
@@ -182,9 +190,14 @@ impl Reader {
                 Ok(Ok(found)) => {
                     self.read_retry = READ_RETRY_MIN;
                     for event in found.events {
-                        if !found.replayed && event.message["method"] == ELICITATION_COMPLETE {
-                            let waited = (Utc::now() - event.created_at).to_std().unwrap_or_default();
-                            self.metrics.notification_delivered_after(waited);
+                        if event.message["method"] == ELICITATION_COMPLETE {
+                            if !self.completions {
+                                continue;
+                            }
+                            if !found.replayed {
+                                let waited = (Utc::now() - event.created_at).to_std().unwrap_or_default();
+                                self.metrics.notification_delivered_after(waited);
+                            }
                         }
                         self.push(event.seq, &event.message);
                     }

@@ -14,7 +14,7 @@ use super::calls::StreamChannel;
 use super::incall::{self, Outbox, Waited};
 use super::links;
 use super::state::McpState;
-use super::{STATELESS_PROTOCOL_VERSION, store_failure};
+use super::{STATELESS_PROTOCOL_VERSION, URL_MODE_SINCE, store_failure};
 use crate::audit::Origin;
 use crate::config::ElicitMode;
 use crate::domain::LogLevel;
@@ -271,13 +271,15 @@ pub fn internal(state: &AppState, error: GateError) -> RpcError {
     }
 }
 
-/// Whether the client said it can open URLs for elicitations (`elicitation.url`).
+/// Whether the client said it can open URLs for elicitations (`elicitation.url`), on a protocol
+/// version that has them (a 2025-06-18 session declaring `url` gets the links as a result).
 pub fn supports_url_elicitation(session: &SessionRecord) -> bool {
-    session
-        .client_capabilities
-        .get("elicitation")
-        .and_then(|e| e.get("url"))
-        .is_some_and(Value::is_object)
+    session.protocol_version.as_str() >= URL_MODE_SINCE
+        && session
+            .client_capabilities
+            .get("elicitation")
+            .and_then(|e| e.get("url"))
+            .is_some_and(Value::is_object)
 }
 
 /// Sends a `notifications/message` when the session's level admits `level`: on the session's

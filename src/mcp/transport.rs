@@ -165,10 +165,10 @@ async fn initialize(
         ));
     }
     match methods::initialize(state, principal, params).await {
-        Ok((session_id, result)) => {
+        Ok((session, result)) => {
             let mut response = json_response(StatusCode::OK, &jsonrpc::result_response(&id, result));
             let value =
-                HeaderValue::from_str(session_id.as_str()).map_err(|e| Refusal::internal("session id header", &e))?;
+                HeaderValue::from_str(session.id.as_str()).map_err(|e| Refusal::internal("session id header", &e))?;
             response.headers_mut().insert(SESSION_HEADER, value);
             Ok(response)
         }

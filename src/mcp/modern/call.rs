@@ -3,9 +3,12 @@
 //! same pages and elicitations as the handshake era) and a sealed `requestState`. The retry that
 //! brings the state back is held on the bus while those elicitations are pending, answered the
 //! moment the user finishes (on whichever replica), or answered `input_required` again, with a
-//! fresh state, when `elicitation.hold` runs out. A retry whose answers say the user declined (or
-//! dismissed) a link ends the call at once, the decline reported as the gate reports one made on
-//! the page. A tool may also ask the client itself (`ToolOutcome::InputRequired`): its requests go
+//! fresh state, when `elicitation.hold` runs out. A retry whose answers say the user declined a
+//! link ends the call at once, the decline reported as the gate reports one made on the page. One
+//! whose answers say the user dismissed a link (`cancel`: "not now", what Claude Code in `-p` mode
+//! answers to every link) is answered at once with the links in an error result, as a client
+//! without URL mode gets them; the elicitations stay open, and the call made again once the user
+//! finished runs. A tool may also ask the client itself (`ToolOutcome::InputRequired`): its requests go
 //! out as they are, and its state travels sealed in the same `requestState`. A client that did not
 //! declare URL mode gets the links in an error result, as in the handshake era (or, configured so,
 //! -32021). An upstream's resource read or prompt goes through the same rounds (`offered`).
@@ -105,6 +108,8 @@ enum Answering {
 /// the held retries while it runs.
 struct Round {
     now: chrono::DateTime<Utc>,
+    /// The retry said the user dismissed a link: the links go out as a result, not held.
+    dismissed: bool,
     _permit: Option<HeldRetry>,
 }
 
@@ -135,18 +140,18 @@ async fn begin(
         ),
         Some(_) => return Err(RpcError::invalid_params("params.requestState must be a string")),
     };
-    // A link the client says the user declined or dismissed ends the call at once: the gate
-    // reports the decline (once) instead of holding the retry.
-    let refused = match &opened {
+    // A link the client says the user declined ends the call at once: the gate reports the
+    // decline (once) instead of holding the retry. One they dismissed is answered at once too.
+    let answered = match &opened {
         Some(opened) => refuse(state, session, caller, &opened.elicitations(), &responses).await?,
-        None => false,
+        None => Answered::default(),
     };
     // Held only with a place among the replica's held retries and its principal's; without one,
     // answered at once.
     let hold_for = state.config.elicitation.hold;
     let permit = opened
         .as_ref()
-        .filter(|_| !hold_for.is_zero() && !refused)
+        .filter(|_| !hold_for.is_zero() && !answered.declined && !answered.dismissed)
         .and_then(|_| state.calls.hold(&caller.principal));
     let mut retry = Retry::default();
     if let Some(opened) = opened {
@@ -171,7 +176,12 @@ async fn begin(
             state: Value::Null,
         });
     }
-    Ok((retry, Round { now, _permit: permit }))
+    let round = Round {
+        now,
+        dismissed: answered.dismissed,
+        _permit: permit,
+    };
+    Ok((retry, round))
 }
 
 impl Round {
@@ -187,13 +197,16 @@ impl Round {
         answering: Answering,
     ) -> Result<Value, RpcError> {
         // A client that cannot open URLs gets the links as the handshake era gives them to such
-        // clients, unless configured to be refused (-32021, below).
-        if state.config.elicitation.without_url_mode == WithoutUrlMode::Link
-            && !tool_call::supports_url_elicitation(session)
+        // clients, unless configured to be refused (-32021, below); so does one whose user
+        // dismissed them, whatever the configuration.
+        let without_url_mode = state.config.elicitation.without_url_mode == WithoutUrlMode::Link
+            && !tool_call::supports_url_elicitation(session);
+        if (without_url_mode || self.dismissed)
             && let Some(elicitations) = links::of(&called)
         {
             return match answering {
                 Answering::Tool => Ok(links::result(&elicitations).into_json()),
+                Answering::Other if self.dismissed => Err(offered::refused(called)),
                 Answering::Other => Err(links::named_in_error(MISSING_REQUIRED_CLIENT_CAPABILITY, &elicitations)),
             };
         }
@@ -240,20 +253,29 @@ impl Round {
     }
 }
 
+/// What a retry's answers said about gatehouse's links it was given.
+#[derive(Default)]
+struct Answered {
+    /// The user said no to one still pending, now declined.
+    declined: bool,
+    /// The user dismissed one (`cancel`): not now, the elicitation stays open.
+    dismissed: bool,
+}
+
 /// Ends as declined each of gatehouse's elicitations in `given` that the client answered
-/// `decline` or `cancel` in `responses` (keyed by the elicitation's id, as it was asked): the
-/// user said no, so the gate's decision reports it like a decline on the page, once, and the next
-/// call asks afresh. Whether any was still pending and is now declined.
+/// `decline` in `responses` (keyed by the elicitation's id, as it was asked): the user said no,
+/// so the gate's decision reports it like a decline on the page, once, and the next call asks
+/// afresh. One answered `cancel` is left pending and noted as dismissed.
 async fn refuse(
     state: &McpState,
     session: &SessionRecord,
     caller: &Caller,
     given: &[ElicitationId],
     responses: &Map<String, Value>,
-) -> Result<bool, RpcError> {
+) -> Result<Answered, RpcError> {
     let elicitations = state.gate.elicitations();
     let from = tool_call::origin(caller, session);
-    let mut refused = false;
+    let mut answered = Answered::default();
     for id in given {
         let action = responses
             .get(&id.to_string())
@@ -269,12 +291,16 @@ async fn refuse(
         if elicitation.session_id != session.id {
             continue;
         }
-        refused |= elicitations
+        if action == Some(ClientAction::Cancel) {
+            answered.dismissed = true;
+            continue;
+        }
+        answered.declined |= elicitations
             .finish(&elicitation, ElicitationStatus::Declined, &from)
             .await
             .map_err(|e| tool_call::internal(state, e))?;
     }
-    Ok(refused)
+    Ok(answered)
 }
 
 /// One URL-mode `elicitation/create` input request.
