@@ -2,7 +2,8 @@
 //! TypeScript SDK v2 client and rmcp's client), beside a 2025-11-25 one on the same endpoint: each
 //! completes a gated call through input_required, the browser (scripted over HTTP, on the other
 //! replica) and the held retry; a Python client whose user declines the link is answered at
-//! once; and a Python client without an elicitation callback is given the link in a result.
+//! once, one whose user dismisses it is given the link and runs the tool once the user finished
+//! there; and a Python client without an elicitation callback is given the link in a result.
 
 mod common;
 
@@ -169,18 +170,19 @@ postgres_test!(
 );
 
 backend_test!(
-    /// The official Python SDK's user declines the link, then on the next call dismisses it: each
-    /// call ends at once with an error result saying the user declined (the SDK is not held and
-    /// sent the link again round after round), and each call gets a new link.
-    async fn python_client_declining_or_dismissing_a_link_ends_the_call(backend: Backend) {
+    /// The official Python SDK's user declines the link: the call ends at once with an error
+    /// result saying the user declined (the SDK is not held). On the next call they dismiss it
+    /// (`cancel`, "not now"): a new link, and the call ends at once with an error result giving it
+    /// and the instruction to call again; once the user finished there, the call made again runs
+    /// the tool.
+    async fn python_client_declining_a_link_ends_the_call_and_dismissing_it_gives_the_link(backend: Backend) {
         let Some(python) = python_sdk().await else {
             return;
         };
         let fake = FakeProvider::start(FakeOptions::default()).await;
         let database = TestDatabase::new(backend).await;
         let server = TestServer::start(&database, &fake.configure(include_str!("fixtures/fake_hub.toml"))).await;
-        let mut links = Vec::new();
-        for action in ["decline", "cancel"] {
+        let call = async |action: &str| {
             let args = [
                 "--url",
                 &server.url,
@@ -198,18 +200,35 @@ backend_test!(
             while let Some(event) = script.next().await {
                 events.push(event);
             }
+            script.succeeded().await;
+            events
+        };
+        let mut links = Vec::new();
+        for action in ["decline", "cancel"] {
+            let events = call(action).await;
             let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
             assert_eq!(kinds, ["elicitation", "result"], "{action}: {events:?}");
-            script.succeeded().await;
             let url = events[0]["url"].as_str().expect("url").to_owned();
             assert!(!links.contains(&url), "{action}: a new link, not {links:?}");
-            links.push(url);
+            links.push(url.clone());
             let result = &events[1]["result"];
             assert_eq!(result["isError"], true, "{action}: {result}");
             let said = result["content"][0]["text"].as_str().unwrap_or_default();
-            assert!(said.contains("declined"), "{action}: {result}");
+            if action == "decline" {
+                assert!(said.contains("declined"), "{action}: {result}");
+            } else {
+                assert!(said.contains(&url) && said.contains("call this tool again"), "{result}");
+                assert!(!said.contains("declined"), "{result}");
+            }
+            assert_eq!(server.mcp.calls.held_now(), 0, "{action}: never held");
         }
-        assert_eq!(server.mcp.calls.held_now(), 0);
+        // The dismissed link stayed open: the user finishes there, and the call made again runs.
+        sign_in_on(&links[1], &server, &server).await;
+        let events = call("cancel").await;
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+        assert_eq!(kinds, ["result"], "{events:?}");
+        assert_eq!(events[0]["result"]["isError"], false, "{events:?}");
+        assert_eq!(events[0]["result"]["structuredContent"]["login"], "octocat", "{events:?}");
         server.stop().await;
     }
 );
