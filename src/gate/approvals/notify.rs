@@ -62,10 +62,7 @@ impl Notifier {
     ) {
         let tool = request_tool(request);
         let mut body = json!({
-            "text": format!(
-                "{} asks for approval ({}) of {tool}: {page}",
-                request.principal, approval.title
-            ),
+            "text": announcement(&request.principal.to_string(), &approval.title, &tool, page),
             "approval": approval.id,
             "title": approval.title,
             "caller": request.principal.to_string(),
@@ -101,6 +98,25 @@ impl Notifier {
             metrics.approval_notification(false);
         });
     }
+}
+
+/// The Slack-style `text` announcing a request: every string in it escaped as Slack's rules say
+/// (`&`, `<`, `>`), so what the caller chose (its principal's name, the tool, a resource's URI)
+/// can neither make a link nor mention a channel; the one link is the request's page, under
+/// `public_url`, with text of gatehouse's own.
+fn announcement(principal: &str, title: &str, tool: &str, page: &str) -> String {
+    format!(
+        "{} asks for approval ({}) of {}: <{}|Open the request>",
+        slack_escaped(principal),
+        slack_escaped(title),
+        slack_escaped(tool),
+        slack_escaped(page)
+    )
+}
+
+/// `text` with Slack's three control characters written as the entities Slack shows as them.
+fn slack_escaped(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// The tool a request is for, from its stored detail (see `decision`).
@@ -162,5 +178,23 @@ mod tests {
             webhook_signature("key", "1700000001", "{}")
         );
         assert_eq!(webhook_signature("key", "1", "x").len(), 64);
+    }
+
+    #[test]
+    fn what_the_caller_chose_can_neither_link_nor_mention() {
+        let text = announcement(
+            "mallory<!here>",
+            "Payments & refunds",
+            "resources/read <https://phish.example|Approve now> <!channel>",
+            "https://gatehouse.example/approvals/0190",
+        );
+        assert_eq!(
+            text,
+            "mallory&lt;!here&gt; asks for approval (Payments &amp; refunds) of resources/read \
+             &lt;https://phish.example|Approve now&gt; &lt;!channel&gt;: \
+             <https://gatehouse.example/approvals/0190|Open the request>"
+        );
+        // The only `<` left opens gatehouse's own link.
+        assert_eq!(text.matches('<').count(), 1);
     }
 }
