@@ -113,7 +113,10 @@ backend_test!(
         assert_eq!(cancelled["result"]["isError"], true);
         let said = text(&cancelled["result"]);
         let link = second["params"]["url"].as_str().expect("url");
-        assert!(said.contains(link) && said.contains("call this tool again"), "{cancelled}");
+        assert!(
+            said.contains(link) && said.contains("call this tool again"),
+            "{cancelled}"
+        );
         assert!(
             notifications.iter().all(|m| m["method"] != "notifications/progress"),
             "no progressToken, no progress: {notifications:?}"
@@ -171,7 +174,10 @@ backend_test!(
         let said = text(result);
         let link = request["params"]["url"].as_str().expect("url");
         assert!(said.contains(link), "the link: {said}");
-        assert!(said.contains("call this tool again") && !said.contains("declined"), "{said}");
+        assert!(
+            said.contains("call this tool again") && !said.contains("declined"),
+            "{said}"
+        );
         let pending = "SELECT count(*) FROM elicitations WHERE status = 'pending'";
         assert_eq!(database.query_count(pending).await, 1, "the request stays open");
 

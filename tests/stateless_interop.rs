@@ -228,7 +228,10 @@ backend_test!(
         let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
         assert_eq!(kinds, ["result"], "{events:?}");
         assert_eq!(events[0]["result"]["isError"], false, "{events:?}");
-        assert_eq!(events[0]["result"]["structuredContent"]["login"], "octocat", "{events:?}");
+        assert_eq!(
+            events[0]["result"]["structuredContent"]["login"], "octocat",
+            "{events:?}"
+        );
         server.stop().await;
     }
 );
