@@ -3,8 +3,12 @@
 //! PostgreSQL (the caller on one, the approver's browser on the other). The caller approving their
 //! own request, a member of another group, changed arguments, a replayed decision and a forged
 //! post are each refused with nothing changed; a denial ends the call with its reason; the
-//! caller may withdraw. The webhook announcing each request is signed, carries no argument values,
-//! is retried when its receiver fails, and never fails the call.
+//! caller may withdraw. A request belongs to the caller and the call, not to the session: a client
+//! that restarted finds it, and the call runs with the arguments the approver saw. Arguments too
+//! large to show are refused before anything is asked; below the limit an approver's page shows
+//! every value whole, on a phone too (real Chromium). The webhook announcing each request is
+//! signed, carries no argument values, is retried when its receiver fails, and never fails the
+//! call.
 
 mod common;
 
@@ -355,6 +359,118 @@ backend_test!(
                     assert!(common::text(result).contains("not today"), "{response}");
                 }
             }
+        }
+        server.stop().await;
+    }
+);
+
+backend_test!(
+    /// The client restarted (its session ended; on PostgreSQL the new one is on another replica):
+    /// its retry finds the request the old session made rather than asking the approvers again,
+    /// and once approved the call runs there, once, with the arguments the approver saw.
+    async fn an_approval_outlives_the_session_that_asked(backend: Backend) {
+        let (_announcements, webhook) = Receiver::start(0).await;
+        let (payments, payments_url) = Receiver::start(0).await;
+        let database = TestDatabase::new(backend).await;
+        let toml = |addr: &str| {
+            config(addr, &webhook, false).replacen(
+                &format!("http = {{ url = \"http://{addr}/healthz\" }}"),
+                &format!(
+                    "http = {{ method = \"POST\", url = \"{payments_url}\", \
+                     body = {{ amount = \"{{{{args.amount}}}}\", payee = \"{{{{args.payee}}}}\" }} }}"
+                ),
+                1,
+            )
+        };
+        let a = TestServer::start_addressed(&database, toml).await;
+        let b = match backend {
+            Backend::Postgres => {
+                Some(TestServer::start(&database, &toml(a.base().trim_start_matches("http://"))).await)
+            }
+            Backend::Sqlite => None,
+        };
+        let before = a.eliciting_client("alice").await;
+        let url = asked(&pay(&before, "12.40").await);
+        assert!(before.delete().await.is_success());
+        let after = b.as_ref().unwrap_or(&a).eliciting_client("alice").await;
+        assert_eq!(
+            asked(&pay(&after, "12.40").await),
+            url,
+            "the same request, not a new one"
+        );
+        let requests = "SELECT COUNT(*) FROM elicitations WHERE requirement = 'approval:payments'";
+        assert_eq!(database.query_count(requests).await, 1);
+
+        let approved = decide(&browser("bob", "finance"), &a.base(), &url, "approve", "").await;
+        assert!(approved.body.contains("Approved"), "{}", approved.body);
+        let ran = eventually("the approval reaches the new session's replica", async || {
+            pay(&after, "12.40").await.body.get("result").cloned()
+        })
+        .await;
+        assert_eq!(ran["isError"], json!(false), "{ran}");
+        let paid = payments.posts();
+        assert_eq!(paid.len(), 1, "{paid:?}");
+        let body: Value = serde_json::from_str(&paid[0].1).expect("JSON");
+        assert_eq!(body["amount"], "12.40", "{body}");
+        assert_eq!(body["payee"], "<b>ACME</b>\u{202e}", "{body}");
+        assert_ne!(asked(&pay(&after, "12.40").await), url, "used once");
+        if let Some(b) = b {
+            b.stop().await;
+        }
+        a.stop().await;
+    }
+);
+
+/// A payment whose memo is long enough that a cut page would hide the payee after it.
+fn long_payment(memo_bytes: usize) -> Value {
+    json!({"amount": "1", "memo": "x".repeat(memo_bytes), "payee": "MALLORY"})
+}
+
+backend_test!(
+    /// `max_argument_bytes` (64 KiB by default): a larger call is refused at once, naming the
+    /// limit, and no request exists; below it the approver's page, at a phone's width in real
+    /// Chromium, shows every value whole: the payee after 17 000 bytes of memo is on screen,
+    /// wrapped, with nothing cut or scrolled out of sight.
+    async fn an_approver_sees_every_argument_whole_and_larger_calls_are_refused(backend: Backend) {
+        if !common::browser::browser_available() {
+            return;
+        }
+        let (_announcements, webhook) = Receiver::start(0).await;
+        let database = TestDatabase::new(backend).await;
+        let server = TestServer::start_addressed(&database, |addr| config(addr, &webhook, false)).await;
+        let alice = server.eliciting_client("alice").await;
+        let too_large = alice
+            .request("tools/call", json!({"name": "pay", "arguments": long_payment(70_000)}))
+            .await;
+        let result = &too_large.body["result"];
+        assert_eq!(result["isError"], json!(true), "{}", too_large.body);
+        assert!(
+            common::text(result).contains("max_argument_bytes") && common::text(result).contains("65536"),
+            "{}",
+            too_large.body
+        );
+        assert_eq!(database.query_count("SELECT COUNT(*) FROM elicitations").await, 0);
+
+        let reply = alice
+            .request("tools/call", json!({"name": "pay", "arguments": long_payment(17_000)}))
+            .await;
+        let url = asked(&reply);
+        let plan = json!({
+            "screenshots": common::browser::artifact_dir("approval-on-a-phone").display().to_string(),
+            "viewport": {"width": 375, "height": 812},
+            "headers": {"X-Forwarded-User": "bob", "X-Forwarded-Groups": "finance"},
+            "steps": [{
+                "goto": url,
+                "expect_status": 200,
+                "expect_whole": {"selector": "pre.whole", "text": ["MALLORY", "\"amount\": \"1\""]},
+                "screenshot": "approval.png",
+            }],
+        });
+        let walked = tokio::task::spawn_blocking(move || common::browser::walk(&plan))
+            .await
+            .expect("walk");
+        if let Err(failure) = walked {
+            panic!("{failure}");
         }
         server.stop().await;
     }

@@ -286,7 +286,8 @@ fn assert_everything_under(status: &[Value], index: usize) {
             "oauth_flows": users + 1,
             "form_values": users,
             "form_answers": 1,
-            "oauth_registrations": 0
+            "oauth_registrations": 0,
+            "elicitations": 0
         }),
         "{status:?}"
     );

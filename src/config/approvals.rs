@@ -37,6 +37,10 @@ pub struct ApprovalConfig {
     /// Where each new request is announced.
     #[serde(default)]
     pub notify: NotifyConfig,
+    /// The largest arguments (as JSON, in bytes) a call needing this approval may have: approvers
+    /// see every argument whole, so a larger call is refused before any request is made.
+    #[serde(default = "max_argument_bytes")]
+    pub max_argument_bytes: usize,
 }
 
 /// Where each new request is announced.
@@ -58,12 +62,18 @@ fn one() -> u32 {
     1
 }
 
+fn max_argument_bytes() -> usize {
+    64 * 1024
+}
+
 fn an_hour() -> Duration {
     Duration::from_secs(3600)
 }
 
 /// The longest an approval may wait: a week.
 const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The most `max_argument_bytes` may allow: what one approval request may store (sealed) and show.
+const MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
 
 /// Each approval's keys, and that every `approval:ID` a tool requires names one.
 pub(super) fn check(config: &Config) -> Result<(), ConfigError> {
@@ -92,6 +102,12 @@ pub(super) fn check(config: &Config) -> Result<(), ConfigError> {
             return Err(ConfigError::key(
                 format!("{key}.ttl"),
                 "must be longer than zero and at most 7d",
+            ));
+        }
+        if approval.max_argument_bytes == 0 || approval.max_argument_bytes > MAX_ARGUMENT_BYTES {
+            return Err(ConfigError::key(
+                format!("{key}.max_argument_bytes"),
+                format!("must be at least 1 and at most {MAX_ARGUMENT_BYTES}"),
             ));
         }
         let notify = &approval.notify;

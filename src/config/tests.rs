@@ -229,9 +229,11 @@ fn approvals_are_checked_and_every_requirement_names_one() {
     let config = load(&format!("{APPROVAL}{TOOL}"), &[]).expect("config");
     assert_eq!(config.approvals[0].quorum, 1);
     assert_eq!(config.approvals[0].ttl, Duration::from_secs(3600));
+    assert_eq!(config.approvals[0].max_argument_bytes, 65536);
     let refused = [
         (format!("{APPROVAL}quorum = 0\n"), "approvals[0].quorum"),
         (format!("{APPROVAL}ttl = \"8d\"\n"), "approvals[0].ttl"),
+        (format!("{APPROVAL}max_argument_bytes = 0\n"), "approvals[0].max_argument_bytes"),
         (format!("{APPROVAL}notify = {{ webhook = \"ftp://x\" }}\n"), "approvals[0].notify.webhook"),
         (format!("{APPROVAL}notify = {{ secret = \"s\" }}\n"), "approvals[0].notify"),
         (APPROVAL.replace("approvers = { principal = [\"bob\"] }", "approvers = {}"), "approvals[0].approvers"),

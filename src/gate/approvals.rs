@@ -1,26 +1,34 @@
 //! Approvals: a call that waits until someone else says yes. A call requiring `approval:ID` asks
-//! (an elicitation bound to the caller, the tool and a digest of the arguments, living the
-//! approval's `ttl`); approvers matching the approval's rule, never the caller, vote on its page;
-//! `quorum` approvals or one denial decide it, and the decision is stored as the answer to that
-//! call, taken once by the caller's retry (or the waiting call) on any replica. Each new request
-//! is announced to the approval's webhook (`notify`), without failing the call when that fails.
+//! (an elicitation bound to the caller and the call, [`CallBinding`], not to the session that
+//! asked, living the approval's `ttl`); approvers matching the approval's rule, never the caller,
+//! vote on its page, which shows every argument whole; `quorum` approvals or one denial decide it,
+//! once (a compare-and-swap: a vote arriving after the decision is refused and not stored), and
+//! the decision is stored as the answer to that call, taken once by the caller's retry (or the
+//! waiting call) from any session on any replica; the tool then runs from the arguments the
+//! approvers saw. Each new request is announced to the approval's webhook (`notify`), without
+//! failing the call when that fails.
 
 mod notify;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
+use super::binding::{CallBinding, arguments_context};
 use super::form_values::take_answer;
 use super::{Ask, Backing, Elicitations, GateError, Requirement};
 use crate::audit::Origin;
 use crate::config::ApprovalConfig;
-use crate::domain::{Principal, SessionId};
+use crate::domain::Principal;
 use crate::identity::Claims;
 use crate::identity::access::Allow;
-use crate::store::{AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, VoteRecord, Window};
+use crate::store::{
+    AskScope, AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, StoreError, VoteRecord, Window,
+};
 use crate::text;
 
 pub use notify::{Notifier, webhook_signature};
@@ -37,6 +45,8 @@ pub struct Approval {
     pub approvers_text: String,
     pub quorum: u32,
     pub ttl: Duration,
+    /// The largest arguments (as JSON) a call may ask this approval for.
+    pub max_argument_bytes: usize,
     notify: Option<notify::Webhook>,
 }
 
@@ -55,6 +65,7 @@ impl Approval {
             approvers_text,
             quorum: config.quorum,
             ttl: config.ttl,
+            max_argument_bytes: config.max_argument_bytes,
             notify: notify::Webhook::from_config(&config.notify),
         }
     }
@@ -67,8 +78,35 @@ impl Approval {
 
 /// What the caller's call learns of its approval.
 pub enum Decided {
+    /// Approved: the call runs with these arguments, the ones the approvers were shown.
+    Approved {
+        arguments: Map<String, Value>,
+    },
+    Denied {
+        reason: String,
+    },
+}
+
+/// Where a request stands, as its page shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    Waiting,
     Approved,
-    Denied { reason: String },
+    Denied,
+    Expired,
+    Withdrawn,
+}
+
+impl Standing {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Standing::Waiting => "waiting",
+            Standing::Approved => "approved",
+            Standing::Denied => "denied",
+            Standing::Expired => "expired",
+            Standing::Withdrawn => "withdrawn",
+        }
+    }
 }
 
 /// Why a vote was not taken; nothing changed.
@@ -127,7 +165,8 @@ impl Approvals {
     }
 
     /// What to ask for when a call needs `approval`: the request, bound to this call.
-    pub(super) fn ask(approval: &Approval, key: String, detail: String) -> Ask {
+    pub(super) fn ask(approval: &Approval, binding: CallBinding, key: String) -> Ask {
+        let detail = json!({ "tool": binding.tool }).to_string();
         Ask {
             requirement: Requirement::Approval {
                 approval: approval.id.clone(),
@@ -139,25 +178,40 @@ impl Approvals {
             call_key: Some(key),
             detail: Some(detail),
             ttl: Some(approval.ttl),
+            binding: Some(binding),
         }
     }
 
-    /// The decision given for exactly this call, taken (it is used once).
+    /// The decision given for exactly this call of `principal` (through the same OAuth client),
+    /// whichever session asked, taken (it is used once).
     pub(super) async fn take_decision(
         &self,
         principal: &Principal,
-        session: &SessionId,
+        client: Option<&str>,
         approval: &Approval,
         key: &str,
     ) -> Result<Option<Decided>, GateError> {
         let requirement = Requirement::Approval {
             approval: approval.id.clone(),
         };
-        let Some(answer) = take_answer(&self.backing, principal, session, &requirement, key).await? else {
+        let scope = AskScope::Caller { client };
+        let Some(answer) = take_answer(&self.backing, principal, scope, &requirement, key).await? else {
             return Ok(None);
         };
         Ok(Some(match answer.fields.get("decision").and_then(Value::as_str) {
-            Some("approved") => Decided::Approved,
+            Some("approved") => {
+                let request = self
+                    .backing
+                    .store
+                    .elicitation(&answer.elicitation_id)
+                    .await?
+                    .ok_or_else(|| {
+                        StoreError::Corrupt(format!("approval answer without request {}", answer.elicitation_id))
+                    })?;
+                Decided::Approved {
+                    arguments: self.arguments(&request)?,
+                }
+            }
             _ => Decided::Denied {
                 reason: answer
                     .fields
@@ -209,9 +263,37 @@ impl Approvals {
         Ok(self.backing.store.votes(&request.id).await?)
     }
 
+    /// The call's full arguments, as the request keeps them: what approvers are shown and what
+    /// the tool runs with once approved.
+    pub fn arguments(&self, request: &ElicitationRecord) -> Result<Map<String, Value>, GateError> {
+        let bound = request
+            .bound
+            .as_ref()
+            .ok_or_else(|| StoreError::Corrupt(format!("approval request {} keeps no call", request.id)))?;
+        let json = self
+            .backing
+            .vault
+            .decrypt(&bound.sealed_arguments, &arguments_context(&request.id))?;
+        serde_json::from_slice(&json)
+            .map_err(|e| StoreError::Corrupt(format!("approval request {}'s arguments: {e}", request.id)).into())
+    }
+
+    /// Where `request` stands: waiting, or the one decision taken (a denial is the only vote
+    /// stored when it decides, and no vote is stored once the request is decided), expired or
+    /// withdrawn.
+    pub fn standing(request: &ElicitationRecord, votes: &[VoteRecord]) -> Standing {
+        match request.status {
+            ElicitationStatus::Pending if request.expires_at > Utc::now() => Standing::Waiting,
+            ElicitationStatus::Pending | ElicitationStatus::Expired => Standing::Expired,
+            ElicitationStatus::Declined | ElicitationStatus::Failed => Standing::Withdrawn,
+            ElicitationStatus::Completed if votes.iter().any(|v| !v.approve) => Standing::Denied,
+            ElicitationStatus::Completed => Standing::Approved,
+        }
+    }
+
     /// `approver` (with `claims`) approves or denies `request`: one vote each, never on their own
-    /// request. `quorum` approvals, or one denial, decide it: the decision is stored as the
-    /// call's answer and its caller told, on whichever replica holds it.
+    /// request, only while it waits. `quorum` approvals, or one denial, decide it, once: the
+    /// decision is stored as the call's answer and its caller told, on whichever replica holds it.
     pub async fn vote(
         &self,
         request: &ElicitationRecord,
@@ -234,6 +316,10 @@ impl Approvals {
         if request.status != ElicitationStatus::Pending || request.expires_at <= now {
             return Ok(Err(VoteRefusal::NotWaiting));
         }
+        let store = &self.backing.store;
+        if store.votes(&request.id).await?.iter().any(|v| &v.approver == approver) {
+            return Ok(Err(VoteRefusal::AlreadyVoted));
+        }
         let vote = VoteRecord {
             elicitation_id: request.id,
             approver: approver.clone(),
@@ -241,10 +327,58 @@ impl Approvals {
             reason: text::bounded(reason.trim(), MAX_REASON_BYTES),
             decided_at: now,
         };
-        if !self.backing.store.record_vote(&vote).await? {
-            return Ok(Err(VoteRefusal::AlreadyVoted));
+        let answer = if approve {
+            // An approval is counted while the request waits; the one that makes the quorum decides.
+            if !store.record_vote(&vote).await? {
+                return Ok(Err(VoteRefusal::NotWaiting));
+            }
+            self.voted(approval, request, &vote, from);
+            let approvers: Vec<String> = store
+                .votes(&request.id)
+                .await?
+                .iter()
+                .filter(|v| v.approve)
+                .map(|v| v.approver.to_string())
+                .collect();
+            if (approvers.len() as u32) < approval.quorum {
+                return Ok(Ok(Voted::Counted {
+                    approvals: approvers.len() as u32,
+                    quorum: approval.quorum,
+                }));
+            }
+            json!({"decision": "approved", "approvers": approvers})
+        } else {
+            json!({"decision": "denied", "reason": format!("denied by {approver}{}", reason_suffix(&vote.reason))})
+        };
+        let record = FormAnswerRecord {
+            elicitation_id: request.id,
+            fields: answer,
+            secrets: None,
+            created_at: now,
+        };
+        // A denial is stored only with the decision it makes, so no denial stands beside an
+        // approval that let the call run.
+        let deciding_vote = (!approve).then_some(&vote);
+        let record = &record;
+        let decided = self
+            .elicitations
+            .finish_with(request, ElicitationStatus::Completed, from, |notification| async move {
+                store.decide(deciding_vote, record, &notification, Utc::now()).await
+            })
+            .await?;
+        if !decided {
+            return Ok(Err(VoteRefusal::NotWaiting));
         }
-        let decision = if approve { "approve" } else { "deny" };
+        if !approve {
+            self.voted(approval, request, &vote, from);
+        }
+        tracing::info!(elicitation = %request.id, approve, "approval request decided");
+        Ok(Ok(Voted::Decided))
+    }
+
+    /// A vote was stored: counted, and on the audit trail.
+    fn voted(&self, approval: &Approval, request: &ElicitationRecord, vote: &VoteRecord, from: &Origin) {
+        let decision = if vote.approve { "approve" } else { "deny" };
         self.backing.metrics.approval_vote(decision);
         let detail = json!({
             "decision": decision,
@@ -254,42 +388,7 @@ impl Approvals {
         });
         self.backing
             .audit
-            .record(approver, AuditAction::ApprovalDecided, &approval.id, from, detail);
-        let votes = self.backing.store.votes(&request.id).await?;
-        let approvers: Vec<String> = votes
-            .iter()
-            .filter(|v| v.approve)
-            .map(|v| v.approver.to_string())
-            .collect();
-        let answer = if !approve {
-            json!({"decision": "denied", "reason": format!("denied by {approver}{}", reason_suffix(&vote.reason))})
-        } else if approvers.len() as u32 >= approval.quorum {
-            json!({"decision": "approved", "approvers": approvers})
-        } else {
-            return Ok(Ok(Voted::Counted {
-                approvals: approvers.len() as u32,
-                quorum: approval.quorum,
-            }));
-        };
-        let record = FormAnswerRecord {
-            elicitation_id: request.id,
-            fields: answer,
-            secrets: None,
-            created_at: now,
-        };
-        let (store, record) = (&self.backing.store, &record);
-        let decided = self
-            .elicitations
-            .finish_with(request, ElicitationStatus::Completed, from, |notification| async move {
-                store.save_form_answer(record, &notification, Utc::now()).await
-            })
-            .await?;
-        Ok(if decided {
-            tracing::info!(elicitation = %request.id, approve, "approval request decided");
-            Ok(Voted::Decided)
-        } else {
-            Err(VoteRefusal::NotWaiting)
-        })
+            .record(&vote.approver, AuditAction::ApprovalDecided, &approval.id, from, detail);
     }
 
     /// The caller withdraws their own request: it ends, and the waiting call is told.

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
+use super::binding::{CallBinding, call_key};
 use super::connections::Grant;
-use super::form_values::call_key;
 use super::{Approvals, Ask, Decided, Gate, GateError, Requirement};
 use crate::audit::Origin;
 use crate::domain::Principal;
@@ -21,6 +21,8 @@ pub struct ToolCall<'a> {
     pub tool: &'a str,
     pub requires: &'a [Requirement],
     pub arguments: &'a Map<String, Value>,
+    /// The OAuth client the caller's token was issued to (`oauth` mode): an approval is bound to it.
+    pub client: Option<&'a str>,
     /// The call-scoped forms' descriptions with this call's arguments, by form id.
     pub details: &'a HashMap<String, String>,
     /// Where the call came from, for the audit trail.
@@ -28,14 +30,22 @@ pub struct ToolCall<'a> {
 }
 
 /// What one call may use: access tokens by provider (with the connection version they came from)
-/// and submitted form values by form.
+/// and submitted form values by form; and for an approved call the arguments the approvers saw,
+/// which it runs with.
 #[derive(Default)]
 pub struct Credentials {
     tokens: HashMap<String, (Secret<String>, DateTime<Utc>)>,
     forms: HashMap<String, Submission>,
+    approved_arguments: Option<Map<String, Value>>,
 }
 
 impl Credentials {
+    /// The arguments an approval was given for, when the call needed one: the call runs with
+    /// these (they equal the call's own by their canonical digest).
+    pub fn approved_arguments(&self) -> Option<&Map<String, Value>> {
+        self.approved_arguments.as_ref()
+    }
+
     pub fn token(&self, provider: &str) -> Option<&Secret<String>> {
         self.tokens.get(provider).map(|(token, _)| token)
     }
@@ -93,6 +103,7 @@ fn sign_in(provider: &Provider, scopes: Vec<String>) -> Ask {
         call_key: None,
         detail: None,
         ttl: None,
+        binding: None,
     }
 }
 
@@ -107,6 +118,7 @@ fn fill_in(form: &Form, call_key: Option<String>, detail: Option<String>) -> Ask
         call_key,
         detail,
         ttl: None,
+        binding: None,
     }
 }
 
@@ -136,9 +148,19 @@ impl Gate {
                     }
                 }
                 Requirement::Approval { approval } => {
-                    if let Some(approval) = self.approvals.get(approval) {
-                        approvals.push(approval.clone());
+                    let Some(approval) = self.approvals.get(approval) else {
+                        continue;
+                    };
+                    // Approvers see every argument whole: a call too large to show is refused
+                    // before anything is asked for it.
+                    let size = Value::Object(call.arguments.clone()).to_string().len();
+                    if size > approval.max_argument_bytes {
+                        return Ok(Decision::Denied(format!(
+                            "{} was not run: its arguments are {size} bytes as JSON, more than the {} bytes                              that approval `{}` shows its approvers (its `max_argument_bytes`). Nothing was asked                              of anyone; call it again with smaller arguments, or ask the operator to raise the limit.",
+                            call.tool, approval.max_argument_bytes, approval.id
+                        )));
                     }
+                    approvals.push(approval.clone());
                 }
                 Requirement::Form { form } => {
                     let Some(form) = self.form_values.forms().get(form) else {
@@ -179,10 +201,12 @@ impl Gate {
                 for approval in &approvals {
                     match self
                         .approvals
-                        .take_decision(principal, &session.id, approval, &key)
+                        .take_decision(principal, call.client, approval, &key)
                         .await?
                     {
-                        Some(Decided::Approved) => {}
+                        Some(Decided::Approved { arguments }) => {
+                            credentials.approved_arguments = Some(arguments);
+                        }
                         Some(Decided::Denied { reason }) => {
                             return Ok(Decision::Denied(format!(
                                 "{} was not approved ({}): {reason}. Do not call it again unless the user asks to.",
@@ -190,8 +214,12 @@ impl Gate {
                             )));
                         }
                         None => {
-                            let detail = json!({"tool": call.tool, "arguments": call.arguments}).to_string();
-                            let ask = Approvals::ask(approval, key.clone(), detail);
+                            let binding = CallBinding {
+                                client: call.client.map(str::to_owned),
+                                tool: call.tool.to_owned(),
+                                arguments: call.arguments.clone(),
+                            };
+                            let ask = Approvals::ask(approval, binding, key.clone());
                             // A request nobody decided in time is reported once, as a denial is.
                             if self
                                 .elicitations

@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
+use super::binding::{CallBinding, arguments_context};
 use super::{Backing, GateError, Requirement};
 use crate::audit::Origin;
 use crate::clock::after;
@@ -20,7 +21,9 @@ use crate::jsonrpc;
 use crate::metrics::{ElicitationKind, ElicitationOutcome};
 use crate::rate_limit::RateLimit;
 use crate::routes;
-use crate::store::{AskKey, AuditAction, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError};
+use crate::store::{
+    AskKey, AskScope, AuditAction, BoundCall, ElicitationRecord, ElicitationStatus, Ending, SessionRecord, StoreError,
+};
 use crate::text;
 
 /// What the user is asked for: one unmet requirement, in words.
@@ -36,6 +39,8 @@ pub struct Ask {
     pub detail: Option<String>,
     /// How long the user (or an approver) has; `elicitation.ttl` when None.
     pub ttl: Option<Duration>,
+    /// Only for approvals: the call the request is bound to, whatever the session.
+    pub binding: Option<CallBinding>,
 }
 
 impl Ask {
@@ -43,7 +48,12 @@ impl Ask {
     fn key<'a>(&'a self, principal: &'a Principal, session: &'a SessionRecord, requirement: &'a str) -> AskKey<'a> {
         AskKey {
             principal,
-            session: &session.id,
+            scope: match &self.binding {
+                None => AskScope::Session(&session.id),
+                Some(binding) => AskScope::Caller {
+                    client: binding.client.as_deref(),
+                },
+            },
             requirement,
             call_key: self.call_key.as_deref(),
         }
@@ -146,6 +156,13 @@ impl Elicitations {
                 .detail
                 .as_deref()
                 .map(|detail| text::bounded(detail, MAX_DETAIL_BYTES)),
+            bound: ask.binding.as_ref().map(|binding| BoundCall {
+                client: binding.client.clone(),
+                sealed_arguments: self.backing.vault.encrypt(
+                    Value::Object(binding.arguments.clone()).to_string().as_bytes(),
+                    &arguments_context(&id),
+                ),
+            }),
         };
         // Two concurrent calls may both get here: the store keeps the first and returns it.
         let max = self.limits.max_pending;

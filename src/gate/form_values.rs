@@ -9,13 +9,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
-use super::{Backing, Elicitations, GateError, Requirement, sha256_hex};
+use super::{Backing, Elicitations, GateError, Requirement};
 use crate::audit::Origin;
 use crate::domain::{ElicitationId, Principal, SessionId};
 use crate::forms::{Form, Forms, Submission};
 use crate::secret::Secret;
 use crate::store::{
-    AskKey, AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord, StoreError,
+    AskKey, AskScope, AuditAction, ElicitationRecord, ElicitationStatus, FormAnswerRecord, FormValuesRecord, StoreError,
 };
 
 /// A user's saved values as pages may show them: the non-secret values and the names of the
@@ -51,18 +51,13 @@ pub(super) fn answer_context(elicitation: &ElicitationId) -> String {
     format!("answer:{elicitation}:secrets")
 }
 
-/// Identifies one call: the tool and its arguments (serde_json maps are sorted, so equal
-/// arguments give equal keys).
-pub fn call_key(tool: &str, arguments: &Map<String, Value>) -> String {
-    sha256_hex(&json!({ "tool": tool, "arguments": arguments }).to_string())
-}
-
-/// The answer stored for exactly this call of `principal` in `session` to what asked for
-/// `requirement` (a call-scoped form, an approval), taken: an answer is used once.
+/// The answer stored for exactly this call of `principal` (in the session, or bound to the
+/// caller, as `scope` says) to what asked for `requirement` (a call-scoped form, an approval),
+/// taken: an answer is used once.
 pub(super) async fn take_answer(
     backing: &Backing,
     principal: &Principal,
-    session: &SessionId,
+    scope: AskScope<'_>,
     requirement: &Requirement,
     call_key: &str,
 ) -> Result<Option<FormAnswerRecord>, GateError> {
@@ -71,7 +66,7 @@ pub(super) async fn take_answer(
         .store
         .take_form_answer(AskKey {
             principal,
-            session,
+            scope,
             requirement: &requirement,
             call_key: Some(call_key),
         })
@@ -121,7 +116,8 @@ impl FormValues {
         call_key: &str,
     ) -> Result<Option<Submission>, GateError> {
         let requirement = Requirement::Form { form: form.to_owned() };
-        let Some(answer) = take_answer(&self.backing, principal, session, &requirement, call_key).await? else {
+        let scope = AskScope::Session(session);
+        let Some(answer) = take_answer(&self.backing, principal, scope, &requirement, call_key).await? else {
             return Ok(None);
         };
         self.unseal_submission(

@@ -20,6 +20,7 @@
 //! calls the store, the vault, the providers and the bus, never back.
 
 mod approvals;
+mod binding;
 mod connections;
 mod decision;
 mod elicitations;
@@ -50,7 +51,8 @@ use crate::public_url::PublicUrl;
 use crate::store::{Store, StoreError};
 use crate::vault::{KeyRing, VaultError};
 
-pub use approvals::{Approval, Approvals, Decided, VoteRefusal, Voted, webhook_signature};
+pub use approvals::{Approval, Approvals, Decided, Standing, VoteRefusal, Voted, webhook_signature};
+pub use binding::{CallBinding, call_key};
 pub use connections::{
     CallbackOutcome, CallbackParams, CallbackRefusal, ConnectionSummary, Connections, Disconnected, ProviderErrorCode,
     StartedFlow,

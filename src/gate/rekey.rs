@@ -1,5 +1,5 @@
 //! Key rotation over what the gate stored: every sealed value (connection tokens, PKCE verifiers,
-//! form secrets and call-scoped answers) re-sealed under the key ring's first key, and counted by
+//! form secrets, call-scoped answers and approval requests' arguments) re-sealed under the key ring's first key, and counted by
 //! the key that sealed it. It lives in the gate because the contexts the values are bound to are
 //! the gate's; the walk itself is the store's (`store::sealed`).
 //!
@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use super::binding::arguments_context;
 use super::connections::{access_context, refresh_context, registration_context, verifier_context};
 use super::form_values::{answer_context, user_form_context};
 use crate::secret::Secret;
@@ -164,6 +165,7 @@ fn contexts(key: &SealedRowKey) -> Vec<String> {
         SealedRowKey::FormValues { principal, form } => vec![user_form_context(principal, form)],
         SealedRowKey::FormAnswer { elicitation } => vec![answer_context(elicitation)],
         SealedRowKey::Registration { issuer, redirect_uri } => vec![registration_context(issuer, redirect_uri)],
+        SealedRowKey::Elicitation { elicitation } => vec![arguments_context(elicitation)],
     }
 }
 

@@ -39,6 +39,7 @@ pub fn ask(requirement: &str) -> Ask {
         call_key: None,
         detail: None,
         ttl: None,
+        binding: None,
     }
 }
 

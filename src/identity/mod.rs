@@ -47,6 +47,9 @@ pub struct Caller {
     /// `oauth` mode: the verified access token the request carried, for upstreams with
     /// `auth = "token_exchange"` to exchange; never forwarded itself.
     pub access_token: Option<Secret<String>>,
+    /// `oauth` mode: the OAuth client the token was issued to (its `client_id` claim, RFC 9068,
+    /// else `azp`), bounded; what is bound to the caller (an approval) is bound to it too.
+    pub client: Option<String>,
 }
 
 impl Caller {
@@ -58,6 +61,7 @@ impl Caller {
             principal,
             address: None,
             access_token: None,
+            client: None,
         }
     }
 

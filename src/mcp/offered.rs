@@ -251,6 +251,7 @@ pub async fn run(
         tool: &named.label,
         requires: &named.owner.upstream.requires,
         arguments: &no_arguments,
+        client: caller.client.as_deref(),
         details: &no_details,
         from: &from,
     };

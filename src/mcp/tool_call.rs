@@ -169,6 +169,7 @@ pub async fn call(
         tool: &name,
         requires: &definition.requires,
         arguments: &arguments,
+        client: caller.client.as_deref(),
         details: &details,
         from: &from,
     };

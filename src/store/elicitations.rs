@@ -60,6 +60,28 @@ pub struct ElicitationRecord {
     pub call_key: Option<String>,
     /// Only for call-scoped forms: the form's description rendered with the call's arguments.
     pub detail: Option<String>,
+    /// Only for a request bound to the caller and the call rather than to its session (an
+    /// approval): the caller's OAuth client and the call's arguments, sealed.
+    pub bound: Option<BoundCall>,
+}
+
+/// What a caller-bound request keeps of its call besides its key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BoundCall {
+    /// The OAuth client the caller's token was issued to (`oauth` mode).
+    pub client: Option<String>,
+    /// The call's full arguments as JSON, sealed by the key ring.
+    pub sealed_arguments: Vec<u8>,
+}
+
+/// Ciphertexts are not secret, but there is no reason to print them.
+impl std::fmt::Debug for BoundCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundCall")
+            .field("client", &self.client)
+            .field("sealed_arguments", &self.sealed_arguments.len())
+            .finish()
+    }
 }
 
 impl ElicitationRecord {
@@ -67,21 +89,52 @@ impl ElicitationRecord {
     pub fn ask_key(&self) -> AskKey<'_> {
         AskKey {
             principal: &self.principal,
-            session: &self.session_id,
+            scope: match &self.bound {
+                None => AskScope::Session(&self.session_id),
+                Some(bound) => AskScope::Caller {
+                    client: bound.client.as_deref(),
+                },
+            },
             requirement: &self.requirement,
             call_key: self.call_key.as_deref(),
         }
     }
 }
 
-/// One ask of a session: the same principal, session and requirement, and for a call-scoped form
-/// the same call. A key without a call key matches only elicitations without one.
+/// One ask: the same principal and requirement, for a call-scoped form or an approval the same
+/// call, and the same session, or for a caller-bound request the same OAuth client in any
+/// session. A key without a call key matches only elicitations without one.
 #[derive(Debug, Clone, Copy)]
 pub struct AskKey<'a> {
     pub principal: &'a Principal,
-    pub session: &'a SessionId,
+    pub scope: AskScope<'a>,
     pub requirement: &'a str,
     pub call_key: Option<&'a str>,
+}
+
+/// Where an ask belongs: to one session, or to the caller whatever the session.
+#[derive(Debug, Clone, Copy)]
+pub enum AskScope<'a> {
+    Session(&'a SessionId),
+    Caller { client: Option<&'a str> },
+}
+
+impl<'a> AskScope<'a> {
+    /// The session, for a session's ask.
+    pub fn session(self) -> Option<&'a str> {
+        match self {
+            AskScope::Session(session) => Some(session.as_str()),
+            AskScope::Caller { .. } => None,
+        }
+    }
+
+    /// The OAuth client, for a caller-bound ask.
+    pub fn client(self) -> Option<&'a str> {
+        match self {
+            AskScope::Session(_) => None,
+            AskScope::Caller { client } => client,
+        }
+    }
 }
 
 /// How an elicitation ends: the completion notification for its session's log, and when.

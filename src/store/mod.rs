@@ -40,7 +40,7 @@ pub use browser_sessions::{BrowserSessionRecord, BrowserSessionStore};
 pub use cache::{Cache, ConnectionCache, SessionCache};
 pub use catalogues::{CatalogueRecord, CatalogueStore};
 pub use connections::{ConnectionRecord, ConnectionStatus, ConnectionStore, RefreshLease, RefreshedTokens};
-pub use elicitations::{AskKey, ElicitationRecord, ElicitationStatus, Ending, OAuthFlowRecord};
+pub use elicitations::{AskKey, AskScope, BoundCall, ElicitationRecord, ElicitationStatus, Ending, OAuthFlowRecord};
 pub use forms::{FormAnswerRecord, FormStore, FormValuesRecord};
 pub use notice::{ClientAction, NOTIFY_CHANNEL, Notice};
 pub use postgres::PostgresStore;

@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{
-    BrowserSessionRecord, CatalogueRecord, ConnectionRecord, ConnectionStatus, ElicitationRecord, ElicitationStatus,
-    FormAnswerRecord, FormValuesRecord, OAuthFlowRecord, RegistrationRecord, SessionRecord, StoreError, VoteRecord,
+    BoundCall, BrowserSessionRecord, CatalogueRecord, ConnectionRecord, ConnectionStatus, ElicitationRecord,
+    ElicitationStatus, FormAnswerRecord, FormValuesRecord, OAuthFlowRecord, RegistrationRecord, SessionRecord,
+    StoreError, VoteRecord,
 };
 use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
 
@@ -69,7 +70,7 @@ impl Stored for SessionRecord {
     }
 }
 
-pub(super) const ELICITATION_COLUMNS: &str = "id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at, completed_at, call_key, detail";
+pub(super) const ELICITATION_COLUMNS: &str = "id, principal, session_id, requirement, status, message, url, client_name, created_at, expires_at, completed_at, call_key, detail, oauth_client, call_arguments";
 
 #[derive(sqlx::FromRow)]
 pub(super) struct ElicitationRow<N: Native> {
@@ -86,6 +87,8 @@ pub(super) struct ElicitationRow<N: Native> {
     completed_at: Option<N::Time>,
     call_key: Option<String>,
     detail: Option<String>,
+    oauth_client: Option<String>,
+    call_arguments: Option<Vec<u8>>,
 }
 
 impl Stored for ElicitationRecord {
@@ -106,6 +109,10 @@ impl Stored for ElicitationRecord {
             completed_at: optional_time::<N>(row.completed_at)?,
             call_key: row.call_key,
             detail: row.detail,
+            bound: row.call_arguments.map(|sealed_arguments| BoundCall {
+                client: row.oauth_client,
+                sealed_arguments,
+            }),
         })
     }
 }

@@ -21,15 +21,18 @@ pub enum SealedTable {
     FormAnswers,
     /// Secrets of clients registered at remote MCP servers' authorization servers.
     Registrations,
+    /// The arguments of the calls approval requests are bound to.
+    Elicitations,
 }
 
 impl SealedTable {
-    pub const ALL: [SealedTable; 5] = [
+    pub const ALL: [SealedTable; 6] = [
         SealedTable::Connections,
         SealedTable::OAuthFlows,
         SealedTable::FormValues,
         SealedTable::FormAnswers,
         SealedTable::Registrations,
+        SealedTable::Elicitations,
     ];
 
     /// The table's name in both backends.
@@ -40,6 +43,7 @@ impl SealedTable {
             SealedTable::FormValues => "form_values",
             SealedTable::FormAnswers => "form_answers",
             SealedTable::Registrations => "oauth_registrations",
+            SealedTable::Elicitations => "elicitations",
         }
     }
 
@@ -50,6 +54,7 @@ impl SealedTable {
             SealedTable::OAuthFlows => &["state_hash"],
             SealedTable::FormValues => &["principal", "form"],
             SealedTable::FormAnswers => &["elicitation_id"],
+            SealedTable::Elicitations => &["id"],
             SealedTable::Registrations => &["issuer", "redirect_uri"],
         }
     }
@@ -61,6 +66,7 @@ impl SealedTable {
             SealedTable::OAuthFlows => &["pkce_verifier"],
             SealedTable::FormValues | SealedTable::FormAnswers => &["secrets"],
             SealedTable::Registrations => &["client_secret"],
+            SealedTable::Elicitations => &["call_arguments"],
         }
     }
 }
@@ -73,6 +79,7 @@ pub enum SealedRowKey {
     FormValues { principal: Principal, form: String },
     FormAnswer { elicitation: ElicitationId },
     Registration { issuer: String, redirect_uri: String },
+    Elicitation { elicitation: ElicitationId },
 }
 
 impl SealedRowKey {
@@ -83,6 +90,7 @@ impl SealedRowKey {
             SealedRowKey::FormValues { .. } => SealedTable::FormValues,
             SealedRowKey::FormAnswer { .. } => SealedTable::FormAnswers,
             SealedRowKey::Registration { .. } => SealedTable::Registrations,
+            SealedRowKey::Elicitation { .. } => SealedTable::Elicitations,
         }
     }
 
@@ -92,7 +100,9 @@ impl SealedRowKey {
             SealedRowKey::Connection { principal, provider } => vec![principal.to_string(), provider.clone()],
             SealedRowKey::Flow { state_hash } => vec![state_hash.clone()],
             SealedRowKey::FormValues { principal, form } => vec![principal.to_string(), form.clone()],
-            SealedRowKey::FormAnswer { elicitation } => vec![elicitation.to_string()],
+            SealedRowKey::FormAnswer { elicitation } | SealedRowKey::Elicitation { elicitation } => {
+                vec![elicitation.to_string()]
+            }
             SealedRowKey::Registration { issuer, redirect_uri } => vec![issuer.clone(), redirect_uri.clone()],
         }
     }
@@ -101,6 +111,10 @@ impl SealedRowKey {
     pub(super) fn read(table: SealedTable, parts: Vec<String>) -> Result<Self, StoreError> {
         let corrupt = || StoreError::Corrupt(format!("{}: unexpected primary key", table.name()));
         let principal = |text: &str| Principal::parse(text).map_err(|e| StoreError::Corrupt(format!("principal: {e}")));
+        let elicitation = |text: &str| {
+            text.parse::<ElicitationId>()
+                .map_err(|_| StoreError::Corrupt(format!("elicitation id {text:?} is malformed")))
+        };
         let mut parts = parts.into_iter();
         let mut next = || parts.next().ok_or_else(corrupt);
         Ok(match table {
@@ -113,14 +127,12 @@ impl SealedRowKey {
                 principal: principal(&next()?)?,
                 form: next()?,
             },
-            SealedTable::FormAnswers => {
-                let text = next()?;
-                SealedRowKey::FormAnswer {
-                    elicitation: text
-                        .parse()
-                        .map_err(|_| StoreError::Corrupt(format!("elicitation id {text:?} is malformed")))?,
-                }
-            }
+            SealedTable::FormAnswers => SealedRowKey::FormAnswer {
+                elicitation: elicitation(&next()?)?,
+            },
+            SealedTable::Elicitations => SealedRowKey::Elicitation {
+                elicitation: elicitation(&next()?)?,
+            },
             SealedTable::Registrations => SealedRowKey::Registration {
                 issuer: next()?,
                 redirect_uri: next()?,

@@ -182,8 +182,10 @@ pub struct ReadyCall<'a> {
 }
 
 impl RunTool for ReadyCall<'_> {
+    /// An approved call runs with the arguments its approvers were shown.
     async fn run(&self, credentials: &Credentials) -> ToolOutcome {
-        self.tool.call(&self.context, credentials, self.arguments).await
+        let arguments = credentials.approved_arguments().unwrap_or(self.arguments);
+        self.tool.call(&self.context, credentials, arguments).await
     }
 }
 

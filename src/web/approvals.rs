@@ -8,9 +8,8 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::error::PageError;
 use super::extract::{Browser, CsrfBinding, Posted, when};
@@ -18,9 +17,9 @@ use super::page::PageResponse;
 use super::state::PagesState;
 use super::templates::impl_page;
 use crate::domain::ElicitationId;
-use crate::gate::{Approval, Voted};
+use crate::gate::{Approval, Approvals, Standing, Voted};
 use crate::routes;
-use crate::store::{ElicitationRecord, ElicitationStatus};
+use crate::store::ElicitationRecord;
 use crate::text;
 
 const PURPOSE: &str = "approval";
@@ -47,17 +46,15 @@ struct RequestRow {
 }
 
 impl RequestRow {
-    fn new(request: &ElicitationRecord, approval: &Approval) -> Self {
+    /// The row of `request`, showing `arguments`: the call's whole arguments, which the tool runs
+    /// with once approved.
+    fn new(request: &ElicitationRecord, approval: &Approval, arguments: &Map<String, Value>) -> Self {
         let detail: Value = request
             .detail
             .as_deref()
             .and_then(|d| serde_json::from_str(d).ok())
             .unwrap_or(Value::Null);
-        let arguments = detail
-            .get("arguments")
-            .map(|a| serde_json::to_string_pretty(a).unwrap_or_default())
-            // A detail cut to its bound is no longer JSON: shown as it is.
-            .unwrap_or_else(|| request.detail.clone().unwrap_or_default());
+        let arguments = serde_json::to_string_pretty(arguments).unwrap_or_default();
         Self {
             id: request.id.to_string(),
             title: approval.title.clone(),
@@ -106,14 +103,13 @@ struct ApprovalPage {
 impl_page!(ApprovalPage, "approval.html");
 
 async fn list(State(state): State<PagesState>, browser: Browser) -> Result<PageResponse, PageError> {
-    let requests = state
-        .gate
-        .approvals()
+    let approvals = state.gate.approvals();
+    let requests = approvals
         .waiting_for(&browser.principal, &browser.claims)
         .await?
         .iter()
-        .map(|(request, approval)| RequestRow::new(request, approval))
-        .collect();
+        .map(|(request, approval)| Ok(RequestRow::new(request, approval, &approvals.arguments(request)?)))
+        .collect::<Result<_, crate::gate::GateError>>()?;
     Ok(PageResponse::new(ApprovalsPage {
         principal: browser.principal.to_string(),
         requests,
@@ -158,22 +154,17 @@ async fn render(
     if !own && !approval.may_decide(&browser.principal, &browser.claims, request) {
         return Err(PageError::VoteRefused(crate::gate::VoteRefusal::NotAnApprover));
     }
-    let votes = state.gate.approvals().votes(request).await?;
-    let waiting = request.status == ElicitationStatus::Pending && request.expires_at > Utc::now();
-    let state_text = match request.status {
-        _ if waiting => "waiting",
-        ElicitationStatus::Pending | ElicitationStatus::Expired => "expired",
-        ElicitationStatus::Declined => "withdrawn",
-        _ if votes.iter().any(|v| !v.approve) => "denied",
-        _ => "approved",
-    };
+    let approvals = state.gate.approvals();
+    let votes = approvals.votes(request).await?;
+    let standing = Approvals::standing(request, &votes);
+    let waiting = standing == Standing::Waiting;
     let voted = votes.iter().any(|v| v.approver == browser.principal);
     Ok(PageResponse::new(ApprovalPage {
-        request: RequestRow::new(request, approval),
+        request: RequestRow::new(request, approval, &approvals.arguments(request)?),
         own,
         approvers: approval.approvers_text.clone(),
         quorum: approval.quorum,
-        state: state_text.to_owned(),
+        state: standing.as_str().to_owned(),
         votes: votes
             .iter()
             .map(|v| VoteRow {

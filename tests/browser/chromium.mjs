@@ -10,8 +10,8 @@ export function launch() {
   return chromium.launch({ executablePath, headless: true, args: LAUNCH_ARGS });
 }
 
-/** A page of its own browser context (its own cookies) in `browser`. */
-export async function newPage(browser) {
-  const context = await browser.newContext({ viewport: { width: 1024, height: 768 } });
+/** A page of its own browser context (its own cookies) in `browser`, `viewport` wide and high. */
+export async function newPage(browser, viewport = { width: 1024, height: 768 }) {
+  const context = await browser.newContext({ viewport });
   return context.newPage();
 }

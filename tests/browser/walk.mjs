@@ -10,6 +10,7 @@
 // Plan on stdin:
 //   { "screenshots": "/abs/dir",
 //     "headers": { "X-Forwarded-User": "bob" },                   // optional: sent with every request
+//     "viewport": { "width": 375, "height": 812 },                // optional: a phone's screen
 //     "steps": [ { "goto": URL } or { "click": CSS selector },      // a click that navigates
 //                "fill": { "#principal": "alice" },              // optional, before the click
 //                "select": { "#action": "admin" },               // optional, before the click
@@ -17,6 +18,9 @@
 //                "expect_status": 200,                           // of the final response
 //                "expect_heading": "text in the <h1>",
 //                "expect_text": ["..."], "absent_text": ["..."],
+//                "expect_whole": { "selector": "pre.whole", "text": ["..."] },  // shown whole:
+//                    the texts in it, nothing clipped, cut with an ellipsis or scrolled out of
+//                    sight, and the element within the viewport's width
 //                "screenshot": "01-x.png" } ] }
 // Prints one JSON line: { ok, steps: [{ url, status, heading }], error? }; exit 0 when every
 // expectation held, 1 otherwise (the reason in `error`), 2 for an unusable plan.
@@ -77,6 +81,31 @@ async function step(page, plan, spec, index) {
   const text = await page.locator('body').innerText();
   for (const wanted of spec.expect_text || []) check(text.includes(wanted), `${where}: "${wanted}" is not on the page`);
   for (const unwanted of spec.absent_text || []) check(!text.includes(unwanted), `${where}: "${unwanted}" is on the page`);
+  if (spec.expect_whole) await expectWhole(page, spec.expect_whole, where);
+}
+
+// The element `selector` shows all of `text`: it clips nothing (no hidden overflow, no ellipsis,
+// no content wider than its box, which would scroll out of sight) and lies within the viewport.
+async function expectWhole(page, { selector, text }, where) {
+  const seen = await page.locator(selector).first().evaluate((element) => {
+    const style = getComputedStyle(element);
+    const box = element.getBoundingClientRect();
+    return {
+      text: element.innerText,
+      overflowX: style.overflowX,
+      overflowY: style.overflowY,
+      textOverflow: style.textOverflow,
+      scrollWidth: element.scrollWidth,
+      clientWidth: element.clientWidth,
+      right: box.right,
+      viewport: document.documentElement.clientWidth,
+    };
+  }, { timeout: STEP_TIMEOUT_MS });
+  const shown = `${where}: ${selector} ${JSON.stringify({ ...seen, text: undefined })}`;
+  for (const wanted of text) check(seen.text.includes(wanted), `${where}: "${wanted}" is not in ${selector}`);
+  check(![seen.overflowX, seen.overflowY].includes('hidden') && seen.textOverflow !== 'ellipsis', `${shown}: clips`);
+  check(seen.scrollWidth <= seen.clientWidth, `${shown}: wider than its box`);
+  check(seen.right <= seen.viewport, `${shown}: reaches past the viewport`);
 }
 
 async function main() {
@@ -90,7 +119,7 @@ async function main() {
   const browser = await launch();
   let page;
   try {
-    page = await newPage(browser);
+    page = await newPage(browser, plan.viewport);
     if (plan.headers) await page.context().setExtraHTTPHeaders(plan.headers);
     for (const [index, spec] of plan.steps.entries()) {
       await step(page, plan, spec, index + 1);

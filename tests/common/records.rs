@@ -55,6 +55,7 @@ pub fn elicitation(session: &SessionRecord, requirement: &str, call_key: Option<
         completed_at: None,
         call_key: call_key.map(str::to_owned),
         detail: call_key.map(|key| format!("Run the tool with call {key}")),
+        bound: None,
     }
 }
 

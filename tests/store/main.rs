@@ -20,7 +20,7 @@ use common::{Backend, TestDatabase};
 use gatehouse::domain::{ElicitationId, LogLevel, Principal, SessionId};
 use gatehouse::events::{self, Bus, EVERY_UPSTREAM};
 use gatehouse::store::{
-    self, AskKey, CatalogueRecord, ClientAction, ConnectionCache, ConnectionRecord, ConnectionStatus,
+    self, AskKey, AskScope, CatalogueRecord, ClientAction, ConnectionCache, ConnectionRecord, ConnectionStatus,
     ElicitationRecord, ElicitationStatus, Ending, FormValuesRecord, NOTIFY_CHANNEL, Notice, RefreshLease,
     RefreshedTokens, SealedTable, SessionCache, SessionRecord, Store, StoreError,
 };
@@ -39,7 +39,7 @@ fn ask<'a>(
 ) -> AskKey<'a> {
     AskKey {
         principal,
-        session,
+        scope: AskScope::Session(session),
         requirement,
         call_key,
     }

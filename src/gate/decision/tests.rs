@@ -36,6 +36,7 @@ impl Call {
             tool: "pay",
             requires: &self.requires,
             arguments: &self.arguments,
+            client: None,
             details: &self.details,
             from: &NOWHERE,
         }

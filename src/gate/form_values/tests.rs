@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::gate::testing::{CONFIG, Fixture, alice, ask, principal, stored, submission};
-use crate::gate::{Ask, Gate};
+use crate::gate::{Ask, Gate, call_key};
 use crate::store::ElicitationStatus;
 
 fn form<'g>(gate: &'g Gate, id: &str) -> &'g Form {

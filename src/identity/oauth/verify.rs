@@ -156,13 +156,23 @@ impl ResourceServer {
     fn verified_token(&self, claims: &Map<String, Value>, expires_at: u64) -> Result<Arc<VerifiedToken>, BearerError> {
         let principal =
             principal_from_claims(&self.issuer, &self.principal_claim, claims).map_err(BearerError::Invalid)?;
+        let client = ["client_id", "azp"]
+            .iter()
+            .find_map(|claim| claims.get(*claim).and_then(Value::as_str))
+            .map(|client| crate::text::bounded(client, MAX_CLIENT_ID_BYTES));
         Ok(Arc::new(VerifiedToken {
-            caller: Caller::new(principal, Claims::from_token(claims)),
+            caller: Caller {
+                client,
+                ..Caller::new(principal, Claims::from_token(claims))
+            },
             scopes: scopes_of(claims),
             expires_at,
         }))
     }
 }
+
+/// The longest OAuth client id kept from a token (a Client ID Metadata Document URL is long).
+const MAX_CLIENT_ID_BYTES: usize = 2048;
 
 /// What a JWT says of its own lifetime, read before its signature is checked, and used only to
 /// tell a bad token from one that cannot be checked now: a token these show dead is dead whether

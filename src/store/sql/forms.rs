@@ -37,10 +37,10 @@ static TAKE_ANSWER: Sql = Sql::new(|syntax| {
         "DELETE FROM form_answers WHERE elicitation_id = (
              SELECT answer.elicitation_id FROM form_answers answer
              JOIN elicitations e ON e.id = answer.elicitation_id
-             WHERE e.principal = $1 AND e.session_id = $2 AND e.requirement = $3 AND e.call_key = $4
-                 AND e.status = 'completed'
+             WHERE {} AND e.call_key IS NOT NULL AND e.status = 'completed'
              ORDER BY e.completed_at DESC, e.id DESC LIMIT 1 {})
          RETURNING {FORM_ANSWER_COLUMNS}",
+        super::ask_rows("e.", "$5"),
         syntax.skip_locked("answer")
     )
 });
@@ -108,13 +108,7 @@ shared! {
             if !Self::finish_in(&mut *tx, id, ElicitationStatus::Completed, notification, now).await? {
                 return Ok(false);
             }
-            sqlx::query(INSERT_ANSWER.of::<D>())
-                .bind(id.to_string())
-                .bind(Json(&answer.fields))
-                .bind(answer.secrets.as_deref())
-                .bind(D::stored(answer.created_at))
-                .execute(&mut *tx)
-                .await?;
+            Self::insert_answer_in(&mut *tx, answer).await?;
             tx.commit().await?;
             Ok(true)
         }
@@ -122,9 +116,10 @@ shared! {
         async fn take_form_answer(&self, ask: AskKey<'_>) -> Result<Option<FormAnswerRecord>, StoreError> {
             let query = sqlx::query_as(TAKE_ANSWER.of::<D>())
                 .bind(ask.principal.as_str())
-                .bind(ask.session.as_str())
+                .bind(ask.scope.session())
                 .bind(ask.requirement)
-                .bind(ask.call_key);
+                .bind(ask.call_key)
+                .bind(ask.scope.client());
             self.record(query).await
         }
     }
@@ -141,6 +136,18 @@ shared! {
                 .bind(v.secrets.as_deref())
                 .bind(D::stored(v.created_at))
                 .bind(D::stored(v.updated_at))
+        }
+
+        /// Stores a call's answer, in the transaction on `conn`.
+        pub(super) async fn insert_answer_in(conn: &mut D::Connection, answer: &FormAnswerRecord) -> Result<(), StoreError> {
+            sqlx::query(INSERT_ANSWER.of::<D>())
+                .bind(answer.elicitation_id.to_string())
+                .bind(Json(&answer.fields))
+                .bind(answer.secrets.as_deref())
+                .bind(D::stored(answer.created_at))
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
         }
     }
 }

@@ -261,11 +261,23 @@ type QueryAs<'q, D, R> = sqlx::query::QueryAs<'q, D, R, <D as sqlx::Database>::A
 const FINISH: &str = "UPDATE elicitations SET status = $2, completed_at = $3
      WHERE id = $1 AND status = 'pending' AND expires_at > $3 RETURNING session_id";
 
+/// The rows of an ask ([`AskKey`]), columns prefixed by `p` (a table alias and a dot, or
+/// nothing): the principal (`$1`), the requirement (`$3`) and the call key (`$4`), and the
+/// session (`$2`) or, for a caller-bound ask (`$2` NULL), a caller-bound row of the OAuth client
+/// bound at `client`.
+pub(super) fn ask_rows(p: &str, client: &str) -> String {
+    format!(
+        "{p}principal = $1 AND {p}requirement = $3 AND {p}call_key IS NOT DISTINCT FROM $4
+         AND ({p}session_id = $2 OR ($2 IS NULL AND {p}call_arguments IS NOT NULL
+             AND {p}oauth_client IS NOT DISTINCT FROM {client}))"
+    )
+}
+
 static PENDING: Sql = Sql::new(|_| {
     format!(
         "SELECT {ELICITATION_COLUMNS} FROM elicitations
-         WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
-             AND status = 'pending' AND expires_at > $5"
+         WHERE {} AND status = 'pending' AND expires_at > $5",
+        ask_rows("", "$6")
     )
 });
 
@@ -298,10 +310,11 @@ shared! {
         pub(super) fn pending_query<'q>(ask: AskKey<'q>, now: DateTime<Utc>) -> QueryAs<'q, D, <super::ElicitationRecord as Stored>::Row<D>> {
             sqlx::query_as(PENDING.of::<D>())
                 .bind(ask.principal.as_str())
-                .bind(ask.session.as_str())
+                .bind(ask.scope.session())
                 .bind(ask.requirement)
                 .bind(ask.call_key)
                 .bind(D::stored(now))
+                .bind(ask.scope.client())
         }
 
         /// `sql` (the insertion of a session, alone or with the sweep of its principal's

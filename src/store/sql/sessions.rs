@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
 
-use super::{NEXT_EVENTS, Sql};
+use super::{NEXT_EVENTS, Sql, ask_rows};
 use crate::domain::{ElicitationId, LogLevel, SessionId};
 use crate::store::rows::{ELICITATION_COLUMNS, FLOW_COLUMNS, Native, SESSION_COLUMNS, Stored, parse_session_id};
 use crate::store::{
@@ -48,10 +48,10 @@ static TAKE_UNREPORTED_ENDING: Sql = Sql::new(|syntax| {
     format!(
         "UPDATE elicitations SET reported = TRUE WHERE id = (
              SELECT id FROM elicitations
-             WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
-                 AND status = $5 AND NOT reported
+             WHERE {} AND status = $5 AND NOT reported
              ORDER BY completed_at DESC LIMIT 1 {})
          AND NOT reported RETURNING {ELICITATION_COLUMNS}",
+        ask_rows("", "$6"),
         syntax.skip_locked("elicitations")
     )
 });
@@ -68,13 +68,13 @@ static EVENTS_AFTER: Sql = Sql::new(|_| {
 
 static ELICITATION: Sql = Sql::new(|_| format!("SELECT {ELICITATION_COLUMNS} FROM elicitations WHERE id = $1"));
 
-/// Inserts the elicitation unless its principal already has `$14` pending and unexpired (at `$9`,
+/// Inserts the elicitation unless its principal already has `$16` pending and unexpired (at `$9`,
 /// its creation): the count and the insertion in one statement.
 static INSERT_ELICITATION: Sql = Sql::new(|_| {
     format!(
         "INSERT INTO elicitations ({ELICITATION_COLUMNS})
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
-         WHERE (SELECT count(*) FROM elicitations WHERE principal = $2 AND status = 'pending' AND expires_at > $9) < $14
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
+         WHERE (SELECT count(*) FROM elicitations WHERE principal = $2 AND status = 'pending' AND expires_at > $9) < $16
          RETURNING {ELICITATION_COLUMNS}"
     )
 });
@@ -86,12 +86,18 @@ static EXPIRE_ELICITATIONS: Sql = Sql::new(|_| {
     )
 });
 
-/// This ask's pending elicitations past their expiry (bound at `$5`).
-const OVERDUE_ASK: &str = "UPDATE elicitations SET status = 'expired'
-     WHERE principal = $1 AND session_id = $2 AND requirement = $3 AND call_key IS NOT DISTINCT FROM $4
-         AND status = 'pending' AND expires_at <= $5";
+/// This ask's pending elicitations past their expiry (bound at `$5`; the client at `$6`).
+fn overdue_ask() -> String {
+    format!(
+        "UPDATE elicitations SET status = 'expired'
+         WHERE {} AND status = 'pending' AND expires_at <= $5",
+        ask_rows("", "$6")
+    )
+}
 
-static EXPIRE_OVERDUE_ASK: Sql = Sql::new(|_| format!("{OVERDUE_ASK} RETURNING {ELICITATION_COLUMNS}"));
+static OVERDUE_ASK: Sql = Sql::new(|_| overdue_ask());
+
+static EXPIRE_OVERDUE_ASK: Sql = Sql::new(|_| format!("{} RETURNING {ELICITATION_COLUMNS}", overdue_ask()));
 
 static INSERT_FLOW: Sql = Sql::new(|_| {
     format!("INSERT INTO oauth_flows ({FLOW_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
@@ -282,12 +288,14 @@ shared! {
             // unique index and be handed out again (its link answers 410), so it is expired first:
             // the same update the sweeper makes, taken early. On SQLite this first write takes the
             // write lock, so insertions take turns and the count below is exact.
-            sqlx::query(OVERDUE_ASK)
-                .bind(e.principal.as_str())
-                .bind(e.session_id.as_str())
-                .bind(e.requirement.as_str())
-                .bind(e.call_key.as_deref())
+            let ask = e.ask_key();
+            sqlx::query(OVERDUE_ASK.of::<D>())
+                .bind(ask.principal.as_str())
+                .bind(ask.scope.session())
+                .bind(ask.requirement)
+                .bind(ask.call_key)
                 .bind(D::stored(e.created_at))
+                .bind(ask.scope.client())
                 .execute(&mut *tx)
                 .await?;
             let pending = Self::pending_query(e.ask_key(), e.created_at)
@@ -314,6 +322,8 @@ shared! {
                 .bind(e.completed_at.map(D::stored))
                 .bind(e.call_key.as_deref())
                 .bind(e.detail.as_deref())
+                .bind(e.bound.as_ref().and_then(|b| b.client.as_deref()))
+                .bind(e.bound.as_ref().map(|b| b.sealed_arguments.as_slice()))
                 .bind(crate::store::sql_count(max_pending))
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -362,10 +372,11 @@ shared! {
         ) -> Result<Vec<ElicitationRecord>, StoreError> {
             let query = sqlx::query_as(EXPIRE_OVERDUE_ASK.of::<D>())
                 .bind(ask.principal.as_str())
-                .bind(ask.session.as_str())
+                .bind(ask.scope.session())
                 .bind(ask.requirement)
                 .bind(ask.call_key)
-                .bind(D::stored(now));
+                .bind(D::stored(now))
+                .bind(ask.scope.client());
             self.records(query).await
         }
 
@@ -445,10 +456,11 @@ shared! {
         ) -> Result<Option<ElicitationRecord>, StoreError> {
             let query = sqlx::query_as(TAKE_UNREPORTED_ENDING.of::<D>())
                 .bind(ask.principal.as_str())
-                .bind(ask.session.as_str())
+                .bind(ask.scope.session())
                 .bind(ask.requirement)
                 .bind(ask.call_key)
-                .bind(status.as_str());
+                .bind(status.as_str())
+                .bind(ask.scope.client());
             self.record(query).await
         }
     }
