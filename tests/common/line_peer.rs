@@ -51,9 +51,15 @@ impl LinePeer {
 
     /// The next line of stdout, or `None` once it closed.
     pub async fn next_line(&mut self) -> Option<String> {
-        tokio::time::timeout(WAIT, self.lines.recv())
-            .await
-            .expect("a line in time")
+        self.next_line_within(WAIT).await.expect("a line in time")
+    }
+
+    /// The next line of stdout within `wait` (`None` once it closed), or the elapsed error.
+    pub async fn next_line_within(
+        &mut self,
+        wait: std::time::Duration,
+    ) -> Result<Option<String>, tokio::time::error::Elapsed> {
+        tokio::time::timeout(wait, self.lines.recv()).await
     }
 
     /// The next line of stdout, which must be a JSON-RPC message, or `None` once it closed.

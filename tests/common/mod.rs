@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod browser;
 pub mod caddy;
+pub mod claude_code;
 pub mod cluster;
 pub mod fake_idp;
 pub mod fake_mcp_auth;
