@@ -4,7 +4,8 @@
 //! is not the authorization server's, and a registration that redirects or names other redirect
 //! URIs. Each is refused with an error naming the reason, and nothing is stored: no registration,
 //! no connection, no elicitation, and nothing sent to the authorization server's token endpoint.
-//! A token endpoint whose name resolves to loopback after discovery gets nothing either.
+//! A token endpoint whose name resolves to loopback after discovery gets nothing either. A proxy
+//! for these requests is `[outbound] proxy` only: the environment's `HTTP(S)_PROXY` is ignored.
 
 mod common;
 
@@ -13,8 +14,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use common::fake_mcp_auth::{FakeMcpAuth, FakeMcpAuthSetup, IssMode, McpAuthOptions, RegisterAnswer};
-use common::{Backend, Browser, HEADER_IDENTITY, TestDatabase, TestServer, elicitations, url_of};
-use serde_json::json;
+use common::recording_proxy::RecordingProxy;
+use common::replica::Replica;
+use common::{
+    Backend, Browser, HEADER_IDENTITY, McpClient, TEST_KEY, TestDatabase, TestServer, elicitations, free_port, url_of,
+};
+use serde_json::{Value, json};
 
 fn config(url: &str) -> String {
     format!(
@@ -250,5 +255,96 @@ backend_test!(
         assert!(fake.stats().token_requests.is_empty());
         listening.abort();
         server.stop().await;
+    }
+);
+
+/// `gatehouse serve` of `database` with `toml` and `env`, on a port of its own.
+async fn replica(database: &TestDatabase, toml: &str, env: &[(&str, &str)]) -> Replica {
+    let port = free_port();
+    let public_url = format!("http://127.0.0.1:{port}");
+    Replica::start_with_env(&database.url, toml, port, &public_url, TEST_KEY, env).await
+}
+
+/// Alice calls the fake's tool through `replica`, signs in in the browser and calls again: the
+/// tool's result.
+async fn signed_in_through(replica: &Replica) -> Value {
+    let mut client = McpClient::new(&replica.mcp()).with_user("x-forwarded-user", "alice");
+    client
+        .initialize_with("2025-11-25", json!({"elicitation": {"form": {}, "url": {}}}))
+        .await;
+    let call = json!({"name": "notes_whoami", "arguments": {}});
+    let asked = elicitations(&client.request("tools/call", call.clone()).await);
+    let page = Browser::as_user("x-forwarded-user", "alice")
+        .sign_in(&url_of(&asked[0]))
+        .await;
+    assert_eq!(page.status, reqwest::StatusCode::OK, "{}", page.body);
+    client.call("tools/call", call).await
+}
+
+/// What `proxy` carried of the sign-in at `fake`: discovery, registration, code exchange.
+fn sign_in_requests(proxy: &RecordingProxy, fake: &FakeMcpAuth) -> Vec<String> {
+    let endpoints = ["/.well-known/", "/register", "/token"];
+    proxy
+        .seen()
+        .into_iter()
+        .filter(|line| line.contains(fake.base_url()) && endpoints.iter().any(|e| line.contains(e)))
+        .collect()
+}
+
+backend_test!(
+    /// `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` in gatehouse's environment name a recording
+    /// proxy: the sign-in's discovery, registration and code exchange never go through it (the
+    /// MCP requests to the configured URL do). With `[outbound] proxy` naming it, each of them does.
+    async fn sign_in_requests_go_through_the_configured_proxy_never_the_environments(backend: Backend) {
+        let proxy = RecordingProxy::start().await;
+        let fake = FakeMcpAuth::start().await;
+        let database = TestDatabase::new(backend).await;
+        let names = [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ];
+        let env: Vec<(&str, &str)> = names.iter().map(|name| (*name, proxy.url.as_str())).collect();
+        let gatehouse = replica(&database, &config(&fake.mcp_url()), &env).await;
+        let result = signed_in_through(&gatehouse).await;
+        assert_ne!(result["isError"], true, "{result}");
+        let stats = fake.stats();
+        assert!(!stats.discovery_requests.is_empty() && stats.token_requests.len() == 1);
+        assert_eq!(stats.registrations.len(), 1);
+        let through = sign_in_requests(&proxy, &fake);
+        assert!(through.is_empty(), "through the environment's proxy: {through:?}");
+        // The environment was in force: the calls to the upstream's MCP endpoint itself (the
+        // operator's own URL, not one a remote server named) went through its proxy.
+        let mcp = format!("POST {} ", fake.mcp_url());
+        assert!(
+            proxy.seen().iter().any(|line| line.starts_with(&mcp)),
+            "{:?}",
+            proxy.seen()
+        );
+        gatehouse.stop().await;
+
+        let fake = FakeMcpAuth::start().await;
+        let database = TestDatabase::new(backend).await;
+        let toml = format!("{}\n[outbound]\nproxy = \"{}\"\n", config(&fake.mcp_url()), proxy.url);
+        let gatehouse = replica(&database, &toml, &[]).await;
+        let result = signed_in_through(&gatehouse).await;
+        assert_ne!(result["isError"], true, "{result}");
+        let through = sign_in_requests(&proxy, &fake);
+        for endpoint in [
+            "/.well-known/oauth-protected-resource",
+            "/.well-known/oauth-authorization-server",
+            "/register",
+            "/token",
+        ] {
+            assert!(
+                through.iter().any(|line| line.contains(endpoint)),
+                "{endpoint} not through [outbound] proxy: {:?}",
+                proxy.seen()
+            );
+        }
+        gatehouse.stop().await;
     }
 );

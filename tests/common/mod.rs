@@ -31,6 +31,7 @@ pub mod mcp_upstreams;
 pub mod otlp;
 pub mod python;
 pub mod raw;
+pub mod recording_proxy;
 pub mod records;
 pub mod replica;
 pub mod stateless;
