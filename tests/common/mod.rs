@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub mod browser;
 pub mod caddy;
 pub mod cluster;
+pub mod config_keys;
 pub mod fake_idp;
 pub mod fake_mcp_auth;
 pub mod fake_oauth;
