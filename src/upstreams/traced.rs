@@ -203,7 +203,7 @@ async fn within(
 
 /// The client for upstream MCP servers: no redirects (a redirect could carry a user's token
 /// elsewhere), bounded connection time, TLS through rustls with ring and the Mozilla roots.
-pub(super) fn http_client() -> Result<reqwest13::Client, ConfigError> {
+pub(super) fn http_client() -> std::result::Result<reqwest13::Client, ConfigError> {
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };

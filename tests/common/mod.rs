@@ -34,6 +34,7 @@ pub mod raw;
 pub mod records;
 pub mod replica;
 pub mod stateless;
+pub mod tls;
 pub mod upstream;
 pub mod web;
 
