@@ -90,7 +90,10 @@ fn every_key_named_exists(diagnosis: &Diagnosis) {
         }
         for text in [&finding["hint"], &finding["message"]] {
             let unknown = known.unknown_in(text.as_str().unwrap_or_default());
-            assert!(unknown.is_empty(), "names {unknown:?}, no configuration keys: {finding}");
+            assert!(
+                unknown.is_empty(),
+                "names {unknown:?}, no configuration keys: {finding}"
+            );
         }
     }
 }
@@ -358,6 +361,19 @@ async fn a_configuration_that_does_not_load_is_the_finding() {
     assert_eq!(diagnosis.checks().len(), 1, "{}", diagnosis.report);
 }
 
+/// A file that is not TOML is a problem of no key (the file is named by --config, no key of it),
+/// and nothing else is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_is_not_toml_is_a_problem_without_a_key() {
+    let diagnosis = doctor("[server\nbind = ", &[]).await;
+
+    assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
+    let finding = diagnosis.finding("configuration");
+    assert_eq!(finding["status"], "problem", "{finding}");
+    assert_eq!(finding["key"], Value::Null, "{finding}");
+    assert_eq!(diagnosis.checks().len(), 1, "{}", diagnosis.report);
+}
+
 /// Stored principals that header mode's normal form makes one user (`Dave`, `dave`) are a
 /// problem naming identity.mode; nothing is merged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -446,9 +462,16 @@ async fn a_stdio_upstreams_program_that_is_not_found_names_its_command() {
         "{}",
         diagnosis.report
     );
-    let notes = diagnosis.finding("upstream notes")["message"].as_str().unwrap_or_default();
-    assert!(notes.contains("`gatehouse-test-no-such-program` is not found"), "{notes}");
-    let plain = diagnosis.finding("upstream plain")["message"].as_str().unwrap_or_default();
+    let notes = diagnosis.finding("upstream notes")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        notes.contains("`gatehouse-test-no-such-program` is not found"),
+        "{notes}"
+    );
+    let plain = diagnosis.finding("upstream plain")["message"]
+        .as_str()
+        .unwrap_or_default();
     assert!(plain.contains("cannot be run"), "{plain}");
     let shell = diagnosis.finding("upstream shell");
     assert_eq!(shell["status"], "ok", "{shell}");

@@ -142,6 +142,9 @@ fn every_key_the_code_names_in_a_finding_or_a_configuration_error_exists() {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
+    let key_argument =
+        regex::Regex::new(r#"(?:Finding::(?:problem|warning)\(\s*[^,()]+,|ConfigError::key\()\s*"([^"]*)""#)
+            .expect("regex");
     let mut scanned = 0;
     let mut unknown = Vec::new();
     for file in files {
@@ -155,9 +158,15 @@ fn every_key_the_code_names_in_a_finding_or_a_configuration_error_exists() {
         }
         scanned += 1;
         let code = code.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+        let shown = file.strip_prefix(&src).unwrap_or(&file).display().to_string();
+        // A key given as a literal, however it is written (`--config` is no key).
+        for given in key_argument.captures_iter(code) {
+            if !known.knows(&given[1]) {
+                unknown.push(format!("src/{shown}: the key `{}` in {:?}", &given[1], &given[0]));
+            }
+        }
         for literal in string_literals(code) {
             for name in known.unknown_in(&literal) {
-                let shown = file.strip_prefix(&src).unwrap_or(&file).display().to_string();
                 unknown.push(format!("src/{shown}: `{name}` in {literal:?}"));
             }
         }
@@ -177,6 +186,7 @@ fn every_key_the_code_names_in_a_finding_or_a_configuration_error_exists() {
 #[test]
 fn check_config_names_only_keys_that_exist() {
     let known = KnownKeys::new();
+    let printed_key = regex::Regex::new("config key `([^`]*)`").expect("regex");
     let dir = tempfile::tempdir().expect("dir");
     let broken = [
         "[server]\nbind = \"0.0.0.0:8080\"\npublic_url = \"https://gh.example\"\n",
@@ -200,7 +210,14 @@ fn check_config_names_only_keys_that_exist() {
             .expect("run gatehouse");
         let said = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{toml}: refused: {said}");
-        assert!(!known.named_in(&said).is_empty(), "{toml}: names a key: {said}");
+        let key = printed_key
+            .captures(&said)
+            .unwrap_or_else(|| panic!("{toml}: names the key: {said}"));
+        assert!(
+            known.knows(&key[1]),
+            "{toml}: `{}` is no configuration key: {said}",
+            &key[1]
+        );
         assert_eq!(known.unknown_in(&said), Vec::<String>::new(), "{toml}: {said}");
     }
 }

@@ -10,6 +10,9 @@ use std::collections::BTreeSet;
 use gatehouse::config::schema;
 use regex::Regex;
 
+/// What ends a file's name, not a key's.
+const FILE_EXTENSIONS: &[&str] = &["html", "css", "js", "json", "md", "rs", "toml", "txt"];
+
 pub struct KnownKeys {
     keys: BTreeSet<String>,
     dotted: Regex,
@@ -46,7 +49,17 @@ impl KnownKeys {
 
     /// Every key name `text` mentions.
     pub fn named_in(&self, text: &str) -> Vec<String> {
-        let dotted = self.dotted.captures_iter(text).map(|c| c[1].to_owned());
+        // A file's name is no key: `approvals.html`, a template.
+        let file = |name: &String| {
+            name.rsplit('.')
+                .next()
+                .is_some_and(|last| FILE_EXTENSIONS.contains(&last))
+        };
+        let dotted = self
+            .dotted
+            .captures_iter(text)
+            .map(|c| c[1].to_owned())
+            .filter(|name| !file(name));
         let sectioned = self
             .sectioned
             .captures_iter(text)
