@@ -365,6 +365,8 @@ struct NotMigrated(#[source] StoreError);
 
 fn check_config(config: Config) -> anyhow::Result<()> {
     check_parts(&config)?;
+    // Here, not in `check_parts`: doctor checks each program as a finding of its own.
+    crate::upstreams::command::check_all(&config)?;
     if !config.secrets.keys.is_empty() {
         crate::vault::KeyRing::from_keys(&config.secrets.keys)?;
     }

@@ -28,8 +28,9 @@ pub enum Status {
     Problem,
 }
 
-/// One check's outcome: what was checked, how it went, and for a warning or problem the
-/// configuration key to fix and a one-line hint.
+/// One check's outcome: what was checked, how it went, and for a warning or problem a one-line
+/// hint and the configuration key to fix (a key the configuration has: `tests/hint_keys.rs`),
+/// unless no key can fix it.
 #[derive(Debug, Serialize)]
 pub struct Finding {
     pub check: String,
@@ -51,18 +52,23 @@ impl Finding {
     }
 
     pub fn warning(check: impl Into<String>, key: impl Into<String>, message: impl Into<String>, hint: &str) -> Self {
-        Self::flagged(Status::Warning, check.into(), key.into(), message.into(), hint)
+        Self::flagged(Status::Warning, check.into(), Some(key.into()), message.into(), hint)
     }
 
     pub fn problem(check: impl Into<String>, key: impl Into<String>, message: impl Into<String>, hint: &str) -> Self {
-        Self::flagged(Status::Problem, check.into(), key.into(), message.into(), hint)
+        Self::flagged(Status::Problem, check.into(), Some(key.into()), message.into(), hint)
     }
 
-    fn flagged(status: Status, check: String, key: String, message: String, hint: &str) -> Self {
+    /// A problem no configuration key can fix (the file does not read, the machine's TLS setup).
+    pub fn keyless_problem(check: impl Into<String>, message: impl Into<String>, hint: &str) -> Self {
+        Self::flagged(Status::Problem, check.into(), None, message.into(), hint)
+    }
+
+    fn flagged(status: Status, check: String, key: Option<String>, message: String, hint: &str) -> Self {
         Self {
             check,
             status,
-            key: Some(key),
+            key,
             message,
             hint: Some(hint.to_owned()),
         }
@@ -75,8 +81,10 @@ impl Finding {
             Status::Problem => "problem",
         };
         let mut line = format!("{status:<8} {}: {}", self.check, self.message);
-        if let (Some(key), Some(hint)) = (&self.key, &self.hint) {
-            line.push_str(&format!(" [fix {key}: {hint}]"));
+        match (&self.key, &self.hint) {
+            (Some(key), Some(hint)) => line.push_str(&format!(" [fix {key}: {hint}]")),
+            (None, Some(hint)) => line.push_str(&format!(" [{hint}]")),
+            _ => {}
         }
         line
     }
@@ -275,10 +283,24 @@ pub async fn identity_provider(config: &Config, http: &reqwest::Client) -> Vec<F
     }
 }
 
-/// Every `url` upstream answers over HTTP (any status).
+/// Every `url` upstream answers over HTTP (any status); every `command` upstream's program is
+/// found and may be run (`upstreams::command`).
 pub async fn upstreams(config: &Config, http: &reqwest::Client) -> Vec<Finding> {
     let mut findings = Vec::new();
     for (i, upstream) in config.upstreams.iter().enumerate() {
+        if upstream.command.is_some() {
+            let check = format!("upstream {}", upstream.id);
+            findings.push(match crate::upstreams::command::locate(upstream) {
+                Ok(Some(found)) => Finding::ok(check, format!("its program is {}", found.display())),
+                Ok(None) => Finding::ok(check, "its program is looked for on a PATH set per user (not checked)"),
+                Err(unusable) => Finding::problem(
+                    check,
+                    format!("upstreams[{i}].command"),
+                    unusable.to_string(),
+                    "install the program where gatehouse runs (for the user it runs as), or give its full path",
+                ),
+            });
+        }
         // An unparsable URL is the configuration check's finding.
         if let Some(url) = upstream.url.as_deref().and_then(|url| Url::parse(url).ok()) {
             let check = format!("upstream {}", upstream.id);

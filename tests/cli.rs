@@ -69,9 +69,24 @@ fn bad_configuration_is_refused_naming_the_key() {
     std::fs::create_dir(&templates).expect("dir");
     std::fs::write(templates.join("form.html"), "{% if %}").expect("write");
     let templates = templates.to_str().expect("utf-8 path");
+    // A stdio upstream's program that is not on PATH, and one that is a file that may not be run.
+    let absent = dir.path().join("absent.toml");
+    std::fs::write(
+        &absent,
+        "[[upstreams]]\nid = \"notes\"\ncommand = [\"gatehouse-test-no-such-program\"]\n",
+    )
+    .expect("write");
+    let absent = absent.to_str().expect("utf-8 path");
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(
+        &plain,
+        format!("[[upstreams]]\nid = \"notes\"\ncommand = [{:?}]\n", form),
+    )
+    .expect("write");
+    let plain = plain.to_str().expect("utf-8 path");
     // Arguments, environment, and what the error must name.
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 7] = [
+    let cases: [Case; 9] = [
         (&["--config", file, "serve"], &[], "identity.mode"),
         (
             &["check-config"],
@@ -90,6 +105,8 @@ fn bad_configuration_is_refused_naming_the_key() {
             &[("GATEHOUSE_SERVER__TEMPLATE_DIR", templates)],
             "server.template_dir",
         ),
+        (&["--config", absent, "check-config"], &[], "upstreams[0].command"),
+        (&["--config", plain, "check-config"], &[], "cannot be run"),
         (
             &["--config", "/nonexistent.toml", "check-config"],
             &[],

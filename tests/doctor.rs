@@ -6,6 +6,8 @@ mod common;
 
 use std::path::Path;
 
+use common::caddy::{Caddy, adapt, caddy_binary, deploy_caddyfile};
+use common::config_keys::KnownKeys;
 use common::fake_idp::{FakeIdp, FakeIdpOptions};
 use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::{Backend, TEST_KEY, TestDatabase, TestServer, free_port};
@@ -71,9 +73,28 @@ async fn doctor(toml: &str, env: &[(&str, &str)]) -> Diagnosis {
             String::from_utf8_lossy(&output.stderr)
         )
     });
-    Diagnosis {
+    let diagnosis = Diagnosis {
         code: output.status.code().expect("exit code"),
         report,
+    };
+    every_key_named_exists(&diagnosis);
+    diagnosis
+}
+
+/// Every finding's key, and every key its hint and message name, is a key of the configuration.
+fn every_key_named_exists(diagnosis: &Diagnosis) {
+    let known = KnownKeys::new();
+    for finding in diagnosis.checks() {
+        if let Some(key) = finding["key"].as_str() {
+            assert!(known.knows(key), "the finding's key is no configuration key: {finding}");
+        }
+        for text in [&finding["hint"], &finding["message"]] {
+            let unknown = known.unknown_in(text.as_str().unwrap_or_default());
+            assert!(
+                unknown.is_empty(),
+                "names {unknown:?}, no configuration keys: {finding}"
+            );
+        }
     }
 }
 
@@ -340,6 +361,19 @@ async fn a_configuration_that_does_not_load_is_the_finding() {
     assert_eq!(diagnosis.checks().len(), 1, "{}", diagnosis.report);
 }
 
+/// A file that is not TOML is a problem of no key (the file is named by --config, no key of it),
+/// and nothing else is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_is_not_toml_is_a_problem_without_a_key() {
+    let diagnosis = doctor("[server\nbind = ", &[]).await;
+
+    assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
+    let finding = diagnosis.finding("configuration");
+    assert_eq!(finding["status"], "problem", "{finding}");
+    assert_eq!(finding["key"], Value::Null, "{finding}");
+    assert_eq!(diagnosis.checks().len(), 1, "{}", diagnosis.report);
+}
+
 /// Stored principals that header mode's normal form makes one user (`Dave`, `dave`) are a
 /// problem naming identity.mode; nothing is merged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,3 +437,69 @@ backend_test!(
         assert!(message.contains("http://proxy.internal:3128"), "{message}");
     }
 );
+
+/// A stdio upstream whose program is not found on PATH, or may not be run, is a problem naming
+/// its `command`; one that is found is ok and says where.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_upstreams_program_that_is_not_found_names_its_command() {
+    let (database, bind) = migrated_database_and_free_bind().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let plain = dir.path().join("plain-file");
+    std::fs::write(&plain, "#!/bin/sh\n").expect("write a file without execute permission");
+    let upstreams = format!(
+        "[[upstreams]]\nid = \"notes\"\ncommand = [\"gatehouse-test-no-such-program\", \"--stdio\"]\n\
+         [[upstreams]]\nid = \"plain\"\ncommand = [{:?}]\n\
+         [[upstreams]]\nid = \"shell\"\ncommand = [\"sh\", \"-c\", \"exit 0\"]\n",
+        plain.display().to_string()
+    );
+
+    let diagnosis = doctor(&server_toml(&bind, None, &upstreams), &database_env(&database)).await;
+
+    assert_eq!(diagnosis.code, 1, "{}", diagnosis.report);
+    assert_eq!(
+        diagnosis.problem_keys(),
+        ["upstreams[0].command", "upstreams[1].command"],
+        "{}",
+        diagnosis.report
+    );
+    let notes = diagnosis.finding("upstream notes")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        notes.contains("`gatehouse-test-no-such-program` is not found"),
+        "{notes}"
+    );
+    let plain = diagnosis.finding("upstream plain")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(plain.contains("cannot be run"), "{plain}");
+    let shell = diagnosis.finding("upstream shell");
+    assert_eq!(shell["status"], "ok", "{shell}");
+    assert!(shell["message"].as_str().is_some_and(|m| m.ends_with("/sh")), "{shell}");
+}
+
+/// Behind the deployment chapter's Caddy (deploy/Caddyfile, basic auth on every request),
+/// public_url answers 401: reachable, behind sign-in, and not a problem; without the proxy's
+/// sign-in doctor cannot compare the instance, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_url_behind_the_proxys_basic_auth_is_reachable_behind_sign_in() {
+    let Some(caddy) = caddy_binary() else {
+        return;
+    };
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, "").await;
+    let port = free_port();
+    let caddyfile = adapt(&deploy_caddyfile("Caddyfile"), port, &[&server.addr.to_string()]);
+    let proxy = Caddy::start(&caddy, &caddyfile, port).await;
+
+    let toml = server_toml(&server.addr.to_string(), Some(&proxy.base), "");
+    let diagnosis = doctor(&toml, &database_env(&database)).await;
+
+    assert_eq!(diagnosis.code, 0, "{}", diagnosis.report);
+    let public = diagnosis.finding("public url");
+    assert_eq!(public["status"], "ok", "{public}");
+    let message = public["message"].as_str().unwrap_or_default();
+    assert!(message.contains("reachable, behind sign-in (HTTP 401)"), "{message}");
+    drop(proxy);
+    server.stop().await;
+}

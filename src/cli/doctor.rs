@@ -8,6 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
 
+use reqwest::StatusCode;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -51,20 +52,14 @@ pub(super) async fn run(loaded: Result<Config, ConfigError>, json: bool) -> Exit
 
 /// A configuration that does not load: nothing else can be checked.
 fn unloadable(error: &ConfigError) -> Finding {
-    config_problem(
-        error,
-        "--config",
-        "fix the configuration, then run doctor again (nothing else was checked)",
-    )
-}
-
-/// A configuration error as a finding, naming its key; a file it could not read is `file_key`.
-fn config_problem(error: &ConfigError, file_key: &str, hint: &str) -> Finding {
-    let key = match error {
-        ConfigError::Key { key, .. } => key.clone(),
-        ConfigError::Read { .. } | ConfigError::Syntax { .. } => file_key.to_owned(),
-    };
-    Finding::problem("configuration", key, error.to_string(), hint)
+    const HINT: &str = "fix the configuration, then run doctor again (nothing else was checked)";
+    match error {
+        ConfigError::Key { key, .. } => Finding::problem("configuration", key.clone(), error.to_string(), HINT),
+        // The file itself, named by --config or GATEHOUSE_CONFIG: no key of it.
+        ConfigError::Read { .. } | ConfigError::Syntax { .. } => {
+            Finding::keyless_problem("configuration", error.to_string(), HINT)
+        }
+    }
 }
 
 async fn check(config: &Config) -> Vec<Finding> {
@@ -73,9 +68,8 @@ async fn check(config: &Config) -> Vec<Finding> {
     let http = match crate::outbound::client() {
         Ok(http) => http,
         Err(error) => {
-            findings.push(Finding::problem(
+            findings.push(Finding::keyless_problem(
                 "outbound HTTP",
-                "(none)",
                 format!("cannot build the HTTP client: {error}"),
                 "the system's TLS setup is unusable",
             ));
@@ -123,8 +117,15 @@ fn environment_proxies(config: &Config, is_set: impl Fn(&str) -> bool) -> Option
 fn configuration(config: &Config) -> Finding {
     match super::check_parts(config) {
         Ok(()) => Finding::ok("configuration", "loads and validates"),
-        // Besides the file itself, only operator templates are read from disk.
-        Err(error) => config_problem(&error, "server.template_dir", "`gatehouse check-config` says the same"),
+        Err(error) => {
+            // Besides the file itself (read already), only operator templates are read from disk.
+            let key = match &error {
+                ConfigError::Key { key, .. } => key.clone(),
+                ConfigError::Read { .. } | ConfigError::Syntax { .. } => "server.template_dir".to_owned(),
+            };
+            let hint = "`gatehouse check-config` says the same";
+            Finding::problem("configuration", key, error.to_string(), hint)
+        }
     }
 }
 
@@ -246,10 +247,10 @@ async fn public_url(config: &Config, http: &reqwest::Client) -> Finding {
             }
             finding
         }
-        Err(NonceError::Other(reason)) => Finding::problem(
+        Err(error @ (NonceError::Other(_) | NonceError::SignIn(_))) => Finding::problem(
             CHECK,
             "server.bind",
-            format!("something at {bind} answers, but not as gatehouse: {reason}"),
+            format!("something at {bind} answers, but not as gatehouse: {}", error.reason()),
             "another program holds server.bind, or it runs an older gatehouse",
         ),
     }
@@ -265,6 +266,15 @@ async fn compare(http: &reqwest::Client, there: &str, nonce: &str, instance: &st
             format!("{there} reaches another gatehouse instance, not {instance}"),
             "point server.public_url (or the proxy in front of it) at this instance",
         ),
+        // gatehouse asks for no sign-in there: a proxy in front of it does (the deployment
+        // chapter's Caddy with basic auth), so the URL reaches something that guards it.
+        Err(NonceError::SignIn(status)) => Finding::ok(
+            CHECK,
+            format!(
+                "{there} is reachable, behind sign-in (HTTP {}); doctor cannot sign in to check that it reaches {instance}",
+                status.as_u16()
+            ),
+        ),
         Err(NonceError::Refused(reason) | NonceError::Other(reason)) => Finding::problem(
             CHECK,
             "server.public_url",
@@ -277,7 +287,18 @@ async fn compare(http: &reqwest::Client, there: &str, nonce: &str, instance: &st
 enum NonceError {
     /// Nothing listens there.
     Refused(String),
+    /// 401 or 403: whatever answers asks for a sign-in first (gatehouse never does there).
+    SignIn(StatusCode),
     Other(String),
+}
+
+impl NonceError {
+    fn reason(&self) -> String {
+        match self {
+            Self::Refused(reason) | Self::Other(reason) => reason.clone(),
+            Self::SignIn(status) => format!("answered {status} at {INSTANCE_PATH}"),
+        }
+    }
 }
 
 /// The instance nonce served at `url`.
@@ -290,6 +311,9 @@ async fn nonce_at(http: &reqwest::Client, url: &str) -> Result<String, NonceErro
         }
     })?;
     let status = response.status();
+    if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        return Err(NonceError::SignIn(status));
+    }
     if !status.is_success() {
         return Err(NonceError::Other(format!("answered {status} at {INSTANCE_PATH}")));
     }

@@ -41,7 +41,11 @@ pub fn applies(file: Option<&Path>, no_demo: bool, config: &Config) -> bool {
 pub fn add_to(config: &mut Config) -> Result<(), ConfigError> {
     let public_url = config.public_url();
     let text = DEMO.replace("{public_url}", public_url.as_str().trim_end_matches('/'));
-    let set: DemoSet = toml::from_str(&text).map_err(|error| ConfigError::key("demo", error.to_string()))?;
+    // The built-in file, not the operator's: no key of the configuration to name.
+    let set: DemoSet = toml::from_str(&text).map_err(|error| ConfigError::Syntax {
+        path: "the built-in demo set (src/demo/demo.toml)".into(),
+        message: error.to_string(),
+    })?;
     config.providers.extend(set.providers);
     config.forms.extend(set.forms);
     config.tools.extend(set.tools);

@@ -37,13 +37,13 @@ use rmcp::transport::{DynamicTransportError, StreamableHttpClientTransport};
 use sse_stream::Sse;
 use url::Url;
 
+use super::failure::{HttpError, OpenError};
 use super::forwarded::Response;
-use super::pool::{OpenError, Opening, timed};
+use super::pool::{Opening, timed};
 use super::relay::{Handler, InOrder, Relay};
 use super::traced::Traced;
 use super::upstream::Upstream;
 
-type HttpError = StreamableHttpError<reqwest13::Error>;
 type Events = BoxStream<'static, Result<Sse, SseError>>;
 
 /// Times a response stream that ended before the answer is resumed (`Last-Event-ID`), as rmcp's

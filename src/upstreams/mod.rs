@@ -13,8 +13,9 @@
 //! - `crossing`: what crosses from an upstream to a client or to storage, redacted and marked;
 //! - `exchanged`: the tokens of `auth = "token_exchange"` upstreams, exchanged and held per user;
 //! - `failure`: what an upstream's failure means for the call;
+//! - `command`: where a stdio upstream's program is found, as `check-config` and `doctor` check;
 //! - `status`: what the operator pages show of each upstream, and its last error here;
-//! - `traced`: the HTTP client that carries a call's trace to the upstream (`traceparent`).
+//! - `traced`: the HTTP client of upstreams, which carries a call's trace (`traceparent`).
 //!
 //! Catalogues are persisted (shared by replicas, kept across restarts) and refreshed when a user's
 //! session opens and the stored one is older than [`REFRESH_AFTER`], when the upstream says its
@@ -28,6 +29,7 @@
 //! `resources/list_changed`, `prompts/list_changed` for those lists).
 
 mod catalogue;
+pub mod command;
 mod crossing;
 mod direct;
 mod exchanged;
@@ -188,26 +190,6 @@ async fn list_tools(session: &pool::Session, timeout: Duration) -> Result<Vec<Va
         .unwrap_or_else(|_| Err(format!("no answer within {}", humantime::format_duration(timeout))))
 }
 
-/// The client for upstream MCP servers: no redirects (a redirect could carry a user's token
-/// elsewhere), bounded connection time, TLS through rustls with ring and the Mozilla roots.
-fn http_client() -> Result<reqwest13::Client, ConfigError> {
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ConfigError::key("upstreams", format!("cannot set up TLS: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    reqwest13::Client::builder()
-        .redirect(reqwest13::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(10))
-        .user_agent(concat!("gatehouse/", env!("CARGO_PKG_VERSION")))
-        .tls_backend_preconfigured(tls)
-        .build()
-        .map_err(|e| ConfigError::key("upstreams", format!("cannot build the HTTP client: {e}")))
-}
-
 impl Upstreams {
     /// Parses and checks `[[upstreams]]`.
     pub fn parse(config: &Config, providers: &Providers, forms: &Forms) -> Result<Vec<Upstream>, ConfigError> {
@@ -252,7 +234,7 @@ impl Upstreams {
             tracing::warn!(upstream = %upstream.id, "lists no tools until a user has called one of them; set `tools` to list them from the start");
         }
         let upstreams: Vec<Arc<Upstream>> = upstreams.into_iter().map(Arc::new).collect();
-        let client = http_client()?;
+        let client = traced::http_client()?;
         let (refresh, receiver) = mpsc::channel(REFRESH_QUEUE);
         let faults = status::Faults::new(upstreams.iter().map(|u| u.id.clone()));
         let core = Arc::new_cyclic(|weak| {

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::direct::{self, Direct};
-use super::failure::Refusal;
+use super::failure::{OpenError, Permanent};
 use super::relay::{Handler, InOrder, Relay};
 use super::upstream::{Transport, Upstream};
 use crate::domain::{Principal, SessionId};
@@ -96,17 +96,6 @@ impl Session {
     fn is_idle(&self) -> bool {
         !self.relay.is_busy()
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    /// The upstream refused the credentials (401) or the scopes (403) at `initialize`.
-    #[error("refused: {challenge}")]
-    Refused { challenge: String, status: Refusal },
-    #[error("all {0} sessions of this upstream are busy")]
-    Full(usize),
-    #[error("{0}")]
-    Failed(String),
 }
 
 type Key = (Principal, String);
@@ -428,7 +417,13 @@ impl Pool {
                 let (process, stderr) = TokioChildProcess::builder(command)
                     .stderr(Stdio::piped())
                     .spawn()
-                    .map_err(|e| OpenError::Failed(format!("cannot start `{program}`: {e}")))?;
+                    .map_err(|e| {
+                        let why = format!("cannot start `{program}`: {e}");
+                        match Permanent::of_spawn(&e) {
+                            Some(fault) => OpenError::Broken { fault, why },
+                            None => OpenError::Failed(why),
+                        }
+                    })?;
                 if let Some(stderr) = stderr {
                     let redactor = Redactor::new(opening.secrets());
                     tokio::spawn(stderr::log(stderr, redactor, upstream.id.clone(), principal.cloned()));
@@ -465,9 +460,13 @@ where
         Ok(Ok(service)) => Ok(service),
         Ok(Err(error)) => {
             let error: rmcp::service::ClientInitializeError = error.into();
-            match super::failure::refusal(&error) {
-                Some((status, challenge)) => Err(OpenError::Refused { challenge, status }),
-                None => Err(OpenError::Failed(error.to_string())),
+            if let Some((status, challenge)) = super::failure::refusal(&error) {
+                return Err(OpenError::Refused { challenge, status });
+            }
+            let why = error.to_string();
+            match super::failure::initialize_fault(&error) {
+                Some(fault) => Err(OpenError::Broken { fault, why }),
+                None => Err(OpenError::Failed(why)),
             }
         }
     }
@@ -523,7 +522,7 @@ mod tests {
     async fn gatehouses_own_listing_session_holds_its_place_while_it_opens_until_abandoned() {
         let (list_changed, _) = mpsc::channel(1);
         let bus = crate::gate::testing::Fixture::new().await.backing.bus;
-        let pool = Pool::new(super::super::http_client().expect("client"), list_changed, bus);
+        let pool = Pool::new(super::super::traced::http_client().expect("client"), list_changed, bus);
         let upstream = silent_upstream();
         let principal = Principal::parse("alice").expect("principal");
 

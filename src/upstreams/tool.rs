@@ -12,10 +12,10 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::Core;
-use super::failure::Refusal;
+use super::failure::{self, OpenError, Refusal};
 use super::forwarded::{Response, Stop, UpstreamCall, service_failed, wait_parked};
 use super::parked::ParkedRef;
-use super::pool::{OpenError, Opening, Session};
+use super::pool::{Opening, Session};
 use super::upstream::{Transport, Upstream};
 use crate::domain::Principal;
 use crate::gate::Credentials;
@@ -275,10 +275,15 @@ pub(super) async fn user_session(
             tracing::warn!(upstream = %upstream.id, %principal, %why, "could not open an upstream session");
             core.faults
                 .record(&upstream.id, format_args!("opening a session: {why}"));
-            Err(failed(format!(
-                "The {} server cannot be reached right now. Try again in a moment.",
-                upstream.id
-            )))
+            Err(failed(failure::unreachable(&upstream.id)))
+        }
+        Err(OpenError::Broken { fault, why }) => {
+            tracing::warn!(upstream = %upstream.id, %principal, %why, "an upstream is unusable until the operator fixes it");
+            core.faults.record(
+                &upstream.id,
+                format_args!("opening a session: {why} (the operator must fix it)"),
+            );
+            Err(failed(failure::broken(&upstream.id, fault)))
         }
     }
 }

@@ -2,9 +2,11 @@
 //! outside the span of the tool call that asked, so the call puts its trace in the request's
 //! `_meta.traceparent` (where MCP carries trace context) and [`Traced`], the HTTP client of the
 //! transport, makes each POST an `http.client` span in that trace with a `traceparent` header.
+//! [`http_client`] builds the reqwest client beneath it, the one every upstream's requests use.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -17,6 +19,7 @@ use tracing::Instrument;
 use url::Url;
 
 use super::direct::SeenSession;
+use crate::config::ConfigError;
 use crate::telemetry::{self, TRACEPARENT, TRACESTATE};
 
 type Result<T> = std::result::Result<T, StreamableHttpError<reqwest13::Error>>;
@@ -196,4 +199,24 @@ async fn within(
         span.record("otel.status_code", "ERROR");
     }
     posted
+}
+
+/// The client for upstream MCP servers: no redirects (a redirect could carry a user's token
+/// elsewhere), bounded connection time, TLS through rustls with ring and the Mozilla roots.
+pub(super) fn http_client() -> std::result::Result<reqwest13::Client, ConfigError> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConfigError::key("upstreams", format!("cannot set up TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest13::Client::builder()
+        .redirect(reqwest13::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(concat!("gatehouse/", env!("CARGO_PKG_VERSION")))
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|e| ConfigError::key("upstreams", format!("cannot build the HTTP client: {e}")))
 }

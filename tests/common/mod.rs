@@ -21,6 +21,7 @@ pub mod browser;
 pub mod caddy;
 pub mod claude_code;
 pub mod cluster;
+pub mod config_keys;
 pub mod fake_idp;
 pub mod fake_mcp_auth;
 pub mod fake_oauth;
@@ -35,6 +36,7 @@ pub mod recording_proxy;
 pub mod records;
 pub mod replica;
 pub mod stateless;
+pub mod tls;
 pub mod upstream;
 pub mod web;
 

@@ -29,8 +29,8 @@ struct FindingRow {
     status: &'static str,
     check: String,
     message: String,
-    /// The key to fix and the hint, for a warning or a problem.
-    fix: Option<(String, String)>,
+    /// The key to fix (unless no key can) and the hint, for a warning or a problem.
+    fix: Option<(Option<String>, String)>,
 }
 
 #[derive(Template, Serialize)]
@@ -73,7 +73,7 @@ pub async fn show(State(state): State<PagesState>, admin: Operating) -> Result<P
                 Status::Warning => "warning",
                 Status::Problem => "problem",
             },
-            fix: f.key.zip(f.hint),
+            fix: f.hint.map(|hint| (f.key, hint)),
             check: f.check,
             message: f.message,
         })
