@@ -510,6 +510,9 @@ impl ClientHandler for Handler {
     async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
         let _asking = self.0.asking()?;
         let Some(target) = self.0.newest_asked(|call| call.roots) else {
+            // Many servers ask as soon as they start, outside any call; being told no is the
+            // ordinary answer, not a fault.
+            tracing::debug!(upstream = %self.0.upstream, "roots/list asked with no client of a running call to answer it; answered with an error");
             return Err(ErrorData::invalid_request(
                 "no client of a running call answers roots/list",
                 None,
