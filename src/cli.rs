@@ -19,7 +19,6 @@ use std::process::ExitCode;
 
 use crate::config::{ConfigError, ConfigSource, LogFormat};
 use crate::store::StoreError;
-use crate::telemetry::Telemetry;
 use crate::{App, AppState, Config};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
