@@ -3,8 +3,8 @@
 many real servers do on a healthy start, and asks its client for things during a call.
 
 On start it writes a banner line to stderr ("asking-server ready on stdio"), as many servers do;
-once initialized it asks its client for `roots/list` (as the reference server does), whatever the
-answer.
+once initialized it asks its client for `roots/list` (as the reference server does), and writes
+"roots/list answered: result" (or "error") to stderr when the answer comes.
 
 Tools:
   hello   answers "hello"
@@ -21,6 +21,7 @@ import uuid
 
 BANNER = "asking-server ready on stdio"
 LOCK = threading.Lock()
+ROOTS: set[str] = set()
 
 
 def send(message: dict) -> None:
@@ -64,7 +65,11 @@ def handle(message: dict) -> dict | None:
     request_id = message.get("id")
     params = message.get("params") or {}
     if method == "notifications/initialized":
-        request("roots/list", {})
+        ROOTS.add(request("roots/list", {}))
+        return None
+    if method is None and request_id in ROOTS:
+        answered = "result" if "result" in message else "error"
+        print(f"roots/list answered: {answered}", file=sys.stderr, flush=True)
         return None
     if method is None or request_id is None:
         return None
