@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 mod doctor;
 mod keys;
+mod logging;
 mod stdio;
 mod table;
 
@@ -16,16 +17,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{ConfigError, ConfigSource, LogFormat, TelemetryConfig};
+use crate::config::{ConfigError, ConfigSource, LogFormat};
 use crate::store::StoreError;
-use crate::telemetry::Telemetry;
 use crate::{App, AppState, Config};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
+
+pub use logging::log_filter_of;
 
 #[derive(Parser)]
 #[command(
@@ -115,7 +114,7 @@ pub fn main() -> ExitCode {
     });
     if let Some(Command::Doctor { json }) = cli.command {
         // A configuration that does not load is one of doctor's findings, not a reason to stop.
-        init_logging(loaded.as_ref().map_or(LogFormat::Text, |config| config.log.format));
+        logging::init(loaded.as_ref().map_or(LogFormat::Text, |config| config.log.format));
         return match runtime() {
             Ok(runtime) => runtime.block_on(doctor::run(loaded, json)),
             Err(code) => code,
@@ -129,7 +128,7 @@ pub fn main() -> ExitCode {
         }
     };
     if matches!(cli.command, Some(Command::CheckConfig)) {
-        init_logging(config.log.format);
+        logging::init(config.log.format);
         // What the file says is checked as a whole here, so its errors exit like loading errors.
         return match check_config(config) {
             Ok(()) => ExitCode::SUCCESS,
@@ -154,7 +153,7 @@ pub fn main() -> ExitCode {
     let telemetry = match &config.telemetry.otlp_endpoint {
         Some(endpoint) => {
             let _entered = runtime.enter();
-            match init_logging_with_traces(config.log.format, &config.telemetry, endpoint) {
+            match logging::init_with_traces(config.log.format, &config.telemetry, endpoint) {
                 Ok(telemetry) => Some(telemetry),
                 Err(error) => {
                     eprintln!("gatehouse: {}", report(&error));
@@ -163,7 +162,7 @@ pub fn main() -> ExitCode {
             }
         }
         None => {
-            init_logging(config.log.format);
+            logging::init(config.log.format);
             None
         }
     };
@@ -222,55 +221,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         eprintln!("gatehouse: cannot start the async runtime: {error}");
         ExitCode::FAILURE
     })
-}
-
-/// Logs as [`init_logging`] does, and the spans exported by [`Telemetry`].
-fn init_logging_with_traces(
-    format: LogFormat,
-    config: &TelemetryConfig,
-    endpoint: &url::Url,
-) -> anyhow::Result<Telemetry> {
-    let filter = log_filter();
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let logs = match format {
-        LogFormat::Text => logs.with_filter(filter).boxed(),
-        LogFormat::Json => logs.json().with_filter(filter).boxed(),
-    };
-    let (telemetry, traces) = Telemetry::start(config, endpoint)
-        .with_context(|| format!("cannot export traces to {endpoint} (telemetry.otlp_endpoint)"))?;
-    tracing_subscriber::registry().with(logs).with(traces).init();
-    Ok(telemetry)
-}
-
-/// What is logged: `RUST_LOG`, INFO by default.
-fn log_filter() -> EnvFilter {
-    log_filter_of(std::env::var("RUST_LOG").ok().as_deref())
-}
-
-/// The log filter of `spec` (`RUST_LOG`'s syntax; INFO when absent or unreadable). rmcp's own DEBUG
-/// and TRACE lines print whole protocol messages, an upstream's with whatever secret it echoes
-/// unredacted, so rmcp logs at INFO unless `spec` names it.
-pub fn log_filter_of(spec: Option<&str>) -> EnvFilter {
-    let filter = spec
-        .and_then(|spec| EnvFilter::try_new(spec).ok())
-        .unwrap_or_else(|| EnvFilter::new("info"));
-    if spec.is_some_and(|spec| spec.contains("rmcp")) {
-        return filter;
-    }
-    match "rmcp=info".parse() {
-        Ok(directive) => filter.add_directive(directive),
-        Err(_) => filter,
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(log_filter())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

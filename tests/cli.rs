@@ -1,11 +1,13 @@
-//! The `gatehouse` binary: its subcommands, configuration errors, and shutdown on SIGTERM.
+//! The `gatehouse` binary: its subcommands, configuration errors, shutdown on SIGTERM, and what
+//! a healthy start logs.
 
 mod common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Backend, McpClient, TestDatabase, WAIT, free_port};
+use common::replica::Replica;
+use common::{Backend, McpClient, TestDatabase, WAIT, eventually, free_port};
 use serde_json::json;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
@@ -248,3 +250,60 @@ backend_test!(
         );
     }
 );
+
+/// The banner `tests/upstreams/asking_server.py` writes to stderr as it starts.
+const BANNER: &str = "asking-server ready on stdio";
+
+/// A healthy start cries no wolf: a stdio upstream's startup banner on stderr, its `roots/list`
+/// (which the client, declaring no roots, cannot answer) and rmcp's own chatter are no warnings,
+/// and a log that is a file, not a terminal, gets no colour codes.
+#[tokio::test]
+async fn a_healthy_start_logs_no_warnings_and_no_colour() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let script = common::repo().join("tests/upstreams/asking_server.py");
+    let config = format!(
+        "[[upstreams]]\nid = \"asker\"\ncommand = [\"python3\", {:?}]\n",
+        script.to_string_lossy()
+    );
+    let port = free_port();
+    let public_url = format!("http://127.0.0.1:{port}");
+    let path = std::env::var("PATH").unwrap_or_default();
+    let replica = Replica::start_with_env(
+        &database.url,
+        &config,
+        port,
+        &public_url,
+        common::TEST_KEY,
+        &[("PATH", &path)],
+    )
+    .await;
+    let mut client = McpClient::new(&replica.mcp());
+    client.initialize_with("2025-11-25", json!({})).await;
+    eventually("the upstream's tools", async || {
+        let tools = client.call("tools/list", json!({})).await;
+        tools.to_string().contains("asker_hello").then_some(())
+    })
+    .await;
+    let hello = client
+        .call("tools/call", json!({"name": "asker_hello", "arguments": {}}))
+        .await;
+    assert_eq!(common::text(&hello), "hello", "{hello}");
+    eventually("the upstream heard gatehouse's answer to its roots/list", async || {
+        replica.log().contains("roots/list answered: error").then_some(())
+    })
+    .await;
+
+    let log = replica.log();
+    assert!(!log.contains("\x1b["), "no ANSI colour codes in a log file:\n{log}");
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    assert!(warnings.is_empty(), "a healthy start warns of nothing: {warnings:#?}");
+    assert!(
+        !log.contains("rmcp::"),
+        "rmcp's own lines (dumps of its structs) are not logged by default:\n{log}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains("INFO") && l.contains(BANNER)),
+        "the upstream's banner is logged at INFO:\n{log}"
+    );
+    replica.stop().await;
+}

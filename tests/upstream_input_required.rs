@@ -3,6 +3,7 @@
 //! (sampling, a form elicitation, roots) becomes the call's `input_required`, and the answers of
 //! the retry go back to the server's waiting request, on whichever replica the retry lands. A
 //! client that did not declare what the server asks for gets the server's error in the result.
+//! Retries waiting for a call parked on a replica that went away are bounded per user.
 //! Driven by hand (raw requests) and by the official Python SDK's 2026-07-28 `Client`.
 
 mod common;
@@ -203,6 +204,80 @@ postgres_test!(
         .await;
         assert!(said.contains("Name: Grace Hopper"), "{said}");
         a.stop().await;
+        b.stop().await;
+    }
+);
+
+/// Retries one user may have held at once in [`retries_of_a_dead_replicas_call_are_bounded_per_user`].
+const HELD: usize = 2;
+
+/// gatehouse with `tests/upstreams/asking_server.py` as the stdio upstream `asker` (its `ask`
+/// tool asks the client's model), one user's held retries bounded to [`HELD`], once its tools
+/// are listed.
+async fn start_asking(database: &TestDatabase) -> TestServer {
+    let script = common::repo().join("tests/upstreams/asking_server.py");
+    let config = format!(
+        "[limits]\nheld_retries_per_principal = {HELD}\n\n[[upstreams]]\nid = \"asker\"\n\
+         command = [\"python3\", {:?}]\ntimeout = \"1s\"\n",
+        script.to_string_lossy()
+    );
+    let server = TestServer::start(database, &config).await;
+    let client = StatelessClient::new(&server.url);
+    eventually_within(Duration::from_secs(60), "the asking server's tools", async || {
+        let tools = client.result("tools/list", json!({})).await.to_string();
+        tools.contains("asker_ask").then_some(())
+    })
+    .await;
+    server
+}
+
+postgres_test!(
+    /// A call parks on replica A, which then goes away; one user's retries of it on B each wait
+    /// for an answer that never comes. At most `limits.held_retries_per_principal` of them wait:
+    /// one more is refused at once, saying why, while the others are still held.
+    async fn retries_of_a_dead_replicas_call_are_bounded_per_user() {
+        let database = TestDatabase::new(Backend::Postgres).await;
+        let a = start_asking(&database).await;
+        let b = start_asking(&database).await;
+        let on_a = StatelessClient::new(&a.url).with_capabilities(json!({"sampling": {}}));
+        let on_b = on_a.at(&b.url);
+        let first = on_a
+            .result("tools/call", json!({"name": "asker_ask", "arguments": {}}))
+            .await;
+        let (key, request, state) = asked(&first);
+        assert_eq!(request["method"], "sampling/createMessage", "{first}");
+        a.stop().await;
+
+        let retried = retry("asker_ask", &json!({}), &key, sampled("crimson"), &state);
+        let held: Vec<_> = (0..HELD)
+            .map(|_| {
+                let (client, retried) = (on_b.clone(), retried.clone());
+                tokio::spawn(async move { client.result("tools/call", retried).await })
+            })
+            .collect();
+        let calls = b.mcp.calls.clone();
+        eventually_within(common::WAIT, "the user's retries are held", async || {
+            (calls.held_now() == HELD).then_some(())
+        })
+        .await;
+
+        let beyond = on_b.result("tools/call", retried.clone()).await;
+        assert_eq!(beyond["resultType"], "complete", "{beyond}");
+        assert_eq!(beyond["isError"], true, "{beyond}");
+        let said = beyond.to_string();
+        assert!(
+            said.contains("Refused at once") && said.contains("limits.held_retries_per_principal"),
+            "{beyond}"
+        );
+        assert_eq!(calls.held_now(), HELD, "the others are still held");
+        assert!(held.iter().all(|h| !h.is_finished()), "the others still wait");
+
+        for waiting in held {
+            let result = waiting.await.expect("a held retry");
+            assert_eq!(result["isError"], true, "{result}");
+            assert!(result.to_string().contains("did not answer"), "{result}");
+        }
+        assert_eq!(calls.held_now(), 0);
         b.stop().await;
     }
 );

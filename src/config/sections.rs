@@ -234,7 +234,9 @@ pub struct LimitsConfig {
     #[schemars(example = 100)]
     pub sessions_per_principal: Option<usize>,
     /// 2026-07-28 retries one principal may have held at once on a replica (beside the replica's
-    /// 10,000 in all); one more is answered at once, so one user cannot take every place.
+    /// 10,000 in all): those waiting for the user, and those waiting for a call parked on another
+    /// replica. One more is answered at once (a retry for a call parked elsewhere is refused with
+    /// an error naming this key), so one user cannot take every place.
     pub held_retries_per_principal: usize,
     /// Requests per minute one client address (after trusted proxies) may make to the pages and
     /// the OAuth callback; beyond it 429 with `Retry-After`. 0: no limit.

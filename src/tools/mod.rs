@@ -197,6 +197,10 @@ pub struct ToolInput {
     pub responses: Map<String, Value>,
     /// What the tool put in its [`ToolOutcome::InputRequired`], back unchanged (sealed meanwhile).
     pub state: Value,
+    /// Whether the retry has a place among its principal's held retries on this replica
+    /// (`limits.held_retries_per_principal`): only then may it wait for something elsewhere (a
+    /// call parked on another replica); without one it is answered at once.
+    pub held: bool,
 }
 
 #[async_trait]

@@ -30,6 +30,7 @@ use rmcp::ClientHandler;
 use rmcp::model::LoggingMessageNotificationParam;
 // Sampling and roots are deprecated from protocol 2026-07-28 on (SEP-2577), but upstreams of
 // 2025-11-25 still ask for them, and clients of that revision still answer.
+use rmcp::model::ResourceUpdatedNotificationParam;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult, ElicitationCapability,
     ErrorData, FormElicitationCapability, Implementation, JsonObject, ProgressNotificationParam, ProgressToken,
@@ -37,13 +38,15 @@ use rmcp::model::{
 };
 #[allow(deprecated)]
 use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, ListRootsResult};
-use rmcp::model::{JsonRpcMessage, ResourceUpdatedNotificationParam, ServerNotification};
-use rmcp::service::{NotificationContext, RequestContext, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
-use rmcp::transport::Transport;
+use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, SemaphorePermit, mpsc, oneshot};
 use url::Origin;
+
+mod in_order;
+
+pub use in_order::InOrder;
 
 use super::crossing::{Crossing, Refused};
 use super::offers::exposed_uri;
@@ -400,55 +403,6 @@ impl Relay {
     }
 }
 
-/// An upstream transport whose progress and log notifications go to the running calls in the
-/// order they arrive; every other message goes on to rmcp.
-pub struct InOrder<T> {
-    inner: T,
-    relay: Arc<Relay>,
-}
-
-impl<T> InOrder<T> {
-    pub fn new(inner: T, relay: Arc<Relay>) -> Self {
-        Self { inner, relay }
-    }
-}
-
-impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
-    type Error = T::Error;
-
-    fn send(
-        &mut self,
-        item: TxJsonRpcMessage<RoleClient>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.inner.send(item)
-    }
-
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        loop {
-            let message = self.inner.receive().await?;
-            if let JsonRpcMessage::Notification(notification) = &message {
-                match &notification.notification {
-                    ServerNotification::ProgressNotification(progress) => {
-                        self.relay.progress(&progress.params).await;
-                        continue;
-                    }
-                    #[allow(deprecated)]
-                    ServerNotification::LoggingMessageNotification(log) => {
-                        self.relay.log(&log.params).await;
-                        continue;
-                    }
-                    _ => {}
-                }
-            }
-            return Some(message);
-        }
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
-    }
-}
-
 /// The handler rmcp runs for the session.
 #[derive(Clone)]
 pub struct Handler(pub Arc<Relay>);
@@ -510,6 +464,9 @@ impl ClientHandler for Handler {
     async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
         let _asking = self.0.asking()?;
         let Some(target) = self.0.newest_asked(|call| call.roots) else {
+            // Many servers ask as soon as they start, outside any call; being told no is the
+            // ordinary answer, not a fault.
+            tracing::debug!(upstream = %self.0.upstream, "roots/list asked with no client of a running call to answer it; answered with an error");
             return Err(ErrorData::invalid_request(
                 "no client of a running call answers roots/list",
                 None,

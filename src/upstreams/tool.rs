@@ -153,6 +153,16 @@ impl UpstreamTool {
                 .resume(&parked.id, context.principal, responses)
                 .await
                 .ok_or_else(String::new)
+        } else if !input.held {
+            // Waiting takes one of the user's places among the held retries: a replica that
+            // died never answers, so each wait would last its whole time.
+            tracing::info!(upstream = %self.upstream.id, principal = %context.principal, "a retry for a call parked on another replica is refused at once: the user has the most retries held");
+            return failed(format!(
+                "Refused at once: the user already has as many retries waiting as one user may \
+                 (limits.held_retries_per_principal), so the answers were not passed on to the {} \
+                 server's request. Call the tool again once the others are answered.",
+                self.upstream.id
+            ));
         } else {
             // The owner steps the call for up to the upstream's timeout before it answers.
             let wait = self.upstream.timeout + RESUME_MARGIN;

@@ -81,6 +81,11 @@ impl Replica {
         .await;
     }
 
+    /// Everything it logged so far (its stderr, a file: not a terminal).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("gatehouse.log")).unwrap_or_default()
+    }
+
     pub fn mcp(&self) -> String {
         format!("{}/mcp", self.base)
     }

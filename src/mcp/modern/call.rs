@@ -147,15 +147,16 @@ async fn begin(
         None => Answered::default(),
     };
     // Held only with a place among the replica's held retries and its principal's; without one,
-    // answered at once.
+    // answered at once. The place covers the whole round: the gate's hold on the elicitations,
+    // and a tool's wait for a call parked on another replica (which, dead, never answers).
     let hold_for = state.config.elicitation.hold;
     let permit = opened
         .as_ref()
-        .filter(|_| !hold_for.is_zero() && !answered.declined && !answered.dismissed)
+        .filter(|_| !answered.declined && !answered.dismissed)
         .and_then(|_| state.calls.hold(&caller.principal));
     let mut retry = Retry::default();
     if let Some(opened) = opened {
-        if permit.is_some() {
+        if permit.is_some() && !hold_for.is_zero() {
             retry.hold = Some(Hold {
                 until: Instant::now() + hold_for,
                 wake: state.bus.subscribe(&session.id),
@@ -168,12 +169,14 @@ async fn begin(
         retry.input = Some(ToolInput {
             responses,
             state: opened.into_kept(),
+            held: permit.is_some(),
         });
     } else if !responses.is_empty() {
         // Answers without a state: the tool sees them, with nothing kept.
         retry.input = Some(ToolInput {
             responses,
             state: Value::Null,
+            held: false,
         });
     }
     let round = Round {

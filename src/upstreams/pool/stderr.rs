@@ -81,11 +81,11 @@ impl Line {
         let text = String::from_utf8_lossy(&self.start);
         let redacted = redactor.text(text.trim_end());
         if redacted.len() <= MAX_LINE && self.discarded == 0 {
-            tracing::warn!(%upstream, ?principal, stderr = %redacted, "upstream process wrote to stderr");
+            tracing::info!(%upstream, ?principal, stderr = %redacted, "upstream process wrote to stderr");
         } else {
             let shown = crate::text::bounded(&redacted, MAX_LINE);
             let line_bytes = self.start.len() + self.discarded;
-            tracing::warn!(%upstream, ?principal, stderr = %shown, line_bytes, "upstream process wrote a long line to stderr; logged its start");
+            tracing::info!(%upstream, ?principal, stderr = %shown, line_bytes, "upstream process wrote a long line to stderr; logged its start");
         }
     }
 }
