@@ -15,6 +15,16 @@ use reqwest::dns::Resolve;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The environment variables naming proxies: the ordinary client follows them, [`Guarded`] never.
+pub const ENVIRONMENT_PROXIES: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
 /// The client for calls to third parties the operator configured: no redirects (a redirect could
 /// carry a user's credentials elsewhere), bounded connection time.
 pub fn client() -> Result<reqwest::Client, reqwest::Error> {

@@ -299,15 +299,10 @@ backend_test!(
         let proxy = RecordingProxy::start().await;
         let fake = FakeMcpAuth::start().await;
         let database = TestDatabase::new(backend).await;
-        let names = [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        ];
-        let env: Vec<(&str, &str)> = names.iter().map(|name| (*name, proxy.url.as_str())).collect();
+        let env: Vec<(&str, &str)> = gatehouse::outbound::ENVIRONMENT_PROXIES
+            .iter()
+            .map(|name| (*name, proxy.url.as_str()))
+            .collect();
         let gatehouse = replica(&database, &config(&fake.mcp_url()), &env).await;
         let result = signed_in_through(&gatehouse).await;
         assert_ne!(result["isError"], true, "{result}");

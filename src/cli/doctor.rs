@@ -87,17 +87,10 @@ async fn check(config: &Config) -> Vec<Finding> {
 /// The environment's proxies, when set, serve only the ordinary client: requests to what remote
 /// servers name go through `[outbound] proxy` or none (`outbound::Guarded`).
 fn environment_proxies(config: &Config, is_set: impl Fn(&str) -> bool) -> Option<Finding> {
-    let set: Vec<&str> = [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ]
-    .into_iter()
-    .filter(|name| is_set(name))
-    .collect();
+    let set: Vec<&str> = crate::outbound::ENVIRONMENT_PROXIES
+        .into_iter()
+        .filter(|name| is_set(name))
+        .collect();
     if set.is_empty() {
         return None;
     }

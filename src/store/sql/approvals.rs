@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::Sql;
 use crate::domain::ElicitationId;
 use crate::store::rows::VOTE_COLUMNS;
-use crate::store::{ApprovalStore, ElicitationStatus, FormAnswerRecord, StoreError, VoteRecord};
+use crate::store::{ApprovalStore, FormAnswerRecord, StoreError, VoteRecord};
 
 static VOTES: Sql = Sql::new(|_| {
     format!("SELECT {VOTE_COLUMNS} FROM approval_votes WHERE elicitation_id = $1 ORDER BY decided_at, approver")
@@ -44,11 +44,9 @@ shared! {
             {
                 return Ok(false);
             }
-            let id = &answer.elicitation_id;
-            if !Self::finish_in(&mut *tx, id, ElicitationStatus::Completed, notification, now).await? {
+            if !Self::answer_in(&mut *tx, answer, notification, now).await? {
                 return Ok(false);
             }
-            Self::insert_answer_in(&mut *tx, answer).await?;
             tx.commit().await?;
             Ok(true)
         }

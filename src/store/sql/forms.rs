@@ -102,13 +102,9 @@ shared! {
             now: DateTime<Utc>,
         ) -> Result<bool, StoreError> {
             let mut tx = self.pool.begin().await?;
-            // Completing first decides, under the row lock (on SQLite, the write lock), whether
-            // this answer is the one kept.
-            let id = &answer.elicitation_id;
-            if !Self::finish_in(&mut *tx, id, ElicitationStatus::Completed, notification, now).await? {
+            if !Self::answer_in(&mut *tx, answer, notification, now).await? {
                 return Ok(false);
             }
-            Self::insert_answer_in(&mut *tx, answer).await?;
             tx.commit().await?;
             Ok(true)
         }
@@ -138,8 +134,20 @@ shared! {
                 .bind(D::stored(v.updated_at))
         }
 
-        /// Stores a call's answer, in the transaction on `conn`.
-        pub(super) async fn insert_answer_in(conn: &mut D::Connection, answer: &FormAnswerRecord) -> Result<(), StoreError> {
+        /// Completes the answered elicitation at `now` with `notification` and stores `answer`, in
+        /// the transaction on `conn`. Completing first decides, under the row lock (on SQLite, the
+        /// write lock), whether this answer is the one kept: false, with nothing stored, when the
+        /// elicitation had ended already.
+        pub(super) async fn answer_in(
+            conn: &mut D::Connection,
+            answer: &FormAnswerRecord,
+            notification: &Value,
+            now: DateTime<Utc>,
+        ) -> Result<bool, StoreError> {
+            let id = &answer.elicitation_id;
+            if !Self::finish_in(&mut *conn, id, ElicitationStatus::Completed, notification, now).await? {
+                return Ok(false);
+            }
             sqlx::query(INSERT_ANSWER.of::<D>())
                 .bind(answer.elicitation_id.to_string())
                 .bind(Json(&answer.fields))
@@ -147,7 +155,7 @@ shared! {
                 .bind(D::stored(answer.created_at))
                 .execute(&mut *conn)
                 .await?;
-            Ok(())
+            Ok(true)
         }
     }
 }
