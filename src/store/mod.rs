@@ -14,6 +14,7 @@ mod catalogues;
 mod connections;
 mod elicitations;
 mod forms;
+pub mod migrations;
 mod notice;
 mod postgres;
 pub mod principals;

@@ -23,8 +23,6 @@ use crate::domain::{Principal, SessionId};
 /// The store on PostgreSQL.
 pub type PostgresStore = SqlStore<Postgres>;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
-
 /// How long a request waits for a connection. Short: while the database is down a request
 /// fails (503, retry) within this time instead of hanging.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -220,7 +218,7 @@ impl Dialect for Postgres {
     }
 
     async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
-        MIGRATOR.run(pool).await?;
+        super::migrations::POSTGRES.run(pool).await?;
         Ok(())
     }
 
@@ -233,6 +231,6 @@ impl Dialect for Postgres {
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Vec::new(),
             Err(e) => return Err(e.into()),
         };
-        super::check_migrations(&MIGRATOR, &applied)
+        super::check_migrations(&super::migrations::POSTGRES, &applied)
     }
 }

@@ -23,8 +23,6 @@ use crate::private_file::create_private_file;
 /// The store on SQLite.
 pub type SqliteStore = SqlStore<Sqlite>;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
-
 impl SqliteStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)?;
@@ -138,7 +136,7 @@ impl Dialect for Sqlite {
     }
 
     async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
-        MIGRATOR.run(pool).await?;
+        super::migrations::SQLITE.run(pool).await?;
         Ok(())
     }
 
@@ -154,6 +152,6 @@ impl Dialect for Sqlite {
         } else {
             Vec::new()
         };
-        super::check_migrations(&MIGRATOR, &applied)
+        super::check_migrations(&super::migrations::SQLITE, &applied)
     }
 }

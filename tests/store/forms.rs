@@ -473,13 +473,13 @@ async fn with_old_schema(database: &TestDatabase, version: i64, script: String) 
     match database.backend {
         Backend::Postgres => {
             let pool = sqlx::PgPool::connect(&database.url).await.expect("connect");
-            let migrator = sqlx::migrate!("migrations/postgres");
+            let migrator = &*gatehouse::store::migrations::POSTGRES;
             migrator.run_to(version, &pool).await.expect("old migrations");
             sqlx::raw_sql(script).execute(&pool).await.expect("old rows");
         }
         Backend::Sqlite => {
             let pool = sqlx::SqlitePool::connect(&database.url).await.expect("connect");
-            let migrator = sqlx::migrate!("migrations/sqlite");
+            let migrator = &*gatehouse::store::migrations::SQLITE;
             migrator.run_to(version, &pool).await.expect("old migrations");
             sqlx::raw_sql(script).execute(&pool).await.expect("old rows");
         }
