@@ -23,6 +23,7 @@ pub mod forms;
 pub mod gate;
 pub mod identity;
 pub mod instance;
+pub mod jose;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod metrics;
@@ -61,12 +62,15 @@ use tower::ServiceExt;
 pub use app::App;
 pub use config::Config;
 pub use state::AppState;
+#[cfg(feature = "jemalloc")]
 #[doc(hidden)]
 pub use tikv_jemallocator;
 
-/// A binary's whole source: jemalloc as the allocator, then [`cli::main`].
+/// A binary's whole source: with the `jemalloc` feature jemalloc as the allocator, then
+/// [`cli::main`].
 ///
-/// jemalloc keeps an idle SSE connection's memory small: the unwritten pages of hyper's
+/// jemalloc (the release binaries and the image build with it; its C build is a minute of a
+/// first `cargo build`, so that does not) keeps an idle SSE connection's memory small: the unwritten pages of hyper's
 /// per-connection buffers stay out of resident memory. See the book's benchmarks
 /// (docs/src/benchmarks.md).
 /// Freed pages go back to the OS at once instead of after jemalloc's default 10 s decay: with
@@ -75,9 +79,11 @@ pub use tikv_jemallocator;
 #[macro_export]
 macro_rules! binary {
     () => {
+        #[cfg(feature = "jemalloc")]
         #[global_allocator]
         static ALLOCATOR: $crate::tikv_jemallocator::Jemalloc = $crate::tikv_jemallocator::Jemalloc;
 
+        #[cfg(feature = "jemalloc")]
         #[allow(non_upper_case_globals)]
         #[unsafe(export_name = "_rjem_malloc_conf")]
         static malloc_conf: &[u8] = b"dirty_decay_ms:0,muzzy_decay_ms:0\0";

@@ -1,5 +1,5 @@
 //! Traces (`[telemetry] otlp_endpoint`): the OpenTelemetry layer that exports gatehouse's spans
-//! over OTLP/gRPC, the spans of MCP requests and outgoing HTTP calls, and W3C `traceparent` taken
+//! over OTLP/HTTP (protobuf, to `<endpoint>/v1/traces`), the spans of MCP requests and outgoing HTTP calls, and W3C `traceparent` taken
 //! from incoming requests and put on outgoing ones.
 //!
 //! The spans are DEBUG spans of gatehouse's own targets: without an endpoint the log filter
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -35,23 +35,25 @@ pub struct Telemetry {
 
 impl Telemetry {
     /// The OpenTelemetry layer exporting to `config.otlp_endpoint` in batches, and what flushes
-    /// it. Must run within a Tokio runtime (the gRPC channel's worker is spawned on it), which
-    /// must outlive [`Telemetry::shutdown`].
+    /// it. Must run within a Tokio runtime (each export's request runs on it), which must outlive
+    /// [`Telemetry::shutdown`].
     pub fn start<S>(
         config: &TelemetryConfig,
         endpoint: &Url,
+        http: reqwest::Client,
     ) -> Result<(Self, impl Layer<S>), opentelemetry_otlp::ExporterBuildError>
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
     {
-        let mut builder = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint.as_str().trim_end_matches('/'));
-        if endpoint.scheme() == "https" {
-            let tls = opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new().with_webpki_roots();
-            builder = builder.with_tls_config(tls);
-        }
-        let exporter = builder.build()?;
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_endpoint(traces_url(endpoint))
+            .with_http_client(Exports {
+                http,
+                runtime: tokio::runtime::Handle::current(),
+            })
+            .build()?;
         let resource = opentelemetry_sdk::Resource::builder()
             .with_service_name(config.service_name.clone())
             .build();
@@ -75,6 +77,53 @@ impl Telemetry {
         if let Err(error) = self.provider.shutdown() {
             eprintln!("gatehouse: the last traces were not exported: {error}");
         }
+    }
+}
+
+/// Where spans are posted: `<endpoint>/v1/traces`, as OTLP/HTTP puts a signal under a collector's
+/// base URL (an endpoint that already ends so is taken as it is).
+fn traces_url(endpoint: &Url) -> String {
+    let base = endpoint.as_str().trim_end_matches('/');
+    if base.ends_with("/v1/traces") {
+        base.to_owned()
+    } else {
+        format!("{base}/v1/traces")
+    }
+}
+
+/// The exporter's HTTP client: gatehouse's outbound client, each request run on the Tokio
+/// runtime the exporter was started on (the batch exporter calls from a thread of its own, where
+/// no runtime is), its answer read within [`MAX_EXPORT_ANSWER`].
+#[derive(Debug)]
+struct Exports {
+    http: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+/// A collector's answer to an export is a small protobuf message; more is not read.
+const MAX_EXPORT_ANSWER: usize = 64 * 1024;
+/// Time allowed for one export.
+const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for Exports {
+    async fn send_bytes(
+        &self,
+        request: axum::http::Request<bytes::Bytes>,
+    ) -> Result<axum::http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let mut request = reqwest::Request::try_from(request)?;
+        *request.timeout_mut() = Some(EXPORT_TIMEOUT);
+        let http = self.http.clone();
+        let exported = self.runtime.spawn(async move {
+            let response = http.execute(request).await.map_err(|e| e.to_string())?;
+            let status = response.status();
+            let body = crate::outbound::read_bounded(response, MAX_EXPORT_ANSWER)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((status, body))
+        });
+        let (status, body) = exported.await??;
+        Ok(axum::http::Response::builder().status(status).body(bytes::Bytes::from(body))?)
     }
 }
 

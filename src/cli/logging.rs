@@ -39,7 +39,8 @@ pub(super) fn init_with_traces(
         LogFormat::Text => logs.with_filter(filter).boxed(),
         LogFormat::Json => logs.json().with_filter(filter).boxed(),
     };
-    let (telemetry, traces) = Telemetry::start(config, endpoint)
+    let http = crate::outbound::client().context("cannot build the HTTP client that exports traces")?;
+    let (telemetry, traces) = Telemetry::start(config, endpoint, http)
         .with_context(|| format!("cannot export traces to {endpoint} (telemetry.otlp_endpoint)"))?;
     tracing_subscriber::registry().with(logs).with(traces).init();
     Ok(telemetry)

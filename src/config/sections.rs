@@ -305,13 +305,14 @@ impl Default for RetentionConfig {
     }
 }
 
-/// Traces: where gatehouse's spans go over OTLP/gRPC. Unset (the default): no exporter, and no
+/// Traces: where gatehouse's spans go over OTLP/HTTP. Unset (the default): no exporter, and no
 /// `traceparent` on outgoing requests.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
-    /// The collector's OTLP/gRPC endpoint, e.g. `http://127.0.0.1:4317`.
-    #[schemars(example = &"http://127.0.0.1:4317")]
+    /// The collector's OTLP/HTTP endpoint, e.g. `http://127.0.0.1:4318`: spans are posted as
+    /// protobuf to `<endpoint>/v1/traces` (an endpoint ending in `/v1/traces` is used as it is).
+    #[schemars(example = &"http://127.0.0.1:4318")]
     pub otlp_endpoint: Option<Url>,
     /// The `service.name` resource attribute of every exported span.
     pub service_name: String,

@@ -129,7 +129,7 @@ fn bad_values_name_their_key() {
             "elicitation.without_url_mode",
         ),
         (
-            "[telemetry]\notlp_endpoint = \"grpc://127.0.0.1:4317\"\n",
+            "[telemetry]\notlp_endpoint = \"grpc://127.0.0.1:4318\"\n",
             "telemetry.otlp_endpoint",
         ),
         ("[telemetry]\nservice_name = \" \"\n", "telemetry.service_name"),
@@ -212,11 +212,11 @@ fn conformance_fixtures_are_refused_by_a_build_without_them() {
 
 #[test]
 fn the_otlp_endpoint_comes_from_the_environment_too() {
-    let config = load("", &[("GATEHOUSE_TELEMETRY__OTLP_ENDPOINT", "http://127.0.0.1:4317")]).expect("config");
+    let config = load("", &[("GATEHOUSE_TELEMETRY__OTLP_ENDPOINT", "http://127.0.0.1:4318")]).expect("config");
     let endpoint = config.telemetry.otlp_endpoint.expect("an endpoint");
-    assert_eq!(endpoint.as_str(), "http://127.0.0.1:4317/");
+    assert_eq!(endpoint.as_str(), "http://127.0.0.1:4318/");
     assert_eq!(config.telemetry.service_name, "gatehouse");
-    let error = load("", &[("GATEHOUSE_TELEMETRY__OTLP_ENDPOINT", "127.0.0.1:4317")]).unwrap_err();
+    let error = load("", &[("GATEHOUSE_TELEMETRY__OTLP_ENDPOINT", "127.0.0.1:4318")]).unwrap_err();
     assert_eq!(key_of(error), "telemetry.otlp_endpoint");
 }
 

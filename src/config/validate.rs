@@ -64,7 +64,7 @@ impl Config {
         {
             return Err(ConfigError::key(
                 "telemetry.otlp_endpoint",
-                "must be an http or https URL with a host, like \"http://127.0.0.1:4317\"",
+                "must be an http or https URL with a host, like \"http://127.0.0.1:4318\"",
             ));
         }
         if self.telemetry.service_name.trim().is_empty() {

@@ -1,85 +1,62 @@
-//! The pages' sign-in, OpenID Connect relying-party side (the `openidconnect` crate): the
-//! authorization request (code, PKCE S256, nonce, state) and, at the callback, the code exchange
-//! and the id_token's verification, which name the browser's user with the same principal a bearer
-//! token of theirs names on `/mcp`. The provider's discovery document and keys are fetched when
-//! first needed and kept; an id_token signed with a key they lack fetches them again, at most once
-//! per `identity.jwks_refresh_interval`.
+//! The pages' sign-in, OpenID Connect relying-party side: the authorization request (code, PKCE
+//! S256, nonce, state) and, at the callback, the code exchange and the id_token's verification,
+//! which name the browser's user with the same principal a bearer token of theirs names on `/mcp`.
+//! oauth2 builds the requests and reads the token answer; the provider's metadata and keys are the
+//! resource server's (discovered when first needed and kept, the keys fetched again for a key id
+//! they lack at most once per `identity.jwks_refresh_interval`), and the id_token is checked there
+//! with the access tokens' JOSE code. (The `openidconnect` crate did this with a second set of
+//! RustCrypto curves and its own generations of their traits, about forty packages to build.)
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openidconnect::core::{
-    CoreAuthDisplay, CoreAuthPrompt, CoreAuthenticationFlow, CoreErrorResponseType, CoreGenderClaim, CoreJsonWebKey,
-    CoreJweContentEncryptionAlgorithm, CoreJwsSigningAlgorithm, CoreProviderMetadata, CoreRevocableToken,
-    CoreRevocationErrorResponse, CoreTokenIntrospectionResponse, CoreTokenType,
-};
-use openidconnect::{
-    AdditionalClaims, AsyncHttpClient, AuthorizationCode, ClaimsVerificationError, ClientId, ClientSecret, CsrfToken,
-    EmptyExtraTokenFields, EndpointMaybeSet, EndpointNotSet, EndpointSet, HttpRequest, HttpResponse, IdTokenClaims,
-    IdTokenFields, IssuerUrl, Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RequestTokenError, Scope,
-    SignatureVerificationError, StandardErrorResponse, StandardTokenResponse,
+use oauth2::basic::{BasicErrorResponse, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse, BasicTokenType};
+use oauth2::{
+    AsyncHttpClient, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointNotSet, EndpointSet,
+    ExtraTokenFields, HttpRequest, HttpResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RequestTokenError,
+    Scope, StandardRevocableToken, StandardTokenResponse, TokenUrl,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 use url::Url;
 
-use super::oauth::principal_from_claims;
+use super::oauth::{BearerError, principal_from_claims};
 use super::{Claims, Identity};
 use crate::config::{Config, ConfigError, IdentityMode};
 use crate::domain::Principal;
 use crate::outbound::read_bounded;
 use crate::public_url::PublicUrl;
-use crate::refreshed::Refreshed;
 use crate::routes;
 use crate::secret::Secret;
 
 /// What the pages ask the provider for: an id_token naming the user, with a name and an email.
-const SCOPES: [&str; 2] = ["profile", "email"];
-/// How long discovered metadata and keys are used before they are fetched again.
-const METADATA_TTL: Duration = Duration::from_secs(3600);
+const SCOPES: [&str; 3] = ["openid", "profile", "email"];
 /// Time allowed for one request to the provider, and the largest answer read.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ANSWER: usize = 512 * 1024;
 /// Random bytes in `state` and `nonce`: 256 bits each.
 const RANDOM_BYTES: u32 = 32;
 
-/// The id_token's claims besides the standard ones (`groups`, a custom principal claim, ...).
+/// The token answer's `id_token` (OpenID Connect Core 3.1.3.3).
 #[derive(Debug, Deserialize, Serialize)]
-struct OtherClaims {
-    #[serde(flatten)]
-    claims: Map<String, Value>,
+struct IdToken {
+    id_token: Option<String>,
 }
-impl AdditionalClaims for OtherClaims {}
+impl ExtraTokenFields for IdToken {}
 
-type TokenFields = IdTokenFields<
-    OtherClaims,
-    EmptyExtraTokenFields,
-    CoreGenderClaim,
-    CoreJweContentEncryptionAlgorithm,
-    CoreJwsSigningAlgorithm,
->;
-
-/// openidconnect's client for the provider, as discovery makes it.
-type Client = openidconnect::Client<
-    OtherClaims,
-    CoreAuthDisplay,
-    CoreGenderClaim,
-    CoreJweContentEncryptionAlgorithm,
-    CoreJsonWebKey,
-    CoreAuthPrompt,
-    StandardErrorResponse<CoreErrorResponseType>,
-    StandardTokenResponse<TokenFields, CoreTokenType>,
-    CoreTokenIntrospectionResponse,
-    CoreRevocableToken,
-    CoreRevocationErrorResponse,
+/// oauth2's client for the provider's authorization and token endpoints.
+type Client = oauth2::Client<
+    BasicErrorResponse,
+    StandardTokenResponse<IdToken, BasicTokenType>,
+    BasicTokenIntrospectionResponse,
+    StandardRevocableToken,
+    BasicRevocationErrorResponse,
     EndpointSet,
     EndpointNotSet,
     EndpointNotSet,
     EndpointNotSet,
-    EndpointMaybeSet,
-    EndpointMaybeSet,
+    EndpointSet,
 >;
 
 #[derive(Debug, thiserror::Error)]
@@ -115,8 +92,6 @@ pub struct SignIn {
     client_secret: Option<Secret<String>>,
     redirect: RedirectUrl,
     http: reqwest::Client,
-    /// The client made from discovery, with the keys it found.
-    discovered: Refreshed<Client>,
 }
 
 impl SignIn {
@@ -149,7 +124,6 @@ impl SignIn {
             client_secret: settings.client_secret.clone(),
             redirect,
             http,
-            discovered: Refreshed::new(METADATA_TTL, settings.jwks_refresh_interval),
         }))
     }
 
@@ -162,19 +136,15 @@ impl SignIn {
     /// Starts a sign-in: fresh 256-bit `state` and `nonce`, a PKCE S256 pair, and the URL of the
     /// provider's authorization endpoint.
     pub async fn start(&self) -> Result<Started, SignInError> {
-        let client = self.client(None).await?;
+        let client = self.client().await?;
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
-        let mut request = client
-            .authorize_url(
-                CoreAuthenticationFlow::AuthorizationCode,
-                || CsrfToken::new_random_len(RANDOM_BYTES),
-                || Nonce::new_random_len(RANDOM_BYTES),
-            )
-            .set_pkce_challenge(challenge);
-        for scope in SCOPES {
-            request = request.add_scope(Scope::new(scope.to_owned()));
-        }
-        let (url, state, nonce) = request.url();
+        let nonce = CsrfToken::new_random_len(RANDOM_BYTES);
+        let (url, state) = client
+            .authorize_url(|| CsrfToken::new_random_len(RANDOM_BYTES))
+            .add_scopes(SCOPES.map(|scope| Scope::new(scope.to_owned())))
+            .add_extra_param("nonce", nonce.secret())
+            .set_pkce_challenge(challenge)
+            .url();
         Ok(Started {
             url,
             state: Secret::new(state.secret().clone()),
@@ -186,10 +156,9 @@ impl SignIn {
     /// Finishes a sign-in whose callback brought `code`: exchanges it (with the PKCE verifier),
     /// verifies the id_token (signature, issuer, audience, expiry, nonce) and names its user.
     pub async fn finish(&self, code: &str, nonce: &str, pkce_verifier: &str) -> Result<SignedIn, SignInError> {
-        let client = self.client(None).await?;
+        let client = self.client().await?;
         let tokens = client
             .exchange_code(AuthorizationCode::new(code.to_owned()))
-            .map_err(|e| SignInError::Unavailable(format!("the provider's metadata names no token endpoint: {e}")))?
             .set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier.to_owned()))
             .request_async(&Hook(&self.http))
             .await
@@ -203,27 +172,17 @@ impl SignIn {
             })?;
         let id_token = tokens
             .extra_fields()
-            .id_token()
+            .id_token
+            .as_deref()
             .ok_or_else(|| SignInError::Refused("the identity provider sent no id_token".into()))?;
-        let nonce = Nonce::new(nonce.to_owned());
-        let claims = match id_token.claims(&client.id_token_verifier(), &nonce) {
-            Err(ClaimsVerificationError::SignatureVerification(SignatureVerificationError::NoMatchingKey)) => {
-                // Signed with a key published since the keys were fetched (rotation), perhaps.
-                let fresh = self.client(Some(&client)).await?;
-                id_token.claims(&fresh.id_token_verifier(), &nonce)
-            }
-            verified => verified,
-        }
-        .map_err(|e| SignInError::Refused(format!("the id_token is not valid: {e}")))?;
-        self.signed_in(claims)
-    }
-
-    fn signed_in(&self, claims: &IdTokenClaims<OtherClaims, CoreGenderClaim>) -> Result<SignedIn, SignInError> {
-        let json = serde_json::to_value(claims)
-            .map_err(|e| SignInError::Refused(format!("the id_token's claims cannot be read: {e}")))?;
-        let Value::Object(mut claims) = json else {
-            return Err(SignInError::Refused("the id_token's claims are not an object".into()));
-        };
+        let mut claims = self
+            .server()?
+            .verify_id_token(id_token, self.client_id.as_str(), nonce)
+            .await
+            .map_err(|error| match error {
+                BearerError::Unavailable(reason) => SignInError::Unavailable(reason),
+                refused => SignInError::Refused(format!("the id_token is not valid: {refused}")),
+            })?;
         let principal =
             principal_from_claims(&self.issuer, &self.principal_claim, &claims).map_err(SignInError::Refused)?;
         // What only this sign-in needed is not kept with the session.
@@ -236,47 +195,37 @@ impl SignIn {
         })
     }
 
-    /// The client made from the provider's discovery document and keys: the kept one while
-    /// fresh; `stale`, when given, is one whose keys could not verify an id_token, and makes a
-    /// new discovery unless another request made one since, or one was tried within the
-    /// refresh interval.
-    async fn client(&self, stale: Option<&Arc<Client>>) -> Result<Arc<Client>, SignInError> {
-        self.discovered
-            .get(
-                stale,
-                || async {
-                    self.discover().await.inspect_err(|error| {
-                        tracing::warn!(issuer = %self.issuer, %error, "cannot discover the identity provider for the pages' sign-in");
-                    })
-                },
-                || SignInError::Unavailable("the identity provider's metadata could not be fetched recently".into()),
-            )
-            .await
+    fn server(&self) -> Result<&super::oauth::ResourceServer, SignInError> {
+        self.identity
+            .resource_server()
+            .ok_or_else(|| SignInError::Unavailable("the identity mode is not `oauth`".into()))
     }
 
-    /// OpenID Connect discovery at the issuer, spelled exactly as the provider's metadata spells
-    /// it (what the document and every id_token must name), and the keys it points at.
-    async fn discover(&self) -> Result<Client, SignInError> {
-        let server = self
-            .identity
-            .resource_server()
-            .ok_or_else(|| SignInError::Unavailable("the identity mode is not `oauth`".into()))?;
-        let metadata = server.authorization_server().await.map_err(SignInError::Unavailable)?;
-        let issuer = IssuerUrl::new(metadata.issuer.clone())
-            .map_err(|e| SignInError::Unavailable(format!("the issuer {} is not a URL: {e}", metadata.issuer)))?;
-        let provider = CoreProviderMetadata::discover_async(issuer, &Hook(&self.http))
+    /// oauth2's client for the endpoints the provider's metadata names.
+    async fn client(&self) -> Result<Client, SignInError> {
+        let metadata = self
+            .server()?
+            .authorization_server()
             .await
-            .map_err(|e| SignInError::Unavailable(format!("OpenID Connect discovery: {e}")))?;
-        let secret = self
-            .client_secret
-            .as_ref()
-            .map(|secret| ClientSecret::new(secret.expose().clone()));
-        Ok(Client::from_provider_metadata(provider, self.client_id.clone(), secret)
-            .set_redirect_uri(self.redirect.clone()))
+            .map_err(SignInError::Unavailable)?;
+        let missing = |what: &str| SignInError::Unavailable(format!("the provider's metadata names no {what}"));
+        let authorize = metadata
+            .authorization_endpoint
+            .clone()
+            .ok_or_else(|| missing("authorization_endpoint"))?;
+        let token = metadata.token_endpoint.clone().ok_or_else(|| missing("token_endpoint"))?;
+        let client = oauth2::Client::new(self.client_id.clone())
+            .set_auth_uri(AuthUrl::from_url(authorize))
+            .set_token_uri(TokenUrl::from_url(token))
+            .set_redirect_uri(self.redirect.clone());
+        Ok(match &self.client_secret {
+            Some(secret) => client.set_client_secret(ClientSecret::new(secret.expose().clone())),
+            None => client,
+        })
     }
 }
 
-/// openidconnect's HTTP client: gatehouse's outbound client (no redirects followed), each request
+/// oauth2's HTTP client: gatehouse's outbound client (no redirects followed), each request
 /// within [`REQUEST_TIMEOUT`] and each answer within [`MAX_ANSWER`]. (A boxed future keeps the
 /// `Send` a closure's would lose to lifetime inference.)
 struct Hook<'a>(&'a reqwest::Client);
@@ -301,7 +250,7 @@ async fn send(http: &reqwest::Client, request: HttpRequest) -> Result<HttpRespon
     let response = crate::telemetry::execute(http, request, "oidc", "identity")
         .await
         .map_err(|e| Unreachable(format!("{url}: {e}")))?;
-    let mut answer = openidconnect::http::Response::builder().status(response.status());
+    let mut answer = oauth2::http::Response::builder().status(response.status());
     if let Some(headers) = answer.headers_mut() {
         headers.extend(response.headers().clone());
     }

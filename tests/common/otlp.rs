@@ -1,16 +1,20 @@
-//! A fake OpenTelemetry collector on loopback: the OTLP/gRPC trace service (tonic), counting the
-//! spans exported to it and keeping them for a test. Used by `tests/traces.rs` and the
-//! benchmark's traced run (which only counts).
+//! A fake OpenTelemetry collector on loopback: OTLP/HTTP's trace endpoint (`POST /v1/traces`,
+//! protobuf), counting the spans exported to it and keeping them for a test. Used by
+//! `tests/traces.rs` and the benchmark's traced run (which only counts).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
 
-/// A fake OpenTelemetry collector: the spans exported to it, over OTLP/gRPC.
+/// A fake OpenTelemetry collector: the spans exported to it, over OTLP/HTTP.
 #[derive(Clone, Default)]
 pub struct Collector {
     /// Whether spans are kept ([`Collector::spans`]) or only counted.
@@ -19,27 +23,23 @@ pub struct Collector {
     counted: Arc<AtomicUsize>,
 }
 
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let spans: Vec<Span> = request
-            .into_inner()
-            .resource_spans
-            .into_iter()
-            .flat_map(|resource| resource.scope_spans)
-            .flat_map(|scope| scope.spans)
-            .collect();
-        self.counted.fetch_add(spans.len(), Ordering::Relaxed);
-        if self.keep {
-            self.spans.lock().expect("spans").extend(spans);
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
+/// One export: a protobuf `ExportTraceServiceRequest`, answered as OTLP/HTTP answers it.
+async fn export(State(collector): State<Collector>, body: Bytes) -> impl IntoResponse {
+    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+        return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "text/plain")], Vec::new());
+    };
+    let spans: Vec<Span> = request
+        .resource_spans
+        .into_iter()
+        .flat_map(|resource| resource.scope_spans)
+        .flat_map(|scope| scope.spans)
+        .collect();
+    collector.counted.fetch_add(spans.len(), Ordering::Relaxed);
+    if collector.keep {
+        collector.spans.lock().expect("spans").extend(spans);
     }
+    let answer = ExportTraceServiceResponse { partial_success: None };
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/x-protobuf")], answer.encode_to_vec())
 }
 
 impl Collector {
@@ -62,16 +62,10 @@ impl Collector {
             .await
             .expect("bind collector");
         let addr = listener.local_addr().expect("addr");
-        let incoming = futures::stream::unfold(listener, |listener| async move {
-            let accepted = listener.accept().await.map(|(stream, _)| stream);
-            Some((accepted, listener))
-        });
-        let service = TraceServiceServer::new(collector.clone());
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming),
-        );
+        let app = axum::Router::new()
+            .route("/v1/traces", axum::routing::post(export))
+            .with_state(collector.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
         (collector, addr)
     }
 

@@ -70,6 +70,10 @@ pub enum KeyError {
     /// The token cannot be checked now: no set fetched since it was issued is at hand.
     #[error("the identity provider's keys cannot be checked now: {0}")]
     Unavailable(String),
+    /// The set fetched within the refresh interval lacks the key, and may not be fetched again
+    /// yet: the token may be good, but is not checked now.
+    #[error("{0}")]
+    NotYet(String),
 }
 
 /// What the fetches so far tell; held while fetching, so one fetch runs at a time.
@@ -128,8 +132,8 @@ impl KeySet {
         {
             return Err(KeyError::Unknown);
         }
-        if let Some(reason) = self.not_yet(&fetches) {
-            return Err(KeyError::Unavailable(reason));
+        if let Some(error) = self.not_yet(&fetches) {
+            return Err(error);
         }
         let started = (Instant::now(), now());
         match self.fetch(jwks_uri).await {
@@ -152,19 +156,19 @@ impl KeySet {
 
     /// Why the set may not be fetched yet, if so: a fetch failed a moment ago, or one succeeded
     /// within the refresh interval (the budget that made-up key ids cannot spend faster).
-    fn not_yet(&self, fetches: &Fetches) -> Option<String> {
+    fn not_yet(&self, fetches: &Fetches) -> Option<KeyError> {
         if let Some((at, reason)) = &fetches.failed
             && at.elapsed() < RETRY_AFTER_FAILURE.min(self.refresh_interval)
         {
-            return Some(format!("the last fetch failed a moment ago: {reason}"));
+            return Some(KeyError::Unavailable(format!("the last fetch failed a moment ago: {reason}")));
         }
         let (at, _) = fetches.succeeded?;
         (at.elapsed() < self.refresh_interval).then(|| {
-            format!(
+            KeyError::NotYet(format!(
                 "the token names a key the set fetched {} ms ago lacks, and the set is fetched at most once per {:?}",
                 at.elapsed().as_millis(),
                 self.refresh_interval
-            )
+            ))
         })
     }
 

@@ -76,6 +76,7 @@ impl ResourceServer {
             .clone()
             .ok_or_else(|| ConfigError::key("identity.issuer", "is required in `oauth` mode"))?;
         let public_url = PublicUrl::new(&config.public_url());
+        crate::jose::install();
         Ok(Self {
             audience: identity.audience.clone().unwrap_or_else(|| public_url.at(routes::MCP)),
             resource: public_url.at(routes::MCP),

@@ -59,6 +59,42 @@ impl ResourceServer {
     }
 
     async fn verify_jwt(&self, metadata: &AuthServerMetadata, token: &str) -> Result<Arc<VerifiedToken>, BearerError> {
+        let claims = self.signed_claims(metadata, token, &self.audience, Recheck::Later).await?;
+        let expires_at = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+        self.verified_token(&claims, expires_at)
+    }
+
+    /// The pages' OpenID Connect id_token (OpenID Connect Core 3.1.3.7): signed with one of the
+    /// provider's keys, from its issuer, for `client_id` (and authorized for it when it names
+    /// several audiences), unexpired, and carrying the `nonce` the sign-in sent.
+    pub async fn verify_id_token(
+        &self,
+        token: &str,
+        client_id: &str,
+        nonce: &str,
+    ) -> Result<Map<String, Value>, BearerError> {
+        let metadata = self.discovery.metadata().await.map_err(BearerError::Unavailable)?;
+        let claims = self.signed_claims(&metadata, token, client_id, Recheck::Never).await?;
+        let azp = claims.get("azp").and_then(Value::as_str);
+        if azp.is_some_and(|azp| azp != client_id) || (audiences(&claims).count() > 1 && azp.is_none()) {
+            return Err(BearerError::Invalid("the id_token was issued to another client".into()));
+        }
+        if claims.get("nonce").and_then(Value::as_str) != Some(nonce) {
+            return Err(BearerError::Invalid("the id_token's nonce is not this sign-in's".into()));
+        }
+        Ok(claims)
+    }
+
+    /// A JWT's claims once its signature (by the provider's key it names, with an asymmetric
+    /// algorithm that key is for), issuer, audience and lifetime hold. `recheck` says what a key
+    /// the set lacks, fetched too recently to be fetched again, makes of the token.
+    async fn signed_claims(
+        &self,
+        metadata: &AuthServerMetadata,
+        token: &str,
+        audience: &str,
+        recheck: Recheck,
+    ) -> Result<Map<String, Value>, BearerError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|e| BearerError::Invalid(format!("unreadable token header: {e}")))?;
         if !asymmetric(header.alg) {
@@ -80,23 +116,24 @@ impl ResourceServer {
             .keys
             .key(jwks_uri, header.kid.as_deref(), header.alg, issued_by)
             .await
-            .map_err(|e| match e {
-                KeyError::Unknown => BearerError::Invalid(e.to_string()),
-                KeyError::Unavailable(reason) => BearerError::Unavailable(reason),
+            .map_err(|e| match (e, recheck) {
+                (KeyError::NotYet(reason), Recheck::Later) | (KeyError::Unavailable(reason), _) => {
+                    BearerError::Unavailable(reason)
+                }
+                (e, _) => BearerError::Invalid(e.to_string()),
             })?;
         if !key.verifies(header.alg) {
             return Err(BearerError::Invalid(format!("the key does not sign {:?}", header.alg)));
         }
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&metadata.issuer]);
-        validation.set_audience(&[&self.audience]);
+        validation.set_audience(&[audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.validate_nbf = true;
         validation.leeway = LEEWAY_SECONDS;
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, &validation)
             .map_err(|e| BearerError::Invalid(format!("{e}")))?;
-        let expires_at = data.claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
-        self.verified_token(&data.claims, expires_at)
+        Ok(data.claims)
     }
 
     /// RFC 7662: the provider says whether the token is active and what it carries; gatehouse
@@ -169,6 +206,16 @@ impl ResourceServer {
             expires_at,
         }))
     }
+}
+
+/// What becomes of a token signed with a key the provider's set lacks, when the set was fetched
+/// too recently to be fetched again.
+#[derive(Clone, Copy)]
+enum Recheck {
+    /// An access token: unavailable (503), and the client keeps it to send again later.
+    Later,
+    /// The pages' id_token: refused, since its sign-in's code cannot be used again anyway.
+    Never,
 }
 
 /// The longest OAuth client id kept from a token (a Client ID Metadata Document URL is long).

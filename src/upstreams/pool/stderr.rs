@@ -3,16 +3,15 @@
 //! of a longer line discarded; at most [`LINES_PER_SECOND`] lines a second per process (after a
 //! burst), with a line saying how many were dropped instead.
 
-use std::num::NonZeroU32;
 use std::time::Duration;
 
 use futures::StreamExt;
-use governor::{DefaultDirectRateLimiter, Quota};
 use tokio::io::AsyncRead;
 use tokio_util::bytes::{Buf, BytesMut};
 use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::domain::Principal;
+use crate::rate_limit::Throttle;
 use crate::tools::Redactor;
 
 /// Longest stderr line logged whole (UTF-8 bytes).
@@ -21,9 +20,9 @@ const MAX_LINE: usize = 4096;
 /// `WINDOW - MAX_LINE` bytes that starts in the logged part is redacted whole.
 const WINDOW: usize = 4 * MAX_LINE;
 /// Lines logged per process and second, on average.
-const LINES_PER_SECOND: NonZeroU32 = NonZeroU32::new(20).expect("not zero");
+const LINES_PER_SECOND: u32 = 20;
 /// Lines logged at once after a quiet spell.
-const BURST: NonZeroU32 = NonZeroU32::new(100).expect("not zero");
+const BURST: u32 = 100;
 /// How often, at most, the count of dropped lines is logged while lines are dropped.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
@@ -36,7 +35,7 @@ pub(super) async fn log(
     principal: Option<Principal>,
 ) {
     let mut lines = FramedRead::new(stderr, Lines::default());
-    let limiter = DefaultDirectRateLimiter::direct(Quota::per_second(LINES_PER_SECOND).allow_burst(BURST));
+    let mut limiter = Throttle::per_second(LINES_PER_SECOND, BURST);
     let mut dropped: u64 = 0;
     let report = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(report);

@@ -48,6 +48,8 @@ struct Fixtures {
 fn fixtures() -> &'static Fixtures {
     static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
     FIXTURES.get_or_init(|| {
+        // jsonwebtoken signs and checks through gatehouse's provider, in the tests as in the service.
+        gatehouse::jose::install();
         let rsa = |private: &[u8], public_pem: &'static [u8]| {
             let encoding = EncodingKey::from_rsa_pem(private).expect("tests/fixtures/idp: an RSA private key");
             let jwk = Jwk::from_encoding_key(&encoding, Algorithm::RS256).expect("a JWK of the RSA key");
