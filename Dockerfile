@@ -9,7 +9,7 @@
 # A complete deployment (PostgreSQL, migrations, two replicas behind Caddy) is docker-compose.yml.
 # deploy/check-container checks this file (hadolint, and what the stages copy, run and expose).
 
-# --- the build from source: Alpine's toolchain targets musl, and Rust links musl statically --------
+# --- the build from source: Alpine's toolchain targets musl, and Rust links musl statically -------
 # Native on each platform (a multi-platform build of this target emulates the other one, slowly;
 # the release workflow builds its binaries on native runners instead).
 FROM rust:1-alpine AS builder
