@@ -51,6 +51,9 @@ USER 10001:10001
 # (`docker run --read-only`, readOnlyRootFilesystem). Mount a volume here when using SQLite.
 WORKDIR /var/lib/gatehouse
 VOLUME ["/var/lib/gatehouse"]
+# uid 10001 has no entry in the image's /etc/passwd: HOME (which stdio upstreams inherit, in an
+# image built on this one) points at the volume too, not at the read-only /.
+ENV HOME=/var/lib/gatehouse
 # Listen on all interfaces inside the container. Off loopback, gatehouse requires
 # GATEHOUSE_SERVER__PUBLIC_URL and refuses identity mode `local`: configure `header` mode behind a
 # reverse proxy (see docker-compose.yml), or check a configuration with `check-config`.
