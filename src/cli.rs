@@ -28,6 +28,8 @@ pub use logging::log_filter_of;
 
 #[derive(Parser)]
 #[command(
+    // The package is gatehouse-mcp (crates.io's `gatehouse` is another crate); the command is not.
+    name = "gatehouse",
     version,
     about = "An MCP server that gates tools behind sign-ins and forms in the user's browser"
 )]
