@@ -272,7 +272,12 @@ pub(crate) fn samples() -> Vec<super::templates::Sample> {
             requests: Vec::new(),
         }),
         Sample::of(page(false, Vec::new(), true, None)),
-        Sample::of(page(false, vec![vote(true, ""), vote(false, "Too <much> & \"why\"")], false, Some("Approved."))),
+        Sample::of(page(
+            false,
+            vec![vote(true, ""), vote(false, "Too <much> & \"why\"")],
+            false,
+            Some("Approved."),
+        )),
         Sample::of(page(true, vec![vote(true, "fine")], true, None)),
     ]
 }

@@ -193,7 +193,10 @@ pub(crate) fn samples() -> Vec<super::templates::Sample> {
         title: "OpenAI & co".to_owned(),
         stored,
         lines: if stored {
-            vec![("API key".to_owned(), "stored, hidden".to_owned()), ("Team".to_owned(), "<Red> \"Team\"".to_owned())]
+            vec![
+                ("API key".to_owned(), "stored, hidden".to_owned()),
+                ("Team".to_owned(), "<Red> \"Team\"".to_owned()),
+            ]
         } else {
             Vec::new()
         },
@@ -212,7 +215,11 @@ pub(crate) fn samples() -> Vec<super::templates::Sample> {
         } else {
             Vec::new()
         },
-        forms: if full { vec![form(true), form(false)] } else { Vec::new() },
+        forms: if full {
+            vec![form(true), form(false)]
+        } else {
+            Vec::new()
+        },
         upstreams: if full {
             vec![upstream(&[]), upstream(&["a GitHub account", "OpenAI's form"])]
         } else {

@@ -314,7 +314,12 @@ async fn replace(
 pub(crate) fn samples() -> Vec<super::templates::Sample> {
     use crate::forms::testing::{EVERY_KIND, form, none, post};
     let form = form(EVERY_KIND, "t");
-    let typed = post(&[("api_key", "short"), ("name", "<Ada> & \"Bob\""), ("count", "x"), ("agree", "on")]);
+    let typed = post(&[
+        ("api_key", "short"),
+        ("name", "<Ada> & \"Bob\""),
+        ("count", "x"),
+        ("agree", "on"),
+    ]);
     let Err(errors) = form.validate(&typed, &none()) else {
         panic!("the sample post is invalid");
     };

@@ -46,8 +46,14 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("admin_nav.html", include_str!("../../templates/admin_nav.html")),
     ("admin_pager.html", include_str!("../../templates/admin_pager.html")),
     ("admin_users.html", include_str!("../../templates/admin_users.html")),
-    ("admin_elicitations.html", include_str!("../../templates/admin_elicitations.html")),
-    ("admin_upstreams.html", include_str!("../../templates/admin_upstreams.html")),
+    (
+        "admin_elicitations.html",
+        include_str!("../../templates/admin_elicitations.html"),
+    ),
+    (
+        "admin_upstreams.html",
+        include_str!("../../templates/admin_upstreams.html"),
+    ),
     ("admin_audit.html", include_str!("../../templates/admin_audit.html")),
     ("admin_health.html", include_str!("../../templates/admin_health.html")),
     ("demo_sign_in.html", include_str!("../../templates/demo_sign_in.html")),
@@ -170,7 +176,10 @@ impl Templates {
 /// pages always had (`&#38;`, `&#60;`, `&#62;`, `&#34;`, `&#39;`). minijinja's default would also
 /// write `/` as `&#x2f;`, which every URL and path a page prints would carry for nothing.
 fn escape_html(out: &mut Output, state: &State, value: &Value) -> Result<(), minijinja::Error> {
-    let Some(text) = value.as_str().filter(|_| state.auto_escape() == AutoEscape::Html && !value.is_safe()) else {
+    let Some(text) = value
+        .as_str()
+        .filter(|_| state.auto_escape() == AutoEscape::Html && !value.is_safe())
+    else {
         return minijinja::escape_formatter(out, state, value);
     };
     let mut rest = text;

@@ -107,7 +107,10 @@ pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
         }],
         findings: vec![
             finding("ok", None),
-            finding("warning", Some((Some("server.public_url"), "Set it to the URL users open."))),
+            finding(
+                "warning",
+                Some((Some("server.public_url"), "Set it to the URL users open.")),
+            ),
             finding("problem", Some((None, "Start the database & retry."))),
         ],
     })]

@@ -86,7 +86,10 @@ pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
     vec![
         crate::web::templates::Sample::of(page(vec![
             row(None),
-            row(Some(("2026-12-03 10:01 UTC", "the process exited: <code 1> & \"more\""))),
+            row(Some((
+                "2026-12-03 10:01 UTC",
+                "the process exited: <code 1> & \"more\"",
+            ))),
         ])),
         crate::web::templates::Sample::of(page(Vec::new())),
     ]

@@ -330,27 +330,36 @@ pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
             Vec::new()
         },
     };
-    let page = |principal: &str, connections: Vec<ConnectionRow>, detail: Option<Detail>, status: Option<&str>| UsersPage {
-        operator: "root@example.com".to_owned(),
-        nav: super::sample_nav("Users"),
-        status: status.map(str::to_owned),
-        principal: principal.to_owned(),
-        sorts: vec![sort("Principal", true), sort("Provider", false)],
-        pager: super::sample_pager(!connections.is_empty()),
-        connections,
-        detail,
-        csrf: "c5rf".to_owned(),
-    };
+    let page =
+        |principal: &str, connections: Vec<ConnectionRow>, detail: Option<Detail>, status: Option<&str>| UsersPage {
+            operator: "root@example.com".to_owned(),
+            nav: super::sample_nav("Users"),
+            status: status.map(str::to_owned),
+            principal: principal.to_owned(),
+            sorts: vec![sort("Principal", true), sort("Provider", false)],
+            pager: super::sample_pager(!connections.is_empty()),
+            connections,
+            detail,
+            csrf: "c5rf".to_owned(),
+        };
     use crate::web::templates::Sample;
     vec![
         Sample::of(page(
             "",
-            vec![connection("a@b", Some("a <at> github")), connection("o'neil+x/y ~z@b", None)],
+            vec![
+                connection("a@b", Some("a <at> github")),
+                connection("o'neil+x/y ~z@b", None),
+            ],
             None,
             None,
         )),
         Sample::of(page("a@b", Vec::new(), Some(detail(false)), Some("Revoked."))),
         Sample::of(page("a@b", vec![connection("a@b", None)], Some(detail(true)), None)),
-        Sample::of(page("", Vec::new(), None, Some("\"x\" is not a principal gatehouse could know."))),
+        Sample::of(page(
+            "",
+            Vec::new(),
+            None,
+            Some("\"x\" is not a principal gatehouse could know."),
+        )),
     ]
 }

@@ -77,7 +77,11 @@ fn every_built_in_template_renders_its_sample_pages() {
             .unwrap_or_else(|e| panic!("{}: {e:#}", sample.name));
         assert!(!html.contains("{{") && !html.contains("{%"), "{}: {html}", sample.name);
         if sample.name != "demo_sign_in.html" {
-            assert!(html.contains(r#"<a href="/gh/connections">"#), "{}: the base wraps it", sample.name);
+            assert!(
+                html.contains(r#"<a href="/gh/connections">"#),
+                "{}: the base wraps it",
+                sample.name
+            );
         }
         rendered.insert(sample.name);
     }
@@ -92,7 +96,10 @@ fn every_built_in_template_renders_its_sample_pages() {
 #[test]
 fn printed_values_are_escaped_once_and_urls_kept_readable() {
     let page = NoticePage::new("Done", "<b>\"x\" & 'y'</b>", None).with_link("/gh/a?b=1&c=2", "On");
-    let html = Templates::built_in().expect("built-in").render(&page, "/gh").expect("render");
+    let html = Templates::built_in()
+        .expect("built-in")
+        .render(&page, "/gh")
+        .expect("render");
     assert!(
         html.contains("<p>&#60;b&#62;&#34;x&#34; &#38; &#39;y&#39;&#60;/b&#62;</p>"),
         "{html}"
@@ -103,7 +110,10 @@ fn printed_values_are_escaped_once_and_urls_kept_readable() {
 #[test]
 fn every_page_gets_the_prefix_built_in_or_replaced() {
     let page = NoticePage::new("Done", "All done.", None);
-    let built_in = Templates::load(None).expect("built-in").render(&page, "/gh").expect("built-in");
+    let built_in = Templates::load(None)
+        .expect("built-in")
+        .render(&page, "/gh")
+        .expect("built-in");
     assert!(built_in.contains(r#"<a href="/gh/connections">"#), "{built_in}");
 
     let dir = tempfile::tempdir().expect("dir");
