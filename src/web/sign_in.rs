@@ -299,6 +299,14 @@ async fn logout(
 }
 
 #[cfg(test)]
+pub(crate) fn samples() -> Vec<super::templates::Sample> {
+    vec![super::templates::Sample::of(LogoutPage {
+        signed_in_as: "Alice O'Neil (alice@example.com)".to_owned(),
+        csrf: "c5rf".to_owned(),
+    })]
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -320,12 +328,4 @@ mod tests {
         }
         assert_eq!(local_path(Some(&format!("/{}", "a".repeat(MAX_NEXT)))), "/");
     }
-}
-
-#[cfg(test)]
-pub(crate) fn samples() -> Vec<super::templates::Sample> {
-    vec![super::templates::Sample::of(LogoutPage {
-        signed_in_as: "Alice O'Neil (alice@example.com)".to_owned(),
-        csrf: "c5rf".to_owned(),
-    })]
 }

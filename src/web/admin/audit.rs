@@ -165,25 +165,6 @@ fn parse_time(text: &str) -> Option<DateTime<Utc>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn filter_times_read_as_utc() {
-        let at = |text| parse_time(text).map(|t| t.to_rfc3339());
-        assert_eq!(at("2026-11-27").as_deref(), Some("2026-11-27T00:00:00+00:00"));
-        assert_eq!(at("2026-11-27T14:30").as_deref(), Some("2026-11-27T14:30:00+00:00"));
-        assert_eq!(at("2026-11-27 14:30:05").as_deref(), Some("2026-11-27T14:30:05+00:00"));
-        assert_eq!(
-            at("2026-11-27T14:30:00+01:00").as_deref(),
-            Some("2026-11-27T13:30:00+00:00")
-        );
-        assert_eq!(at("yesterday"), None);
-        assert_eq!(at("2026-13-01"), None);
-    }
-}
-
-#[cfg(test)]
 pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
     let entry = |address: Option<&str>, client: Option<&str>| EntryRow {
         at: "2026-12-03 10:00:00 UTC".to_owned(),
@@ -226,4 +207,23 @@ pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
         )),
         crate::web::templates::Sample::of(page(vec!["\"x\" is not an action.".to_owned()], Vec::new())),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_times_read_as_utc() {
+        let at = |text| parse_time(text).map(|t| t.to_rfc3339());
+        assert_eq!(at("2026-11-27").as_deref(), Some("2026-11-27T00:00:00+00:00"));
+        assert_eq!(at("2026-11-27T14:30").as_deref(), Some("2026-11-27T14:30:00+00:00"));
+        assert_eq!(at("2026-11-27 14:30:05").as_deref(), Some("2026-11-27T14:30:05+00:00"));
+        assert_eq!(
+            at("2026-11-27T14:30:00+01:00").as_deref(),
+            Some("2026-11-27T13:30:00+00:00")
+        );
+        assert_eq!(at("yesterday"), None);
+        assert_eq!(at("2026-13-01"), None);
+    }
 }
