@@ -7,6 +7,9 @@
 mod service;
 mod sign_in;
 
+#[cfg(test)]
+pub(crate) use sign_in::samples;
+
 use std::path::Path;
 
 use axum::Router;

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use askama::Template;
 use axum::extract::{Form, Query, State};
 use axum::http::header::{ORIGIN, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, StatusCode};
@@ -17,12 +16,13 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use oauth2::{PkceCodeChallenge, PkceCodeVerifier};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::gate::random_token;
 use crate::public_url::PublicUrl;
 use crate::routes;
+use crate::web::templates::{Page, RenderError, Templates};
 
 /// The client id the demo provider knows: gatehouse's, in `demo.toml`.
 const CLIENT_ID: &str = "gatehouse-demo";
@@ -50,7 +50,7 @@ enum DemoError {
     #[error("Demo API: no valid token; sign in again")]
     Unauthorized,
     #[error("Demo sign-in: the page cannot be shown")]
-    Page(#[from] askama::Error),
+    Page(#[from] RenderError),
 }
 
 impl IntoResponse for DemoError {
@@ -122,13 +122,16 @@ struct AuthorizeRequest {
     scope: String,
 }
 
-#[derive(Template)]
-#[template(path = "demo_sign_in.html")]
+#[derive(Serialize)]
 struct SignInPage<'a> {
     action: &'a str,
     state: &'a str,
     code_challenge: &'a str,
     scope: &'a str,
+}
+
+impl Page for SignInPage<'_> {
+    const NAME: &'static str = "demo_sign_in.html";
 }
 
 /// The authorize page: only gatehouse's own requests (its client id, its callback, PKCE S256).
@@ -149,7 +152,7 @@ async fn authorize(
         code_challenge: &request.code_challenge,
         scope: &request.scope,
     };
-    Ok(Html(page.render()?))
+    Ok(Html(Templates::render_built_in(&page, "")?))
 }
 
 #[derive(Deserialize)]
@@ -267,4 +270,14 @@ fn bounded(values: &[&str]) -> Result<(), DemoError> {
         return Err(DemoError::BadRequest("a parameter is too long"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+pub(crate) fn samples() -> Vec<crate::web::templates::Sample> {
+    vec![crate::web::templates::Sample::of(SignInPage {
+        action: "http://127.0.0.1:8080/demo/authorize",
+        state: "st<a>te",
+        code_challenge: "c0de-ch4llenge_",
+        scope: "read \"all\"",
+    })]
 }

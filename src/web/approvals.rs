@@ -3,7 +3,6 @@
 //! Withdraw) and for its approvers (the caller, client, tool and exact arguments, the votes so
 //! far, Approve or Deny with a reason). A caller never decides their own request.
 
-use askama::Template;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
@@ -15,7 +14,7 @@ use super::error::PageError;
 use super::extract::{Browser, CsrfBinding, Posted, when};
 use super::page::PageResponse;
 use super::state::PagesState;
-use super::templates::impl_page;
+use super::templates::Page;
 use crate::domain::ElicitationId;
 use crate::gate::{Approval, Approvals, Standing, Voted};
 use crate::routes;
@@ -68,13 +67,14 @@ impl RequestRow {
     }
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "approvals.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct ApprovalsPage {
     principal: String,
     requests: Vec<RequestRow>,
 }
-impl_page!(ApprovalsPage, "approvals.html");
+impl Page for ApprovalsPage {
+    const NAME: &'static str = "approvals.html";
+}
 
 #[derive(Serialize)]
 struct VoteRow {
@@ -84,8 +84,7 @@ struct VoteRow {
     at: String,
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "approval.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct ApprovalPage {
     request: RequestRow,
     /// The caller's own view (Withdraw) rather than an approver's (Approve, Deny).
@@ -100,7 +99,9 @@ struct ApprovalPage {
     status: Option<String>,
     csrf: String,
 }
-impl_page!(ApprovalPage, "approval.html");
+impl Page for ApprovalPage {
+    const NAME: &'static str = "approval.html";
+}
 
 async fn list(State(state): State<PagesState>, browser: Browser) -> Result<PageResponse, PageError> {
     let approvals = state.gate.approvals();
@@ -229,4 +230,54 @@ async fn act(
     };
     let (request, approval) = self::request(&state, &id).await?;
     render(&state, &browser, &request, &approval, Some(status)).await
+}
+
+#[cfg(test)]
+pub(crate) fn samples() -> Vec<super::templates::Sample> {
+    let row = || RequestRow {
+        id: "0190b6f4-bbbb".to_owned(),
+        title: "Pay an <invoice>".to_owned(),
+        caller: "bob@example.com".to_owned(),
+        client: "Claude \"Code\"".to_owned(),
+        tool: "pay".to_owned(),
+        arguments: "{\n  \"amount\": 12,\n  \"to\": \"<acme> & co\"\n}".to_owned(),
+        created: "2026-12-03 10:00 UTC".to_owned(),
+        expires: "2026-12-03 11:00 UTC".to_owned(),
+    };
+    let page = |own: bool, votes: Vec<VoteRow>, can_act: bool, status: Option<&str>| ApprovalPage {
+        request: row(),
+        own,
+        approvers: "alice@example.com, carol@example.com".to_owned(),
+        quorum: 2,
+        state: "waiting".to_owned(),
+        votes,
+        can_act,
+        status: status.map(str::to_owned),
+        csrf: "c5rf".to_owned(),
+    };
+    let vote = |approve: bool, reason: &str| VoteRow {
+        approver: "carol@example.com".to_owned(),
+        approve,
+        reason: reason.to_owned(),
+        at: "2026-12-03 10:05 UTC".to_owned(),
+    };
+    use super::templates::Sample;
+    vec![
+        Sample::of(ApprovalsPage {
+            principal: "alice@example.com".to_owned(),
+            requests: vec![row(), row()],
+        }),
+        Sample::of(ApprovalsPage {
+            principal: "alice@example.com".to_owned(),
+            requests: Vec::new(),
+        }),
+        Sample::of(page(false, Vec::new(), true, None)),
+        Sample::of(page(
+            false,
+            vec![vote(true, ""), vote(false, "Too <much> & \"why\"")],
+            false,
+            Some("Approved."),
+        )),
+        Sample::of(page(true, vec![vote(true, "fine")], true, None)),
+    ]
 }

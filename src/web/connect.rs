@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use askama::Template;
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
@@ -18,7 +17,7 @@ use super::error::{NoticePage, PageError, START_AGAIN};
 use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
 use super::page::PageResponse;
 use super::state::PagesState;
-use super::templates::impl_page;
+use super::templates::Page;
 use crate::audit::Origin;
 use crate::edge::Peer;
 use crate::gate::{CallbackOutcome, CallbackParams, ProviderErrorCode};
@@ -36,8 +35,7 @@ pub fn router() -> Router<PagesState> {
         .route(routes::REMOTE_CALLBACK, get(remote_callback))
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "connect.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct ConnectPage {
     id: String,
     provider: String,
@@ -49,7 +47,9 @@ struct ConnectPage {
     expires: String,
     csrf: String,
 }
-impl_page!(ConnectPage, "connect.html");
+impl Page for ConnectPage {
+    const NAME: &'static str = "connect.html";
+}
 
 async fn show(
     State(state): State<PagesState>,
@@ -260,4 +260,23 @@ fn in_words(code: &ProviderErrorCode) -> String {
         _ => "it refused the sign-in",
     };
     format!("{words} ({code})")
+}
+
+#[cfg(test)]
+pub(crate) fn samples() -> Vec<super::templates::Sample> {
+    let page = |scopes: &[&str]| ConnectPage {
+        id: "0190b6f4-aaaa".to_owned(),
+        provider: "GitHub <Enterprise>".to_owned(),
+        client_name: "Claude \"Code\"".to_owned(),
+        scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+        destination: "github.example".to_owned(),
+        principal: "alice@example.com".to_owned(),
+        created: "2026-12-03 10:00 UTC".to_owned(),
+        expires: "2026-12-03 10:10 UTC".to_owned(),
+        csrf: "c5rf/t0k+n".to_owned(),
+    };
+    vec![
+        super::templates::Sample::of(page(&["repo", "read:org"])),
+        super::templates::Sample::of(page(&[])),
+    ]
 }

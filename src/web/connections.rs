@@ -1,7 +1,6 @@
 //! `/connections`: what the signed-in user has given gatehouse (connected accounts and saved form
 //! answers), with the means to take it back. Secrets are never shown, only that they are stored.
 
-use askama::Template;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,7 +13,7 @@ use super::error::PageError;
 use super::extract::{Browser, CsrfBinding, Posted, when};
 use super::page::PageResponse;
 use super::state::PagesState;
-use super::templates::impl_page;
+use super::templates::Page;
 use crate::forms::FormScope;
 use crate::gate::Disconnected;
 use crate::routes;
@@ -53,8 +52,7 @@ struct UpstreamRow {
     needs: Vec<String>,
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "connections.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct ConnectionsPage {
     principal: String,
     /// In `oauth` mode the pages have their own sign-in, and so a sign-out.
@@ -65,7 +63,9 @@ struct ConnectionsPage {
     upstreams: Vec<UpstreamRow>,
     csrf: String,
 }
-impl_page!(ConnectionsPage, "connections.html");
+impl Page for ConnectionsPage {
+    const NAME: &'static str = "connections.html";
+}
 
 /// After a change: back to the list (303, so a reload does not post again).
 pub fn redirect_to_connections(state: &PagesState) -> Result<Response, PageError> {
@@ -176,4 +176,59 @@ async fn act(
     // Sessions opened with what was just removed end here, at once.
     state.upstreams.end_sessions_of(principal);
     render(&state, &browser, Some(status)).await
+}
+
+#[cfg(test)]
+pub(crate) fn samples() -> Vec<super::templates::Sample> {
+    let connection = |active: bool, account_label: Option<&str>| ConnectionRow {
+        provider: "github".to_owned(),
+        provider_name: "GitHub <Enterprise>".to_owned(),
+        account_label: account_label.map(str::to_owned),
+        scopes: vec!["repo".to_owned(), "read:org".to_owned()],
+        active,
+        connected_at: "2026-12-03 10:00 UTC".to_owned(),
+    };
+    let form = |stored: bool| FormRow {
+        id: if stored { "openai" } else { "pay" }.to_owned(),
+        title: "OpenAI & co".to_owned(),
+        stored,
+        lines: if stored {
+            vec![
+                ("API key".to_owned(), "stored, hidden".to_owned()),
+                ("Team".to_owned(), "<Red> \"Team\"".to_owned()),
+            ]
+        } else {
+            Vec::new()
+        },
+    };
+    let upstream = |needs: &[&str]| UpstreamRow {
+        id: "files".to_owned(),
+        tools: 3,
+        needs: needs.iter().map(|n| (*n).to_owned()).collect(),
+    };
+    let page = |sign_out: bool, status: Option<&str>, full: bool| ConnectionsPage {
+        principal: "alice@example.com".to_owned(),
+        sign_out,
+        status: status.map(str::to_owned),
+        connections: if full {
+            vec![connection(true, Some("alice <at> github")), connection(false, None)]
+        } else {
+            Vec::new()
+        },
+        forms: if full {
+            vec![form(true), form(false)]
+        } else {
+            Vec::new()
+        },
+        upstreams: if full {
+            vec![upstream(&[]), upstream(&["a GitHub account", "OpenAI's form"])]
+        } else {
+            Vec::new()
+        },
+        csrf: "c5rf".to_owned(),
+    };
+    vec![
+        super::templates::Sample::of(page(true, Some("Disconnected GitHub."), true)),
+        super::templates::Sample::of(page(false, None, false)),
+    ]
 }

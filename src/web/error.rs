@@ -5,29 +5,29 @@
 
 use std::net::SocketAddr;
 
-use askama::Template;
 use axum::http::header::{LOCATION, RETRY_AFTER};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::page::PageResponse;
-use super::templates::impl_page;
+use super::templates::Page;
 use crate::edge::RETRY_AFTER_SECONDS;
 use crate::gate::{CallbackRefusal, GateError, VoteRefusal};
 use crate::identity::IdentityError;
 use crate::store::{ElicitationStatus, StoreError};
 
 /// A page with a heading, a message, an optional next step and an optional link onward.
-#[derive(Template, Serialize)]
-#[template(path = "notice.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 pub struct NoticePage {
     heading: String,
     message: String,
     next_step: Option<String>,
     link: Option<Link>,
 }
-impl_page!(NoticePage, "notice.html");
+impl Page for NoticePage {
+    const NAME: &'static str = "notice.html";
+}
 
 /// A link a notice page offers: where, and its words.
 #[derive(Serialize)]
@@ -344,3 +344,15 @@ impl IntoResponse for PageError {
 /// Why a page request failed on our side, for the page layer to log with the request.
 #[derive(Clone)]
 pub struct Failure(pub String);
+
+#[cfg(test)]
+pub(crate) fn samples() -> Vec<super::templates::Sample> {
+    use super::templates::Sample;
+    vec![
+        Sample::of(NoticePage::new("Declined", "You said <no> & \"no\" it's", None)),
+        Sample::of(
+            NoticePage::new("Sign-in failed", "The provider refused.", Some("Try again."))
+                .with_link("/gh/connect/0190?x=1&y=2", START_AGAIN),
+        ),
+    ]
+}

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeSet;
 
-use askama::Template;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
@@ -19,7 +18,7 @@ use super::error::{NoticePage, PageError};
 use super::extract::{Browser, CsrfBinding, OwnedElicitation, Posted, when};
 use super::page::PageResponse;
 use super::state::PagesState;
-use super::templates::impl_page;
+use super::templates::Page;
 use crate::domain::Principal;
 use crate::forms::{FieldErrors, FieldView, Form, FormScope, Submission};
 use crate::gate::StoredValues;
@@ -45,8 +44,7 @@ struct ErrorLink {
     message: String,
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "form.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct FormPage {
     title: String,
     description: Option<String>,
@@ -60,7 +58,9 @@ struct FormPage {
     principal: String,
     expires: Option<String>,
 }
-impl_page!(FormPage, "form.html");
+impl Page for FormPage {
+    const NAME: &'static str = "form.html";
+}
 
 /// What a form page is for: an elicitation, or replacing stored values.
 struct Target<'a> {
@@ -117,16 +117,7 @@ fn render(
         stored.map(|s| &s.values)
     };
     let fields = form.views(typed, values, errors, secret_names);
-    let error_links: Vec<ErrorLink> = fields
-        .iter()
-        .filter_map(|f| {
-            f.error.as_ref().map(|message| ErrorLink {
-                id: f.id.clone(),
-                label: f.label.clone(),
-                message: message.clone(),
-            })
-        })
-        .collect();
+    let error_links = error_links(&fields);
     let description = match target.elicitation {
         Some(elicitation) if form.scope == FormScope::Call => elicitation.detail.clone(),
         _ => form.description.clone(),
@@ -149,6 +140,20 @@ fn render(
     } else {
         page.with_status(StatusCode::UNPROCESSABLE_ENTITY)
     }
+}
+
+/// The error summary's links, one per field in error.
+fn error_links(fields: &[FieldView]) -> Vec<ErrorLink> {
+    fields
+        .iter()
+        .filter_map(|f| {
+            f.error.as_ref().map(|message| ErrorLink {
+                id: f.id.clone(),
+                label: f.label.clone(),
+                message: message.clone(),
+            })
+        })
+        .collect()
 }
 
 /// The saved values of the target's form when it is user-scoped (a blank secret then keeps the
@@ -303,4 +308,46 @@ async fn replace(
         .save_user(&principal, form, submission, None, &from)
         .await?;
     redirect_to_connections(&state)
+}
+
+#[cfg(test)]
+pub(crate) fn samples() -> Vec<super::templates::Sample> {
+    use crate::forms::testing::{EVERY_KIND, form, none, post};
+    let form = form(EVERY_KIND, "t");
+    let typed = post(&[
+        ("api_key", "short"),
+        ("name", "<Ada> & \"Bob\""),
+        ("count", "x"),
+        ("agree", "on"),
+    ]);
+    let Err(errors) = form.validate(&typed, &none()) else {
+        panic!("the sample post is invalid");
+    };
+    let page = |fields: Vec<FieldView>, elicited: bool| {
+        let errors = error_links(&fields);
+        FormPage {
+            title: "Service <key>".to_owned(),
+            description: elicited.then(|| "Paste the key from https://example.com/keys?a=1&b=2.".to_owned()),
+            client_name: elicited.then(|| "Claude \"Code\"".to_owned()),
+            action: "/gh/forms/0190b6f4".to_owned(),
+            csrf: "c5rf".to_owned(),
+            fields,
+            has_errors: !errors.is_empty(),
+            errors,
+            submit_label: "Save".to_owned(),
+            principal: "alice@example.com".to_owned(),
+            expires: elicited.then(|| "2026-12-03 10:10 UTC".to_owned()),
+        }
+    };
+    let one_wrong = post(&[("api_key", "short")]);
+    let Err(one_error) = form.validate(&one_wrong, &none()) else {
+        panic!("the sample post is invalid");
+    };
+    let stored_secret = ["api_key".to_owned()].into_iter().collect();
+    vec![
+        super::templates::Sample::of(page(form.views(None, None, &FieldErrors::none(), &none()), false)),
+        super::templates::Sample::of(page(form.views(Some(&typed), None, &errors, &none()), true)),
+        super::templates::Sample::of(page(form.views(None, None, &FieldErrors::none(), &stored_secret), true)),
+        super::templates::Sample::of(page(form.views(Some(&one_wrong), None, &one_error, &none()), false)),
+    ]
 }

@@ -18,7 +18,6 @@ mod sign_in;
 mod state;
 pub mod templates;
 
-use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::http::header::{CACHE_CONTROL, RETRY_AFTER};
@@ -35,7 +34,7 @@ use crate::routes;
 pub use layers::security_headers;
 use page::PageResponse;
 pub use state::PagesState;
-use templates::impl_page;
+use templates::Page;
 
 pub fn router(state: &PagesState) -> Router<PagesState> {
     let pages = Router::new()
@@ -65,14 +64,15 @@ pub fn router(state: &PagesState) -> Router<PagesState> {
         .layer(middleware::map_response(layers::security_headers))
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "index.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct IndexPage {
     mcp_url: String,
     version: &'static str,
     tools: Vec<String>,
 }
-impl_page!(IndexPage, "index.html");
+impl Page for IndexPage {
+    const NAME: &'static str = "index.html";
+}
 
 async fn index(State(state): State<PagesState>) -> PageResponse {
     let tools = state.tools.all().iter().cloned().chain(state.upstreams.tools());
@@ -148,4 +148,13 @@ fn not_ready(database: &str, bus: &str) -> Response {
         Json(body),
     )
         .into_response()
+}
+
+#[cfg(test)]
+pub(crate) fn samples() -> Vec<templates::Sample> {
+    vec![templates::Sample::of(IndexPage {
+        mcp_url: "https://gatehouse.example/gh/mcp".to_owned(),
+        version: "0.1.0",
+        tools: vec!["echo".to_owned(), "say_<hi>".to_owned()],
+    })]
 }

@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use askama::Template;
 use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
@@ -25,7 +24,7 @@ use super::error::{NoticePage, PageError};
 use super::extract::{CsrfBinding, Posted};
 use super::page::PageResponse;
 use super::state::PagesState;
-use super::templates::impl_page;
+use super::templates::Page;
 use crate::config::IdentityMode;
 use crate::gate::sha256_hex;
 use crate::identity::oidc::{SignIn, SignInError};
@@ -246,13 +245,14 @@ fn refused(reason: &str, retry: Option<String>) -> PageError {
     }
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "logout.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct LogoutPage {
     signed_in_as: String,
     csrf: String,
 }
-impl_page!(LogoutPage, "logout.html");
+impl Page for LogoutPage {
+    const NAME: &'static str = "logout.html";
+}
 
 async fn confirm_logout(
     State(state): State<PagesState>,
@@ -296,6 +296,14 @@ async fn logout(
         Some("You may still be signed in at your identity provider."),
     ));
     Ok(([(SET_COOKIE, dropped)], page).into_response())
+}
+
+#[cfg(test)]
+pub(crate) fn samples() -> Vec<super::templates::Sample> {
+    vec![super::templates::Sample::of(LogoutPage {
+        signed_in_as: "Alice O'Neil (alice@example.com)".to_owned(),
+        csrf: "c5rf".to_owned(),
+    })]
 }
 
 #[cfg(test)]

@@ -1,21 +1,24 @@
-//! Page templates. The built-in pages are askama templates, checked at compile time. An operator
-//! can replace any of them from `server.template_dir`: a `base.html` there wraps every built-in
-//! page (branding), and a page file there (`form.html`, ...) replaces that page. Replacements are
-//! Jinja templates (minijinja) rendered with the same variables, loaded and checked at start so a
-//! broken template fails the configuration, not a user's request.
+//! Page templates, rendered by minijinja (Jinja syntax). The built-in pages (templates/*.html,
+//! compiled in) and the operator's files from `server.template_dir` share one environment, the
+//! operator's added over the built-ins by name: a `base.html` there wraps every built-in page
+//! (branding), since each `{% extends "base.html" %}`, and a page file there (`form.html`, ...)
+//! replaces that page. A page is rendered with its struct serialized as its variables; the
+//! operator's files are loaded and checked at start so a broken template fails the
+//! configuration, not a user's request.
 //!
 //! Every page also gets `prefix`, the path prefix of `server.public_url` (`/gatehouse`, or empty):
 //! a link to one of gatehouse's paths is written `{{ prefix }}/connections`. The URLs and paths
 //! handed to a page in its own variables (a form's `action`, a notice's link) already carry it.
 
-use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::LazyLock;
 
+use minijinja::{AutoEscape, Environment, Output, State, Value};
 use serde::Serialize;
 
 use crate::config::ConfigError;
 
-/// Every page file name, for checking what an operator's directory holds.
+/// Every page file name an operator may replace.
 pub const PAGE_NAMES: &[&str] = &[
     "base.html",
     "index.html",
@@ -28,83 +31,83 @@ pub const PAGE_NAMES: &[&str] = &[
     "logout.html",
 ];
 
-/// The name of the path prefix among a page's variables.
-const PREFIX: &str = "prefix";
+/// Every file of templates/, compiled in: the pages of `PAGE_NAMES`, the operator pages and
+/// their parts, and the demo's sign-in page.
+const BUILT_IN: &[(&str, &str)] = &[
+    ("base.html", include_str!("../../templates/base.html")),
+    ("index.html", include_str!("../../templates/index.html")),
+    ("notice.html", include_str!("../../templates/notice.html")),
+    ("connect.html", include_str!("../../templates/connect.html")),
+    ("form.html", include_str!("../../templates/form.html")),
+    ("connections.html", include_str!("../../templates/connections.html")),
+    ("approvals.html", include_str!("../../templates/approvals.html")),
+    ("approval.html", include_str!("../../templates/approval.html")),
+    ("logout.html", include_str!("../../templates/logout.html")),
+    ("admin_nav.html", include_str!("../../templates/admin_nav.html")),
+    ("admin_pager.html", include_str!("../../templates/admin_pager.html")),
+    ("admin_users.html", include_str!("../../templates/admin_users.html")),
+    (
+        "admin_elicitations.html",
+        include_str!("../../templates/admin_elicitations.html"),
+    ),
+    (
+        "admin_upstreams.html",
+        include_str!("../../templates/admin_upstreams.html"),
+    ),
+    ("admin_audit.html", include_str!("../../templates/admin_audit.html")),
+    ("admin_health.html", include_str!("../../templates/admin_health.html")),
+    ("demo_sign_in.html", include_str!("../../templates/demo_sign_in.html")),
+];
 
-const BUILT_IN_BASE: &str = include_str!("../../templates/base.html");
-/// How the built-in templates write the prefix (askama's runtime value). The built-in base also
-/// serves minijinja, under an operator's pages, where it is the variable `{{ prefix }}`.
-const ASKAMA_PREFIX: &str = r#"{{ ("prefix"|value::<String>)? }}"#;
-/// Wraps a built-in page's blocks, rendered by askama, into the operator's layout.
-const WRAPPER_NAME: &str = "gatehouse-wrapper.html";
-const WRAPPER: &str = "{% extends \"base.html\" %}{% block title %}{{ gatehouse_title|safe }}{% endblock %}\
-{% block content %}{{ gatehouse_content|safe }}{% endblock %}";
+/// The configuration key of the operator's directory, named by every refusal.
+const KEY: &str = "server.template_dir";
 
-/// A page: an askama template with `title` and `content` blocks and a serializable context.
-pub trait Page: askama::Template + Serialize {
+/// A page: a serializable struct, its fields the template's variables.
+pub trait Page: Serialize {
     /// Its file name under templates/ (and in an operator's directory).
     const NAME: &'static str;
-
-    /// The `title` and `content` blocks alone (askama's block fragments).
-    fn blocks(&self, values: &dyn askama::Values) -> askama::Result<(String, String)>;
 }
-
-/// Implements `Page` for a template struct declared with `blocks = ["title", "content"]`.
-macro_rules! impl_page {
-    ($page:ty, $name:literal) => {
-        impl $crate::web::templates::Page for $page {
-            const NAME: &'static str = $name;
-
-            fn blocks(&self, values: &dyn askama::Values) -> askama::Result<(String, String)> {
-                use askama::Template as _;
-                Ok((
-                    self.as_title().render_with_values(values)?,
-                    self.as_content().render_with_values(values)?,
-                ))
-            }
-        }
-    };
-}
-pub(crate) use impl_page;
 
 /// A page could not be rendered (a bug, or an operator template failing on real data).
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
     #[error("template: {0}")]
-    BuiltIn(#[from] askama::Error),
-    #[error("operator template: {0}")]
-    Operator(#[from] minijinja::Error),
+    Template(#[from] minijinja::Error),
 }
+
+/// The built-in templates alone, parsed once, for a page no operator replaces (the demo's
+/// sign-in page).
+static BUILT_IN_ONLY: LazyLock<Result<Templates, minijinja::Error>> = LazyLock::new(Templates::built_in);
 
 /// The built-in templates and the operator's replacements, loaded once at start.
 pub struct Templates {
-    /// The operator's templates, when a directory is configured.
-    overrides: Option<minijinja::Environment<'static>>,
-    /// Page names the operator replaced.
-    replaced: BTreeSet<String>,
+    environment: Environment<'static>,
 }
 
 impl Templates {
-    pub fn built_in() -> Self {
-        Self {
-            overrides: None,
-            replaced: BTreeSet::new(),
+    /// The built-in templates, without an operator's.
+    pub fn built_in() -> Result<Self, minijinja::Error> {
+        let mut environment = Environment::new();
+        environment.set_formatter(escape_html);
+        for (name, source) in BUILT_IN {
+            environment.add_template(name, source)?;
         }
+        Ok(Self { environment })
     }
 
-    /// Loads and checks the operator's templates from `dir`.
+    /// The built-in templates with the operator's from `dir` over them, checked.
     pub fn load(dir: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut templates =
+            Self::built_in().map_err(|e| ConfigError::key(KEY, format!("a built-in template is broken: {e}")))?;
         let Some(dir) = dir else {
-            return Ok(Self::built_in());
+            return Ok(templates);
         };
-        let key = "server.template_dir";
         let entries =
-            std::fs::read_dir(dir).map_err(|e| ConfigError::key(key, format!("cannot read {}: {e}", dir.display())))?;
-        let mut environment = minijinja::Environment::new();
-        let mut replaced = BTreeSet::new();
+            std::fs::read_dir(dir).map_err(|e| ConfigError::key(KEY, format!("cannot read {}: {e}", dir.display())))?;
+        let mut replaced = Vec::new();
         for entry in entries {
             let path = entry
-                .map_err(|e| ConfigError::key(key, format!("cannot read {}: {e}", dir.display())))?
+                .map_err(|e| ConfigError::key(KEY, format!("cannot read {}: {e}", dir.display())))?
                 .path();
             let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
                 continue;
@@ -114,7 +117,7 @@ impl Templates {
             }
             if !PAGE_NAMES.contains(&name.as_str()) {
                 return Err(ConfigError::key(
-                    key,
+                    KEY,
                     format!(
                         "{} replaces no page (the pages are {})",
                         path.display(),
@@ -123,99 +126,95 @@ impl Templates {
                 ));
             }
             let source = std::fs::read_to_string(&path)
-                .map_err(|e| ConfigError::key(key, format!("cannot read {}: {e}", path.display())))?;
-            environment
+                .map_err(|e| ConfigError::key(KEY, format!("cannot read {}: {e}", path.display())))?;
+            templates
+                .environment
                 .add_template_owned(name.clone(), source)
-                .map_err(|e| ConfigError::key(key, format!("{} is not a valid template: {e}", path.display())))?;
-            replaced.insert(name);
+                .map_err(|e| ConfigError::key(KEY, format!("{} is not a valid template: {e}", path.display())))?;
+            replaced.push(name);
         }
-        if !replaced.contains("base.html") {
-            environment
-                .add_template_owned("base.html", BUILT_IN_BASE.replace(ASKAMA_PREFIX, "{{ prefix }}"))
-                .map_err(|e| ConfigError::key(key, format!("built-in base.html: {e}")))?;
-        }
-        environment
-            .add_template(WRAPPER_NAME, WRAPPER)
-            .map_err(|e| ConfigError::key(key, format!("page wrapper: {e}")))?;
         // A page's `extends` must resolve now, not at a user's first visit. minijinja looks a parent
         // up only when rendering, so each page is rendered once without variables: only a missing
         // template counts, the other errors come from the absent variables.
         for name in &replaced {
-            let template = environment
+            let template = templates
+                .environment
                 .get_template(name)
-                .map_err(|e| ConfigError::key(key, format!("{name}: {e}")))?;
+                .map_err(|e| ConfigError::key(KEY, format!("{name}: {e}")))?;
             if let Err(error) = template.render(())
                 && error.kind() == minijinja::ErrorKind::TemplateNotFound
             {
-                return Err(ConfigError::key(key, format!("{name}: {error}")));
+                return Err(ConfigError::key(KEY, format!("{name}: {error}")));
             }
         }
-        Ok(Self {
-            overrides: Some(environment),
-            replaced,
-        })
+        Ok(templates)
     }
 
     /// `page`, with `prefix` (the public URL's path prefix) among its variables.
     pub fn render<P: Page>(&self, page: &P, prefix: &str) -> Result<String, RenderError> {
-        let prefix_value = prefix.to_owned();
-        let values: (&str, &dyn std::any::Any) = (PREFIX, &prefix_value);
-        let Some(environment) = &self.overrides else {
-            return Ok(page.render_with_values(&values)?);
-        };
+        self.render_variables(P::NAME, Value::from_serialize(page), prefix)
+    }
+
+    /// The template `name` with `variables` (a page serialized) and `prefix`.
+    fn render_variables(&self, name: &str, variables: Value, prefix: &str) -> Result<String, RenderError> {
         // Safe as it is: `crate::public_url::parse` allows only unreserved characters and '/'.
-        let prefix = minijinja::Value::from_safe_string(prefix.to_owned());
-        if self.replaced.contains(P::NAME) {
-            let context = minijinja::context! { prefix => prefix, ..minijinja::Value::from_serialize(page) };
-            return Ok(environment.get_template(P::NAME)?.render(context)?);
+        let prefix = Value::from_safe_string(prefix.to_owned());
+        let context = minijinja::context! { prefix => prefix, ..variables };
+        Ok(self.environment.get_template(name)?.render(context)?)
+    }
+
+    /// `page` from the built-in templates, whatever an operator's directory holds.
+    pub fn render_built_in<P: Page>(page: &P, prefix: &str) -> Result<String, RenderError> {
+        match &*BUILT_IN_ONLY {
+            Ok(templates) => templates.render(page, prefix),
+            Err(error) => Err(minijinja::Error::new(error.kind(), error.to_string()).into()),
         }
-        if !self.replaced.contains("base.html") {
-            return Ok(page.render_with_values(&values)?);
+    }
+}
+
+/// Prints a value into a page: unless marked safe, HTML-escaped with the entities the built-in
+/// pages always had (`&#38;`, `&#60;`, `&#62;`, `&#34;`, `&#39;`). minijinja's default would also
+/// write `/` as `&#x2f;`, which every URL and path a page prints would carry for nothing.
+fn escape_html(out: &mut Output, state: &State, value: &Value) -> Result<(), minijinja::Error> {
+    let Some(text) = value
+        .as_str()
+        .filter(|_| state.auto_escape() == AutoEscape::Html && !value.is_safe())
+    else {
+        return minijinja::escape_formatter(out, state, value);
+    };
+    let mut rest = text;
+    while let Some(at) = rest.find(['&', '<', '>', '"', '\'']) {
+        out.write_str(&rest[..at])?;
+        out.write_str(match rest.as_bytes()[at] {
+            b'&' => "&#38;",
+            b'<' => "&#60;",
+            b'>' => "&#62;",
+            b'"' => "&#34;",
+            _ => "&#39;",
+        })?;
+        rest = &rest[at + 1..];
+    }
+    out.write_str(rest)?;
+    Ok(())
+}
+
+/// A page as a test renders it: its template and its variables (see `tests`). Every module with
+/// pages offers `samples()`, a few of each page covering its branches.
+#[cfg(test)]
+pub(crate) struct Sample {
+    name: &'static str,
+    variables: Value,
+}
+
+#[cfg(test)]
+impl Sample {
+    pub(crate) fn of<P: Page>(page: P) -> Self {
+        Self {
+            name: P::NAME,
+            variables: Value::from_serialize(&page),
         }
-        let (title, content) = page.blocks(&values)?;
-        Ok(environment.get_template(WRAPPER_NAME)?.render(minijinja::context! {
-            gatehouse_title => title,
-            gatehouse_content => content,
-            prefix => prefix,
-        })?)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::web::error::NoticePage;
-
-    #[test]
-    fn every_page_gets_the_prefix_built_in_or_replaced() {
-        let page = NoticePage::new("Done", "All done.", None);
-        let built_in = Templates::built_in().render(&page, "/gh").expect("built-in");
-        assert!(built_in.contains(r#"<a href="/gh/connections">"#), "{built_in}");
-
-        let dir = tempfile::tempdir().expect("dir");
-        let notice =
-            r#"{% extends "base.html" %}{% block content %}<a href="{{ prefix }}/x">{{ heading }}</a>{% endblock %}"#;
-        std::fs::write(dir.path().join("notice.html"), notice).expect("write");
-        let replaced = Templates::load(Some(dir.path()))
-            .expect("load")
-            .render(&page, "/gh")
-            .expect("operator");
-        assert!(replaced.contains(r#"<a href="/gh/x">Done</a>"#), "{replaced}");
-        assert!(
-            replaced.contains(r#"<a href="/gh/connections">"#),
-            "the built-in base: {replaced}"
-        );
-
-        std::fs::write(
-            dir.path().join("base.html"),
-            r#"<nav>{{ prefix }}</nav>{% block content %}{% endblock %}"#,
-        )
-        .expect("write");
-        std::fs::remove_file(dir.path().join("notice.html")).expect("remove");
-        let wrapped = Templates::load(Some(dir.path()))
-            .expect("load")
-            .render(&page, "/gh")
-            .expect("wrapped");
-        assert!(wrapped.starts_with("<nav>/gh</nav>"), "{wrapped}");
-    }
-}
+mod tests;

@@ -189,7 +189,7 @@ pub fn description(body: &str) -> String {
     unescape(shown)
 }
 
-/// Decodes the entities template engines write (askama: `&#60;`, minijinja: `&lt;`, `&#x27;`).
+/// Decodes the entities pages are escaped with (`&#60;`, `&#34;`, ...; `&lt;` from `|e`).
 pub fn unescape(text: &str) -> String {
     let mut out = String::new();
     let mut rest = text;

@@ -1,7 +1,6 @@
 //! `/admin/audit`: the audit trail, newest first, filtered by principal, action and time range
 //! (a GET form, so a filtered view is a link), a page at a time.
 
-use askama::Template;
 use axum::extract::{Query, State};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -13,7 +12,7 @@ use crate::store::{AuditAction, AuditSearch};
 use crate::web::error::PageError;
 use crate::web::page::PageResponse;
 use crate::web::state::PagesState;
-use crate::web::templates::impl_page;
+use crate::web::templates::Page;
 
 #[derive(Serialize)]
 struct EntryRow {
@@ -32,8 +31,7 @@ struct ActionChoice {
     selected: bool,
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "admin_audit.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct AuditPage {
     operator: String,
     nav: Vec<NavItem>,
@@ -46,7 +44,9 @@ struct AuditPage {
     entries: Vec<EntryRow>,
     pager: Pager,
 }
-impl_page!(AuditPage, "admin_audit.html");
+impl Page for AuditPage {
+    const NAME: &'static str = "admin_audit.html";
+}
 
 #[derive(Deserialize)]
 pub struct AuditFilters {
@@ -162,6 +162,51 @@ fn parse_time(text: &str) -> Option<DateTime<Utc>> {
         .ok()
         .and_then(|date| date.and_hms_opt(0, 0, 0))
         .map(|at| at.and_utc())
+}
+
+#[cfg(test)]
+pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
+    let entry = |address: Option<&str>, client: Option<&str>| EntryRow {
+        at: "2026-12-03 10:00:00 UTC".to_owned(),
+        principal: "a@b".to_owned(),
+        action: "connect",
+        subject: "github <x>".to_owned(),
+        address: address.map(str::to_owned),
+        client: client.map(str::to_owned),
+        detail: "{\"scopes\":[\"repo\"]}".to_owned(),
+    };
+    let page = |problems: Vec<String>, entries: Vec<EntryRow>| AuditPage {
+        operator: "root@example.com".to_owned(),
+        nav: super::sample_nav("Audit trail"),
+        problems,
+        principal: "a@b".to_owned(),
+        actions: vec![
+            ActionChoice {
+                name: "connect",
+                selected: true,
+            },
+            ActionChoice {
+                name: "disconnect",
+                selected: false,
+            },
+        ],
+        since: "2026-11-27".to_owned(),
+        until: String::new(),
+        pager: super::sample_pager(!entries.is_empty()),
+        entries,
+    };
+    vec![
+        crate::web::templates::Sample::of(page(
+            Vec::new(),
+            vec![
+                entry(Some("192.0.2.1"), Some("Claude \"Code\"")),
+                entry(None, Some("cli")),
+                entry(Some("::1"), None),
+                entry(None, None),
+            ],
+        )),
+        crate::web::templates::Sample::of(page(vec!["\"x\" is not an action.".to_owned()], Vec::new())),
+    ]
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! `/admin/elicitations`: the pending elicitations, newest first and paged, with Expire (its
 //! client is told it is over, as `gatehouse admin elicitations expire` does).
 
-use askama::Template;
 use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +12,7 @@ use crate::web::error::PageError;
 use crate::web::extract::{CsrfBinding, Posted, when};
 use crate::web::page::PageResponse;
 use crate::web::state::PagesState;
-use crate::web::templates::impl_page;
+use crate::web::templates::Page;
 
 const PURPOSE: &str = "admin-elicitations";
 
@@ -27,8 +26,7 @@ struct ElicitationRow {
     expires: String,
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "admin_elicitations.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct ElicitationsPage {
     operator: String,
     nav: Vec<NavItem>,
@@ -37,7 +35,9 @@ struct ElicitationsPage {
     pager: Pager,
     csrf: String,
 }
-impl_page!(ElicitationsPage, "admin_elicitations.html");
+impl Page for ElicitationsPage {
+    const NAME: &'static str = "admin_elicitations.html";
+}
 
 #[derive(Deserialize)]
 pub struct PageQuery {
@@ -109,4 +109,28 @@ pub async fn act(
         Expiry::Expired(e) => format!("Expired request {id} of {}; its client was told.", e.principal),
     };
     render(&state, &admin, 1, Some(status)).await
+}
+
+#[cfg(test)]
+pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
+    let page = |elicitations: Vec<ElicitationRow>, status: Option<&str>| ElicitationsPage {
+        operator: "root@example.com".to_owned(),
+        nav: super::sample_nav("Pending requests"),
+        status: status.map(str::to_owned),
+        pager: super::sample_pager(!elicitations.is_empty()),
+        elicitations,
+        csrf: "c5rf".to_owned(),
+    };
+    let row = ElicitationRow {
+        id: "0190b6f4-cccc".to_owned(),
+        principal: "a@b".to_owned(),
+        client: "Claude <Code>".to_owned(),
+        requirement: "form:openai".to_owned(),
+        created: "2026-12-03 10:00 UTC".to_owned(),
+        expires: "2026-12-03 10:10 UTC".to_owned(),
+    };
+    vec![
+        crate::web::templates::Sample::of(page(vec![row], None)),
+        crate::web::templates::Sample::of(page(Vec::new(), Some("Expired request x of a@b; its client was told."))),
+    ]
 }

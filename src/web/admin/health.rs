@@ -2,7 +2,6 @@
 //! status` counts them) and the checks of `gatehouse doctor` that make sense inside a running
 //! server (`crate::diagnosis::running`).
 
-use askama::Template;
 use axum::extract::State;
 use serde::Serialize;
 
@@ -14,7 +13,7 @@ use crate::store::SealedTable;
 use crate::web::error::PageError;
 use crate::web::page::PageResponse;
 use crate::web::state::PagesState;
-use crate::web::templates::impl_page;
+use crate::web::templates::Page;
 
 #[derive(Serialize)]
 struct KeyRow {
@@ -33,8 +32,7 @@ struct FindingRow {
     fix: Option<(Option<String>, String)>,
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "admin_health.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct HealthPage {
     operator: String,
     nav: Vec<NavItem>,
@@ -42,7 +40,9 @@ struct HealthPage {
     keys: Vec<KeyRow>,
     findings: Vec<FindingRow>,
 }
-impl_page!(HealthPage, "admin_health.html");
+impl Page for HealthPage {
+    const NAME: &'static str = "admin_health.html";
+}
 
 pub async fn show(State(state): State<PagesState>, admin: Operating) -> Result<PageResponse, PageError> {
     let status = rekey::status(&*state.store, &state.vault).await?;
@@ -85,4 +85,33 @@ pub async fn show(State(state): State<PagesState>, admin: Operating) -> Result<P
         keys,
         findings,
     }))
+}
+
+#[cfg(test)]
+pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
+    let finding = |status: &'static str, fix: Option<(Option<&str>, &str)>| FindingRow {
+        status,
+        check: "public URL".to_owned(),
+        message: "reaches <this> server".to_owned(),
+        fix: fix.map(|(key, hint)| (key.map(str::to_owned), hint.to_owned())),
+    };
+    vec![crate::web::templates::Sample::of(HealthPage {
+        operator: "root@example.com".to_owned(),
+        nav: super::sample_nav("Keys and checks"),
+        tables: vec!["connections", "form_values"],
+        keys: vec![KeyRow {
+            key: "k1".to_owned(),
+            configured_as: "secrets.keys[0] (encrypts)".to_owned(),
+            counts: vec![3, 0],
+            total: 3,
+        }],
+        findings: vec![
+            finding("ok", None),
+            finding(
+                "warning",
+                Some((Some("server.public_url"), "Set it to the URL users open.")),
+            ),
+            finding("problem", Some((None, "Start the database & retry."))),
+        ],
+    })]
 }

@@ -180,6 +180,50 @@ impl Pager {
     }
 }
 
+/// The operator pages, a few of each (see `templates::Sample`).
+#[cfg(test)]
+pub(crate) fn samples() -> Vec<super::templates::Sample> {
+    [
+        users::samples(),
+        elicitations::samples(),
+        upstreams::samples(),
+        audit::samples(),
+        health::samples(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The navigation of a sample page, on `current`.
+#[cfg(test)]
+fn sample_nav(current: &str) -> Vec<NavItem> {
+    [("/gh/admin/users", "Users"), ("/gh/admin/audit", "Audit trail")]
+        .into_iter()
+        .map(|(href, label)| NavItem {
+            href: href.to_owned(),
+            label,
+            current: label == current,
+        })
+        .collect()
+}
+
+/// A sample pager: the first page of one, or a middle page of several.
+#[cfg(test)]
+fn sample_pager(middle: bool) -> Pager {
+    if !middle {
+        return Pager {
+            page: 1,
+            ..Pager::default()
+        };
+    }
+    Pager {
+        page: 2,
+        previous: Some("/gh/admin/users?principal=a%40b&page=1".to_owned()),
+        next: Some("/gh/admin/users?principal=a%40b&page=3".to_owned()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,6 @@
 //! `/admin/upstreams`: per configured upstream, its catalogue's size and age, the sessions and
 //! processes open on this replica, and the last error this replica met with it.
 
-use askama::Template;
 use axum::extract::State;
 use chrono::Utc;
 use serde::Serialize;
@@ -12,7 +11,7 @@ use crate::web::error::PageError;
 use crate::web::extract::when;
 use crate::web::page::PageResponse;
 use crate::web::state::PagesState;
-use crate::web::templates::impl_page;
+use crate::web::templates::Page;
 
 #[derive(Serialize)]
 struct UpstreamRow {
@@ -27,14 +26,15 @@ struct UpstreamRow {
     last_error: Option<(String, String)>,
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "admin_upstreams.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct UpstreamsPage {
     operator: String,
     nav: Vec<NavItem>,
     upstreams: Vec<UpstreamRow>,
 }
-impl_page!(UpstreamsPage, "admin_upstreams.html");
+impl Page for UpstreamsPage {
+    const NAME: &'static str = "admin_upstreams.html";
+}
 
 pub async fn show(State(state): State<PagesState>, admin: Operating) -> Result<PageResponse, PageError> {
     let now = Utc::now();
@@ -65,4 +65,32 @@ pub async fn show(State(state): State<PagesState>, admin: Operating) -> Result<P
         nav: nav(&state, routes::ADMIN_UPSTREAMS),
         upstreams,
     }))
+}
+
+#[cfg(test)]
+pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
+    let row = |last_error: Option<(&str, &str)>| UpstreamRow {
+        id: "files".to_owned(),
+        transport: "stdio",
+        tools: 12,
+        listed: "2026-12-03 10:00 UTC (5m ago)".to_owned(),
+        sessions: 2,
+        processes: 1,
+        last_error: last_error.map(|(at, what)| (at.to_owned(), what.to_owned())),
+    };
+    let page = |upstreams: Vec<UpstreamRow>| UpstreamsPage {
+        operator: "root@example.com".to_owned(),
+        nav: super::sample_nav("Upstreams"),
+        upstreams,
+    };
+    vec![
+        crate::web::templates::Sample::of(page(vec![
+            row(None),
+            row(Some((
+                "2026-12-03 10:01 UTC",
+                "the process exited: <code 1> & \"more\"",
+            ))),
+        ])),
+        crate::web::templates::Sample::of(page(Vec::new())),
+    ]
 }

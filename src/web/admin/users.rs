@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 
-use askama::Template;
 use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +17,7 @@ use crate::web::error::PageError;
 use crate::web::extract::{CsrfBinding, Posted, when};
 use crate::web::page::PageResponse;
 use crate::web::state::PagesState;
-use crate::web::templates::impl_page;
+use crate::web::templates::Page;
 
 const PURPOSE: &str = "admin-users";
 
@@ -55,8 +54,7 @@ struct SortLink {
     current: bool,
 }
 
-#[derive(Template, Serialize)]
-#[template(path = "admin_users.html", blocks = ["title", "content"])]
+#[derive(Serialize)]
 struct UsersPage {
     operator: String,
     nav: Vec<NavItem>,
@@ -70,7 +68,9 @@ struct UsersPage {
     detail: Option<Detail>,
     csrf: String,
 }
-impl_page!(UsersPage, "admin_users.html");
+impl Page for UsersPage {
+    const NAME: &'static str = "admin_users.html";
+}
 
 #[derive(Serialize)]
 struct Detail {
@@ -292,4 +292,74 @@ async fn end_session(
         Some(_) => format!("Ended {principal}'s session {prefix}."),
         None => format!("{principal}'s session {prefix} had ended already."),
     })
+}
+
+#[cfg(test)]
+pub(super) fn samples() -> Vec<crate::web::templates::Sample> {
+    let connection = |principal: &str, account: Option<&str>| ConnectionRow {
+        principal: principal.to_owned(),
+        provider: "github".to_owned(),
+        account: account.map(str::to_owned),
+        scopes: vec!["repo".to_owned()],
+        state: "active",
+        updated: "2026-12-03 10:00 UTC".to_owned(),
+    };
+    let sort = |label: &'static str, current: bool| SortLink {
+        label,
+        href: format!("/gh/admin/users?sort={}", label.to_lowercase()),
+        current,
+    };
+    let detail = |full: bool| Detail {
+        forms: if full {
+            vec![FormRow {
+                id: "openai".to_owned(),
+                title: "OpenAI <key>".to_owned(),
+                fields: vec!["api_key".to_owned(), "team".to_owned()],
+            }]
+        } else {
+            Vec::new()
+        },
+        sessions: if full {
+            vec![SessionRow {
+                prefix: "a1b2c3d4".to_owned(),
+                protocol: "2025-06-18".to_owned(),
+                client: "Claude \"Code\"".to_owned(),
+                created: "2026-12-03 09:00 UTC".to_owned(),
+            }]
+        } else {
+            Vec::new()
+        },
+    };
+    let page =
+        |principal: &str, connections: Vec<ConnectionRow>, detail: Option<Detail>, status: Option<&str>| UsersPage {
+            operator: "root@example.com".to_owned(),
+            nav: super::sample_nav("Users"),
+            status: status.map(str::to_owned),
+            principal: principal.to_owned(),
+            sorts: vec![sort("Principal", true), sort("Provider", false)],
+            pager: super::sample_pager(!connections.is_empty()),
+            connections,
+            detail,
+            csrf: "c5rf".to_owned(),
+        };
+    use crate::web::templates::Sample;
+    vec![
+        Sample::of(page(
+            "",
+            vec![
+                connection("a@b", Some("a <at> github")),
+                connection("o'neil+x/y ~z@b", None),
+            ],
+            None,
+            None,
+        )),
+        Sample::of(page("a@b", Vec::new(), Some(detail(false)), Some("Revoked."))),
+        Sample::of(page("a@b", vec![connection("a@b", None)], Some(detail(true)), None)),
+        Sample::of(page(
+            "",
+            Vec::new(),
+            None,
+            Some("\"x\" is not a principal gatehouse could know."),
+        )),
+    ]
 }
