@@ -165,7 +165,10 @@ fn verifier(alg: &Algorithm, key: &DecodingKey) -> Result<Box<dyn JwtVerifier>, 
     if key.family() != alg.family() {
         return Err(ErrorKind::InvalidKeyFormat.into());
     }
-    Ok(Box::new(RingVerifier { alg: *alg, key: key.clone() }))
+    Ok(Box::new(RingVerifier {
+        alg: *alg,
+        key: key.clone(),
+    }))
 }
 
 impl Verifier<Vec<u8>> for RingVerifier {
@@ -176,16 +179,22 @@ impl Verifier<Vec<u8>> for RingVerifier {
                 if let Some(hmac) = hmac_algorithm(self.alg) {
                     hmac::verify(&hmac::Key::new(hmac, bytes), message, signature).map_err(refused)
                 } else if let Some(rsa) = rsa_verifying(self.alg) {
-                    UnparsedPublicKey::new(rsa, bytes).verify(message, signature).map_err(refused)
+                    UnparsedPublicKey::new(rsa, bytes)
+                        .verify(message, signature)
+                        .map_err(refused)
                 } else if let Some(other) = other_verifying(self.alg) {
-                    UnparsedPublicKey::new(other, bytes).verify(message, signature).map_err(refused)
+                    UnparsedPublicKey::new(other, bytes)
+                        .verify(message, signature)
+                        .map_err(refused)
                 } else {
                     Err(signature::Error::new())
                 }
             }
             DecodingKeyKind::RsaModulusExponent { n, e } => {
                 let rsa = rsa_verifying(self.alg).ok_or_else(signature::Error::new)?;
-                RsaPublicKeyComponents { n, e }.verify(rsa, message, signature).map_err(refused)
+                RsaPublicKeyComponents { n, e }
+                    .verify(rsa, message, signature)
+                    .map_err(refused)
             }
         }
     }
@@ -254,7 +263,11 @@ mod tests {
 
     fn round_trip(alg: Algorithm, signing: &EncodingKey, checking: &DecodingKey) -> Result<Value, Error> {
         install();
-        let token = encode(&Header::new(alg), &json!({"sub": "alice", "exp": 4_000_000_000u64}), signing)?;
+        let token = encode(
+            &Header::new(alg),
+            &json!({"sub": "alice", "exp": 4_000_000_000u64}),
+            signing,
+        )?;
         let mut validation = Validation::new(alg);
         validation.validate_aud = false;
         Ok(decode::<Value>(&token, checking, &validation)?.claims)
@@ -266,7 +279,10 @@ mod tests {
         let claims = round_trip(Algorithm::HS256, &signing, &DecodingKey::from_secret(b"one secret"));
         assert_eq!(claims.expect("verified")["sub"], "alice");
         let wrong = round_trip(Algorithm::HS384, &signing, &DecodingKey::from_secret(b"another"));
-        assert!(matches!(wrong.map_err(Error::into_kind), Err(ErrorKind::InvalidSignature)));
+        assert!(matches!(
+            wrong.map_err(Error::into_kind),
+            Err(ErrorKind::InvalidSignature)
+        ));
     }
 
     #[test]

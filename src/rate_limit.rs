@@ -125,7 +125,12 @@ impl<K: Hash + Eq + Clone> RateLimit<K> {
     /// Keys held now.
     pub fn keys(&self) -> usize {
         self.counted.as_ref().map_or(0, |counted| {
-            counted.keys.lock().unwrap_or_else(PoisonError::into_inner).arrivals.len()
+            counted
+                .keys
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .arrivals
+                .len()
         })
     }
 }
@@ -225,11 +230,19 @@ mod tests {
         let limited = rate.admit(&mut arrival, start).expect_err("a third at once");
         assert_eq!(limited.retry_after, Duration::from_secs(30));
         let later = start + Duration::from_secs(30);
-        assert_eq!(rate.admit(&mut arrival, later), Ok(()), "one refilled after an interval");
+        assert_eq!(
+            rate.admit(&mut arrival, later),
+            Ok(()),
+            "one refilled after an interval"
+        );
         assert!(rate.admit(&mut arrival, later).is_err());
         let idle = start + Duration::from_secs(600);
         assert_eq!(rate.admit(&mut arrival, idle), Ok(()));
-        assert_eq!(rate.admit(&mut arrival, idle), Ok(()), "a whole burst after a quiet spell");
+        assert_eq!(
+            rate.admit(&mut arrival, idle),
+            Ok(()),
+            "a whole burst after a quiet spell"
+        );
     }
 
     #[test]

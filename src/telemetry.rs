@@ -123,7 +123,9 @@ impl opentelemetry_http::HttpClient for Exports {
             Ok::<_, String>((status, body))
         });
         let (status, body) = exported.await??;
-        Ok(axum::http::Response::builder().status(status).body(bytes::Bytes::from(body))?)
+        Ok(axum::http::Response::builder()
+            .status(status)
+            .body(bytes::Bytes::from(body))?)
     }
 }
 

@@ -12,7 +12,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oauth2::basic::{BasicErrorResponse, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse, BasicTokenType};
+use oauth2::basic::{
+    BasicErrorResponse, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse, BasicTokenType,
+};
 use oauth2::{
     AsyncHttpClient, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointNotSet, EndpointSet,
     ExtraTokenFields, HttpRequest, HttpResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RequestTokenError,
@@ -213,7 +215,10 @@ impl SignIn {
             .authorization_endpoint
             .clone()
             .ok_or_else(|| missing("authorization_endpoint"))?;
-        let token = metadata.token_endpoint.clone().ok_or_else(|| missing("token_endpoint"))?;
+        let token = metadata
+            .token_endpoint
+            .clone()
+            .ok_or_else(|| missing("token_endpoint"))?;
         let client = oauth2::Client::new(self.client_id.clone())
             .set_auth_uri(AuthUrl::from_url(authorize))
             .set_token_uri(TokenUrl::from_url(token))

@@ -26,7 +26,11 @@ pub struct Collector {
 /// One export: a protobuf `ExportTraceServiceRequest`, answered as OTLP/HTTP answers it.
 async fn export(State(collector): State<Collector>, body: Bytes) -> impl IntoResponse {
     let Ok(request) = ExportTraceServiceRequest::decode(body) else {
-        return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "text/plain")], Vec::new());
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "text/plain")],
+            Vec::new(),
+        );
     };
     let spans: Vec<Span> = request
         .resource_spans
@@ -39,7 +43,11 @@ async fn export(State(collector): State<Collector>, body: Bytes) -> impl IntoRes
         collector.spans.lock().expect("spans").extend(spans);
     }
     let answer = ExportTraceServiceResponse { partial_success: None };
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/x-protobuf")], answer.encode_to_vec())
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/x-protobuf")],
+        answer.encode_to_vec(),
+    )
 }
 
 impl Collector {

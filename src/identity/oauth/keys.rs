@@ -160,7 +160,9 @@ impl KeySet {
         if let Some((at, reason)) = &fetches.failed
             && at.elapsed() < RETRY_AFTER_FAILURE.min(self.refresh_interval)
         {
-            return Some(KeyError::Unavailable(format!("the last fetch failed a moment ago: {reason}")));
+            return Some(KeyError::Unavailable(format!(
+                "the last fetch failed a moment ago: {reason}"
+            )));
         }
         let (at, _) = fetches.succeeded?;
         (at.elapsed() < self.refresh_interval).then(|| {

@@ -59,7 +59,9 @@ impl ResourceServer {
     }
 
     async fn verify_jwt(&self, metadata: &AuthServerMetadata, token: &str) -> Result<Arc<VerifiedToken>, BearerError> {
-        let claims = self.signed_claims(metadata, token, &self.audience, Recheck::Later).await?;
+        let claims = self
+            .signed_claims(metadata, token, &self.audience, Recheck::Later)
+            .await?;
         let expires_at = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
         self.verified_token(&claims, expires_at)
     }
@@ -80,7 +82,9 @@ impl ResourceServer {
             return Err(BearerError::Invalid("the id_token was issued to another client".into()));
         }
         if claims.get("nonce").and_then(Value::as_str) != Some(nonce) {
-            return Err(BearerError::Invalid("the id_token's nonce is not this sign-in's".into()));
+            return Err(BearerError::Invalid(
+                "the id_token's nonce is not this sign-in's".into(),
+            ));
         }
         Ok(claims)
     }
