@@ -313,6 +313,58 @@ async fn a_forged_missing_or_refused_answer_signs_nobody_in() {
     server.stop().await;
 }
 
+/// A signing identity provider that lies in its id_token (another sign-in's nonce or none, another
+/// client's audience or `azp`, two audiences without `azp`, another issuer, an expired token, no
+/// subject): each is refused with a valid signature, and no session is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_token_that_lies_signs_nobody_in() {
+    let idp = idp().await;
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = server(&database, &idp, "").await;
+    idp.sign_in_as("alice");
+    let lies: [(&str, fn(&mut serde_json::Value)); 8] = [
+        ("another nonce", |c| c["nonce"] = json!("another-sign-in")),
+        ("no nonce", |c| {
+            c.as_object_mut().expect("claims").remove("nonce");
+        }),
+        ("another audience", |c| c["aud"] = json!("another-client")),
+        ("two audiences, no azp", |c| {
+            c["aud"] = json!([CLIENT_ID, "another-client"])
+        }),
+        ("another client's azp", |c| c["azp"] = json!("another-client")),
+        ("another issuer", |c| c["iss"] = json!("https://idp.evil.example")),
+        ("expired", |c| {
+            let now = c["iat"].as_u64().expect("iat");
+            c["iat"] = json!(now - 7200);
+            c["exp"] = json!(now - 3600);
+        }),
+        ("no subject", |c| {
+            c.as_object_mut().expect("claims").remove("sub");
+        }),
+    ];
+    for (lie, tamper) in lies {
+        idp.tamper_id_tokens(Some(tamper));
+        let browser = Browser::new();
+        let (callback, _) = to_provider_and_back(&browser, &server, &idp, "/connections").await;
+        let answered = browser.get(&callback).await;
+        assert_eq!(answered.status, StatusCode::BAD_REQUEST, "{lie}: {}", answered.body);
+        assert!(
+            unescape(&answered.body).contains("did not prove who you are"),
+            "{lie}: {}",
+            answered.body
+        );
+        assert_eq!(browser_sessions(&database).await, 0, "{lie}: nothing stored");
+    }
+
+    idp.tamper_id_tokens(None);
+    let browser = Browser::new();
+    let (callback, _) = to_provider_and_back(&browser, &server, &idp, "/connections").await;
+    let signed_in = browser.get(&callback).await;
+    assert_eq!(signed_in.status, StatusCode::SEE_OTHER, "{}", signed_in.body);
+    assert_eq!(browser_sessions(&database).await, 1);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signing_out_or_expiring_ends_the_session() {
     let idp = idp().await;

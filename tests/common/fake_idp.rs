@@ -162,6 +162,7 @@ impl FakeIdp {
             last_token_request: None,
             exchange_refusal: None,
             exchange_misbehaviour: None,
+            id_token_tampering: None,
         });
         let app = endpoints::router(&options, shared.clone());
         FakeIdp {
@@ -206,6 +207,12 @@ impl FakeIdp {
     /// From now on the JWKS endpoint fails with `fault`, or (`None`) serves the keys again.
     pub fn break_jwks(&self, fault: Option<JwksFault>) {
         self.shared.lock().jwks_fault = fault;
+    }
+
+    /// From now on every id_token's claims go through `tamper` before they are signed (a
+    /// malicious or broken identity provider, with a valid signature), or (`None`) are honest.
+    pub fn tamper_id_tokens(&self, tamper: Option<fn(&mut Value)>) {
+        self.shared.lock().id_token_tampering = tamper;
     }
 
     /// The `kid` of the current signing key.
@@ -286,6 +293,8 @@ struct Inner {
     /// The `error` token exchanges are refused with, while set.
     exchange_refusal: Option<&'static str>,
     exchange_misbehaviour: Option<ExchangeMisbehaviour>,
+    /// Rewrites the claims of every id_token before it is signed, while set.
+    id_token_tampering: Option<fn(&mut Value)>,
 }
 
 /// How a granted token exchange answers wrongly ([`FakeIdp::misbehave_in_exchanges`]).
@@ -398,6 +407,9 @@ impl Inner {
             });
             if let Some(nonce) = nonce {
                 claims["nonce"] = json!(nonce);
+            }
+            if let Some(tamper) = self.id_token_tampering {
+                tamper(&mut claims);
             }
             fields.push(("id_token", json!(self.keys.sign(Signer::Current, None, &claims))));
         }
