@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::fake_idp::{FakeIdp, FakeIdpOptions, TestClient, TestUser};
+use common::fake_idp::{ClaimsTamper, FakeIdp, FakeIdpOptions, TestClient, TestUser};
 use common::fake_oauth::{FakeOptions, FakeProvider};
 use common::{Backend, Browser, McpClient, Page, TestDatabase, TestServer, elicitations, unescape, url_of};
 use reqwest::StatusCode;
@@ -322,7 +322,7 @@ async fn an_id_token_that_lies_signs_nobody_in() {
     let database = TestDatabase::new(Backend::Sqlite).await;
     let server = server(&database, &idp, "").await;
     idp.sign_in_as("alice");
-    let lies: [(&str, fn(&mut serde_json::Value)); 8] = [
+    let lies: [(&str, ClaimsTamper); 8] = [
         ("another nonce", |c| c["nonce"] = json!("another-sign-in")),
         ("no nonce", |c| {
             c.as_object_mut().expect("claims").remove("nonce");

@@ -129,6 +129,9 @@ pub struct IdpStats {
     pub token_exchanges: usize,
 }
 
+/// What a lying identity provider does to an id_token's claims before it signs them.
+pub type ClaimsTamper = fn(&mut Value);
+
 /// Handle to a running fake identity provider. Clones share the same server and state.
 #[derive(Clone)]
 pub struct FakeIdp {
@@ -211,7 +214,7 @@ impl FakeIdp {
 
     /// From now on every id_token's claims go through `tamper` before they are signed (a
     /// malicious or broken identity provider, with a valid signature), or (`None`) are honest.
-    pub fn tamper_id_tokens(&self, tamper: Option<fn(&mut Value)>) {
+    pub fn tamper_id_tokens(&self, tamper: Option<ClaimsTamper>) {
         self.shared.lock().id_token_tampering = tamper;
     }
 
@@ -294,7 +297,7 @@ struct Inner {
     exchange_refusal: Option<&'static str>,
     exchange_misbehaviour: Option<ExchangeMisbehaviour>,
     /// Rewrites the claims of every id_token before it is signed, while set.
-    id_token_tampering: Option<fn(&mut Value)>,
+    id_token_tampering: Option<ClaimsTamper>,
 }
 
 /// How a granted token exchange answers wrongly ([`FakeIdp::misbehave_in_exchanges`]).
