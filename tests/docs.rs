@@ -1,7 +1,8 @@
 //! The documentation against the code: every configuration key documented, the generated
 //! reference and schema as the code writes them, every TOML example in the README and the book
 //! (and `gatehouse.example.toml`) loaded by the configuration loader, and every link between the
-//! README and the book's pages reaching a file, and a heading where it names one.
+//! README and the book's pages reaching a file, and a heading where it names one, without leaving
+//! the book (the built book's own links are checked again by `.ci/run`, docs/check-links).
 //!
 //! TOML examples (see docs/src/contributors/documentation.md): a ```toml fence is a whole
 //! configuration file, unless the line before it is `<!-- config: fragment over BASE -->`; then it
@@ -336,13 +337,39 @@ fn links(text: &str) -> Vec<(usize, String)> {
     found
 }
 
+/// The file of the repository a link to it on GitHub names (`REPOSITORY/blob/main/PATH` or
+/// `REPOSITORY/tree/main/PATH`, anchors and line marks dropped), or None for any other link.
+fn in_repository(target: &str) -> Option<&str> {
+    let rest = target.strip_prefix(env!("CARGO_PKG_REPOSITORY"))?;
+    let path = rest.strip_prefix("/blob/main/").or_else(|| rest.strip_prefix("/tree/main/"))?;
+    Some(path.split('#').next().unwrap_or(path))
+}
+
+/// Whether `path` (which exists) lies in docs/src, which is all the built book holds.
+fn book_page(path: &Path) -> bool {
+    let book = repo().join("docs/src").canonicalize().expect("docs/src");
+    path.canonicalize().is_ok_and(|p| p.starts_with(book))
+}
+
+/// Every relative link reaches its file, and its heading where it names one; a book page's
+/// relative links stay inside docs/src (the rest of the repository is not in the built book: such
+/// files are linked on GitHub, and those links name files that exist).
 #[test]
 fn links_between_the_readme_and_the_book_reach_their_files_and_headings() {
     let mut broken = Vec::new();
     let mut count = 0;
     for path in documents() {
         let text = read(&path);
+        let in_book = path.starts_with(repo().join("docs/src"));
         for (line, target) in links(&text) {
+            let place = format!("{}:{line}: {target}", shown(&path));
+            if let Some(file) = in_repository(&target) {
+                count += 1;
+                if !repo().join(file).exists() {
+                    broken.push(format!("{place}: no such file in the repository"));
+                }
+                continue;
+            }
             if target.contains("://") || target.starts_with("mailto:") {
                 continue;
             }
@@ -355,9 +382,15 @@ fn links_between_the_readme_and_the_book_reach_their_files_and_headings() {
             } else {
                 path.parent().expect("a document's directory").join(file)
             };
-            let place = format!("{}:{line}: {target}", shown(&path));
             if !resolved.exists() {
                 broken.push(format!("{place}: no such file"));
+                continue;
+            }
+            if in_book && !book_page(&resolved) {
+                broken.push(format!(
+                    "{place}: outside docs/src, so missing from the built book; link to {}/blob/main/... instead",
+                    env!("CARGO_PKG_REPOSITORY")
+                ));
                 continue;
             }
             if let Some(anchor) = anchor
