@@ -31,6 +31,10 @@ pub enum StartError {
     Config(#[from] ConfigError),
     #[error("cannot open the database: {0}")]
     Database(#[from] StoreError),
+    #[error(
+        "the database is not migrated ({0}): run `gatehouse migrate` first, or set database.migrate_on_start = true"
+    )]
+    NotMigrated(String),
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(#[from] reqwest::Error),
     #[error("secrets: {0}")]
@@ -264,7 +268,10 @@ impl AppState {
         if config.database.migrate_on_start {
             store::principals::migrate(&*database.store, config.identity.mode.principal_form()).await?;
         }
-        database.store.check_ready().await?;
+        database.store.check_ready().await.map_err(|e| match e {
+            StoreError::NotReady(reason) if !config.database.migrate_on_start => StartError::NotMigrated(reason),
+            other => other.into(),
+        })?;
 
         let (core, writer) = Core::wire(
             &config,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::replica::Replica;
 use common::{Backend, McpClient, TestDatabase, WAIT, eventually, free_port};
 use serde_json::json;
+use sqlx::Connection;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_gatehouse");
 
@@ -248,6 +249,59 @@ backend_test!(
             !logs.contains(client.session.as_deref().expect("session")),
             "logs never carry a whole session id"
         );
+    }
+);
+
+postgres_test!(
+    /// The Kubernetes layout (deploy/kubernetes): replicas with `migrate_on_start = false` on a
+    /// database the migrate Job has not prepared yet stop at once, naming `gatehouse migrate`, and
+    /// leave the database as it was; once it has run, the same replica starts and is ready.
+    async fn a_replica_without_migrations_waits_for_gatehouse_migrate() {
+        let database = TestDatabase::new(Backend::Postgres).await;
+        let dir = tempfile::tempdir().expect("dir");
+        let bind = format!("127.0.0.1:{}", free_port());
+        let env = [
+            ("GATEHOUSE_DATABASE__URL", database.url.as_str()),
+            ("GATEHOUSE_DATABASE__MIGRATE_ON_START", "false"),
+            ("GATEHOUSE_SECRETS__KEYS", common::TEST_KEY),
+            ("GATEHOUSE_SERVER__BIND", bind.as_str()),
+        ];
+        let refused = tokio::process::Command::new(BINARY)
+            .arg("serve")
+            .current_dir(dir.path())
+            .env_clear()
+            .envs(env)
+            .kill_on_drop(true)
+            .output();
+        let refused = tokio::time::timeout(WAIT, refused)
+            .await
+            .expect("the replica stops at once instead of serving")
+            .expect("run gatehouse");
+        assert!(!refused.status.success(), "{}", stderr(&refused));
+        assert!(stderr(&refused).contains("gatehouse migrate"), "{}", stderr(&refused));
+        let mut admin = sqlx::PgConnection::connect(&database.url).await.expect("connect");
+        let tables: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+        )
+        .fetch_one(&mut admin)
+        .await
+        .expect("count tables");
+        assert_eq!(tables, 0, "a refused replica writes nothing");
+
+        let migrated = run(dir.path(), &["migrate"], &env);
+        assert!(migrated.status.success(), "{}", stderr(&migrated));
+        let mut replica = tokio::process::Command::new(BINARY)
+            .arg("serve")
+            .current_dir(dir.path())
+            .env_clear()
+            .envs(env)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn");
+        common::until_ready(&bind).await;
+        replica.kill().await.expect("kill");
     }
 );
 
