@@ -22,6 +22,8 @@ pub mod caddy;
 pub mod claude_code;
 pub mod cluster;
 pub mod config_keys;
+pub mod deploy_files;
+pub mod deployment;
 pub mod fake_idp;
 pub mod fake_mcp_auth;
 pub mod fake_oauth;
