@@ -31,6 +31,7 @@ pub mod line_peer;
 pub mod local;
 pub mod mcp;
 pub mod mcp_upstreams;
+pub mod nginx;
 pub mod otlp;
 pub mod python;
 pub mod raw;
