@@ -153,16 +153,6 @@ pub fn basic_auth(user: &str, password: &str) -> String {
     format!("Basic {credentials}")
 }
 
-/// The `caddy` on PATH, or None after a loud skip (a failure under `CI=true`: `.ci/run` installs
-/// Debian's package).
-pub fn caddy_binary() -> Option<PathBuf> {
-    let found = on_path("caddy");
-    if found.is_none() {
-        unavailable("Caddy", "no `caddy` on PATH; apt-get install caddy");
-    }
-    found
-}
-
 /// `caddy run` with an adapted Caddyfile on `127.0.0.1:port`, killed when dropped.
 pub struct Caddy {
     child: tokio::process::Child,
