@@ -489,7 +489,11 @@ async fn public_url_behind_the_proxys_basic_auth_is_reachable_behind_sign_in() {
     let database = TestDatabase::new(Backend::Sqlite).await;
     let server = TestServer::start(&database, "").await;
     let port = free_port();
-    let caddyfile = adapt(&CaddyRelease::Debian.caddyfile("Caddyfile"), port, &[&server.addr.to_string()]);
+    let caddyfile = adapt(
+        &CaddyRelease::Debian.caddyfile("Caddyfile"),
+        port,
+        &[&server.addr.to_string()],
+    );
     let proxy = Caddy::start(&caddy, &caddyfile, port).await;
 
     let toml = server_toml(&server.addr.to_string(), Some(&proxy.base), "");

@@ -66,7 +66,10 @@ async fn check(headers: HeaderMap) -> Response {
 async fn auth_service() -> SocketAddr {
     let app = Router::new()
         .route("/oauth2/auth", get(check))
-        .route("/oauth2/sign_in", get(async || "the authentication service's sign-in page"))
+        .route(
+            "/oauth2/sign_in",
+            get(async || "the authentication service's sign-in page"),
+        )
         .route("/ok", get(async || axum::Json(json!({"ok": true}))));
     upstream::serve(app).await
 }
@@ -100,7 +103,10 @@ fn adapt_forward_auth(port: u16, upstreams: &[&str], service: SocketAddr) -> Str
         "tests/forward_auth.rs",
         &adapt(&deploy_file("Caddyfile.forward-auth"), port, upstreams),
         &[
-            ("reverse_proxy oauth2-proxy:4180\n", format!("reverse_proxy {service}\n")),
+            (
+                "reverse_proxy oauth2-proxy:4180\n",
+                format!("reverse_proxy {service}\n"),
+            ),
             ("forward_auth oauth2-proxy:4180 {", format!("forward_auth {service} {{")),
         ],
     )
@@ -139,7 +145,10 @@ async fn principal(deployment: &Deployment, token: &str, forged: &[(&str, &str)]
         .await
         .call("tools/call", json!({"name": "whoami", "arguments": {}}))
         .await;
-    whoami["structuredContent"]["principal"].as_str().expect("principal").to_owned()
+    whoami["structuredContent"]["principal"]
+        .as_str()
+        .expect("principal")
+        .to_owned()
 }
 
 /// The whole check on `caddy`.
@@ -162,18 +171,36 @@ async fn groups_reach_what_they_may(caddy: CaddyRelease) {
     assert!(page.body.contains("Operator: bob"), "{}", page.body);
     for token in ["alice-session", "carol-session"] {
         let mut browser = Browser::new().with_cookie("_oauth2_proxy", token);
-        assert_eq!(browser.get(&admin).await.status, StatusCode::FORBIDDEN, "{caddy:?} {token}");
+        assert_eq!(
+            browser.get(&admin).await.status,
+            StatusCode::FORBIDDEN,
+            "{caddy:?} {token}"
+        );
         for (name, value) in claims_ops {
             browser = browser.with_header(name, value);
         }
         let page = browser.get(&admin).await;
-        assert_eq!(page.status, StatusCode::FORBIDDEN, "{caddy:?} {token} claiming ops: {}", page.body);
+        assert_eq!(
+            page.status,
+            StatusCode::FORBIDDEN,
+            "{caddy:?} {token} claiming ops: {}",
+            page.body
+        );
     }
 
-    assert!(may_use_the_eng_tool(&deployment, "alice-session", &[]).await, "{caddy:?}");
-    assert!(!may_use_the_eng_tool(&deployment, "carol-session", &[]).await, "{caddy:?}");
+    assert!(
+        may_use_the_eng_tool(&deployment, "alice-session", &[]).await,
+        "{caddy:?}"
+    );
+    assert!(
+        !may_use_the_eng_tool(&deployment, "carol-session", &[]).await,
+        "{caddy:?}"
+    );
     let claims_eng = [("X-Forwarded-Groups", "eng"), ("X-Forwarded-User", "alice")];
-    assert!(!may_use_the_eng_tool(&deployment, "carol-session", &claims_eng).await, "{caddy:?}");
+    assert!(
+        !may_use_the_eng_tool(&deployment, "carol-session", &claims_eng).await,
+        "{caddy:?}"
+    );
     assert_eq!(principal(&deployment, "carol-session", &claims_eng).await, "carol");
 
     let before = deployment.answered().await;
@@ -215,7 +242,11 @@ async fn groups_reach_what_they_may(caddy: CaddyRelease) {
         sign_in.text().await.expect("text"),
         "the authentication service's sign-in page"
     );
-    assert_eq!(deployment.answered().await, before, "{caddy:?}: refused requests reach no replica");
+    assert_eq!(
+        deployment.answered().await,
+        before,
+        "{caddy:?}: refused requests reach no replica"
+    );
 }
 
 postgres_test!(

@@ -82,7 +82,11 @@ postgres_test!(
             .await
             .expect("/mcp at the root");
         assert_eq!(root.status(), StatusCode::NOT_FOUND);
-        assert_eq!(deployment.answered().await, before, "/mcp at the root reaches no replica");
+        assert_eq!(
+            deployment.answered().await,
+            before,
+            "/mcp at the root reaches no replica"
+        );
     }
 );
 

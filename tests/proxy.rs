@@ -282,7 +282,10 @@ fn the_deploy_caddyfiles_adapt() {
                 "\n:18080 {\n",
                 "reverse_proxy 127.0.0.1:1 127.0.0.1:2 {",
             ] {
-                assert!(adapted.contains(expected), "{caddy:?} {layout:?}: {expected:?} in:\n{adapted}");
+                assert!(
+                    adapted.contains(expected),
+                    "{caddy:?} {layout:?}: {expected:?} in:\n{adapted}"
+                );
             }
             assert_eq!(
                 adapted.contains("stream_close_delay 5m\n"),
@@ -303,7 +306,9 @@ fn the_deploy_caddyfiles_adapt() {
 #[should_panic(expected = "the Caddyfile changed")]
 fn a_caddyfile_the_substitutions_do_not_fit_is_refused() {
     adapt(
-        &CaddyRelease::Current.caddyfile("Caddyfile").replace("\n:8080 {", "\n:9090 {"),
+        &CaddyRelease::Current
+            .caddyfile("Caddyfile")
+            .replace("\n:8080 {", "\n:9090 {"),
         18080,
         &["127.0.0.1:1", "127.0.0.1:2"],
     );
@@ -346,11 +351,22 @@ fn the_caddy_2_6_files_are_deploys_but_for_two_directives() {
         let name = caddyfile_name(layout);
         let current = CaddyRelease::Current.caddyfile(name);
         let old = CaddyRelease::Debian.caddyfile(name);
-        assert!(current.contains("\tbasic_auth {\n") && current.contains("stream_close_delay"), "{name}");
+        assert!(
+            current.contains("\tbasic_auth {\n") && current.contains("stream_close_delay"),
+            "{name}"
+        );
         assert_eq!(without_header(&old), for_caddy_2_6(&current), "deploy/caddy-2.6/{name}");
         let header = old.strip_suffix(&without_header(&old)).unwrap_or_default();
-        for named in ["2.6", "`basicauth`", "`stream_close_delay`", &format!("deploy/{name} needs Caddy 2.8")] {
-            assert!(header.contains(named), "deploy/caddy-2.6/{name}'s header names {named}:\n{header}");
+        for named in [
+            "2.6",
+            "`basicauth`",
+            "`stream_close_delay`",
+            &format!("deploy/{name} needs Caddy 2.8"),
+        ] {
+            assert!(
+                header.contains(named),
+                "deploy/caddy-2.6/{name}'s header names {named}:\n{header}"
+            );
         }
     }
 }

@@ -22,10 +22,7 @@ fn unit() -> String {
         "systemd unit",
         "tests/systemd.rs",
         &deploy_file("gatehouse.service"),
-        &[(
-            "ExecStart=/usr/local/bin/gatehouse ",
-            format!("ExecStart={BINARY} "),
-        )],
+        &[("ExecStart=/usr/local/bin/gatehouse ", format!("ExecStart={BINARY} "))],
     )
 }
 
@@ -53,7 +50,10 @@ fn said(output: &Output) -> String {
 #[test]
 fn the_systemd_unit_verifies_and_is_hardened() {
     let Some(systemd_analyze) = on_path("systemd-analyze") else {
-        skipped("systemd-analyze", "no `systemd-analyze` on PATH; apt-get install systemd");
+        skipped(
+            "systemd-analyze",
+            "no `systemd-analyze` on PATH; apt-get install systemd",
+        );
         return;
     };
     let unit = unit();

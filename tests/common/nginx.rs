@@ -98,7 +98,13 @@ impl Nginx {
     /// Writes the main configuration, `conf` adapted (see [`adapt`]) for `port` and `upstreams`,
     /// and the demo user's htpasswd to a directory of its own, nginx's prefix; returns it and the
     /// command that runs nginx on it in the foreground (`extra` arguments added).
-    fn prepare(nginx: &Path, conf: &str, port: u16, upstreams: [&str; 2], extra: &[&str]) -> (tempfile::TempDir, Command) {
+    fn prepare(
+        nginx: &Path,
+        conf: &str,
+        port: u16,
+        upstreams: [&str; 2],
+        extra: &[&str],
+    ) -> (tempfile::TempDir, Command) {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("nginx dir");
         let path = dir.path();
