@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use common::caddy::{Caddy, adapt, caddy_binary, deploy_caddyfile};
+use common::caddy::{Caddy, CaddyRelease, adapt};
 use common::config_keys::KnownKeys;
 use common::fake_idp::{FakeIdp, FakeIdpOptions};
 use common::fake_oauth::{FakeOptions, FakeProvider};
@@ -478,18 +478,22 @@ async fn a_stdio_upstreams_program_that_is_not_found_names_its_command() {
     assert!(shell["message"].as_str().is_some_and(|m| m.ends_with("/sh")), "{shell}");
 }
 
-/// Behind the deployment chapter's Caddy (deploy/Caddyfile, basic auth on every request),
-/// public_url answers 401: reachable, behind sign-in, and not a problem; without the proxy's
-/// sign-in doctor cannot compare the instance, and says so.
+/// Behind the deployment chapter's Caddy (Debian's, with deploy/caddy-2.6/Caddyfile: basic auth on
+/// every request), public_url answers 401: reachable, behind sign-in, and not a problem; without
+/// the proxy's sign-in doctor cannot compare the instance, and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn public_url_behind_the_proxys_basic_auth_is_reachable_behind_sign_in() {
-    let Some(caddy) = caddy_binary() else {
+    let Some(caddy) = CaddyRelease::Debian.binary().await else {
         return;
     };
     let database = TestDatabase::new(Backend::Sqlite).await;
     let server = TestServer::start(&database, "").await;
     let port = free_port();
-    let caddyfile = adapt(&deploy_caddyfile("Caddyfile"), port, &[&server.addr.to_string()]);
+    let caddyfile = adapt(
+        &CaddyRelease::Debian.caddyfile("Caddyfile"),
+        port,
+        &[&server.addr.to_string()],
+    );
     let proxy = Caddy::start(&caddy, &caddyfile, port).await;
 
     let toml = server_toml(&server.addr.to_string(), Some(&proxy.base), "");

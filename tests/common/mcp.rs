@@ -271,39 +271,13 @@ impl SseStream {
         }
     }
 
-    /// The next event (comments skipped), or None when the stream ends or `wait` passes.
-    pub async fn next_event(&mut self, wait: Duration) -> Option<SseEvent> {
+    /// The next block of the stream as it came, up to and with its blank line: an event, or only a
+    /// comment (a keep-alive); None when the stream ends or `wait` passes.
+    pub async fn next_block(&mut self, wait: Duration) -> Option<String> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                let mut event = SseEvent::default();
-                let mut has_field = false;
-                for line in block.lines() {
-                    if line.starts_with(':') || line.is_empty() {
-                        continue;
-                    }
-                    has_field = true;
-                    let (field, value) = line
-                        .split_once(':')
-                        .map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
-                    match field {
-                        "id" => event.id = Some(value.to_owned()),
-                        "event" => event.event = Some(value.to_owned()),
-                        "data" => {
-                            if !event.data.is_empty() {
-                                event.data.push('\n');
-                            }
-                            event.data.push_str(value);
-                        }
-                        "retry" => event.retry = value.parse().ok(),
-                        _ => {}
-                    }
-                }
-                if has_field {
-                    return Some(event);
-                }
-                continue;
+                return Some(self.buffer.drain(..end + 2).collect());
             }
             if self.ended {
                 return None;
@@ -316,6 +290,41 @@ impl SseStream {
                 Ok(Some(Ok(chunk))) => self
                     .buffer
                     .push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n")),
+            }
+        }
+    }
+
+    /// The next event (comments skipped), or None when the stream ends or `wait` passes.
+    pub async fn next_event(&mut self, wait: Duration) -> Option<SseEvent> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let block = self.next_block(left).await?;
+            let mut event = SseEvent::default();
+            let mut has_field = false;
+            for line in block.lines() {
+                if line.starts_with(':') || line.is_empty() {
+                    continue;
+                }
+                has_field = true;
+                let (field, value) = line
+                    .split_once(':')
+                    .map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+                match field {
+                    "id" => event.id = Some(value.to_owned()),
+                    "event" => event.event = Some(value.to_owned()),
+                    "data" => {
+                        if !event.data.is_empty() {
+                            event.data.push('\n');
+                        }
+                        event.data.push_str(value);
+                    }
+                    "retry" => event.retry = value.parse().ok(),
+                    _ => {}
+                }
+            }
+            if has_field {
+                return Some(event);
             }
         }
     }

