@@ -230,7 +230,8 @@ pub fn unescape(text: &str) -> String {
 
 /// In a browser, confirms the payment that a [`super::pay_tool`] call with
 /// [`super::pay_arguments`] waits for: opens its page at `url`, checks that it shows the
-/// arguments, ticks the box and submits from `origin`.
+/// arguments, ticks the box and submits from `origin`; the page then says it is confirmed (not
+/// saved: nothing is kept beyond the call).
 pub async fn confirm_payment(url: &str, origin: &str) {
     let browser = Browser::new();
     let page = browser.get(url).await;
@@ -244,4 +245,9 @@ pub async fn confirm_payment(url: &str, origin: &str) {
         )
         .await;
     assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert!(
+        done.body.contains("<h1>Confirmed</h1>") && !done.body.contains("Saved"),
+        "{}",
+        done.body
+    );
 }
