@@ -1,7 +1,8 @@
 //! The demo set of a bare `gatehouse` (no configuration file: local identity on loopback, SQLite
 //! in the working directory): the official Python SDK runs each demo tool's whole flow against the
 //! real binary (a hosted form's key, a confirmation within the call, the demo provider's sign-in),
-//! the test's HTTP browser doing the pages; a configuration file or `--no-demo` removes the demo.
+//! the test's HTTP browser doing the pages; the landing page lists the tools and says which to try
+//! first; a configuration file or `--no-demo` removes the demo.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::process::Stdio;
 
 use common::python::{PythonScript, python_sdk};
 use common::web::query_of;
-use common::{Browser, McpClient, description, free_port, text};
+use common::{Browser, McpClient, assert_lists_tools, description, free_port, text, unescape};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -303,6 +304,25 @@ async fn signs_in_at_the_demo_provider(python: &std::path::Path, server: &Bare) 
     let result = &events[2]["result"];
     assert_eq!(result["isError"], false, "{result}");
     assert!(text(result).contains("demo-user"), "the demo API answered: {result}");
+}
+
+/// A bare gatehouse's landing page lists every tool `tools/list` gives, with its description, and
+/// says which demo tool to try first, and why.
+#[tokio::test]
+async fn the_landing_page_lists_every_tool_and_which_demo_tool_to_try_first() {
+    let server = Bare::start(&[]).await;
+    let landing = Browser::new().get(&format!("{}/", server.origin())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{}", landing.body);
+    let mut client = McpClient::new(&server.mcp_url());
+    client.initialize().await;
+    assert_lists_tools(&landing, &client.call("tools/list", json!({})).await);
+    assert!(
+        unescape(&landing.body)
+            .contains("Try <code>demo_profile</code> first: its first call sends you through a sign-in"),
+        "{}",
+        landing.body
+    );
+    server.stop().await;
 }
 
 #[tokio::test]

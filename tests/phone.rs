@@ -172,7 +172,10 @@ async fn approvals_and_operator_pages_fit_a_phone() {
         page(
             &format!("{base}/"),
             "landing",
-            strings(&[&format!("{UPSTREAM}_reconcile")]),
+            strings(&[
+                &format!("{UPSTREAM}_reconcile"),
+                "Pays an invoice, once finance approves",
+            ]),
         ),
         page(
             &format!("{base}/approvals"),

@@ -2,6 +2,7 @@
 //! flows through gatehouse's pages, and readers of those pages.
 
 use reqwest::StatusCode;
+use serde_json::Value;
 
 /// A browser: keeps cookies, follows no redirects, and can carry an identity header (as a
 /// reverse proxy would add it).
@@ -226,6 +227,28 @@ pub fn unescape(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The landing page `page` lists exactly the tools of a `tools/list` answer (`listed`), each by
+/// its name and with its description as the server defines it.
+pub fn assert_lists_tools(page: &Page, listed: &Value) {
+    let shown = unescape(&page.body);
+    let tools = listed["tools"].as_array().expect("tools");
+    assert_eq!(shown.matches("<dt>").count(), tools.len(), "{listed}: {}", page.body);
+    for tool in tools {
+        let name = tool["name"].as_str().expect("name");
+        let description = tool["description"].as_str().expect("description");
+        assert!(
+            shown.contains(&format!("<dt><code>{name}</code>")),
+            "{name} is not listed: {}",
+            page.body
+        );
+        assert!(
+            shown.contains(&format!("<dd>{description}</dd>")),
+            "{name}'s description is not shown: {}",
+            page.body
+        );
+    }
 }
 
 /// In a browser, confirms the payment that a [`super::pay_tool`] call with
