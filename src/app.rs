@@ -62,7 +62,7 @@ impl App {
         let mut routes = Router::new()
             .merge(mcp::router().with_state(self.mcp.clone()))
             .merge(web::router(&self.pages).with_state(self.pages.clone()));
-        if self.state.config.demo {
+        if self.state.config.demo.is_some() {
             let demo =
                 demo::router(&self.state.public_url).layer(axum::middleware::map_response(web::security_headers));
             routes = routes.merge(demo);

@@ -236,7 +236,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let public_url = state.public_url.origin();
     let mcp_url = state.public_url.at(crate::routes::MCP);
     tracing::info!(%bind, %public_url, database = ?state.store.backend(), "gatehouse listening; MCP endpoint {mcp_url}");
-    if state.config.demo {
+    if state.config.demo.is_some() {
         tracing::info!(
             "no configuration file: serving the demo tools (demo_...) beside whoami and disconnect; \
              a configuration file (--config) or --no-demo turns them off"

@@ -30,23 +30,8 @@ trusted_proxies = ["127.0.0.1/32"]
 allow = { groups = ["ops"] }
 "#;
 
-/// A user-scoped form with a secret, and a tool that needs it (`http://FAKE` is the fake provider).
-const FORM: &str = r#"
-[[forms]]
-id = "tracker"
-title = "Tracker token"
-[[forms.fields]]
-name = "token"
-label = "Token"
-type = "secret"
-required = true
-
-[[tools]]
-name = "tracker_me"
-description = "Needs the tracker token"
-requires = ["form:tracker"]
-http = { url = "http://FAKE/api/me" }
-"#;
+/// A user-scoped form with a secret, and a tool that needs it.
+const FORM: &str = include_str!("fixtures/tracker_form.toml");
 
 const TRACKER_TOKEN: &str = "tracker-secret-0123456789";
 
@@ -498,7 +483,7 @@ backend_test!(
         let url = format!("{}/admin/upstreams", server.base());
         let page = bob.get(&url).await;
         assert!(
-            page.body.contains("<td>down</td>") && page.body.contains("not listed yet"),
+            page.body.contains(">down</td>") && page.body.contains("not listed yet"),
             "{}",
             page.body
         );
@@ -514,7 +499,7 @@ backend_test!(
             "{}",
             page.body
         );
-        assert!(page.body.contains("<td>http</td>"), "{}", page.body);
+        assert!(page.body.contains(">http</td>"), "{}", page.body);
         server.stop().await;
     }
 );

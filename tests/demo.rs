@@ -1,7 +1,9 @@
 //! The demo set of a bare `gatehouse` (no configuration file: local identity on loopback, SQLite
 //! in the working directory): the official Python SDK runs each demo tool's whole flow against the
 //! real binary (a hosted form's key, a confirmation within the call, the demo provider's sign-in),
-//! the test's HTTP browser doing the pages; a configuration file or `--no-demo` removes the demo.
+//! the test's HTTP browser doing the pages; the landing page lists the tools and says which to try
+//! first; the demo provider's page looks like gatehouse's others; a configuration file or
+//! `--no-demo` removes the demo.
 
 mod common;
 
@@ -9,7 +11,9 @@ use std::process::Stdio;
 
 use common::python::{PythonScript, python_sdk};
 use common::web::query_of;
-use common::{Browser, McpClient, description, free_port, text};
+use common::{
+    Browser, McpClient, Page, assert_lists_tools, description, elicitations, free_port, text, unescape, url_of,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -264,28 +268,9 @@ async fn signs_in_at_the_demo_provider(python: &std::path::Path, server: &Bare) 
                 let page = browser.get(&authorize).await;
                 assert_eq!(page.status, StatusCode::OK, "{}", page.body);
                 assert!(page.body.contains("Sign in as the demo user"), "{}", page.body);
-                let asked = query_of(&authorize);
-                let press = |from: String| {
-                    let asked = asked.clone();
-                    let browser = &browser;
-                    let action = format!("{origin}/demo/oauth/authorize");
-                    async move {
-                        let fields = [
-                            ("state", asked["state"].as_str()),
-                            ("code_challenge", asked["code_challenge"].as_str()),
-                            ("scope", asked["scope"].as_str()),
-                            ("action", "allow"),
-                        ];
-                        browser.post_form(&action, &from, &fields).await
-                    }
-                };
-                let elsewhere = press("http://evil.example".to_owned()).await;
+                let elsewhere = press_sign_in(&browser, &origin, &authorize, "http://evil.example").await;
                 assert_eq!(elsewhere.status, StatusCode::FORBIDDEN, "another site cannot press it");
-                let back = press(origin.clone()).await;
-                assert_eq!(back.status, StatusCode::SEE_OTHER, "{}", back.body);
-                let callback = back.location();
-                assert!(callback.starts_with(&format!("{origin}/oauth/callback?")), "{callback}");
-                let done = browser.get(&callback).await;
+                let done = signed_in(&browser, &origin, &authorize).await;
                 assert_eq!(done.status, StatusCode::OK, "{}", done.body);
             }
         },
@@ -303,6 +288,93 @@ async fn signs_in_at_the_demo_provider(python: &std::path::Path, server: &Bare) 
     let result = &events[2]["result"];
     assert_eq!(result["isError"], false, "{result}");
     assert!(text(result).contains("demo-user"), "the demo API answered: {result}");
+}
+
+/// The demo provider's button on its page at `authorize` (of the gatehouse at `origin`), pressed
+/// from a page at `from`: the answer.
+async fn press_sign_in(browser: &Browser, origin: &str, authorize: &str, from: &str) -> Page {
+    let asked = query_of(authorize);
+    let fields = [
+        ("state", asked["state"].as_str()),
+        ("code_challenge", asked["code_challenge"].as_str()),
+        ("scope", asked["scope"].as_str()),
+        ("action", "allow"),
+    ];
+    browser
+        .post_form(&format!("{origin}/demo/oauth/authorize"), from, &fields)
+        .await
+}
+
+/// Signs in at the demo provider's page at `authorize` as its own page does, and follows the
+/// redirect to gatehouse's callback: the callback's page.
+async fn signed_in(browser: &Browser, origin: &str, authorize: &str) -> Page {
+    let back = press_sign_in(browser, origin, authorize, origin).await;
+    assert_eq!(back.status, StatusCode::SEE_OTHER, "{}", back.body);
+    let callback = back.location();
+    assert!(callback.starts_with(&format!("{origin}/oauth/callback?")), "{callback}");
+    browser.get(&callback).await
+}
+
+/// The first `<style>` of a page: the stylesheet `base.html` gives every page.
+fn stylesheet(body: &str) -> &str {
+    let start = body.find("<style>").expect("a stylesheet");
+    &body[start..start + body[start..].find("</style>").expect("its end")]
+}
+
+/// A bare gatehouse's landing page lists every tool `tools/list` gives, with its description, and
+/// says which demo tool to try first, and why.
+#[tokio::test]
+async fn the_landing_page_lists_every_tool_and_which_demo_tool_to_try_first() {
+    let server = Bare::start(&[]).await;
+    let landing = Browser::new().get(&format!("{}/", server.origin())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{}", landing.body);
+    let mut client = McpClient::new(&server.mcp_url());
+    client.initialize().await;
+    assert_lists_tools(&landing, &client.call("tools/list", json!({})).await);
+    assert!(
+        unescape(&landing.body)
+            .contains("Try <code>demo_profile</code> first: its first call sends you through a sign-in"),
+        "{}",
+        landing.body
+    );
+    server.stop().await;
+}
+
+/// The demo provider's sign-in page is framed and styled like gatehouse's other pages (the
+/// landing page's stylesheet and footer), and its button still signs in: the retried call runs.
+#[tokio::test]
+async fn the_demo_sign_in_page_looks_like_the_others_and_signs_in() {
+    let server = Bare::start(&[]).await;
+    let origin = server.origin();
+    let browser = Browser::new();
+    let landing = browser.get(&format!("{origin}/")).await;
+    let mut client = McpClient::new(&server.mcp_url());
+    client.initialize().await;
+    let call = json!({"name": "demo_profile", "arguments": {}});
+    let asked = elicitations(&client.request("tools/call", call.clone()).await);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let authorize = browser.continue_to_provider(&url_of(&asked[0])).await;
+    let page = browser.get(&authorize).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("<h1>Demo sign-in</h1>"), "{}", page.body);
+    assert_eq!(
+        stylesheet(&page.body),
+        stylesheet(&landing.body),
+        "the shared stylesheet"
+    );
+    assert!(
+        page.body.contains(r#"<footer>gatehouse · <a href="/connections">"#),
+        "the shared frame: {}",
+        page.body
+    );
+    assert!(page.body.contains(r#"value="deny" class="secondary""#), "{}", page.body);
+    let done = signed_in(&browser, &origin, &authorize).await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    // The callback stored the connection before it answered: the retry runs.
+    let ran = client.call("tools/call", call).await;
+    assert_eq!(ran["isError"], json!(false), "{ran}");
+    assert!(text(&ran).contains("demo-user"), "the demo API answered: {ran}");
+    server.stop().await;
 }
 
 #[tokio::test]

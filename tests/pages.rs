@@ -1,13 +1,15 @@
 //! What every browser-facing response shares, whatever the handler answered: the page security
 //! headers (on pages, refusals, errors and redirects alike), and a failure behind a page shown as a
-//! generic 500 page while its cause is logged.
+//! generic 500 page while its cause is logged. The landing page lists the configured tools.
 
 mod common;
 
 use std::time::Duration;
 
 use common::raw::trickle_body;
-use common::{Backend, Browser, HEADER_IDENTITY, Page, TestDatabase, TestServer, captured_logs, logged_text};
+use common::{
+    Backend, Browser, HEADER_IDENTITY, Page, TestDatabase, TestServer, assert_lists_tools, captured_logs, logged_text,
+};
 use reqwest::StatusCode;
 use sqlx::Connection;
 
@@ -87,6 +89,54 @@ async fn pages_refusals_and_redirects_all_carry_the_security_headers() {
 
     let health = browser.get(&format!("{base}/healthz")).await;
     assert_eq!(health.body, "ok");
+    server.stop().await;
+}
+
+/// A configuration's own tools, one described with markup the landing page must escape.
+const TOOLS: &str = r#"
+[[tools]]
+name = "forecast"
+title = "Weather forecast"
+description = "Tomorrow's <weather> & wind, from the met office"
+http = { url = "https://met.example/forecast" }
+
+[[tools]]
+name = "tides"
+description = "High and low water at a harbour"
+http = { url = "https://met.example/tides" }
+"#;
+
+/// Outside the demo the landing page lists the configuration's tools, each with the description
+/// `tools/list` gives it (escaped), and suggests none to try first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_landing_page_lists_the_configured_tools_with_their_descriptions() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::start(&database, TOOLS).await;
+    let landing = Browser::new().get(&format!("{}/", server.base())).await;
+    assert_eq!(landing.status, StatusCode::OK);
+    let mut client = server.client();
+    client.initialize().await;
+    let listed = client.call("tools/list", serde_json::json!({})).await;
+    assert_lists_tools(&landing, &listed);
+    for name in ["forecast", "tides"] {
+        assert!(
+            landing.body.contains(&format!("<code>{name}</code>")),
+            "{}",
+            landing.body
+        );
+    }
+    assert!(
+        landing.body.contains(
+            "<dt><code>forecast</code> Weather forecast</dt>\n  <dd>Tomorrow&#39;s &#60;weather&#62; &#38; wind"
+        ),
+        "its title, and its description escaped: {}",
+        landing.body
+    );
+    assert!(
+        !landing.body.contains("demo_") && !landing.body.contains("first:"),
+        "{}",
+        landing.body
+    );
     server.stop().await;
 }
 

@@ -101,9 +101,20 @@ pub struct Config {
     pub approvals: Vec<ApprovalConfig>,
     /// Who may open the operator pages (`/admin`).
     pub admin: AdminConfig,
-    /// Whether the demo set was added (`crate::demo`): never read from a file, set at start.
+    /// Whether the demo set was added (`crate::demo`), and then what the landing page suggests
+    /// trying first: never read from a file, set at start.
     #[serde(skip)]
-    pub demo: bool,
+    pub demo: Option<TryFirst>,
+}
+
+/// The tool of the demo set a newcomer should try first, and why (shown on the landing page).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TryFirst {
+    /// One of the demo set's tools.
+    pub tool: String,
+    /// Why that one: a sentence, after "Try TOOL first:".
+    pub why: String,
 }
 
 /// `limits.sessions_per_principal` when neither it nor its old name is set.

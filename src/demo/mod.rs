@@ -16,7 +16,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use serde::Deserialize;
 
-use crate::config::{Config, ConfigError, FormConfig, IdentityMode, ProviderConfig, ToolConfig};
+use crate::config::{Config, ConfigError, FormConfig, IdentityMode, ProviderConfig, ToolConfig, TryFirst};
 use crate::public_url::PublicUrl;
 
 /// The largest request the demo's routes read: a few short strings.
@@ -31,6 +31,7 @@ struct DemoSet {
     providers: Vec<ProviderConfig>,
     forms: Vec<FormConfig>,
     tools: Vec<ToolConfig>,
+    first: TryFirst,
 }
 
 /// Whether a start serves the demo: no configuration `file`, no `--no-demo`, and local identity
@@ -40,7 +41,7 @@ pub fn applies(file: Option<&Path>, no_demo: bool, config: &Config) -> bool {
 }
 
 /// Adds the demo's forms and tools to `config`, pointing at its public URL, and marks it as the
-/// demo (`Config::demo`), which serves the demo service beside the pages.
+/// demo (`Config::demo`, with the tool to try first), which serves the demo service beside the pages.
 pub fn add_to(config: &mut Config) -> Result<(), ConfigError> {
     let public_url = config.public_url();
     let text = DEMO.replace("{public_url}", public_url.as_str().trim_end_matches('/'));
@@ -52,7 +53,7 @@ pub fn add_to(config: &mut Config) -> Result<(), ConfigError> {
     config.providers.extend(set.providers);
     config.forms.extend(set.forms);
     config.tools.extend(set.tools);
-    config.demo = true;
+    config.demo = Some(set.first);
     Ok(())
 }
 
@@ -72,7 +73,12 @@ mod tests {
     fn the_demo_tools_are_named_and_described_as_the_demo() {
         let mut config = Config::default();
         add_to(&mut config).expect("the demo set parses");
-        assert!(config.demo);
+        let first = config.demo.as_ref().expect("marked as the demo");
+        assert!(
+            config.tools.iter().any(|tool| tool.name == first.tool),
+            "the tool to try first, {}, is a demo tool",
+            first.tool
+        );
         assert_eq!(config.tools.len(), 3);
         assert_eq!(config.providers.len(), 1);
         for tool in &config.tools {

@@ -77,6 +77,8 @@ impl IntoResponse for DemoError {
 /// The provider: where it sends browsers back, and what it has issued.
 struct Issuer {
     origin: String,
+    /// The public URL's path prefix, for the links of the page's frame (`base.html`).
+    prefix: String,
     callback: String,
     action: String,
     issued: Mutex<Issued>,
@@ -99,6 +101,7 @@ struct Code {
 pub fn router(public_url: &PublicUrl) -> Router {
     let issuer = Arc::new(Issuer {
         origin: public_url.origin().to_owned(),
+        prefix: public_url.prefix().to_owned(),
         callback: public_url.at(routes::OAUTH_CALLBACK),
         action: public_url.at(routes::DEMO_AUTHORIZE),
         issued: Mutex::default(),
@@ -152,7 +155,7 @@ async fn authorize(
         code_challenge: &request.code_challenge,
         scope: &request.scope,
     };
-    Ok(Html(Templates::render_built_in(&page, "")?))
+    Ok(Html(Templates::render_built_in(&page, &issuer.prefix)?))
 }
 
 #[derive(Deserialize)]

@@ -168,6 +168,12 @@ impl Form {
         })
     }
 
+    /// A confirmation: a call-scoped form asking for nothing but tick boxes (or for nothing, Confirm
+    /// / Cancel), as "Pay 10 EUR to ACME? [x] I confirm" does.
+    pub fn is_confirmation(&self) -> bool {
+        self.scope == FormScope::Call && self.fields.iter().all(|field| field.kind == FieldKind::Boolean)
+    }
+
     pub fn field(&self, name: &str) -> Option<&Field> {
         self.fields.iter().find(|field| field.name == name)
     }

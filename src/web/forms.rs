@@ -246,13 +246,17 @@ async fn submit(
     }
 }
 
+/// The page after a valid answer: a user-scoped form's answers are saved; a call-scoped form's
+/// answer goes to the one call that asked and is kept no longer, so it is sent, or, for a
+/// confirmation, confirmed.
 fn done(form: &Form, client_name: &str) -> PageResponse {
-    let message = match form.scope {
-        FormScope::User => format!("Your answers to \"{}\" are saved.", form.title),
-        FormScope::Call => format!("Your answer to \"{}\" was sent.", form.title),
+    let (heading, message) = match form.scope {
+        FormScope::User => ("Saved", format!("Your answers to \"{}\" are saved.", form.title)),
+        FormScope::Call if form.is_confirmation() => ("Confirmed", format!("You confirmed \"{}\".", form.title)),
+        FormScope::Call => ("Sent", format!("Your answer to \"{}\" was sent.", form.title)),
     };
     PageResponse::new(NoticePage::new(
-        "Saved",
+        heading,
         message,
         Some(&format!("You can close this window and return to {client_name}.")),
     ))

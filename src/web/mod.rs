@@ -68,18 +68,54 @@ pub fn router(state: &PagesState) -> Router<PagesState> {
 struct IndexPage {
     mcp_url: String,
     version: &'static str,
-    tools: Vec<String>,
+    tools: Vec<ToolLine>,
+    /// In demo mode, the tool to try first and why.
+    try_first: Option<TryFirstLine>,
 }
 impl Page for IndexPage {
     const NAME: &'static str = "index.html";
 }
 
+/// A tool as the landing page lists it: as its definition names and describes it.
+#[derive(Serialize)]
+struct ToolLine {
+    name: String,
+    title: Option<String>,
+    description: String,
+}
+
+#[derive(Serialize)]
+struct TryFirstLine {
+    tool: String,
+    why: String,
+}
+
 async fn index(State(state): State<PagesState>) -> PageResponse {
     let tools = state.tools.all().iter().cloned().chain(state.upstreams.tools());
+    let tools: Vec<ToolLine> = tools
+        .map(|t| {
+            let definition = t.definition();
+            ToolLine {
+                name: definition.name.clone(),
+                title: definition.title.clone(),
+                description: definition.description.clone(),
+            }
+        })
+        .collect();
+    let try_first = state
+        .config
+        .demo
+        .as_ref()
+        .filter(|first| tools.iter().any(|t| t.name == first.tool))
+        .map(|first| TryFirstLine {
+            tool: first.tool.clone(),
+            why: first.why.clone(),
+        });
     PageResponse::new(IndexPage {
         mcp_url: state.public_url.at(routes::MCP),
         version: env!("CARGO_PKG_VERSION"),
-        tools: tools.map(|t| t.definition().name.clone()).collect(),
+        tools,
+        try_first,
     })
 }
 
@@ -152,9 +188,22 @@ fn not_ready(database: &str, bus: &str) -> Response {
 
 #[cfg(test)]
 pub(crate) fn samples() -> Vec<templates::Sample> {
-    vec![templates::Sample::of(IndexPage {
+    let tool = |name: &str, title: Option<&str>, description: &str| ToolLine {
+        name: name.to_owned(),
+        title: title.map(str::to_owned),
+        description: description.to_owned(),
+    };
+    let page = |try_first| IndexPage {
         mcp_url: "https://gatehouse.example/gh/mcp".to_owned(),
         version: "0.1.0",
-        tools: vec!["echo".to_owned(), "say_<hi>".to_owned()],
-    })]
+        tools: vec![tool("echo", Some("Echo"), "Says it back"), tool("say_<hi>", None, "")],
+        try_first,
+    };
+    vec![
+        templates::Sample::of(page(None)),
+        templates::Sample::of(page(Some(TryFirstLine {
+            tool: "echo".to_owned(),
+            why: "it <echoes>.".to_owned(),
+        }))),
+    ]
 }

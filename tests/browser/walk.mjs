@@ -21,6 +21,8 @@
 //                "expect_whole": { "selector": "pre.whole", "text": ["..."] },  // shown whole:
 //                    the texts in it, nothing clipped, cut with an ellipsis or scrolled out of
 //                    sight, and the element within the viewport's width
+//                "expect_fits_viewport": { "visible": ["..."] },  // or true: the page fits the
+//                    viewport's width (see fitsViewport) and each text is on it, shown whole
 //                "screenshot": "01-x.png" } ] }
 // Prints one JSON line: { ok, steps: [{ url, status, heading }], error? }; exit 0 when every
 // expectation held, 1 otherwise (the reason in `error`), 2 for an unusable plan.
@@ -29,6 +31,8 @@ import path from 'node:path';
 import { launch, newPage } from './chromium.mjs';
 
 const STEP_TIMEOUT_MS = 20000;
+// How many of a page's layout problems a failure lists.
+const MAX_PROBLEMS_SHOWN = 25;
 
 const result = { ok: false, steps: [] };
 
@@ -82,6 +86,130 @@ async function step(page, plan, spec, index) {
   for (const wanted of spec.expect_text || []) check(text.includes(wanted), `${where}: "${wanted}" is not on the page`);
   for (const unwanted of spec.absent_text || []) check(!text.includes(unwanted), `${where}: "${unwanted}" is on the page`);
   if (spec.expect_whole) await expectWhole(page, spec.expect_whole, where);
+  if (spec.expect_fits_viewport) {
+    const visible = spec.expect_fits_viewport === true ? [] : spec.expect_fits_viewport.visible || [];
+    const problems = await page.evaluate(fitsViewport, [...new Set(visible)]);
+    const shown = problems.slice(0, MAX_PROBLEMS_SHOWN);
+    if (problems.length > shown.length) shown.push(`and ${problems.length - shown.length} more`);
+    check(problems.length === 0, `${where}: does not fit the viewport:\n  ${shown.join('\n  ')}`);
+  }
+}
+
+// Runs in the page: what keeps it from fitting the viewport's width with nothing hidden, as a list
+// of sentences (empty when it fits). The document is no wider than the viewport; no element hides
+// what overflows it (`overflow: hidden` or `clip`, an ellipsis), except the controls that scroll
+// their own input and screen-reader-only text (1 px, absolutely positioned); every element and
+// text lies within the viewport's width unless inside a box that scrolls horizontally itself
+// (`overflow-x: auto | scroll`); and each of `visible` is on the page, every occurrence of it
+// rendered and reachable: within every box that clips it, or within the scrollable area of a box
+// that scrolls (so scrolling brings it into sight).
+function fitsViewport(visible) {
+  const width = window.innerWidth;
+  const problems = [];
+  const SLACK = 0.5; // sub-pixel rounding
+  const CONTROLS = new Set(['INPUT', 'SELECT', 'TEXTAREA']);
+  const named = (element) => {
+    const classes = [...element.classList].map((c) => `.${c}`).join('');
+    const text = (element.textContent || '').trim().replace(/\s+/g, ' ');
+    return `<${element.tagName.toLowerCase()}${element.id ? `#${element.id}` : ''}${classes}> "${text.slice(0, 40)}"`;
+  };
+  const short = (text) => (text.length > 60 ? `${text.slice(0, 60)}...` : text);
+  const scrollsX = (style) => ['auto', 'scroll'].includes(style.overflowX);
+  const scrollBoxOf = (element) => {
+    for (let up = element.parentElement; up; up = up.parentElement) {
+      if (scrollsX(getComputedStyle(up))) return up;
+    }
+    return null;
+  };
+  // An element past the edge is reported, not each of its descendants.
+  const reported = new Set();
+  const withinReported = (element) => {
+    for (let up = element; up; up = up.parentElement) if (reported.has(up)) return true;
+    return false;
+  };
+  const outside = (box) => box.left < -SLACK || box.right > width + SLACK;
+  const screenReaderOnly = (element) => {
+    const box = element.getBoundingClientRect();
+    return getComputedStyle(element).position === 'absolute' && box.width <= 1 && box.height <= 1;
+  };
+  const span = (box) => `${Math.round(box.left)}..${Math.round(box.right)} px`;
+
+  const root = document.documentElement;
+  if (root.scrollWidth > width) problems.push(`the document is ${root.scrollWidth} px wide, the viewport ${width} px`);
+  for (const element of document.querySelectorAll('*')) {
+    if (element.getClientRects().length === 0) continue; // not rendered
+    const style = getComputedStyle(element);
+    const box = element.getBoundingClientRect();
+    const hiddenOnPurpose = screenReaderOnly(element);
+    if (!CONTROLS.has(element.tagName) && !hiddenOnPurpose) {
+      for (const [axis, overflow] of [['x', style.overflowX], ['y', style.overflowY]]) {
+        if (['hidden', 'clip'].includes(overflow)) problems.push(`${named(element)} hides what overflows it (overflow-${axis}: ${overflow})`);
+      }
+      if (style.textOverflow === 'ellipsis') problems.push(`${named(element)} cuts its text with an ellipsis`);
+    }
+    if (!hiddenOnPurpose && outside(box) && !scrollBoxOf(element) && !withinReported(element)) {
+      reported.add(element);
+      problems.push(`${named(element)} spans ${span(box)}, past the viewport's ${width} px`);
+    }
+  }
+  // Text reaching out of its element's box past the viewport.
+  const texts = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+    if (!node.data.trim() || scrollBoxOf(node) || screenReaderOnly(node.parentElement)) continue;
+    if (withinReported(node.parentElement)) continue;
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    for (const rect of range.getClientRects()) {
+      if (rect.width > 0 && outside(rect)) {
+        problems.push(`the text "${short(node.data.trim())}" spans ${span(rect)}, past the viewport's ${width} px`);
+        break;
+      }
+    }
+  }
+
+  // Where the part `rect` of a text in `element` is cut off: the first box that clips it, or the
+  // viewport; null when it can be seen (scrolling boxes scrolled as needed).
+  const cutBy = (element, rect) => {
+    let scrolled = false;
+    for (let up = element; up && up !== root; up = up.parentElement) {
+      const style = getComputedStyle(up);
+      if (style.overflowX === 'visible' && style.overflowY === 'visible') continue;
+      const box = up.getBoundingClientRect();
+      const [sx, sy] = [scrollsX(style), ['auto', 'scroll'].includes(style.overflowY)];
+      const left = box.left + up.clientLeft - (sx ? up.scrollLeft : 0);
+      const top = box.top + up.clientTop - (sy ? up.scrollTop : 0);
+      const right = left + (sx ? up.scrollWidth : up.clientWidth);
+      const bottom = top + (sy ? up.scrollHeight : up.clientHeight);
+      if (rect.left < left - SLACK || rect.right > right + SLACK || rect.top < top - SLACK || rect.bottom > bottom + SLACK) {
+        return named(up);
+      }
+      if (style.textOverflow === 'ellipsis') return `${named(up)}'s ellipsis`;
+      scrolled ||= sx;
+    }
+    return !scrolled && outside(rect) ? "the viewport's edge" : null;
+  };
+  for (const wanted of visible) {
+    let found = 0;
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (let at = node.data.indexOf(wanted); at >= 0; at = node.data.indexOf(wanted, at + 1)) {
+        found += 1;
+        const element = node.parentElement;
+        const range = document.createRange();
+        range.setStart(node, at);
+        range.setEnd(node, at + wanted.length);
+        const rects = [...range.getClientRects()].filter((r) => r.width > 0 && r.height > 0);
+        if (rects.length === 0 || !element.checkVisibility({ opacityProperty: true, visibilityProperty: true })) {
+          problems.push(`"${short(wanted)}" in ${named(element)} is not rendered`);
+          continue;
+        }
+        const cut = rects.map((rect) => cutBy(element, rect)).find((by) => by);
+        if (cut) problems.push(`"${short(wanted)}" in ${named(element)} is cut off by ${cut}`);
+      }
+    }
+    if (found === 0) problems.push(`"${short(wanted)}" is not on the page (as one text)`);
+  }
+  return problems;
 }
 
 // The element `selector` shows all of `text`: it clips nothing (no hidden overflow, no ellipsis,

@@ -51,7 +51,7 @@ pub use mcp::{
     text, url_of,
 };
 #[allow(unused_imports)]
-pub use web::{Browser, Page, confirm_payment, description, unescape};
+pub use web::{Browser, Page, assert_lists_tools, confirm_payment, description, unescape};
 
 /// How long a test waits for something that must happen: generous, it only guards against a test
 /// hanging and measures nothing. Checks that something does NOT happen name their own, shorter

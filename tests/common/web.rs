@@ -2,6 +2,7 @@
 //! flows through gatehouse's pages, and readers of those pages.
 
 use reqwest::StatusCode;
+use serde_json::Value;
 
 /// A browser: keeps cookies, follows no redirects, and can carry an identity header (as a
 /// reverse proxy would add it).
@@ -237,9 +238,32 @@ pub fn unescape(text: &str) -> String {
     out
 }
 
+/// The landing page `page` lists exactly the tools of a `tools/list` answer (`listed`), each by
+/// its name and with its description as the server defines it.
+pub fn assert_lists_tools(page: &Page, listed: &Value) {
+    let shown = unescape(&page.body);
+    let tools = listed["tools"].as_array().expect("tools");
+    assert_eq!(shown.matches("<dt>").count(), tools.len(), "{listed}: {}", page.body);
+    for tool in tools {
+        let name = tool["name"].as_str().expect("name");
+        let description = tool["description"].as_str().expect("description");
+        assert!(
+            shown.contains(&format!("<dt><code>{name}</code>")),
+            "{name} is not listed: {}",
+            page.body
+        );
+        assert!(
+            shown.contains(&format!("<dd>{description}</dd>")),
+            "{name}'s description is not shown: {}",
+            page.body
+        );
+    }
+}
+
 /// In a browser, confirms the payment that a [`super::pay_tool`] call with
 /// [`super::pay_arguments`] waits for: opens its page at `url`, checks that it shows the
-/// arguments, ticks the box and submits from `origin`.
+/// arguments, ticks the box and submits from `origin`; the page then says it is confirmed (not
+/// saved: nothing is kept beyond the call).
 pub async fn confirm_payment(url: &str, origin: &str) {
     let browser = Browser::new();
     let page = browser.get(url).await;
@@ -253,4 +277,9 @@ pub async fn confirm_payment(url: &str, origin: &str) {
         )
         .await;
     assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert!(
+        done.body.contains("<h1>Confirmed</h1>") && !done.body.contains("Saved"),
+        "{}",
+        done.body
+    );
 }

@@ -46,7 +46,11 @@ backend_test!(
         )
         .await;
         assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
-        assert!(sent.body.contains("<h1>Saved</h1>") && sent.body.contains("was sent"));
+        assert!(
+            sent.body.contains("<h1>Confirmed</h1>") && sent.body.contains("You confirmed"),
+            "a confirmation is confirmed, not saved: {}",
+            sent.body
+        );
         assert_eq!(
             stream.next_completion().await,
             first["elicitationId"].as_str().expect("id")

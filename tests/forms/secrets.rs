@@ -124,16 +124,20 @@ backend_test!(
         .await;
         assert_eq!(short.status, StatusCode::UNPROCESSABLE_ENTITY);
         assert!(!short.body.contains("123\""), "the typed secret is not echoed");
-        assert_saved(
-            &press(
-                &browser,
-                &url_of(&elicitation),
-                &s.base(),
-                &page.csrf(),
-                "submit",
-                &fields(&[("code", CODE)]),
-            )
-            .await,
+        let sent = press(
+            &browser,
+            &url_of(&elicitation),
+            &s.base(),
+            &page.csrf(),
+            "submit",
+            &fields(&[("code", CODE)]),
+        )
+        .await;
+        assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
+        assert!(
+            sent.body.contains("<h1>Sent</h1>") && sent.body.contains("was sent"),
+            "a call's one answer is sent, not saved: {}",
+            sent.body
         );
         stream.next_completion().await;
 
