@@ -14,22 +14,12 @@ pub const PYTHON_SDK: &str = "mcp==2.3.0";
 
 /// A peer that cannot be set up: a loud skip, or a failure under `CI=true`.
 pub fn unavailable(what: &str, why: &str) {
+    let message = format!("\n!!! {what} is unavailable ({why}): this test is SKIPPED.\n");
     assert!(
         std::env::var("CI").map_or(true, |v| v != "true"),
-        "CI=true requires {what}: {}",
-        skip_message(what, why)
+        "CI=true requires {what}: {message}"
     );
-    skipped(what, why);
-}
-
-/// A tool that not even CI is sure to have (`.ci/run` does not install it): a loud skip, also
-/// under `CI=true`.
-pub fn skipped(what: &str, why: &str) {
-    eprintln!("{}", skip_message(what, why));
-}
-
-fn skip_message(what: &str, why: &str) -> String {
-    format!("\n!!! {what} is unavailable ({why}): this test is SKIPPED.\n")
+    eprintln!("{message}");
 }
 
 /// Runs `command` to completion; its output, or an error with everything it printed.
