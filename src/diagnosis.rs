@@ -241,7 +241,7 @@ pub async fn providers(config: &Config, http: &reqwest::Client) -> Vec<Finding> 
                         format!("{check} discovery"),
                         key,
                         format!("no discovery document: {reason}"),
-                        "fine for a provider that publishes none (GitHub); else check the issuer",
+                        "fine for a provider that publishes none; else check the issuer",
                     ),
                 },
                 Err(error) => Finding::warning(
