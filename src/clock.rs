@@ -1,8 +1,9 @@
-//! Time arithmetic that cannot overflow the calendar, and the periodic runner every sweep uses.
-//! A leaf: the gate, retention, the MCP sessions, the 2026-07-28 calls and the CLI share it.
+//! Time arithmetic that cannot overflow the calendar, the Unix time JWTs count in, and the periodic
+//! runner every sweep uses. A leaf: the gate, retention, the MCP sessions, the 2026-07-28 calls,
+//! the token checks and the CLI share it.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,11 @@ where
         }
         task().await;
     }
+}
+
+/// Seconds since the Unix epoch now (0 on a clock set before it), as `exp`, `iat` and `nbf` count.
+pub fn unix_seconds() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// `duration` after `now`, or the end of time when that is past it (a provider may say its token

@@ -16,7 +16,7 @@ use serde_json::Value;
 use url::Url;
 
 use super::discovery::get_json;
-use super::verify::now;
+use crate::clock::unix_seconds;
 
 /// Keys kept from one key set; the rest are ignored.
 const MAX_KEYS: usize = 64;
@@ -135,7 +135,7 @@ impl KeySet {
         if let Some(error) = self.not_yet(&fetches) {
             return Err(error);
         }
-        let started = (Instant::now(), now());
+        let started = (Instant::now(), unix_seconds());
         match self.fetch(jwks_uri).await {
             Ok(keys) => {
                 tracing::info!(%jwks_uri, keys = keys.len(), "fetched the identity provider's keys");

@@ -20,9 +20,10 @@ use url::Url;
 pub use discovery::{AuthServerMetadata, Discovery};
 pub use exchange::{ExchangeError, Exchanged};
 use keys::KeySet;
-use verify::{TokenKey, VerifiedToken, now, token_key};
+use verify::{TokenKey, VerifiedToken, token_key};
 
 use super::Caller;
+use crate::clock::unix_seconds;
 use crate::config::{Config, ConfigError, IdentityMode};
 use crate::domain::Principal;
 use crate::public_url::PublicUrl;
@@ -101,7 +102,7 @@ impl ResourceServer {
     pub async fn caller(&self, headers: &HeaderMap) -> Result<Caller, BearerError> {
         let token = bearer_token(headers)?;
         let key = token_key(token);
-        let verified = match self.verified.get(&key).filter(|v| v.expires_at > now()) {
+        let verified = match self.verified.get(&key).filter(|v| v.expires_at > unix_seconds()) {
             Some(verified) => verified,
             None => {
                 let verified = self.verify(token).await?;

@@ -4,7 +4,6 @@
 //! verifies no signature twice; the token itself is never stored or sent anywhere else.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, Validation};
 use serde::Deserialize;
@@ -14,6 +13,7 @@ use sha2::{Digest, Sha256};
 use super::discovery::{AuthServerMetadata, FETCH_TIMEOUT, MAX_ANSWER};
 use super::keys::KeyError;
 use super::{BearerError, ResourceServer, principal_from_claims};
+use crate::clock::unix_seconds;
 use crate::identity::{Caller, Claims};
 use crate::outbound::read_bounded;
 
@@ -34,10 +34,6 @@ pub type TokenKey = [u8; 32];
 
 pub fn token_key(token: &str) -> TokenKey {
     Sha256::digest(token.as_bytes()).into()
-}
-
-pub fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Only asymmetric algorithms: `none` does not parse at all, and HMAC would let anyone holding
@@ -108,7 +104,7 @@ impl ResourceServer {
             )));
         }
         let lifetime = Lifetime::unverified(token);
-        if lifetime.expired(now()) {
+        if lifetime.expired(unix_seconds()) {
             return Err(BearerError::Invalid("the token has expired".into()));
         }
         let jwks_uri = metadata
@@ -183,7 +179,7 @@ impl ResourceServer {
         if !audiences(&claims).any(|aud| aud == self.audience) {
             return Err(BearerError::Invalid("the token is meant for another audience".into()));
         }
-        let now = now();
+        let now = unix_seconds();
         let expires_at = claims
             .get("exp")
             .and_then(Value::as_u64)
