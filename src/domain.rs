@@ -290,6 +290,58 @@ impl fmt::Display for Principal {
     }
 }
 
+/// The MCP revision a session speaks (`2025-11-25`): one gatehouse negotiated at `initialize`, or
+/// the stateless revision for a 2026-07-28 request, and kept with the session. Revisions are dates,
+/// so a later one compares greater; [`ProtocolVersion::era`] says which way it is spoken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ProtocolVersion(String);
+
+/// The two ways MCP is spoken: a session that `initialize` opens (2025-11-25 and before), or
+/// requests that each carry what they need and have no session (2026-07-28).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtocolEra {
+    Handshake,
+    Stateless,
+}
+
+impl ProtocolVersion {
+    /// The stateless revision.
+    pub const STATELESS: &'static str = "2026-07-28";
+
+    /// A revision gatehouse negotiated, or one a session was stored with.
+    pub fn new(version: impl Into<String>) -> Self {
+        Self(version.into())
+    }
+
+    pub fn stateless() -> Self {
+        Self(Self::STATELESS.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn era(&self) -> ProtocolEra {
+        if self.0 == Self::STATELESS {
+            ProtocolEra::Stateless
+        } else {
+            ProtocolEra::Handshake
+        }
+    }
+
+    /// Whether this is `revision` or a later one.
+    pub fn since(&self, revision: &str) -> bool {
+        self.0.as_str() >= revision
+    }
+}
+
+impl fmt::Display for ProtocolVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// MCP log levels (RFC 5424 severities), least severe first so `>=` means "at least as severe".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -13,7 +13,7 @@ use super::connections::access_context;
 use super::{Approvals, Ask, Backing, Connections, Elicitations, FormValues, Gate, Limits, Requirement};
 use crate::audit::Origin;
 use crate::config::Config;
-use crate::domain::{Principal, SessionId};
+use crate::domain::{Principal, ProtocolVersion, SessionId};
 use crate::events::Bus;
 use crate::forms::{Forms, Submission};
 use crate::metrics::Metrics;
@@ -125,7 +125,7 @@ impl Fixture {
         let session = SessionRecord {
             id: SessionId::generate(),
             principal: principal(principal_name),
-            protocol_version: "2025-11-25".into(),
+            protocol_version: ProtocolVersion::new("2025-11-25"),
             client_info: json!({"name": "test-client", "title": "Test Client"}),
             client_capabilities: json!({"elicitation": {"url": {}}}),
             log_level: None,

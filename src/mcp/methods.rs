@@ -17,7 +17,7 @@ use super::store_failure;
 use super::tool_call::{self, Retry, Stream, ToolRequest, supports_url_elicitation};
 use super::{LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
 use crate::config::ElicitMode;
-use crate::domain::{LogLevel, Principal, SessionId};
+use crate::domain::{LogLevel, Principal, ProtocolVersion, SessionId};
 use crate::identity::Caller;
 use crate::jsonrpc::{self, METHOD_NOT_FOUND, RequestId, RpcError};
 use crate::store::SessionRecord;
@@ -139,7 +139,7 @@ async fn start_session(
     let record = SessionRecord {
         id: SessionId::generate(),
         principal,
-        protocol_version: version.to_owned(),
+        protocol_version: ProtocolVersion::new(version),
         client_info: Value::Object(client_info),
         client_capabilities: capabilities,
         log_level: None,

@@ -42,6 +42,7 @@ use axum::routing::post;
 
 #[cfg(not(feature = "conformance"))]
 use crate::config::Config;
+use crate::domain::ProtocolVersion;
 use crate::jsonrpc::RpcError;
 use crate::routes;
 use crate::state::AppState;
@@ -55,7 +56,7 @@ pub use state::McpState;
 pub const SUPPORTED_PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 pub const LATEST_PROTOCOL_VERSION: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
 /// The stateless revision (`modern`), spoken beside the handshake era's versions above.
-pub const STATELESS_PROTOCOL_VERSION: &str = "2026-07-28";
+pub const STATELESS_PROTOCOL_VERSION: &str = ProtocolVersion::STATELESS;
 /// Assumed when a request carries no `MCP-Protocol-Version` header, as the spec says.
 pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-03-26";
 /// The first version without JSON-RPC batches.

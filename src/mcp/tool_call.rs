@@ -14,10 +14,10 @@ use super::calls::StreamChannel;
 use super::incall::{self, Outbox, Waited};
 use super::links;
 use super::state::McpState;
-use super::{STATELESS_PROTOCOL_VERSION, URL_MODE_SINCE, store_failure};
+use super::{URL_MODE_SINCE, store_failure};
 use crate::audit::Origin;
 use crate::config::ElicitMode;
-use crate::domain::LogLevel;
+use crate::domain::{LogLevel, ProtocolEra};
 use crate::gate::{AskWithinCall, Called, GateError, Hold, ToolCall, Waiting, client_name};
 use crate::identity::Caller;
 use crate::jsonrpc::{self, RpcError};
@@ -275,7 +275,7 @@ pub fn internal(state: &AppState, error: GateError) -> RpcError {
 /// Whether the client said it can open URLs for elicitations (`elicitation.url`), on a protocol
 /// version that has them (a 2025-06-18 session declaring `url` gets the links as a result).
 pub fn supports_url_elicitation(session: &SessionRecord) -> bool {
-    session.protocol_version.as_str() >= URL_MODE_SINCE
+    session.protocol_version.since(URL_MODE_SINCE)
         && session
             .client_capabilities
             .get("elicitation")
@@ -292,7 +292,7 @@ async fn log(state: &McpState, session: &SessionRecord, stream: Option<&dyn Call
         return;
     }
     let params = json!({"level": level, "logger": "gatehouse", "data": data});
-    if session.protocol_version == STATELESS_PROTOCOL_VERSION {
+    if session.protocol_version.era() == ProtocolEra::Stateless {
         if let Some(stream) = stream {
             stream.notify("notifications/message", params).await;
         }

@@ -200,7 +200,7 @@ async fn handle_batch(
         )));
     }
     let session = session(state, headers, &caller.principal).await?;
-    if session.protocol_version.as_str() >= NO_BATCHES_SINCE {
+    if session.protocol_version.since(NO_BATCHES_SINCE) {
         return Err(refuse(format!(
             "Invalid Request: protocol {} does not allow JSON-RPC batches",
             session.protocol_version

@@ -12,7 +12,7 @@ use super::{
     ElicitationStatus, FormAnswerRecord, FormValuesRecord, OAuthFlowRecord, RegistrationRecord, SessionRecord,
     StoreError, VoteRecord,
 };
-use crate::domain::{ElicitationId, LogLevel, Principal, SessionId};
+use crate::domain::{ElicitationId, LogLevel, Principal, ProtocolVersion, SessionId};
 
 /// A backend's own types for the values the backends store differently.
 pub trait Native {
@@ -59,7 +59,7 @@ impl Stored for SessionRecord {
         Ok(SessionRecord {
             id: parse_session_id(&id)?,
             principal: parse_principal(&principal)?,
-            protocol_version,
+            protocol_version: ProtocolVersion::new(protocol_version),
             client_info: N::json(client_info, "client_info")?,
             client_capabilities: N::json(client_capabilities, "client_capabilities")?,
             log_level: log_level

@@ -4,14 +4,14 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::domain::{LogLevel, Principal, SessionId};
+use crate::domain::{LogLevel, Principal, ProtocolVersion, SessionId};
 
 /// An MCP session as persisted at `initialize`.
 #[derive(Debug, Clone)]
 pub struct SessionRecord {
     pub id: SessionId,
     pub principal: Principal,
-    pub protocol_version: String,
+    pub protocol_version: ProtocolVersion,
     pub client_info: Value,
     pub client_capabilities: Value,
     pub log_level: Option<LogLevel>,

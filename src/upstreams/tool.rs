@@ -17,9 +17,8 @@ use super::forwarded::{Response, Stop, UpstreamCall, service_failed, wait_parked
 use super::parked::ParkedRef;
 use super::pool::{Opening, Session};
 use super::upstream::{Transport, Upstream};
-use crate::domain::Principal;
+use crate::domain::{Principal, ProtocolEra};
 use crate::gate::Credentials;
-use crate::mcp::STATELESS_PROTOCOL_VERSION;
 use crate::metrics::UpstreamOutcome;
 use crate::secret::Secret;
 use crate::store::SessionRecord;
@@ -96,7 +95,7 @@ impl UpstreamTool {
         // progress reaches the client; a progress notification racing the registration is dropped.
         // A 2026-07-28 call takes the upstream's requests itself, and parks on them.
         let (asks, asked) = mpsc::channel(ASKS_QUEUE);
-        let modern = context.session.protocol_version == STATELESS_PROTOCOL_VERSION;
+        let modern = context.session.protocol_version.era() == ProtocolEra::Stateless;
         let running = session.relay.register(
             progress_token,
             context.progress_token.cloned(),

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
-use gatehouse::domain::{ElicitationId, Principal, SessionId};
+use gatehouse::domain::{ElicitationId, Principal, ProtocolVersion, SessionId};
 use gatehouse::store::{self, ElicitationRecord, ElicitationStatus, FormAnswerRecord, SessionRecord, Store};
 use serde_json::{Value, json};
 
@@ -23,7 +23,7 @@ pub fn session(principal: &str) -> SessionRecord {
     SessionRecord {
         id: SessionId::generate(),
         principal: Principal::parse(principal).expect("principal"),
-        protocol_version: "2025-11-25".into(),
+        protocol_version: ProtocolVersion::new("2025-11-25"),
         client_info: json!({"name": "test-client", "version": "1.0"}),
         client_capabilities: json!({"elicitation": {"url": {}}}),
         log_level: None,

@@ -23,7 +23,7 @@ use super::incall::Outbox;
 use super::measure;
 use super::methods::{MAX_CAPABILITIES_BYTES, SERVER_INFO, kept_client_info, list_tools, serialized_len};
 use super::{STATELESS_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS};
-use crate::domain::{LogLevel, SessionId};
+use crate::domain::{LogLevel, ProtocolVersion, SessionId};
 use crate::identity::Caller;
 use crate::jsonrpc::{
     self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, Message, RequestId, RpcError,
@@ -444,7 +444,7 @@ fn stateless_session(caller: &Caller, params: &mut Map<String, Value>) -> Result
     Ok(SessionRecord {
         id: SessionId::stateless(&caller.principal),
         principal: caller.principal.clone(),
-        protocol_version: STATELESS_PROTOCOL_VERSION.to_owned(),
+        protocol_version: ProtocolVersion::stateless(),
         client_info: Value::Object(client_info),
         client_capabilities: capabilities,
         log_level,

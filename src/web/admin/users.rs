@@ -202,7 +202,7 @@ async fn detail(state: &PagesState, principal: &Principal) -> Result<Detail, Pag
         .iter()
         .map(|s| SessionRow {
             prefix: s.id.prefix().to_string(),
-            protocol: s.protocol_version.clone(),
+            protocol: s.protocol_version.to_string(),
             client: crate::gate::client_name(s),
             created: when(s.created_at),
         })
