@@ -3,8 +3,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -12,6 +10,7 @@ use tracing::Instrument;
 
 use super::incall::Outbox;
 use super::measure;
+use super::paging::page;
 use super::state::McpState;
 use super::store_failure;
 use super::tool_call::{self, Retry, Stream, ToolRequest, supports_url_elicitation};
@@ -284,15 +283,6 @@ async fn set_level(state: &McpState, session: &SessionRecord, params: Map<String
     Ok(json!({}))
 }
 
-fn encode_cursor(offset: usize) -> String {
-    URL_SAFE_NO_PAD.encode(format!("offset:{offset}"))
-}
-
-fn decode_cursor(cursor: &str) -> Option<usize> {
-    let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
-    std::str::from_utf8(&bytes).ok()?.strip_prefix("offset:")?.parse().ok()
-}
-
 /// gatehouse's own tools, then the upstreams' in configuration order: those the caller may use.
 pub(super) fn list_tools(state: &McpState, caller: &Caller, params: Map<String, Value>) -> Result<Value, RpcError> {
     let upstream_tools = state.upstreams.tools();
@@ -308,32 +298,6 @@ pub(super) fn list_tools(state: &McpState, caller: &Caller, params: Map<String, 
     })
 }
 
-/// One page of a list, as `{key: [...], nextCursor}`: `page_size` items from the offset the
-/// request's cursor names, each shown as `show` writes it.
-pub(super) fn page<T>(
-    items: Vec<T>,
-    key: &str,
-    params: &Map<String, Value>,
-    page_size: usize,
-    show: impl Fn(T) -> Value,
-) -> Result<Value, RpcError> {
-    let total = items.len();
-    let offset = match params.get("cursor") {
-        None | Some(Value::Null) => 0,
-        Some(Value::String(cursor)) => decode_cursor(cursor)
-            .filter(|offset| *offset <= total)
-            .ok_or_else(|| RpcError::invalid_params("params.cursor is not a cursor this server gave out"))?,
-        Some(_) => return Err(RpcError::invalid_params("params.cursor must be a string")),
-    };
-    let end = offset.saturating_add(page_size).min(total);
-    let page: Vec<Value> = items.into_iter().skip(offset).take(end - offset).map(show).collect();
-    let mut result = json!({ key: page });
-    if end < total {
-        result["nextCursor"] = json!(encode_cursor(end));
-    }
-    Ok(result)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,12 +311,5 @@ mod tests {
             let written = serde_json::to_vec(&value).map(|bytes| bytes.len());
             assert_eq!(Ok(serialized_len(&value)), written.map_err(|e| e.to_string()));
         }
-    }
-
-    #[test]
-    fn cursors_round_trip_and_reject_forgeries() {
-        assert_eq!(decode_cursor(&encode_cursor(50)), Some(50));
-        assert_eq!(decode_cursor("not-base64!"), None);
-        assert_eq!(decode_cursor(&URL_SAFE_NO_PAD.encode("page:2")), None);
     }
 }

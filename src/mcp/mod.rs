@@ -23,6 +23,7 @@ mod measure;
 mod methods;
 mod modern;
 mod offered;
+mod paging;
 #[cfg(feature = "conformance")]
 mod prompts;
 mod refusal;

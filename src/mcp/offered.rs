@@ -11,7 +11,7 @@ use std::sync::{Mutex, PoisonError};
 use serde_json::{Map, Value, json};
 
 use super::links;
-use super::methods::page;
+use super::paging::page;
 use super::state::McpState;
 use super::tool_call::{self, Retry};
 use crate::gate::{Called, Credentials, NeverAsks, RunTool, ToolCall, ToolOutcome, ToolResult, Waiting};
