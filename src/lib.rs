@@ -25,6 +25,8 @@ pub mod identity;
 pub mod instance;
 pub mod jose;
 pub mod jsonrpc;
+#[cfg(test)]
+mod layers;
 pub mod mcp;
 pub mod metrics;
 pub mod outbound;
