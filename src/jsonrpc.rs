@@ -156,6 +156,28 @@ fn message<const N: usize>(members: [(&str, Value); N]) -> Value {
 /// The method of MCP's notice that a URL-mode elicitation is over.
 pub const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
 
+/// The MCP methods gatehouse answers itself, whatever is configured.
+pub const OWN_METHODS: [&str; 6] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "logging/setLevel",
+    "server/discover",
+];
+
+/// The methods it answers for the upstreams' resources, prompts and completions (`mcp::offered`).
+pub const OFFERED_METHODS: [&str; 8] = [
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+];
+
 /// MCP's notice that the URL-mode elicitation `elicitation_id` is over: the client may retry
 /// what waited for it.
 pub fn elicitation_complete(elicitation_id: &str) -> Value {

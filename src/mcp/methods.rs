@@ -240,10 +240,10 @@ pub async fn handle(
                 tool_call::handshake_answer(session, called)
             }
             #[cfg(feature = "conformance")]
-            method if super::offered::METHODS.contains(&method) && state.fixtures.is_some() => {
+            method if jsonrpc::OFFERED_METHODS.contains(&method) && state.fixtures.is_some() => {
                 super::fixtures::answer(state.fixtures.as_deref(), &session.id, method, &params)
             }
-            method if super::offered::METHODS.contains(&method) => {
+            method if jsonrpc::OFFERED_METHODS.contains(&method) => {
                 super::offered::handshake(state, session, caller, method, &params).await
             }
             "initialize" => Err(RpcError::new(

@@ -23,18 +23,6 @@ use crate::upstreams::{Forwarded, List, Owner, Request};
 /// MCP's "Resource not found".
 const RESOURCE_NOT_FOUND: i64 = -32002;
 
-/// The methods served here.
-pub const METHODS: [&str; 8] = [
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-];
-
 /// A request naming one upstream's resource or prompt, parsed: where it goes, and what.
 pub struct Named {
     owner: Owner,

@@ -7,31 +7,17 @@ use std::collections::HashSet;
 
 use prometheus_client::encoding::EncodeLabelSet;
 
+use crate::jsonrpc::{OFFERED_METHODS, OWN_METHODS};
+
 /// The value of a label whose value is not on its list.
 pub const OTHER: &str = "other";
 
-/// The MCP methods counted under their own name; any other method is counted as [`OTHER`].
-const KNOWN_METHODS: [&str; 14] = [
-    "initialize",
-    "ping",
-    "tools/list",
-    "tools/call",
-    "logging/setLevel",
-    "server/discover",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-];
-
-/// `method` when it is a known MCP method, else [`OTHER`].
+/// `method` when it is an MCP method gatehouse answers (its own or the upstreams' it offers), else
+/// [`OTHER`].
 pub fn method(method: &str) -> &'static str {
-    KNOWN_METHODS
+    OWN_METHODS
         .iter()
+        .chain(OFFERED_METHODS.iter())
         .find(|known| **known == method)
         .copied()
         .unwrap_or(OTHER)
