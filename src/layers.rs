@@ -69,7 +69,9 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
                 for (at, _) in line.match_indices("crate::") {
                     let rest = &line[at + "crate::".len()..];
-                    let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                    let end = rest
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(rest.len());
                     let target = &rest[..end];
                     if !target.is_empty() && target != module {
                         named.insert(target.to_owned());
@@ -94,7 +96,9 @@ fn breaches(modules: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
             continue;
         }
         let Some(&layer) = layer_of.get(module.as_str()) else {
-            wrong.push(format!("src/{module} is in no layer: add it to LAYERS in src/layers.rs"));
+            wrong.push(format!(
+                "src/{module} is in no layer: add it to LAYERS in src/layers.rs"
+            ));
             continue;
         };
         for target in targets {
@@ -136,10 +140,19 @@ fn an_import_against_the_order_or_within_a_layer_is_refused() {
     std::fs::write(dir.path().join("vault.rs"), "use crate::config::Config;\n").expect("write");
     std::fs::write(dir.path().join("tests.rs"), "use crate::cli;\n").expect("write");
     let modules = imports(dir.path());
-    assert_eq!(modules["store"], BTreeSet::from(["domain".to_owned(), "gate".to_owned()]));
+    assert_eq!(
+        modules["store"],
+        BTreeSet::from(["domain".to_owned(), "gate".to_owned()])
+    );
     assert!(!modules.contains_key("tests"), "test files are skipped");
     let wrong = breaches(&modules);
     assert_eq!(wrong.len(), 2, "{wrong:?}");
-    assert!(wrong[0].starts_with("store (layer 12) uses gate (layer 8)"), "{wrong:?}");
-    assert!(wrong[1].starts_with("vault (layer 12) uses config (layer 12)"), "{wrong:?}");
+    assert!(
+        wrong[0].starts_with("store (layer 12) uses gate (layer 8)"),
+        "{wrong:?}"
+    );
+    assert!(
+        wrong[1].starts_with("vault (layer 12) uses config (layer 12)"),
+        "{wrong:?}"
+    );
 }

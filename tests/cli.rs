@@ -280,12 +280,11 @@ postgres_test!(
         assert!(!refused.status.success(), "{}", stderr(&refused));
         assert!(stderr(&refused).contains("gatehouse migrate"), "{}", stderr(&refused));
         let mut admin = sqlx::PgConnection::connect(&database.url).await.expect("connect");
-        let tables: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
-        )
-        .fetch_one(&mut admin)
-        .await
-        .expect("count tables");
+        let tables: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'")
+                .fetch_one(&mut admin)
+                .await
+                .expect("count tables");
         assert_eq!(tables, 0, "a refused replica writes nothing");
 
         let migrated = run(dir.path(), &["migrate"], &env);

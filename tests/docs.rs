@@ -341,7 +341,9 @@ fn links(text: &str) -> Vec<(usize, String)> {
 /// `REPOSITORY/tree/main/PATH`, anchors and line marks dropped), or None for any other link.
 fn in_repository(target: &str) -> Option<&str> {
     let rest = target.strip_prefix(env!("CARGO_PKG_REPOSITORY"))?;
-    let path = rest.strip_prefix("/blob/main/").or_else(|| rest.strip_prefix("/tree/main/"))?;
+    let path = rest
+        .strip_prefix("/blob/main/")
+        .or_else(|| rest.strip_prefix("/tree/main/"))?;
     Some(path.split('#').next().unwrap_or(path))
 }
 

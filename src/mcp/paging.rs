@@ -33,7 +33,6 @@ pub fn page<T>(
     Ok(result)
 }
 
-
 fn encode_cursor(offset: usize) -> String {
     URL_SAFE_NO_PAD.encode(format!("offset:{offset}"))
 }

@@ -65,8 +65,10 @@ pub async fn open(
 ) -> Result<Response, StoreError> {
     let (cursor, delivered) = follow(state, session, resume_after, slot).await?;
     // A priming event (an id, empty data) tells the client where to resume if this stream drops.
-    let priming =
-        session.protocol_version.since(PRIMING_SINCE).then(|| Event::default().id(cursor.to_string()).data(""));
+    let priming = session
+        .protocol_version
+        .since(PRIMING_SINCE)
+        .then(|| Event::default().id(cursor.to_string()).data(""));
     let events = futures::stream::iter(priming)
         .chain(delivered.map(|delivered| {
             match delivered {
